@@ -1,0 +1,608 @@
+/* snnc: the command-line driver. Parses options, loads a .snn/.snnir file into the graph IR, then emits
+ * it or runs it on a data set (Fashion-MNIST or .npy/.npz inputs) and reports accuracy, speed and firing
+ * rates. User errors exit with status 1 and a message; results go to stdout, progress to stderr. */
+#include "frontend/frontend.h"
+#include "ir/ir.h"
+#include "runtime/tensor_io.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SNNC_VERSION "0.1.0"
+
+enum { MAX_INPUT_ARGS = 16 };
+
+typedef struct Options {
+    const char *path;
+    const char *model;
+    const char *emit;
+    const char *out;
+    bool run;
+    const char *backend;
+    InterpPrecision precision;
+    const char *data;
+    const char *input_args[MAX_INPUT_ARGS];
+    int ninput_args;
+    int batch;
+    int64_t limit;
+    int64_t seed;
+    const char *output;
+    bool report_json;
+    const char *weights;
+    bool quiet;
+} Options;
+
+static void
+usage(FILE *f)
+{
+    fputs("usage: snnc [options] MODEL.snn|MODEL.snnir\n"
+          "\n"
+          "Compile a spiking neural network and run it or print its IR.\n"
+          "\n"
+          "Output:\n"
+          "  --emit=ir               print the graph IR (to stdout, or to the file given by -o)\n"
+          "  -o FILE                 where --emit writes\n"
+          "\n"
+          "Running:\n"
+          "  --run                   run the model on the data and report accuracy, images/s, firing rates\n"
+          "  --backend=interp        the reference interpreter (the only backend in this build)\n"
+          "  --precision=f64|f32     interpreter arithmetic: double (default) or float32 like PyTorch\n"
+          "  --data=fashion-mnist[:DIR]  the Fashion-MNIST test set (IDX files; default directory\n"
+          "                          $SNN_DATA_DIR, then /usr/share/datasets/fashion-mnist)\n"
+          "  --input=FILE.npy        input samples, sample-major [N, ...]; NAME=FILE.npy for one of\n"
+          "                          several inputs, or one .npz holding an array per input name\n"
+          "  --batch=B               samples per batch (default 64)\n"
+          "  --limit=N               run only the first N samples\n"
+          "  --seed=S                seed for Poisson encoders (default: the model's seed)\n"
+          "  --output=FILE           write the outputs: .npy (the first output) or .npz (all)\n"
+          "  --report=json           print one JSON object as the last line of stdout\n"
+          "  --weights=FILE          a safetensors file overriding the model's weights\n"
+          "  -q, --quiet             print only the report (and errors)\n"
+          "\n"
+          "Other:\n"
+          "  --model=NAME            which model of the file to compile, if it has several\n"
+          "  --help-ops              list the layer ops and their attributes\n"
+          "  --help, --version\n"
+          "\n"
+          "Environment: SNN_DATA_DIR (where Fashion-MNIST lives).\n",
+          f);
+}
+
+static _Noreturn void
+usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("snnc: error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n(snnc --help lists the options)\n", stderr);
+    exit(1);
+}
+
+static int64_t
+parse_int(const char *opt, const char *s, int64_t lo, int64_t hi)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        usage_error("%s expects an integer from %lld to %lld, got '%s'", opt, (long long)lo,
+                    (long long)hi, s);
+    return v;
+}
+
+static void
+parse_options(int argc, char **argv, Options *o)
+{
+    enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
+           O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION };
+    static const struct option longopts[] = {
+        {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
+        {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
+        {"data", required_argument, 0, O_DATA},       {"input", required_argument, 0, O_INPUT},
+        {"batch", required_argument, 0, O_BATCH},     {"limit", required_argument, 0, O_LIMIT},
+        {"seed", required_argument, 0, O_SEED},       {"output", required_argument, 0, O_OUTPUT},
+        {"report", required_argument, 0, O_REPORT},   {"weights", required_argument, 0, O_WEIGHTS},
+        {"model", required_argument, 0, O_MODEL},     {"help-ops", no_argument, 0, O_HELP_OPS},
+        {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, O_VERSION},
+        {"quiet", no_argument, 0, 'q'},               {0, 0, 0, 0},
+    };
+    o->batch = 64;
+    o->limit = -1;
+    o->seed = -1;
+    o->backend = "interp";
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":o:hq", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_EMIT:
+            if (strcmp(optarg, "ir") != 0)
+                usage_error("--emit=%s is not available (this build emits: ir)", optarg);
+            o->emit = optarg;
+            break;
+        case 'o': o->out = optarg; break;
+        case O_RUN: o->run = true; break;
+        case O_BACKEND:
+            if (strcmp(optarg, "interp") != 0)
+                usage_error("backend '%s' is not available in this build (available: interp)", optarg);
+            o->backend = optarg;
+            break;
+        case O_PRECISION:
+            if (strcmp(optarg, "f64") == 0)
+                o->precision = INTERP_F64;
+            else if (strcmp(optarg, "f32") == 0)
+                o->precision = INTERP_F32;
+            else
+                usage_error("--precision expects f64 or f32, got '%s'", optarg);
+            break;
+        case O_DATA: o->data = optarg; break;
+        case O_INPUT:
+            if (o->ninput_args == MAX_INPUT_ARGS)
+                usage_error("too many --input options");
+            o->input_args[o->ninput_args++] = optarg;
+            break;
+        case O_BATCH: o->batch = (int)parse_int("--batch", optarg, 1, 1 << 20); break;
+        case O_LIMIT: o->limit = parse_int("--limit", optarg, 1, INT64_MAX / 2); break;
+        case O_SEED: o->seed = parse_int("--seed", optarg, 0, (int64_t)1 << 53); break;
+        case O_OUTPUT: o->output = optarg; break;
+        case O_REPORT:
+            if (strcmp(optarg, "json") != 0)
+                usage_error("--report expects json, got '%s'", optarg);
+            o->report_json = true;
+            break;
+        case O_WEIGHTS: o->weights = optarg; break;
+        case O_MODEL: o->model = optarg; break;
+        case O_HELP_OPS: ops_print_help(stdout); exit(0);
+        case 'h': usage(stdout); exit(0);
+        case O_VERSION: printf("snnc %s\n", SNNC_VERSION); exit(0);
+        case 'q': o->quiet = true; break;
+        case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        usage_error("no input file");
+    if (optind + 1 < argc)
+        usage_error("one model file at a time (got '%s' and '%s')", argv[optind], argv[optind + 1]);
+    o->path = argv[optind];
+    if (!o->emit && !o->run)
+        usage_error("nothing to do: give --run or --emit=ir%s",
+                    o->out ? " (building a model.so needs the CPU backend, not in this build)" : "");
+    if (o->out && !o->emit)
+        usage_error("-o names the file --emit writes; outputs of --run go to --output=FILE");
+    if (!o->run && (o->data || o->ninput_args || o->output || o->report_json || o->limit >= 0))
+        usage_error("--data, --input, --output, --limit and --report need --run");
+    if (o->data && o->ninput_args)
+        usage_error("give either --data or --input, not both");
+}
+
+/* ---- data ---- */
+
+typedef struct Data {
+    int64_t n;            /* samples */
+    int ninputs;
+    float **inputs;       /* per model input: n * per-sample numel */
+    int64_t *numel;       /* per-sample numel of each input, in file layout */
+    float *labels;        /* n, or NULL */
+    RtTensor *owned;      /* tensors whose data the inputs point into */
+    int nowned;
+} Data;
+
+static void
+data_free(Data *d)
+{
+    for (int i = 0; i < d->nowned; i++)
+        rt_tensor_free(&d->owned[i]);
+    free(d->owned);
+    free(d->inputs);
+    free(d->numel);
+}
+
+/* The file layout of one sample of input node n: [T, dims...] for per-step inputs, [dims...] else. */
+static int
+input_file_shape(const Module *m, const Node *n, int64_t *dims)
+{
+    int r = 0;
+    if (n->is_per_step_input)
+        dims[r++] = m->timesteps;
+    for (int i = 0; i < n->type.rank; i++)
+        dims[r++] = n->type.dims[i];
+    return r;
+}
+
+static void
+shape_str(char *buf, size_t len, const char *first, int rank, const int64_t *dims)
+{
+    size_t k = (size_t)snprintf(buf, len, "[%s", first ? first : "");
+    for (int i = 0; i < rank && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%lld", (i || first) ? ", " : "", (long long)dims[i]);
+    if (k < len)
+        snprintf(buf + k, len - k, "]");
+}
+
+static bool
+bind_tensor(const Module *m, Data *d, int k, RtTensor *t, const char *file)
+{
+    const Node *n = &m->nodes[m->inputs[k]];
+    int64_t dims[IR_MAX_RANK + 1];
+    int r = input_file_shape(m, n, dims);
+    bool ok = t->rank == r + 1;
+    for (int i = 0; ok && i < r; i++)
+        ok = t->dims[i + 1] == dims[i];
+    if (!ok) {
+        char want[160], got[160];
+        shape_str(want, sizeof want, "N", r, dims);
+        shape_str(got, sizeof got, NULL, t->rank, t->dims);
+        diag_file_error(file, "has shape %s; input '%s' expects %s (samples first%s)", got, n->name,
+                        want, n->is_per_step_input ? ", then timesteps" : "");
+        return false;
+    }
+    if (d->n >= 0 && t->dims[0] != d->n) {
+        diag_file_error(file, "has %lld samples; the other inputs have %lld", (long long)t->dims[0],
+                        (long long)d->n);
+        return false;
+    }
+    d->n = t->dims[0];
+    d->inputs[k] = t->data;
+    return true;
+}
+
+static RtTensor *
+own(Data *d)
+{
+    d->owned = realloc(d->owned, (size_t)(d->nowned + 1) * sizeof *d->owned);
+    if (!d->owned)
+        die("out of memory");
+    memset(&d->owned[d->nowned], 0, sizeof *d->owned);
+    return &d->owned[d->nowned++];
+}
+
+static int
+input_index(const Module *m, const char *name)
+{
+    for (int k = 0; k < m->ninputs; k++)
+        if (strcmp(m->nodes[m->inputs[k]].name, name) == 0)
+            return k;
+    return -1;
+}
+
+static bool
+load_inputs(const Module *m, const Options *o, Data *d)
+{
+    char err[512];
+    d->n = -1;
+    d->ninputs = m->ninputs;
+    d->inputs = calloc((size_t)m->ninputs, sizeof *d->inputs);
+    d->numel = calloc((size_t)m->ninputs, sizeof *d->numel);
+    if (!d->inputs || !d->numel)
+        die("out of memory");
+    for (int k = 0; k < m->ninputs; k++) {
+        int64_t dims[IR_MAX_RANK + 1];
+        int r = input_file_shape(m, &m->nodes[m->inputs[k]], dims);
+        d->numel[k] = 1;
+        for (int i = 0; i < r; i++)
+            d->numel[k] *= dims[i];
+    }
+    if (o->data) {
+        const char *dir = NULL;
+        if (strncmp(o->data, "fashion-mnist", 13) == 0 && (o->data[13] == 0 || o->data[13] == ':'))
+            dir = o->data[13] == ':' ? o->data + 14 : NULL;
+        else
+            usage_error("unknown data set '%s' (available: fashion-mnist[:DIR])", o->data);
+        const Node *n = &m->nodes[m->inputs[0]];
+        if (m->ninputs != 1 || n->is_per_step_input || type_numel(&n->type) != 784) {
+            char tb[128];
+            diag_error(n->loc,
+                       "--data fashion-mnist needs a model with one static input of 784 values "
+                       "(e.g. input image : f32[1, 28, 28]); '%s' is %s%s",
+                       n->name, type_str(&n->type, tb, sizeof tb),
+                       m->ninputs != 1 ? " and the model has several inputs" : "");
+            return false;
+        }
+        RtTensor *img = own(d), *lab = own(d);
+        if (rt_fmnist_load(dir && dir[0] ? dir : NULL, 0, img, lab, err, sizeof err)) {
+            diag_file_error(NULL, "%s", err);
+            return false;
+        }
+        d->n = img->dims[0];
+        d->inputs[0] = img->data;
+        d->labels = lab->data;
+        return true;
+    }
+    if (o->ninput_args == 0) {
+        fputs("snnc: error: nothing to run on: give --data=fashion-mnist or --input=FILE.npy\n", stderr);
+        return false;
+    }
+    for (int a = 0; a < o->ninput_args; a++) {
+        const char *arg = o->input_args[a];
+        const char *eq = strchr(arg, '=');
+        const char *file = eq ? eq + 1 : arg;
+        size_t flen = strlen(file);
+        if (flen > 4 && strcmp(file + flen - 4, ".npz") == 0) {
+            RtTensorSet set = {0};
+            if (rt_npz_read(file, &set, err, sizeof err)) {
+                diag_file_error(NULL, "%s", err);
+                return false;
+            }
+            bool ok = true;
+            for (int k = 0; k < m->ninputs && ok; k++) {
+                const char *name = m->nodes[m->inputs[k]].name;
+                RtTensor *t = NULL;
+                for (int i = 0; i < set.ntensors; i++)
+                    if (strcmp(set.tensors[i].name, name) == 0)
+                        t = &set.tensors[i];
+                if (!t) {
+                    diag_file_error(file, "has no array named '%s' (one per model input)", name);
+                    ok = false;
+                    break;
+                }
+                RtTensor *keep = own(d);
+                *keep = *t;
+                memset(t, 0, sizeof *t);
+                ok = bind_tensor(m, d, k, keep, file);
+            }
+            rt_tensorset_free(&set);
+            if (!ok)
+                return false;
+            continue;
+        }
+        int k = 0;
+        if (eq) {
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
+            k = input_index(m, name);
+            if (k < 0)
+                usage_error("--input %s: the model has no input named '%s'", arg, name);
+        } else if (m->ninputs > 1) {
+            usage_error("the model has %d inputs: name them, --input=NAME=FILE.npy", m->ninputs);
+        }
+        RtTensor *t = own(d);
+        if (rt_npy_read(file, t, err, sizeof err)) {
+            diag_file_error(NULL, "%s", err);
+            return false;
+        }
+        if (!bind_tensor(m, d, k, t, file))
+            return false;
+    }
+    for (int k = 0; k < m->ninputs; k++)
+        if (!d->inputs[k]) {
+            fprintf(stderr, "snnc: error: no data for input '%s'\n", m->nodes[m->inputs[k]].name);
+            return false;
+        }
+    return true;
+}
+
+/* ---- running ---- */
+
+static double
+now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int64_t
+output_numel(const Module *m, int j)
+{
+    const Node *n = &m->nodes[m->outputs[j]];
+    return type_numel(&n->type) * (n->type.has_time ? m->timesteps : 1);
+}
+
+static void
+progress(int64_t done, int64_t total, double elapsed)
+{
+    int width = 40, filled = (int)(width * done / (total ? total : 1));
+    fprintf(stderr, "\r[%.*s%*s] %lld/%lld  %.0f samples/s", filled,
+            "########################################", width - filled, "", (long long)done,
+            (long long)total, elapsed > 0 ? (double)done / elapsed : 0.0);
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+static void
+json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static bool
+write_outputs(const Module *m, const Options *o, float **outs, int64_t n)
+{
+    char err[512];
+    size_t len = strlen(o->output);
+    bool npz = len > 4 && strcmp(o->output + len - 4, ".npz") == 0;
+    RtTensor *ts = calloc((size_t)m->noutputs, sizeof *ts);
+    if (!ts)
+        die("out of memory");
+    int count = npz ? m->noutputs : 1;
+    for (int j = 0; j < count; j++) {
+        const Node *nd = &m->nodes[m->outputs[j]];
+        RtTensor *t = &ts[j];
+        t->name = (char *)(nd->name ? nd->name : "output");
+        t->dtype = RT_F32;
+        t->dims[t->rank++] = n;
+        if (nd->type.has_time)
+            t->dims[t->rank++] = m->timesteps;
+        for (int i = 0; i < nd->type.rank; i++)
+            t->dims[t->rank++] = nd->type.dims[i];
+        t->numel = n * output_numel(m, j);
+        t->data = outs[j];
+    }
+    int rc = npz ? rt_npz_write(o->output, ts, count, err, sizeof err)
+                 : rt_npy_write(o->output, RT_F32, ts[0].rank, ts[0].dims, ts[0].data, err, sizeof err);
+    free(ts);
+    if (rc) {
+        diag_file_error(NULL, "%s", err);
+        return false;
+    }
+    return true;
+}
+
+static int
+run(Module *m, const Options *o)
+{
+    Data d = {0};
+    if (!load_inputs(m, o, &d)) {
+        data_free(&d);
+        return 1;
+    }
+    int64_t n = o->limit >= 0 && o->limit < d.n ? o->limit : d.n;
+    int batch = o->batch;
+    float **outs = calloc((size_t)m->noutputs, sizeof *outs);
+    double *counts = calloc((size_t)m->nnodes, sizeof *counts);
+    const float **in_ptrs = calloc((size_t)m->ninputs, sizeof *in_ptrs);
+    float **out_ptrs = calloc((size_t)m->noutputs, sizeof *out_ptrs);
+    if (!outs || !counts || !in_ptrs || !out_ptrs)
+        die("out of memory");
+    for (int j = 0; j < m->noutputs; j++) {
+        outs[j] = malloc((size_t)(n ? n : 1) * (size_t)output_numel(m, j) * sizeof(float));
+        if (!outs[j])
+            die("out of memory");
+    }
+    InterpOptions io = {o->precision, o->seed};
+    char err[512];
+    bool show_progress = !o->quiet && isatty(2);
+    double t0 = now_seconds(), last = t0;
+    int rc = 0;
+    for (int64_t s = 0; s < n; s += batch) {
+        int b = (int)(n - s < batch ? n - s : batch);
+        for (int k = 0; k < m->ninputs; k++)
+            in_ptrs[k] = d.inputs[k] + s * d.numel[k];
+        for (int j = 0; j < m->noutputs; j++)
+            out_ptrs[j] = outs[j] + s * output_numel(m, j);
+        if (!interp_run(m, &io, b, s, in_ptrs, out_ptrs, counts, err, sizeof err)) {
+            fprintf(stderr, "snnc: error: %s\n", err);
+            rc = 1;
+            break;
+        }
+        double t = now_seconds();
+        if (show_progress && t - t0 > 1.0 && (t - last > 0.1 || s + b == n)) {
+            progress(s + b, n, t - t0);
+            last = t;
+        }
+    }
+    double secs = now_seconds() - t0;
+
+    double accuracy = -1;
+    if (rc == 0 && d.labels && n > 0) {
+        int64_t k = output_numel(m, 0), correct = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float *row = outs[0] + i * k;
+            int64_t best = 0;
+            for (int64_t c = 1; c < k; c++)
+                if (row[c] > row[best])
+                    best = c;
+            correct += (float)best == d.labels[i];
+        }
+        accuracy = (double)correct / (double)n;
+    }
+    if (rc == 0 && o->output && !write_outputs(m, o, outs, n))
+        rc = 1;
+    if (rc == 0) {
+        const char *prec = o->precision == INTERP_F32 ? "f32" : "f64";
+        if (!o->quiet) {
+            printf("model %s: %lld samples, T = %d, backend %s (%s), batch %d\n", m->name,
+                   (long long)n, m->timesteps, o->backend, prec, batch);
+            if (accuracy >= 0)
+                printf("accuracy: %.4f (%lld/%lld)\n", accuracy, (long long)llround(accuracy * (double)n),
+                       (long long)n);
+            printf("time: %.3f s, %.1f samples/s\n", secs, secs > 0 ? (double)n / secs : 0.0);
+            printf("firing rates (spikes per neuron per step):\n");
+        }
+        for (int v = 0; v < m->nnodes; v++) {
+            const Node *nd = &m->nodes[v];
+            if (nd->op != OP_NEURON || m->neurons[nd->neuron]->has_output || o->quiet)
+                continue;
+            double denom = (double)type_numel(&nd->type) * m->timesteps * (double)n;
+            printf("  %-16s %.4f\n", nd->name ? nd->name : node_layer_name(m, nd),
+                   denom > 0 ? counts[v] / denom : 0.0);
+        }
+        if (o->report_json) {
+            printf("{\"model\": ");
+            json_string(stdout, m->name);
+            printf(", \"backend\": \"%s\", \"precision\": \"%s\", \"timesteps\": %d, \"batch\": %d, "
+                   "\"images\": %lld, \"seconds\": %.6f, \"images_per_second\": %.3f, \"accuracy\": ",
+                   o->backend, prec, m->timesteps, batch, (long long)n, secs,
+                   secs > 0 ? (double)n / secs : 0.0);
+            if (accuracy >= 0)
+                printf("%.6f", accuracy);
+            else
+                printf("null");
+            printf(", \"firing_rates\": {");
+            bool first = true;
+            for (int v = 0; v < m->nnodes; v++) {
+                const Node *nd = &m->nodes[v];
+                if (nd->op != OP_NEURON || m->neurons[nd->neuron]->has_output)
+                    continue;
+                double denom = (double)type_numel(&nd->type) * m->timesteps * (double)n;
+                printf("%s", first ? "" : ", ");
+                json_string(stdout, nd->name ? nd->name : node_layer_name(m, nd));
+                printf(": %.6f", denom > 0 ? counts[v] / denom : 0.0);
+                first = false;
+            }
+            printf("}}\n");
+        }
+    }
+    for (int j = 0; j < m->noutputs; j++)
+        free(outs[j]);
+    free(outs);
+    free(counts);
+    free(in_ptrs);
+    free(out_ptrs);
+    data_free(&d);
+    return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+    Options o = {0};
+    parse_options(argc, argv, &o);
+    Module *m = fe_load(o.path, o.model);
+    if (!m) {
+        diag_reset();
+        return 1;
+    }
+    int rc = 0;
+    if (o.emit) {
+        FILE *f = o.out ? fopen(o.out, "w") : stdout;
+        if (!f) {
+            diag_file_error(o.out, "cannot write: %s", strerror(errno));
+            rc = 1;
+        } else {
+            ir_print(f, m);
+            if (f != stdout && fclose(f) != 0) {
+                diag_file_error(o.out, "cannot write: %s", strerror(errno));
+                rc = 1;
+            }
+        }
+    }
+    if (rc == 0 && o.run) {
+        if (!weights_bind(m, o.weights))
+            rc = 1;
+        else
+            rc = run(m, &o);
+    }
+    module_free(m);
+    diag_reset();
+    return rc;
+}

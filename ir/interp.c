@@ -1,0 +1,1068 @@
+/* The reference interpreter: runs a verified, typed module with bound weights step by step (for t, for
+ * each node in topological order), in double precision (INTERP_F64) or rounding like a float32 framework
+ * on the CPU (INTERP_F32). It is the semantic oracle every backend is checked against, so it must stay
+ * obvious: it never reorders time, fuses ops or changes a rounding for speed, and it does not re-verify
+ * the module. Samples are independent, so a batch runs in chunks of samples to bound memory. */
+#include "ir/ir.h"
+#include "runtime/philox.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Samples per pass; a pass holds every node's value for its samples, so this bounds memory. */
+enum { INTERP_CHUNK = 64 };
+
+/* A neuron expression compiled for one layer: every subtree over parameters and numbers only is folded
+ * into one NX_NUM (evaluated once in double, rounded to float once in F32 mode, like a Python scalar in
+ * PyTorch), so what remains are operations on state, input, spike or locals. */
+typedef struct CExpr CExpr;
+struct CExpr {
+    NxKind kind;
+    int op, idx, nargs;
+    double num;
+    const CExpr *args[3];
+};
+
+typedef struct NeuronRun {
+    const NeuronDef *nd;
+    CExpr *pool;           /* the compiled expressions */
+    const CExpr **stmt_e;  /* one per statement */
+    const CExpr *output_e; /* the (last) output statement's expression, or NULL */
+    double *init;          /* initial state values, one per state */
+    bool has_output, has_refractory;
+    /* per neuron j of the pass ([B][numel] flattened): */
+    double *states; /* [j][nstates] */
+    double *locals; /* [j][nlocals] */
+    double *spike;  /* [j]: 0, +1 or -1 */
+    int32_t *refr;  /* [j]: refractory steps left */
+} NeuronRun;
+
+typedef struct NodeRun {
+    int64_t numel;
+    int hist;       /* steps kept: 1, or steps + 1 when a delay reads this value */
+    double *buf;    /* [hist][chunk][numel]; step t lives in slot t % hist */
+    double *acc;    /* count/mean/last/max readouts: [chunk][numel] */
+    float *wt;      /* dense: W transposed [in][out]; conv: [C][kh][kw][out/groups] */
+    NeuronRun *neuron;
+    int input_index;     /* OP_INPUT: position in m->inputs */
+    uint32_t stream;     /* OP_POISSON: ordinal among poisson nodes */
+    int state_var;       /* OP_STATE: state index (>= 0) or -1 - local index */
+    bool is_spike_input; /* dense/conv operand is a spike tensor: zero inputs are skipped */
+} NodeRun;
+
+typedef struct Interp {
+    const Module *m;
+    bool is_f32;
+    int T;
+    int64_t batch, sample_base;
+    uint64_t seed;
+    const float *const *inputs;
+    float *const *outputs;
+    int chunk;  /* samples a pass can hold */
+    int nb;     /* samples in this pass */
+    int64_t b0; /* first sample of this pass in the batch */
+    ValueId *order;
+    NodeRun *nodes;
+    double *scratch; /* dense/conv accumulators of one sample */
+    char *err;
+    size_t errlen;
+    bool failed;
+} Interp;
+
+static void
+fail(Interp *ip, const char *fmt, ...)
+{
+    if (ip->failed)
+        return;
+    ip->failed = true;
+    if (!ip->err || ip->errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ip->err, ip->errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* calloc of n * size bytes with overflow checked; NULL (and ip failed) on failure */
+static void *
+ip_alloc(Interp *ip, size_t n, size_t size)
+{
+    if (n == 0)
+        n = 1;
+    if (size && n > SIZE_MAX / size) {
+        fail(ip, "interpreter: buffer of %zu x %zu bytes is too large", n, size);
+        return NULL;
+    }
+    void *p = calloc(n, size);
+    if (!p)
+        fail(ip, "interpreter: out of memory (%zu bytes)", n * size);
+    return p;
+}
+
+static double
+rnd(const Interp *ip, double x)
+{
+    return ip->is_f32 ? (double)(float)x : x;
+}
+
+static int
+attr_i(const Node *n, const char *name, int k)
+{
+    return (int)n->attrs[op_attr_index(n->op, name)].i[k];
+}
+
+static double
+attr_f(const Node *n, const char *name)
+{
+    return n->attrs[op_attr_index(n->op, name)].f;
+}
+
+/* The value of node v at step t: [nb][numel] */
+static double *
+val(const Interp *ip, ValueId v, int t)
+{
+    const NodeRun *r = &ip->nodes[v];
+    return r->buf + (size_t)(t % r->hist) * (size_t)ip->chunk * (size_t)r->numel;
+}
+
+static const Weight *
+weight(const Interp *ip, const Node *n, int slot)
+{
+    return &ip->m->weights[n->first_weight + slot];
+}
+
+/* ---- neuron expressions ---- */
+
+/* NaN-propagating min and max, like torch.minimum/maximum and torch.clamp */
+static double
+min_nan(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+}
+
+static double
+max_nan(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+}
+
+/* One binary operation. With is_f32 the arithmetic result is rounded to float: exact for + - * / on
+ * float operands computed in double. Comparisons and logic give 1.0 or 0.0. */
+static double
+apply_bin(NxBin op, double a, double b, bool is_f32)
+{
+    double r;
+    switch (op) {
+    case NB_ADD: r = a + b; break;
+    case NB_SUB: r = a - b; break;
+    case NB_MUL: r = a * b; break;
+    case NB_DIV: r = a / b; break;
+    case NB_LT: return a < b;
+    case NB_LE: return a <= b;
+    case NB_GT: return a > b;
+    case NB_GE: return a >= b;
+    case NB_EQ: return a == b;
+    case NB_NE: return a != b;
+    case NB_AND: return a != 0 && b != 0;
+    case NB_OR: return a != 0 || b != 0;
+    default: unreachable();
+    }
+    return is_f32 ? (double)(float)r : r;
+}
+
+/* One call over nfuncs.def. With is_f32 the transcendental functions are the float ones (expf, ...) on
+ * float arguments, and sqrt is rounded once (exact); the others return an operand or an integer. */
+static double
+apply_call(NFunc f, const double *a, bool is_f32)
+{
+    switch (f) {
+    case NF_EXP: return is_f32 ? (double)expf((float)a[0]) : exp(a[0]);
+    case NF_LOG: return is_f32 ? (double)logf((float)a[0]) : log(a[0]);
+    case NF_SQRT: return is_f32 ? (double)(float)sqrt(a[0]) : sqrt(a[0]);
+    case NF_TANH: return is_f32 ? (double)tanhf((float)a[0]) : tanh(a[0]);
+    case NF_SIGMOID:
+        if (is_f32)
+            return (double)(1.0f / (1.0f + expf(-(float)a[0])));
+        return 1.0 / (1.0 + exp(-a[0]));
+    case NF_ABS: return fabs(a[0]);
+    case NF_FLOOR: return floor(a[0]);
+    case NF_MIN: return min_nan(a[0], a[1]);
+    case NF_MAX: return max_nan(a[0], a[1]);
+    case NF_POW: return is_f32 ? (double)powf((float)a[0], (float)a[1]) : pow(a[0], a[1]);
+    case NF_CLAMP: return min_nan(max_nan(a[0], a[1]), a[2]);
+    case NF_SELECT: return a[0] != 0 ? a[1] : a[2];
+    default: unreachable();
+    }
+}
+
+/* operands by kind (not e->nargs, so hand-built expressions need not set it) */
+static int
+nexpr_arity(const NExpr *e)
+{
+    switch (e->kind) {
+    case NX_NEG:
+    case NX_NOT: return 1;
+    case NX_BIN: return 2;
+    case NX_COND: return 3;
+    case NX_CALL: return nfunc_arity((NFunc)e->op);
+    default: return 0;
+    }
+}
+
+/* A parameter-only expression in double (the caller rounds it once in F32 mode). */
+static double
+fold(const NExpr *e, const double *params)
+{
+    double a[3];
+    switch (e->kind) {
+    case NX_NUM: return e->num;
+    case NX_PARAM: return params[e->idx];
+    case NX_NEG: return -fold(e->args[0], params);
+    case NX_NOT: return fold(e->args[0], params) == 0;
+    case NX_BIN:
+        return apply_bin((NxBin)e->op, fold(e->args[0], params), fold(e->args[1], params), false);
+    case NX_COND:
+        return fold(e->args[0], params) != 0 ? fold(e->args[1], params) : fold(e->args[2], params);
+    case NX_CALL:
+        for (int i = 0; i < nexpr_arity(e); i++)
+            a[i] = fold(e->args[i], params);
+        return apply_call((NFunc)e->op, a, false);
+    case NX_STATE:
+    case NX_LOCAL:
+    case NX_INPUT:
+    case NX_SPIKE: break;
+    }
+    die("interp: neuron expression of kind %d is not parameter-only", (int)e->kind);
+}
+
+static int
+count_nexpr(const NExpr *e)
+{
+    if (!e)
+        return 0;
+    int n = 1;
+    for (int i = 0; i < nexpr_arity(e); i++)
+        n += count_nexpr(e->args[i]);
+    return n;
+}
+
+typedef struct Compiler {
+    CExpr *pool;
+    int n;
+    const double *params;
+    bool is_f32;
+} Compiler;
+
+static const CExpr *
+compile_expr(Compiler *c, const NExpr *e)
+{
+    CExpr *ce = &c->pool[c->n++];
+    ce->kind = e->kind;
+    ce->op = e->op;
+    ce->idx = e->idx;
+    ce->num = e->num;
+    bool is_param_only = true;
+    switch (e->kind) {
+    case NX_NUM:
+    case NX_PARAM: break;
+    case NX_STATE:
+    case NX_LOCAL:
+    case NX_INPUT:
+    case NX_SPIKE: is_param_only = false; break;
+    case NX_NEG:
+    case NX_NOT:
+    case NX_BIN:
+    case NX_COND:
+    case NX_CALL:
+        ce->nargs = nexpr_arity(e);
+        for (int i = 0; i < ce->nargs; i++) {
+            ce->args[i] = compile_expr(c, e->args[i]);
+            if (ce->args[i]->kind != NX_NUM)
+                is_param_only = false;
+        }
+        break;
+    }
+    if (is_param_only) {
+        /* fold the original tree in double: children's float roundings must not leak in */
+        double x = fold(e, c->params);
+        ce->kind = NX_NUM;
+        ce->nargs = 0;
+        ce->num = c->is_f32 ? (double)(float)x : x;
+    }
+    return ce;
+}
+
+/* What one neuron sees while its statements run. */
+typedef struct NCtx {
+    double *st, *lc;
+    double input, spike;
+    bool is_f32;
+} NCtx;
+
+static double
+ceval(const CExpr *e, const NCtx *c)
+{
+    double a[3];
+    switch (e->kind) {
+    case NX_NUM:
+    case NX_PARAM: return e->num; /* a parameter is always folded into a number */
+    case NX_STATE: return c->st[e->idx];
+    case NX_LOCAL: return c->lc[e->idx];
+    case NX_INPUT: return c->input;
+    case NX_SPIKE: return c->spike;
+    case NX_NEG: return -ceval(e->args[0], c);
+    case NX_NOT: return ceval(e->args[0], c) == 0;
+    case NX_BIN:
+        /* && and || evaluate both sides: expressions have no side effects */
+        return apply_bin((NxBin)e->op, ceval(e->args[0], c), ceval(e->args[1], c), c->is_f32);
+    case NX_COND: return ceval(e->args[0], c) != 0 ? ceval(e->args[1], c) : ceval(e->args[2], c);
+    case NX_CALL:
+        for (int i = 0; i < e->nargs; i++)
+            a[i] = ceval(e->args[i], c);
+        return apply_call((NFunc)e->op, a, c->is_f32);
+    }
+    unreachable();
+}
+
+static bool
+setup_neuron(Interp *ip, ValueId v)
+{
+    const Module *m = ip->m;
+    const Node *n = &m->nodes[v];
+    NodeRun *r = &ip->nodes[v];
+    if (n->neuron < 0 || n->neuron >= m->nneurons) {
+        fail(ip, "interpreter: node %d has no neuron definition", (int)v);
+        return false;
+    }
+    const NeuronDef *nd = m->neurons[n->neuron];
+    NeuronRun *nr = ip_alloc(ip, 1, sizeof *nr);
+    if (!nr)
+        return false;
+    r->neuron = nr;
+    nr->nd = nd;
+
+    double *defaults = NULL;
+    const double *params = n->params;
+    if (!params) {
+        defaults = ip_alloc(ip, (size_t)nd->nparams, sizeof *defaults);
+        if (!defaults)
+            return false;
+        for (int i = 0; i < nd->nparams; i++)
+            defaults[i] = nd->params[i].def;
+        params = defaults;
+    }
+
+    int total = 0;
+    for (int s = 0; s < nd->nstmts; s++)
+        total += count_nexpr(nd->stmts[s].e);
+    nr->pool = ip_alloc(ip, (size_t)total, sizeof *nr->pool);
+    nr->stmt_e = ip_alloc(ip, (size_t)nd->nstmts, sizeof *nr->stmt_e);
+    nr->init = ip_alloc(ip, (size_t)nd->nstates, sizeof *nr->init);
+    if (!nr->pool || !nr->stmt_e || !nr->init) {
+        free(defaults);
+        return false;
+    }
+    Compiler c = {nr->pool, 0, params, ip->is_f32};
+    nr->has_output = nd->has_output;
+    nr->has_refractory = nd->has_refractory;
+    for (int s = 0; s < nd->nstmts; s++) {
+        const NStmt *st = &nd->stmts[s];
+        nr->stmt_e[s] = st->e ? compile_expr(&c, st->e) : NULL;
+        if (st->kind == NS_OUTPUT) {
+            nr->has_output = true;
+            nr->output_e = nr->stmt_e[s];
+        }
+        if (st->kind == NS_REFRACTORY)
+            nr->has_refractory = true;
+    }
+    for (int k = 0; k < nd->nstates; k++) {
+        const NExpr *init = nd->states[k].init;
+        nr->init[k] = init ? rnd(ip, fold(init, params)) : 0.0;
+    }
+    free(defaults);
+
+    size_t nj = (size_t)ip->chunk * (size_t)r->numel;
+    nr->states = ip_alloc(ip, nj * (size_t)(nd->nstates ? nd->nstates : 1), sizeof(double));
+    nr->locals = ip_alloc(ip, nj * (size_t)(nd->nlocals ? nd->nlocals : 1), sizeof(double));
+    nr->spike = ip_alloc(ip, nj, sizeof(double));
+    nr->refr = ip_alloc(ip, nj, sizeof(int32_t));
+    return !ip->failed;
+}
+
+static void
+reset_neuron(const Interp *ip, NodeRun *r)
+{
+    NeuronRun *nr = r->neuron;
+    int ns = nr->nd->nstates, nl = nr->nd->nlocals;
+    size_t nj = (size_t)ip->nb * (size_t)r->numel;
+    for (size_t j = 0; j < nj; j++) {
+        for (int k = 0; k < ns; k++)
+            nr->states[j * (size_t)ns + (size_t)k] = nr->init[k];
+        for (int k = 0; k < nl; k++)
+            nr->locals[j * (size_t)nl + (size_t)k] = 0.0;
+        nr->spike[j] = 0.0;
+        nr->refr[j] = 0;
+    }
+}
+
+/* the variable a statement writes */
+static double *
+target(const NCtx *c, const NStmt *st)
+{
+    return st->is_local ? &c->lc[st->var] : &c->st[st->var];
+}
+
+/* floor(x) as a step count, saturated: NaN and negatives give 0 */
+static int32_t
+refractory_steps(double x)
+{
+    if (!(x >= 1))
+        return 0;
+    if (x > 1e9)
+        return 1000000000;
+    return (int32_t)floor(x);
+}
+
+/* One step of every neuron of the layer (semantics in ir.h and the NeuronDef statement kinds). */
+static void
+eval_neuron(Interp *ip, ValueId v, int t, double *spike_counts)
+{
+    const Node *n = &ip->m->nodes[v];
+    NodeRun *r = &ip->nodes[v];
+    NeuronRun *nr = r->neuron;
+    const NeuronDef *nd = nr->nd;
+    const double *x = val(ip, n->args[0], t);
+    double *y = val(ip, v, t);
+    size_t nj = (size_t)ip->nb * (size_t)r->numel;
+    double nspikes = 0;
+    for (size_t j = 0; j < nj; j++) {
+        NCtx c = {nr->states + j * (size_t)nd->nstates, nr->locals + j * (size_t)nd->nlocals, x[j],
+                  nr->spike[j], ip->is_f32};
+        double out = 0;
+        if (nr->has_refractory && nr->refr[j] > 0) {
+            /* refractory: state held, no spike; the output expression still reads the state */
+            nr->refr[j]--;
+            c.spike = 0;
+            if (nr->output_e)
+                out = ceval(nr->output_e, &c);
+        } else {
+            for (int s = 0; s < nd->nstmts; s++) {
+                const NStmt *st = &nd->stmts[s];
+                const CExpr *e = nr->stmt_e[s];
+                switch (st->kind) {
+                case NS_ASSIGN: *target(&c, st) = ceval(e, &c); break;
+                case NS_FIRE: c.spike = ceval(e, &c) != 0 ? 1.0 : 0.0; break;
+                case NS_FIRE_DOWN:
+                    if (c.spike == 0 && ceval(e, &c) != 0)
+                        c.spike = -1.0;
+                    break;
+                case NS_RESET_TO:
+                    if (c.spike != 0)
+                        *target(&c, st) = ceval(e, &c);
+                    break;
+                case NS_RESET_SUB: {
+                    double *var = target(&c, st);
+                    *var = rnd(ip, *var - rnd(ip, c.spike * ceval(e, &c)));
+                    break;
+                }
+                case NS_REFRACTORY:
+                    if (c.spike != 0)
+                        nr->refr[j] = refractory_steps(ceval(e, &c));
+                    break;
+                case NS_OUTPUT: out = ceval(e, &c); break;
+                }
+            }
+        }
+        nr->spike[j] = c.spike;
+        y[j] = nr->has_output ? out : c.spike;
+        nspikes += fabs(c.spike);
+    }
+    if (spike_counts && !nr->has_output)
+        spike_counts[v] += nspikes;
+}
+
+/* ---- layer ops ---- */
+
+/* y = x W^T + b per sample, as a sum over inputs of x[i] * (row i of W^T): rows are contiguous and a
+ * zero spike skips its row. Accumulated in double, rounded once in F32 mode. */
+static void
+eval_dense(Interp *ip, ValueId v, int t)
+{
+    const Node *n = &ip->m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    int64_t in = ip->nodes[n->args[0]].numel, out = r->numel;
+    const float *bias = attr_i(n, "bias", 0) ? weight(ip, n, 1)->data : NULL;
+    const double *x = val(ip, n->args[0], t);
+    double *y = val(ip, v, t);
+    double *acc = ip->scratch;
+    for (int b = 0; b < ip->nb; b++) {
+        const double *xb = x + (size_t)b * (size_t)in;
+        for (int64_t o = 0; o < out; o++)
+            acc[o] = bias ? bias[o] : 0.0;
+        for (int64_t i = 0; i < in; i++) {
+            double xi = xb[i];
+            if (xi == 0 && r->is_spike_input)
+                continue;
+            const float *w = r->wt + (size_t)i * (size_t)out;
+            for (int64_t o = 0; o < out; o++)
+                acc[o] += xi * w[o];
+        }
+        double *yb = y + (size_t)b * (size_t)out;
+        for (int64_t o = 0; o < out; o++)
+            yb[o] = rnd(ip, acc[o]);
+    }
+}
+
+typedef struct Conv {
+    int64_t C, H, W, O, OH, OW;
+    int KH, KW, SH, SW, PH, PW, DH, DW, G;
+} Conv;
+
+static Conv
+conv_geometry(const Interp *ip, const Node *n)
+{
+    const Type *xt = &ip->m->nodes[n->args[0]].type;
+    Conv g;
+    g.C = xt->dims[0];
+    g.H = xt->dims[1];
+    g.W = xt->dims[2];
+    g.O = n->type.dims[0];
+    g.OH = n->type.dims[1];
+    g.OW = n->type.dims[2];
+    g.KH = attr_i(n, "kernel", 0);
+    g.KW = attr_i(n, "kernel", 1);
+    g.SH = attr_i(n, "stride", 0);
+    g.SW = attr_i(n, "stride", 1);
+    g.PH = attr_i(n, "pad", 0);
+    g.PW = attr_i(n, "pad", 1);
+    g.DH = attr_i(n, "dilation", 0);
+    g.DW = attr_i(n, "dilation", 1);
+    g.G = attr_i(n, "groups", 0);
+    return g;
+}
+
+/* PyTorch Conv2d: y[o][oh][ow] = b[o] + sum over c in o's group, kh, kw of
+ * W[o][c - group start][kh][kw] * x[c][oh*s - p + kh*d][ow*s - p + kw*d] (zero outside).
+ * Computed by scattering each input pixel (skipped when a zero spike) into a [OH][OW][O] accumulator
+ * with the weights transposed to [C][KH][KW][O/G], so the inner loop runs over contiguous channels. */
+static void
+eval_conv2d(Interp *ip, ValueId v, int t)
+{
+    const Node *n = &ip->m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    Conv g = conv_geometry(ip, n);
+    int64_t Cg = g.C / g.G, Og = g.O / g.G;
+    const float *bias = attr_i(n, "bias", 0) ? weight(ip, n, 1)->data : NULL;
+    const double *x = val(ip, n->args[0], t);
+    double *y = val(ip, v, t);
+    double *acc = ip->scratch;
+    size_t npix = (size_t)(g.OH * g.OW);
+    for (int b = 0; b < ip->nb; b++) {
+        memset(acc, 0, npix * (size_t)g.O * sizeof *acc);
+        const double *xb = x + (size_t)b * (size_t)(g.C * g.H * g.W);
+        for (int64_t c = 0; c < g.C; c++) {
+            int64_t grp = c / Cg;
+            const float *wc = r->wt + (size_t)c * (size_t)(g.KH * g.KW) * (size_t)Og;
+            for (int64_t ih = 0; ih < g.H; ih++) {
+                for (int64_t iw = 0; iw < g.W; iw++) {
+                    double xv = xb[(c * g.H + ih) * g.W + iw];
+                    if (xv == 0 && r->is_spike_input)
+                        continue;
+                    for (int kh = 0; kh < g.KH; kh++) {
+                        int64_t hn = ih + g.PH - (int64_t)kh * g.DH; /* = oh * SH */
+                        if (hn < 0 || hn % g.SH != 0 || hn / g.SH >= g.OH)
+                            continue;
+                        int64_t oh = hn / g.SH;
+                        for (int kw = 0; kw < g.KW; kw++) {
+                            int64_t wn = iw + g.PW - (int64_t)kw * g.DW;
+                            if (wn < 0 || wn % g.SW != 0 || wn / g.SW >= g.OW)
+                                continue;
+                            int64_t ow = wn / g.SW;
+                            double *ap = acc + (size_t)(oh * g.OW + ow) * (size_t)g.O +
+                                         (size_t)(grp * Og);
+                            const float *wp = wc + (size_t)(kh * g.KW + kw) * (size_t)Og;
+                            for (int64_t o = 0; o < Og; o++)
+                                ap[o] += xv * wp[o];
+                        }
+                    }
+                }
+            }
+        }
+        double *yb = y + (size_t)b * (size_t)r->numel;
+        for (int64_t o = 0; o < g.O; o++) {
+            double bo = bias ? bias[o] : 0.0;
+            for (size_t p = 0; p < npix; p++)
+                yb[(size_t)o * npix + p] = rnd(ip, acc[p * (size_t)g.O + (size_t)o] + bo);
+        }
+    }
+}
+
+/* max/avg/sum pooling over [C][H][W]; stride 0 means stride = kernel; no ceil mode */
+static void
+eval_pool(Interp *ip, ValueId v, int t)
+{
+    const Node *n = &ip->m->nodes[v];
+    const Type *xt = &ip->m->nodes[n->args[0]].type;
+    int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
+    int64_t OH = n->type.dims[1], OW = n->type.dims[2];
+    int KH = attr_i(n, "kernel", 0), KW = attr_i(n, "kernel", 1);
+    int SH = attr_i(n, "stride", 0), SW = attr_i(n, "stride", 1);
+    int PH = attr_i(n, "pad", 0), PW = attr_i(n, "pad", 1);
+    if (SH == 0)
+        SH = KH;
+    if (SW == 0)
+        SW = KW;
+    const double *x = val(ip, n->args[0], t);
+    double *y = val(ip, v, t);
+    for (int b = 0; b < ip->nb; b++) {
+        const double *xb = x + (size_t)b * (size_t)(C * H * W);
+        double *yb = y + (size_t)b * (size_t)(C * OH * OW);
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    /* padding: -inf for max (never wins), 0 for sums (adds nothing) */
+                    double a = n->op == OP_MAXPOOL2D ? -INFINITY : 0.0;
+                    for (int kh = 0; kh < KH; kh++) {
+                        int64_t ih = oh * SH - PH + kh;
+                        if (ih < 0 || ih >= H)
+                            continue;
+                        for (int kw = 0; kw < KW; kw++) {
+                            int64_t iw = ow * SW - PW + kw;
+                            if (iw < 0 || iw >= W)
+                                continue;
+                            double xv = xb[(c * H + ih) * W + iw];
+                            if (n->op != OP_MAXPOOL2D)
+                                a += xv;
+                            else if (xv > a || isnan(xv)) /* NaN propagates, as in PyTorch */
+                                a = xv;
+                        }
+                    }
+                    if (n->op == OP_AVGPOOL2D)
+                        a /= (double)KH * KW; /* count_include_pad=True */
+                    yb[(c * OH + oh) * OW + ow] = rnd(ip, a);
+                }
+    }
+}
+
+/* inference batch norm over the first sample dimension */
+static void
+eval_batchnorm(Interp *ip, ValueId v, int t)
+{
+    const Node *n = &ip->m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+    int64_t inner = C ? r->numel / C : 0;
+    const float *w = weight(ip, n, 0)->data, *bias = weight(ip, n, 1)->data;
+    const float *mean = weight(ip, n, 2)->data, *var = weight(ip, n, 3)->data;
+    double eps = attr_f(n, "eps");
+    const double *x = val(ip, n->args[0], t);
+    double *y = val(ip, v, t);
+    for (int b = 0; b < ip->nb; b++)
+        for (int64_t c = 0; c < C; c++) {
+            double sd = sqrt((double)var[c] + eps);
+            size_t base = (size_t)b * (size_t)r->numel + (size_t)(c * inner);
+            for (int64_t i = 0; i < inner; i++)
+                y[base + (size_t)i] =
+                    rnd(ip, (x[base + (size_t)i] - mean[c]) / sd * w[c] + bias[c]);
+        }
+}
+
+static void
+eval_elementwise(Interp *ip, ValueId v, int t)
+{
+    const Node *n = &ip->m->nodes[v];
+    size_t nj = (size_t)ip->nb * (size_t)ip->nodes[v].numel;
+    const double *a = val(ip, n->args[0], t);
+    const double *b = n->nargs > 1 ? val(ip, n->args[1], t) : NULL;
+    double *y = val(ip, v, t);
+    double factor = n->op == OP_SCALE ? attr_f(n, "factor") : 0;
+    for (size_t j = 0; j < nj; j++) {
+        double r;
+        switch (n->op) {
+        case OP_ADD: r = a[j] + b[j]; break;
+        case OP_SUB: r = a[j] - b[j]; break;
+        case OP_MUL: r = a[j] * b[j]; break;
+        case OP_SCALE: r = factor * a[j]; break;
+        default: unreachable();
+        }
+        y[j] = rnd(ip, r);
+    }
+}
+
+static void
+eval_input(Interp *ip, ValueId v, int t)
+{
+    const Node *n = &ip->m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    const float *src = ip->inputs[r->input_index];
+    double *y = val(ip, v, t);
+    size_t numel = (size_t)r->numel;
+    for (int b = 0; b < ip->nb; b++) {
+        int64_t s = ip->b0 + b; /* sample within the caller's batch */
+        const float *p = n->is_per_step_input ? src + ((size_t)s * (size_t)ip->T + (size_t)t) * numel
+                                              : src + (size_t)s * numel;
+        for (size_t i = 0; i < numel; i++)
+            y[(size_t)b * numel + i] = p[i];
+    }
+}
+
+/* s = u < gain*x, u keyed by (seed, stream, step, global sample * numel + i); compared in float */
+static void
+eval_poisson(Interp *ip, ValueId v, int t)
+{
+    const Node *n = &ip->m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    int64_t node_seed = n->attrs[op_attr_index(OP_POISSON, "seed")].i[0];
+    uint64_t seed = node_seed >= 0 ? (uint64_t)node_seed : ip->seed;
+    double gain = attr_f(n, "gain");
+    const double *x = val(ip, n->args[0], t);
+    double *y = val(ip, v, t);
+    size_t numel = (size_t)r->numel;
+    for (int b = 0; b < ip->nb; b++) {
+        uint64_t first = (uint64_t)(ip->sample_base + ip->b0 + b) * (uint64_t)numel;
+        for (size_t i = 0; i < numel; i++) {
+            size_t j = (size_t)b * numel + i;
+            float p = (float)(gain * x[j]);
+            float u = rt_uniform(seed, r->stream, (uint32_t)t, first + i);
+            y[j] = u < p ? 1.0 : 0.0;
+        }
+    }
+}
+
+static void
+eval_state(Interp *ip, ValueId v, int t)
+{
+    const Node *n = &ip->m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    const NeuronRun *nr = ip->nodes[n->args[0]].neuron;
+    int ns = nr->nd->nstates, nl = nr->nd->nlocals;
+    double *y = val(ip, v, t);
+    size_t nj = (size_t)ip->nb * (size_t)r->numel;
+    for (size_t j = 0; j < nj; j++)
+        y[j] = r->state_var >= 0 ? nr->states[j * (size_t)ns + (size_t)r->state_var]
+                                 : nr->locals[j * (size_t)nl + (size_t)(-1 - r->state_var)];
+}
+
+static void
+eval_readout(Interp *ip, ValueId v, int t)
+{
+    const Node *n = &ip->m->nodes[v];
+    NodeRun *r = &ip->nodes[v];
+    const double *x = val(ip, n->args[0], t);
+    size_t nj = (size_t)ip->nb * (size_t)r->numel;
+    if (n->op == OP_SEQUENCE) {
+        memcpy(val(ip, v, t), x, nj * sizeof *x);
+        return;
+    }
+    for (size_t j = 0; j < nj; j++) {
+        double *a = &r->acc[j];
+        switch (n->op) {
+        case OP_COUNT:
+        case OP_MEAN: *a = t == 0 ? x[j] : *a + x[j]; break;
+        case OP_LAST: *a = x[j]; break;
+        case OP_MAX:
+            if (t == 0 || x[j] > *a || isnan(x[j]))
+                *a = x[j];
+            break;
+        default: unreachable();
+        }
+    }
+}
+
+static void
+eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
+{
+    const Node *n = &ip->m->nodes[v];
+    switch (n->op) {
+    case OP_INPUT: eval_input(ip, v, t); break;
+    case OP_POISSON: eval_poisson(ip, v, t); break;
+    case OP_DENSE: eval_dense(ip, v, t); break;
+    case OP_CONV2D: eval_conv2d(ip, v, t); break;
+    case OP_MAXPOOL2D:
+    case OP_AVGPOOL2D:
+    case OP_SUMPOOL2D: eval_pool(ip, v, t); break;
+    case OP_FLATTEN:
+        memcpy(val(ip, v, t), val(ip, n->args[0], t),
+               (size_t)ip->nb * (size_t)ip->nodes[v].numel * sizeof(double));
+        break;
+    case OP_BATCHNORM: eval_batchnorm(ip, v, t); break;
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_SCALE: eval_elementwise(ip, v, t); break;
+    case OP_DELAY: {
+        int steps = attr_i(n, "steps", 0);
+        size_t nbytes = (size_t)ip->nb * (size_t)ip->nodes[v].numel * sizeof(double);
+        if (t >= steps && steps >= 0)
+            memcpy(val(ip, v, t), val(ip, n->args[0], t - steps), nbytes);
+        else
+            memset(val(ip, v, t), 0, nbytes);
+        break;
+    }
+    case OP_NEURON: eval_neuron(ip, v, t, spike_counts); break;
+    case OP_STATE: eval_state(ip, v, t); break;
+    case OP_COUNT:
+    case OP_MEAN:
+    case OP_LAST:
+    case OP_MAX:
+    case OP_SEQUENCE: eval_readout(ip, v, t); break;
+    case OP_COUNT_: unreachable();
+    }
+}
+
+static bool
+is_step_readout(Op op)
+{
+    return op == OP_COUNT || op == OP_MEAN || op == OP_LAST || op == OP_MAX;
+}
+
+/* Outputs with a time axis are written each step ([B][T][numel]); the others once, at the end. */
+static void
+write_step_outputs(Interp *ip, int t)
+{
+    const Module *m = ip->m;
+    for (int k = 0; k < m->noutputs; k++) {
+        ValueId v = m->outputs[k];
+        const Node *n = &m->nodes[v];
+        if (is_step_readout(n->op) || !n->type.has_time)
+            continue;
+        size_t numel = (size_t)ip->nodes[v].numel;
+        const double *y = val(ip, v, t);
+        for (int b = 0; b < ip->nb; b++) {
+            float *o = ip->outputs[k] + ((size_t)(ip->b0 + b) * (size_t)ip->T + (size_t)t) * numel;
+            for (size_t i = 0; i < numel; i++)
+                o[i] = (float)y[(size_t)b * numel + i];
+        }
+    }
+}
+
+static void
+write_final_outputs(Interp *ip)
+{
+    const Module *m = ip->m;
+    for (int k = 0; k < m->noutputs; k++) {
+        ValueId v = m->outputs[k];
+        const Node *n = &m->nodes[v];
+        bool is_readout = is_step_readout(n->op);
+        if (!is_readout && n->type.has_time)
+            continue;
+        size_t numel = (size_t)ip->nodes[v].numel;
+        const double *y = is_readout ? ip->nodes[v].acc : val(ip, v, ip->T - 1);
+        for (int b = 0; b < ip->nb; b++) {
+            float *o = ip->outputs[k] + (size_t)(ip->b0 + b) * numel;
+            for (size_t i = 0; i < numel; i++) {
+                double r = y[(size_t)b * numel + i];
+                if (n->op == OP_MEAN)
+                    r /= ip->T;
+                o[i] = (float)rnd(ip, r);
+            }
+        }
+    }
+}
+
+/* Per-node buffers, transposed weights and neuron programs; false (err set) on failure. */
+static bool
+setup(Interp *ip)
+{
+    const Module *m = ip->m;
+    ip->order = ip_alloc(ip, (size_t)m->nnodes, sizeof *ip->order);
+    ip->nodes = ip_alloc(ip, (size_t)m->nnodes, sizeof *ip->nodes);
+    if (ip->failed)
+        return false;
+    if (ir_topo_order(m, ip->order) != m->nnodes) {
+        fail(ip, "interpreter: the module's nodes have no topological order");
+        return false;
+    }
+    uint32_t npoisson = 0;
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        NodeRun *r = &ip->nodes[v];
+        r->numel = type_numel(&m->nodes[v].type);
+        r->hist = 1;
+        r->input_index = -1;
+        if (m->nodes[v].op == OP_POISSON)
+            r->stream = npoisson++;
+    }
+    for (int k = 0; k < m->ninputs; k++)
+        ip->nodes[m->inputs[k]].input_index = k;
+    /* a delay by s steps needs s + 1 steps of its operand (fewer when s >= T: it reads nothing) */
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        const Node *n = &m->nodes[v];
+        if (n->op != OP_DELAY)
+            continue;
+        int steps = attr_i(n, "steps", 0);
+        NodeRun *a = &ip->nodes[n->args[0]];
+        if (steps >= 0 && steps < ip->T && steps + 1 > a->hist)
+            a->hist = steps + 1;
+    }
+
+    /* the chunk: as many samples as fit in about 256 MiB of values, at most INTERP_CHUNK */
+    double per_sample = 0;
+    for (ValueId v = 0; v < m->nnodes; v++)
+        per_sample += (double)ip->nodes[v].hist * (double)ip->nodes[v].numel * sizeof(double);
+    double fit = per_sample > 0 ? (256.0 * 1024 * 1024) / per_sample : INTERP_CHUNK;
+    ip->chunk = fit < 1 ? 1 : fit > INTERP_CHUNK ? INTERP_CHUNK : (int)fit;
+    if (ip->chunk > ip->batch)
+        ip->chunk = (int)ip->batch;
+
+    size_t scratch = 1;
+    for (ValueId v = 0; v < m->nnodes && !ip->failed; v++) {
+        const Node *n = &m->nodes[v];
+        NodeRun *r = &ip->nodes[v];
+        r->buf = ip_alloc(ip, (size_t)r->hist * (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
+        if (is_step_readout(n->op))
+            r->acc = ip_alloc(ip, (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
+        if (n->op == OP_INPUT && r->input_index < 0)
+            fail(ip, "interpreter: input node %d is not in the module's input list", (int)v);
+        if (op_info(n->op)->nweights > 0) {
+            int nslots = n->op == OP_BATCHNORM ? 4 : attr_i(n, "bias", 0) ? 2 : 1;
+            if (n->first_weight < 0 || n->first_weight + nslots > m->nweights) {
+                fail(ip, "interpreter: layer '%s' has no weight slots", node_layer_name(m, n));
+                break;
+            }
+            for (int s = 0; s < nslots; s++)
+                if (!weight(ip, n, s)->data)
+                    fail(ip, "interpreter: weight '%s' is not bound", weight(ip, n, s)->name);
+            if (ip->failed)
+                break;
+        }
+        if (n->op == OP_DENSE || n->op == OP_CONV2D) {
+            ValueId a = n->args[0];
+            r->is_spike_input = m->nodes[a].type.dtype == DT_SPIKE || m->nodes[a].type.dtype == DT_I8;
+        }
+        if (n->op == OP_DENSE) {
+            int64_t in = ip->nodes[n->args[0]].numel, out = r->numel;
+            const Weight *w = weight(ip, n, 0);
+            if (w->numel != in * out ||
+                (attr_i(n, "bias", 0) && weight(ip, n, 1)->numel != out)) {
+                fail(ip, "interpreter: weights of '%s' do not match its shape", node_layer_name(m, n));
+                break;
+            }
+            r->wt = ip_alloc(ip, (size_t)w->numel, sizeof(float));
+            if (!r->wt)
+                break;
+            for (int64_t o = 0; o < out; o++)
+                for (int64_t i = 0; i < in; i++)
+                    r->wt[i * out + o] = w->data[o * in + i];
+            if ((size_t)out > scratch)
+                scratch = (size_t)out;
+        }
+        if (n->op == OP_CONV2D) {
+            Conv g = conv_geometry(ip, n);
+            const Weight *w = weight(ip, n, 0);
+            bool ok = g.G > 0 && g.C % g.G == 0 && g.O % g.G == 0 && g.SH > 0 && g.SW > 0 &&
+                      w->numel == g.O * (g.C / g.G) * g.KH * g.KW &&
+                      (!attr_i(n, "bias", 0) || weight(ip, n, 1)->numel == g.O);
+            if (!ok) {
+                fail(ip, "interpreter: conv2d '%s' has inconsistent shapes", node_layer_name(m, n));
+                break;
+            }
+            int64_t Cg = g.C / g.G, Og = g.O / g.G, K = (int64_t)g.KH * g.KW;
+            r->wt = ip_alloc(ip, (size_t)w->numel, sizeof(float));
+            if (!r->wt)
+                break;
+            for (int64_t o = 0; o < g.O; o++)
+                for (int64_t cg = 0; cg < Cg; cg++)
+                    for (int64_t k = 0; k < K; k++) {
+                        int64_t c = (o / Og) * Cg + cg; /* the input channel */
+                        r->wt[(c * K + k) * Og + o % Og] = w->data[(o * Cg + cg) * K + k];
+                    }
+            if ((size_t)(g.O * g.OH * g.OW) > scratch)
+                scratch = (size_t)(g.O * g.OH * g.OW);
+        }
+        if (n->op == OP_BATCHNORM) {
+            int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+            for (int s = 0; s < 4; s++)
+                if (weight(ip, n, s)->numel != C)
+                    fail(ip, "interpreter: batchnorm '%s' weights do not match its channels",
+                         node_layer_name(m, n));
+        }
+        if (n->op == OP_NEURON)
+            setup_neuron(ip, v);
+        if (n->op == OP_STATE) {
+            const Node *a = &m->nodes[n->args[0]];
+            const char *var = n->attrs[op_attr_index(OP_STATE, "var")].s;
+            r->state_var = INT32_MIN;
+            if (a->op == OP_NEURON && a->neuron >= 0 && var) {
+                const NeuronDef *nd = m->neurons[a->neuron];
+                for (int k = 0; k < nd->nstates; k++)
+                    if (strcmp(nd->states[k].name, var) == 0)
+                        r->state_var = k;
+                for (int k = 0; k < nd->nlocals && r->state_var == INT32_MIN; k++)
+                    if (strcmp(nd->locals[k], var) == 0)
+                        r->state_var = -1 - k;
+            }
+            if (r->state_var == INT32_MIN)
+                fail(ip, "interpreter: state probe %d names no state of its neuron", (int)v);
+        }
+    }
+    if (!ip->failed)
+        ip->scratch = ip_alloc(ip, scratch, sizeof(double));
+    return !ip->failed;
+}
+
+static void
+teardown(Interp *ip)
+{
+    if (ip->nodes)
+        for (ValueId v = 0; v < ip->m->nnodes; v++) {
+            NodeRun *r = &ip->nodes[v];
+            free(r->buf);
+            free(r->acc);
+            free(r->wt);
+            if (r->neuron) {
+                NeuronRun *nr = r->neuron;
+                free(nr->pool);
+                free(nr->stmt_e);
+                free(nr->init);
+                free(nr->states);
+                free(nr->locals);
+                free(nr->spike);
+                free(nr->refr);
+                free(nr);
+            }
+        }
+    free(ip->nodes);
+    free(ip->order);
+    free(ip->scratch);
+}
+
+bool
+interp_run(const Module *m, const InterpOptions *opt, int batch, int64_t sample_base,
+           const float *const *inputs, float *const *outputs, double *spike_counts, char *err,
+           size_t errlen)
+{
+    Interp ip;
+    memset(&ip, 0, sizeof ip);
+    ip.m = m;
+    ip.is_f32 = opt && opt->precision == INTERP_F32;
+    ip.T = m->timesteps;
+    ip.batch = batch;
+    ip.sample_base = sample_base;
+    ip.seed = (uint64_t)(opt && opt->seed >= 0 ? opt->seed : m->seed);
+    ip.inputs = inputs;
+    ip.outputs = outputs;
+    ip.err = err;
+    ip.errlen = errlen;
+    if (err && errlen)
+        err[0] = 0;
+    if (batch <= 0 || ip.T <= 0)
+        return true;
+    if (setup(&ip)) {
+        for (ip.b0 = 0; ip.b0 < batch; ip.b0 += ip.chunk) {
+            ip.nb = (int)(batch - ip.b0 < ip.chunk ? batch - ip.b0 : ip.chunk);
+            for (ValueId v = 0; v < m->nnodes; v++)
+                if (ip.nodes[v].neuron)
+                    reset_neuron(&ip, &ip.nodes[v]);
+            for (int t = 0; t < ip.T; t++) {
+                for (int k = 0; k < m->nnodes; k++)
+                    eval_node(&ip, ip.order[k], t, spike_counts);
+                write_step_outputs(&ip, t);
+            }
+            write_final_outputs(&ip);
+        }
+    }
+    teardown(&ip);
+    return !ip.failed;
+}

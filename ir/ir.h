@@ -1,0 +1,308 @@
+/* The graph IR: a model is an array of nodes (ops over time-indexed tensors [T, B, ...]) referenced by
+ * integer handles, neuron definitions (small programs of scalar equations), and weight slots.
+ * This header is the IR's whole public surface: one block of prototypes per .c file in ir/.
+ * Nodes are never freed one by one: everything lives in the module's arena. */
+#ifndef SNN_IR_H
+#define SNN_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- arena.c: bump allocation; a module and everything in it is freed at once ---- */
+typedef struct ArenaBlock ArenaBlock;
+typedef struct Arena {
+    ArenaBlock *head;
+} Arena;
+void *arena_alloc(Arena *a, size_t size);             /* zeroed, 16-byte aligned, never NULL (dies on OOM) */
+void *arena_grow(Arena *a, void *old, size_t oldsize, size_t newsize);
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void arena_free(Arena *a);
+
+/* ---- diag.c: user diagnostics "file:line:col: error: msg", source line and caret; internal bugs ---- */
+typedef struct Loc {
+    const char *file; /* interned by diag_add_source; NULL = no location */
+    int line, col;    /* 1-based; 0 = unknown */
+} Loc;
+
+void diag_add_source(const char *file, const char *text); /* remember a file's text to quote its lines */
+const char *diag_intern(const char *file);                 /* a stable copy of a file name */
+void diag_error(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_warning(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_note(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_file_error(const char *file, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int diag_error_count(void);
+void diag_set_stream(FILE *f); /* default stderr */
+void diag_reset(void);         /* forget sources and counts (tests, fuzzing) */
+_Noreturn void die_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+#define unreachable() die_at(__FILE__, __LINE__, "unreachable")
+
+/* ---- types ---- */
+typedef enum {
+    DT_F32,   /* "f32" */
+    DT_F16,   /* "f16" */
+    DT_BF16,  /* "bf16" */
+    DT_SPIKE, /* "spike": 0 or 1 */
+    DT_I8,    /* "i8": bipolar spikes -1, 0, +1 */
+    DT_COUNT_
+} DType;
+const char *dtype_name(DType t);
+bool dtype_from_name(const char *s, DType *out);
+
+#define IR_MAX_RANK 6
+typedef struct Type {
+    DType dtype;
+    bool has_time; /* leading T: [T, B, ...]; readouts other than sequence drop it: [B, ...] */
+    int rank;      /* rank of one sample (dims after T and B) */
+    int64_t dims[IR_MAX_RANK];
+} Type;
+int64_t type_numel(const Type *t); /* elements of one sample at one step */
+bool type_equal(const Type *a, const Type *b);
+/* "f32[T, B, 256]"; written into buf (at least 96 bytes); returns buf */
+char *type_str(const Type *t, char *buf, size_t n);
+
+/* ---- ops (ops.def) ---- */
+typedef enum {
+#define OP(id, name, alias, nargs, attrs, weights, sem) OP_##id,
+#include "ir/ops.def"
+#undef OP
+    OP_COUNT_
+} Op;
+
+typedef enum { AK_INT, AK_FLOAT, AK_BOOL, AK_STR, AK_INT2 } AttrKind;
+typedef struct AttrSpec {
+    const char *name;
+    AttrKind kind;
+    bool has_default;
+    /* default, valid when has_default */
+    int64_t i[2];
+    double f;
+    const char *s;
+} AttrSpec;
+
+#define IR_MAX_ATTRS 10
+#define IR_MAX_WEIGHTS 4
+typedef struct OpInfo {
+    const char *name, *alias, *semantics;
+    int nargs;
+    int nattrs;
+    AttrSpec attrs[IR_MAX_ATTRS];
+    int nweights;
+    const char *weights[IR_MAX_WEIGHTS];
+    bool weight_optional[IR_MAX_WEIGHTS]; /* "bias?": only when the bias attribute is true */
+} OpInfo;
+const OpInfo *op_info(Op op);
+bool op_lookup(const char *name, Op *out); /* name or alias */
+int op_attr_index(Op op, const char *name);  /* -1 if none */
+void ops_print_help(FILE *f);              /* --help-ops */
+
+typedef struct AttrVal {
+    int64_t i[2]; /* AK_INT uses i[0]; AK_BOOL i[0] 0/1; AK_INT2 both */
+    double f;
+    const char *s; /* AK_STR, arena-owned */
+} AttrVal;
+
+/* ---- neuron definitions: scalar programs run once per neuron per step ---- */
+typedef enum {
+    NX_NUM,    /* num */
+    NX_PARAM,  /* idx: parameter */
+    NX_STATE,  /* idx: state variable (current value) */
+    NX_LOCAL,  /* idx: let-bound local */
+    NX_INPUT,  /* I: the input current at this step */
+    NX_SPIKE,  /* spike: this step's spike after fire, the previous step's before */
+    NX_NEG,    /* -a */
+    NX_NOT,    /* !a */
+    NX_BIN,    /* a op b; op is a NxBin */
+    NX_COND,   /* a ? b : c */
+    NX_CALL,   /* fn(args) over nfuncs.def */
+} NxKind;
+
+typedef enum {
+    NB_ADD, NB_SUB, NB_MUL, NB_DIV,
+    NB_LT, NB_LE, NB_GT, NB_GE, NB_EQ, NB_NE,
+    NB_AND, NB_OR,
+} NxBin;
+const char *nxbin_str(NxBin op); /* "+", ">=", "&&", ... */
+
+typedef enum {
+#define NFUNC(id, name, arity, sem) NF_##id,
+#include "ir/nfuncs.def"
+#undef NFUNC
+    NF_COUNT_
+} NFunc;
+const char *nfunc_name(NFunc f);
+int nfunc_arity(NFunc f);
+bool nfunc_lookup(const char *name, NFunc *out);
+
+typedef struct NExpr NExpr;
+struct NExpr {
+    NxKind kind;
+    int op;   /* NxBin for NX_BIN, NFunc for NX_CALL */
+    int idx;  /* NX_PARAM, NX_STATE, NX_LOCAL */
+    double num;
+    int nargs;
+    NExpr *args[3]; /* operands: NEG/NOT 1, BIN 2, COND 3, CALL arity */
+};
+
+typedef enum {
+    NS_ASSIGN,     /* state[var] = e, or local[var] = e when is_local ("let") */
+    NS_FIRE,       /* spike = e != 0 ? +1 : 0 */
+    NS_FIRE_DOWN,  /* if spike == 0 and e != 0: spike = -1  (bipolar neurons) */
+    NS_RESET_TO,   /* if spike != 0: state[var] = e   (hard reset) */
+    NS_RESET_SUB,  /* state[var] = state[var] - spike * e   (soft / subtract reset) */
+    NS_REFRACTORY, /* if spike != 0: refractory counter = e steps */
+    NS_OUTPUT,     /* the layer's output this step = e (default: spike) */
+} NsKind;
+
+typedef struct NStmt {
+    NsKind kind;
+    int var;
+    bool is_local;
+    NExpr *e;
+    Loc loc;
+} NStmt;
+
+typedef struct NParam {
+    const char *name;
+    double def;
+} NParam;
+
+typedef struct NState {
+    const char *name;
+    NExpr *init; /* over parameters only */
+} NState;
+
+typedef struct Surrogate {
+    const char *name; /* NULL: none given */
+    int nargs;
+    const char *arg_names[4];
+    double arg_values[4];
+} Surrogate;
+
+typedef struct NeuronDef {
+    const char *name;
+    Loc loc;
+    int nparams;
+    NParam *params;
+    int nstates;
+    NState *states;
+    int nlocals;
+    const char **locals;
+    int nstmts;
+    NStmt *stmts;
+    Surrogate surrogate;
+    /* derived by neuron_analyse (verify.c) */
+    bool is_bipolar;     /* has fire down */
+    bool has_output;     /* output e given: the layer emits f32 values instead of spikes */
+    bool has_refractory; /* keeps a refractory counter */
+    bool reset_is_next;  /* a reset statement sits before fire: it uses the previous step's spike */
+} NeuronDef;
+
+/* ---- nodes and the module ---- */
+typedef int32_t ValueId; /* index into Module.nodes; -1 = none */
+#define IR_MAX_ARGS 3
+
+typedef struct Node {
+    Op op;
+    const char *name; /* value name ("fc1"); NULL: printed as %N */
+    int nargs;
+    ValueId args[IR_MAX_ARGS];
+    AttrVal attrs[IR_MAX_ATTRS]; /* one per op_info(op)->attrs, in table order */
+    int neuron;                  /* OP_NEURON: index into Module.neurons */
+    double *params;              /* OP_NEURON: one per neuron parameter */
+    Type type;                   /* inferred; OP_INPUT: declared (has_time = per-step input) */
+    bool is_output;
+    bool is_per_step_input;      /* OP_INPUT declared with a leading T */
+    int first_weight;            /* index into Module.weights; nweights slots follow */
+    int nweights;
+    Loc loc;
+} Node;
+
+typedef struct Weight {
+    const char *name; /* "fc1.weight" */
+    ValueId node;
+    int slot;         /* index into op_info(op)->weights */
+    int rank;
+    int64_t dims[IR_MAX_RANK];
+    int64_t numel;
+    float *data;      /* NULL until bound (weights_bind) */
+} Weight;
+
+typedef struct Module {
+    Arena arena;
+    const char *name;
+    Loc loc;
+    int timesteps;
+    const char *weights_path; /* absolute, or NULL: seeded initialisation */
+    int64_t seed;
+    Node *nodes;
+    int nnodes, capnodes;
+    NeuronDef **neurons;
+    int nneurons, capneurons;
+    Weight *weights;
+    int nweights;
+    ValueId *inputs;
+    int ninputs;
+    ValueId *outputs;
+    int noutputs;
+} Module;
+
+/* module.c: building */
+Module *module_new(void);
+void module_free(Module *m);
+ValueId module_add_node(Module *m, Op op, Loc loc); /* attrs set to their defaults */
+Node *module_node(Module *m, ValueId v);
+int module_add_neuron(Module *m, NeuronDef *nd);   /* returns its index; nd must live in m->arena */
+int module_find_neuron(const Module *m, const char *name);
+ValueId module_find_value(const Module *m, const char *name);
+int module_find_weight(const Module *m, const char *name);
+/* The layer name that prefixes a node's weights ("fc1"): its name attribute. */
+const char *node_layer_name(const Module *m, const Node *n);
+NExpr *nexpr_new(Arena *a, NxKind kind);
+
+/* infer.c: shapes, dtypes and weight slots; a type annotation on a node is checked against it.
+ * Returns false after reporting errors. Fills m->weights (names and shapes, data NULL). */
+bool ir_infer(Module *m);
+
+/* verify.c: structural invariants (operands defined, arity, attributes in range, recurrence only
+ * through delay, readouts only feeding outputs, neuron programs well formed). Returns false after
+ * reporting errors. neuron_analyse fills the derived flags of a NeuronDef. */
+bool ir_verify(Module *m);
+bool neuron_analyse(NeuronDef *nd);
+/* Nodes in an order where every operand except delay inputs comes first; returns count (== nnodes) */
+int ir_topo_order(const Module *m, ValueId *order);
+
+/* print.c: the textual IR. Deterministic and canonical: print(parse(print(m))) == print(m). */
+void ir_print(FILE *f, const Module *m);
+char *ir_print_to_string(const Module *m); /* malloc'ed */
+void neuron_print(FILE *f, const NeuronDef *nd);
+void nexpr_print(FILE *f, const NeuronDef *nd, const NExpr *e);
+/* Double formatting used everywhere a number is printed: shortest text that reads back exactly. */
+void print_double(char *buf, size_t n, double x);
+
+/* weights.c: bind weight data from a safetensors file (checking names, shapes, dtypes: missing, extra,
+ * mis-shaped are errors) or from the seeded PyTorch-default initialisation. */
+bool weights_bind(Module *m, const char *override_path);
+
+/* interp.c: the reference interpreter (the semantic oracle every backend is tested against). */
+typedef enum { INTERP_F64, INTERP_F32 } InterpPrecision;
+typedef struct InterpRun InterpRun;
+typedef struct InterpOptions {
+    InterpPrecision precision;
+    int64_t seed;            /* -1: the module's seed */
+} InterpOptions;
+/* One batch: inputs[i] holds B samples of input i in the file layout (sample-major: [B, (T,) ...]);
+ * outputs[j] receives B samples of output j ([B, ...] or [B, T, ...] for sequence).
+ * sample_base is the global index of the batch's first sample (Poisson draws are keyed by it, so results
+ * do not depend on the batch size). spike_counts[layer] accumulates spikes per neuron-layer node
+ * (indexed by ValueId, length nnodes; may be NULL). Returns false with a message in err on failure. */
+bool interp_run(const Module *m, const InterpOptions *opt, int batch, int64_t sample_base,
+                const float *const *inputs, float *const *outputs, double *spike_counts, char *err,
+                size_t errlen);
+
+#endif

@@ -1,0 +1,354 @@
+/* Building a module: nodes, neuron definitions and the lookups over them; the ops and types tables.
+ * Nothing here checks semantics: infer.c and verify.c do. */
+#include "ir/ir.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const dtype_names[DT_COUNT_] = {"f32", "f16", "bf16", "spike", "i8"};
+
+const char *
+dtype_name(DType t)
+{
+    return (unsigned)t < DT_COUNT_ ? dtype_names[t] : "?";
+}
+
+bool
+dtype_from_name(const char *s, DType *out)
+{
+    for (int i = 0; i < DT_COUNT_; i++)
+        if (strcmp(s, dtype_names[i]) == 0) {
+            *out = (DType)i;
+            return true;
+        }
+    return false;
+}
+
+int64_t
+type_numel(const Type *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++)
+        n *= t->dims[i];
+    return n;
+}
+
+bool
+type_equal(const Type *a, const Type *b)
+{
+    if (a->dtype != b->dtype || a->has_time != b->has_time || a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i])
+            return false;
+    return true;
+}
+
+char *
+type_str(const Type *t, char *buf, size_t n)
+{
+    size_t k = (size_t)snprintf(buf, n, "%s[%sB", dtype_name(t->dtype), t->has_time ? "T, " : "");
+    for (int i = 0; i < t->rank && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, ", %lld", (long long)t->dims[i]);
+    if (k < n)
+        snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
+/* ---- the ops table, parsed once from ops.def's attribute and weight strings ---- */
+static OpInfo op_infos[OP_COUNT_];
+static bool op_infos_ready;
+
+static const struct {
+    const char *name, *alias, *attrs, *weights, *sem;
+    int nargs;
+} op_rows[OP_COUNT_] = {
+#define OP(id, name, alias, nargs, attrs, weights, sem) {name, alias, attrs, weights, sem, nargs},
+#include "ir/ops.def"
+#undef OP
+};
+
+/* "kernel:i2 stride:i2=1 name:s=" → AttrSpecs. The table is ours, so malformed rows are bugs. */
+static void
+parse_attr_schema(OpInfo *oi, const char *schema)
+{
+    const char *p = schema;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        if (oi->nattrs == IR_MAX_ATTRS)
+            die("ops.def: too many attributes for %s", oi->name);
+        AttrSpec *a = &oi->attrs[oi->nattrs++];
+        const char *colon = strchr(p, ':');
+        if (!colon)
+            die("ops.def: bad attribute schema '%s'", schema);
+        char *name = strndup(p, (size_t)(colon - p));
+        a->name = name;
+        p = colon + 1;
+        if (strncmp(p, "i2", 2) == 0) {
+            a->kind = AK_INT2;
+            p += 2;
+        } else {
+            switch (*p) {
+            case 'i': a->kind = AK_INT; break;
+            case 'f': a->kind = AK_FLOAT; break;
+            case 'b': a->kind = AK_BOOL; break;
+            case 's': a->kind = AK_STR; break;
+            default: die("ops.def: bad attribute kind in '%s'", schema);
+            }
+            p++;
+        }
+        if (*p == '=') {
+            p++;
+            const char *end = p;
+            while (*end && *end != ' ')
+                end++;
+            char *val = strndup(p, (size_t)(end - p));
+            a->has_default = true;
+            switch (a->kind) {
+            case AK_INT:
+            case AK_INT2: a->i[0] = a->i[1] = strtoll(val, NULL, 10); break;
+            case AK_FLOAT: a->f = strtod(val, NULL); break;
+            case AK_BOOL: a->i[0] = strcmp(val, "true") == 0; break;
+            case AK_STR: a->s = strdup(val); break;
+            }
+            free(val);
+            p = end;
+        }
+    }
+}
+
+static void
+init_op_infos(void)
+{
+    for (int i = 0; i < OP_COUNT_; i++) {
+        OpInfo *oi = &op_infos[i];
+        oi->name = op_rows[i].name;
+        oi->alias = op_rows[i].alias;
+        oi->semantics = op_rows[i].sem;
+        oi->nargs = op_rows[i].nargs;
+        parse_attr_schema(oi, op_rows[i].attrs);
+        const char *p = op_rows[i].weights;
+        while (*p) {
+            while (*p == ' ')
+                p++;
+            const char *end = p;
+            while (*end && *end != ' ')
+                end++;
+            if (end == p)
+                break;
+            bool opt = end[-1] == '?';
+            oi->weight_optional[oi->nweights] = opt;
+            oi->weights[oi->nweights++] = strndup(p, (size_t)(end - p) - opt);
+            p = end;
+        }
+    }
+    op_infos_ready = true;
+}
+
+const OpInfo *
+op_info(Op op)
+{
+    if (!op_infos_ready)
+        init_op_infos();
+    if ((unsigned)op >= OP_COUNT_)
+        die("bad op %d", (int)op);
+    return &op_infos[op];
+}
+
+bool
+op_lookup(const char *name, Op *out)
+{
+    for (int i = 0; i < OP_COUNT_; i++) {
+        const OpInfo *oi = op_info((Op)i);
+        if (strcmp(oi->name, name) == 0 || (oi->alias[0] && strcmp(oi->alias, name) == 0)) {
+            *out = (Op)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+int
+op_attr_index(Op op, const char *name)
+{
+    const OpInfo *oi = op_info(op);
+    for (int i = 0; i < oi->nattrs; i++)
+        if (strcmp(oi->attrs[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+void
+ops_print_help(FILE *f)
+{
+    static const char *const kinds[] = {"int", "float", "bool", "string", "int or pair"};
+    for (int i = 0; i < OP_COUNT_; i++) {
+        const OpInfo *oi = op_info((Op)i);
+        fprintf(f, "%s", oi->name);
+        if (oi->alias[0])
+            fprintf(f, " (alias %s)", oi->alias);
+        fprintf(f, ": %d operand%s\n  %s\n", oi->nargs, oi->nargs == 1 ? "" : "s", oi->semantics);
+        for (int a = 0; a < oi->nattrs; a++)
+            fprintf(f, "  %s: %s%s\n", oi->attrs[a].name, kinds[oi->attrs[a].kind],
+                    oi->attrs[a].has_default ? "" : " (required)");
+        for (int w = 0; w < oi->nweights; w++)
+            fprintf(f, "  weight <name>.%s%s\n", oi->weights[w],
+                    oi->weight_optional[w] ? " (when bias = true)" : "");
+    }
+}
+
+/* ---- neuron expression tables ---- */
+static const struct {
+    const char *name;
+    int arity;
+} nfuncs[NF_COUNT_] = {
+#define NFUNC(id, name, arity, sem) {name, arity},
+#include "ir/nfuncs.def"
+#undef NFUNC
+};
+
+const char *
+nfunc_name(NFunc f)
+{
+    return nfuncs[f].name;
+}
+
+int
+nfunc_arity(NFunc f)
+{
+    return nfuncs[f].arity;
+}
+
+bool
+nfunc_lookup(const char *name, NFunc *out)
+{
+    for (int i = 0; i < NF_COUNT_; i++)
+        if (strcmp(nfuncs[i].name, name) == 0) {
+            *out = (NFunc)i;
+            return true;
+        }
+    return false;
+}
+
+const char *
+nxbin_str(NxBin op)
+{
+    static const char *const s[] = {"+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "&&", "||"};
+    return s[op];
+}
+
+NExpr *
+nexpr_new(Arena *a, NxKind kind)
+{
+    NExpr *e = arena_alloc(a, sizeof *e);
+    e->kind = kind;
+    return e;
+}
+
+/* ---- modules ---- */
+Module *
+module_new(void)
+{
+    Module *m = calloc(1, sizeof *m);
+    if (!m)
+        die("out of memory");
+    m->seed = 0;
+    return m;
+}
+
+void
+module_free(Module *m)
+{
+    if (!m)
+        return;
+    arena_free(&m->arena);
+    free(m);
+}
+
+ValueId
+module_add_node(Module *m, Op op, Loc loc)
+{
+    if (m->nnodes == m->capnodes) {
+        int cap = m->capnodes ? 2 * m->capnodes : 32;
+        m->nodes = arena_grow(&m->arena, m->nodes, (size_t)m->capnodes * sizeof *m->nodes,
+                              (size_t)cap * sizeof *m->nodes);
+        m->capnodes = cap;
+    }
+    Node *n = &m->nodes[m->nnodes];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->loc = loc;
+    n->neuron = -1;
+    n->first_weight = -1;
+    const OpInfo *oi = op_info(op);
+    for (int i = 0; i < oi->nattrs; i++) {
+        n->attrs[i].i[0] = oi->attrs[i].i[0];
+        n->attrs[i].i[1] = oi->attrs[i].i[1];
+        n->attrs[i].f = oi->attrs[i].f;
+        n->attrs[i].s = oi->attrs[i].s;
+    }
+    for (int i = 0; i < IR_MAX_ARGS; i++)
+        n->args[i] = -1;
+    return m->nnodes++;
+}
+
+Node *
+module_node(Module *m, ValueId v)
+{
+    if (v < 0 || v >= m->nnodes)
+        die("bad value id %d", (int)v);
+    return &m->nodes[v];
+}
+
+int
+module_add_neuron(Module *m, NeuronDef *nd)
+{
+    if (m->nneurons == m->capneurons) {
+        int cap = m->capneurons ? 2 * m->capneurons : 16;
+        m->neurons = arena_grow(&m->arena, m->neurons, (size_t)m->capneurons * sizeof *m->neurons,
+                                (size_t)cap * sizeof *m->neurons);
+        m->capneurons = cap;
+    }
+    m->neurons[m->nneurons] = nd;
+    return m->nneurons++;
+}
+
+int
+module_find_neuron(const Module *m, const char *name)
+{
+    for (int i = m->nneurons - 1; i >= 0; i--)
+        if (strcmp(m->neurons[i]->name, name) == 0)
+            return i;
+    return -1;
+}
+
+ValueId
+module_find_value(const Module *m, const char *name)
+{
+    for (int i = 0; i < m->nnodes; i++)
+        if (m->nodes[i].name && strcmp(m->nodes[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+int
+module_find_weight(const Module *m, const char *name)
+{
+    for (int i = 0; i < m->nweights; i++)
+        if (strcmp(m->weights[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+const char *
+node_layer_name(const Module *m, const Node *n)
+{
+    int a = op_attr_index(n->op, "name");
+    if (a >= 0 && n->attrs[a].s && n->attrs[a].s[0])
+        return n->attrs[a].s;
+    return n->name ? n->name : "?";
+}

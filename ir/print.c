@@ -1,0 +1,325 @@
+/* The textual IR: the canonical form of the language. Every node is one statement bound to a name
+ * (%N when anonymous), every attribute is written out, every value carries its type and source location,
+ * and the neuron definitions the model uses are printed in full. The output is deterministic and reads
+ * back to the same module: print(parse(print(m))) == print(m) byte for byte. */
+#include "ir/ir.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void
+print_double(char *buf, size_t n, double x)
+{
+    if (x == 0) {
+        snprintf(buf, n, signbit(x) ? "-0" : "0");
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
+}
+
+static void
+put_double(FILE *f, double x)
+{
+    char b[40];
+    print_double(b, sizeof b, x);
+    fputs(b, f);
+}
+
+static void
+put_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        switch (*s) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\t': fputs("\\t", f); break;
+        default: fputc(*s, f);
+        }
+    }
+    fputc('"', f);
+}
+
+/* ---- neuron expressions: minimal parentheses by precedence ---- */
+enum { P_COND = 1, P_OR, P_AND, P_CMP, P_ADD, P_MUL, P_UNARY, P_PRIMARY };
+
+static int
+prec(const NExpr *e)
+{
+    switch (e->kind) {
+    case NX_COND: return P_COND;
+    case NX_BIN:
+        switch ((NxBin)e->op) {
+        case NB_OR: return P_OR;
+        case NB_AND: return P_AND;
+        case NB_ADD:
+        case NB_SUB: return P_ADD;
+        case NB_MUL:
+        case NB_DIV: return P_MUL;
+        default: return P_CMP;
+        }
+    case NX_NEG:
+    case NX_NOT: return P_UNARY;
+    case NX_NUM: return e->num < 0 || (e->num == 0 && signbit(e->num)) ? P_UNARY : P_PRIMARY;
+    default: return P_PRIMARY;
+    }
+}
+
+static void put_nexpr(FILE *f, const NeuronDef *nd, const NExpr *e, int min_prec);
+
+static void
+put_nexpr(FILE *f, const NeuronDef *nd, const NExpr *e, int min_prec)
+{
+    int p = prec(e);
+    bool paren = p < min_prec;
+    if (paren)
+        fputc('(', f);
+    switch (e->kind) {
+    case NX_NUM: put_double(f, e->num); break;
+    case NX_PARAM: fputs(nd->params[e->idx].name, f); break;
+    case NX_STATE: fputs(nd->states[e->idx].name, f); break;
+    case NX_LOCAL: fputs(nd->locals[e->idx], f); break;
+    case NX_INPUT: fputs("I", f); break;
+    case NX_SPIKE: fputs("spike", f); break;
+    case NX_NEG:
+    case NX_NOT:
+        fputc(e->kind == NX_NEG ? '-' : '!', f);
+        put_nexpr(f, nd, e->args[0], P_UNARY);
+        break;
+    case NX_BIN: {
+        /* left-associative: the right operand needs a strictly higher level; comparisons chain on
+         * neither side */
+        int lp = p == P_CMP ? P_CMP + 1 : p;
+        put_nexpr(f, nd, e->args[0], lp);
+        fprintf(f, " %s ", nxbin_str((NxBin)e->op));
+        put_nexpr(f, nd, e->args[1], p + 1);
+        break;
+    }
+    case NX_COND:
+        put_nexpr(f, nd, e->args[0], P_OR);
+        fputs(" ? ", f);
+        put_nexpr(f, nd, e->args[1], P_COND);
+        fputs(" : ", f);
+        put_nexpr(f, nd, e->args[2], P_COND);
+        break;
+    case NX_CALL:
+        fprintf(f, "%s(", nfunc_name((NFunc)e->op));
+        for (int i = 0; i < e->nargs; i++) {
+            if (i)
+                fputs(", ", f);
+            put_nexpr(f, nd, e->args[i], P_COND);
+        }
+        fputc(')', f);
+        break;
+    }
+    if (paren)
+        fputc(')', f);
+}
+
+void
+nexpr_print(FILE *f, const NeuronDef *nd, const NExpr *e)
+{
+    put_nexpr(f, nd, e, P_COND);
+}
+
+static void
+neuron_print_indented(FILE *f, const NeuronDef *nd, const char *ind)
+{
+    fprintf(f, "%sneuron %s(", ind, nd->name);
+    for (int i = 0; i < nd->nparams; i++) {
+        fprintf(f, "%s%s", i ? ", " : "", nd->params[i].name);
+        if (!isnan(nd->params[i].def)) {
+            fputs(" = ", f);
+            put_double(f, nd->params[i].def);
+        }
+    }
+    fputs(") {\n", f);
+    /* derived attributes, as a comment: what a reader needs to compare with a framework */
+    const char *cmp = "none", *reset = "none";
+    for (int i = 0; i < nd->nstmts; i++) {
+        const NStmt *s = &nd->stmts[i];
+        if (s->kind == NS_FIRE && s->e->kind == NX_BIN)
+            cmp = nxbin_str((NxBin)s->e->op);
+        if (s->kind == NS_RESET_TO)
+            reset = "to value";
+        if (s->kind == NS_RESET_SUB)
+            reset = "subtract";
+    }
+    fprintf(f, "%s  # fire: %s, reset: %s (%s step), spikes: %s%s\n", ind, cmp, reset,
+            nd->reset_is_next ? "next" : "same", nd->has_output ? "none (emits output)"
+                                                  : nd->is_bipolar ? "bipolar"
+                                                                   : "0/1",
+            nd->has_refractory ? ", refractory" : "");
+    for (int i = 0; i < nd->nstates; i++) {
+        fprintf(f, "%s  state %s = ", ind, nd->states[i].name);
+        nexpr_print(f, nd, nd->states[i].init);
+        fputc('\n', f);
+    }
+    for (int i = 0; i < nd->nstmts; i++) {
+        const NStmt *s = &nd->stmts[i];
+        fprintf(f, "%s  ", ind);
+        switch (s->kind) {
+        case NS_ASSIGN:
+            if (s->is_local)
+                fprintf(f, "let %s = ", nd->locals[s->var]);
+            else
+                fprintf(f, "%s = ", nd->states[s->var].name);
+            break;
+        case NS_FIRE: fputs("fire ", f); break;
+        case NS_FIRE_DOWN: fputs("fire down ", f); break;
+        case NS_RESET_TO: fprintf(f, "reset %s = ", nd->states[s->var].name); break;
+        case NS_RESET_SUB: fprintf(f, "reset %s -= ", nd->states[s->var].name); break;
+        case NS_REFRACTORY: fputs("refractory ", f); break;
+        case NS_OUTPUT: fputs("output ", f); break;
+        }
+        nexpr_print(f, nd, s->e);
+        fputc('\n', f);
+    }
+    if (nd->surrogate.name) {
+        fprintf(f, "%s  surrogate %s", ind, nd->surrogate.name);
+        if (nd->surrogate.nargs) {
+            fputc('(', f);
+            for (int i = 0; i < nd->surrogate.nargs; i++) {
+                fprintf(f, "%s%s = ", i ? ", " : "", nd->surrogate.arg_names[i]);
+                put_double(f, nd->surrogate.arg_values[i]);
+            }
+            fputc(')', f);
+        }
+        fputc('\n', f);
+    }
+    fprintf(f, "%s}\n", ind);
+}
+
+void
+neuron_print(FILE *f, const NeuronDef *nd)
+{
+    neuron_print_indented(f, nd, "");
+}
+
+/* ---- nodes ---- */
+
+static void
+put_value(FILE *f, const Module *m, ValueId v)
+{
+    if (m->nodes[v].name)
+        fputs(m->nodes[v].name, f);
+    else
+        fprintf(f, "%%%d", (int)v);
+}
+
+static void
+put_attr(FILE *f, const AttrSpec *s, const AttrVal *v)
+{
+    fprintf(f, ", %s = ", s->name);
+    switch (s->kind) {
+    case AK_INT: fprintf(f, "%lld", (long long)v->i[0]); break;
+    case AK_INT2: fprintf(f, "(%lld, %lld)", (long long)v->i[0], (long long)v->i[1]); break;
+    case AK_FLOAT: put_double(f, v->f); break;
+    case AK_BOOL: fputs(v->i[0] ? "true" : "false", f); break;
+    case AK_STR: put_string(f, v->s ? v->s : ""); break;
+    }
+}
+
+static void
+put_loc(FILE *f, Loc loc)
+{
+    if (!loc.file || loc.line <= 0)
+        return;
+    fputs(" loc(", f);
+    put_string(f, loc.file);
+    fprintf(f, ":%d:%d)", loc.line, loc.col);
+}
+
+static void
+put_node(FILE *f, const Module *m, ValueId v)
+{
+    const Node *n = &m->nodes[v];
+    const OpInfo *oi = op_info(n->op);
+    char tb[128];
+    if (n->op == OP_INPUT) {
+        Type t = n->type;
+        t.has_time = false;
+        /* an input is declared per sample: f32[1, 28, 28], or f32[T, 64] for one value per step */
+        fprintf(f, "  input %s : %s[", n->name, dtype_name(t.dtype));
+        if (n->is_per_step_input)
+            fputs(t.rank ? "T, " : "T", f);
+        for (int i = 0; i < t.rank; i++)
+            fprintf(f, "%s%lld", i ? ", " : "", (long long)t.dims[i]);
+        fputs("]\n", f);
+        return;
+    }
+    fputs(n->is_output ? "  output " : "  ", f);
+    put_value(f, m, v);
+    fputs(" = ", f);
+    if (n->op == OP_NEURON) {
+        const NeuronDef *nd = m->neurons[n->neuron];
+        fprintf(f, "%s(", nd->name);
+        put_value(f, m, n->args[0]);
+        for (int i = 0; i < nd->nparams; i++) {
+            fprintf(f, ", %s = ", nd->params[i].name);
+            put_double(f, n->params[i]);
+        }
+    } else {
+        fprintf(f, "%s(", oi->name);
+        for (int a = 0; a < n->nargs; a++) {
+            if (a)
+                fputs(", ", f);
+            put_value(f, m, n->args[a]);
+        }
+        for (int i = 0; i < oi->nattrs; i++)
+            put_attr(f, &oi->attrs[i], &n->attrs[i]);
+    }
+    fprintf(f, ") : %s", type_str(&n->type, tb, sizeof tb));
+    put_loc(f, n->loc);
+    fputc('\n', f);
+}
+
+void
+ir_print(FILE *f, const Module *m)
+{
+    fprintf(f, "# snnc graph IR\n");
+    fprintf(f, "model %s {\n", m->name ? m->name : "model");
+    fprintf(f, "  timesteps %d\n", m->timesteps);
+    fprintf(f, "  seed %lld\n", (long long)m->seed);
+    if (m->weights_path) {
+        fputs("  weights ", f);
+        put_string(f, m->weights_path);
+        fputc('\n', f);
+    }
+    /* the neurons this model uses, in definition order */
+    bool *used = calloc((size_t)m->nneurons + 1, sizeof *used);
+    if (!used)
+        die("out of memory");
+    for (int v = 0; v < m->nnodes; v++)
+        if (m->nodes[v].op == OP_NEURON)
+            used[m->nodes[v].neuron] = true;
+    for (int i = 0; i < m->nneurons; i++)
+        if (used[i]) {
+            fputc('\n', f);
+            neuron_print_indented(f, m->neurons[i], "  ");
+        }
+    free(used);
+    fputc('\n', f);
+    for (int v = 0; v < m->nnodes; v++)
+        put_node(f, m, v);
+    fputs("}\n", f);
+}
+
+char *
+ir_print_to_string(const Module *m)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        die("out of memory");
+    ir_print(f, m);
+    fclose(f);
+    return buf;
+}

@@ -1,0 +1,169 @@
+/* Binding weight data to a module's weight slots (m->weights, named and shaped by inference): from a
+ * safetensors file, checking every name, shape and dtype and reporting every problem, or from a seeded
+ * initialisation with PyTorch's default ranges. Data always lands in the module's arena.
+ * The seeded values are a contract (saved results depend on them): for a dense or conv weight or bias,
+ * value[i] = (float)((2u - 1) * bound), u = rt_uniform(m->seed, fnv1a32(name), 0, i),
+ * bound = 1/sqrt(fan_in), fan_in = weight numel / out channels; batchnorm: 1, 0, mean 0, var 1. */
+#include "ir/ir.h"
+#include "runtime/philox.h"
+#include "runtime/tensor_io.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { MAX_LISTED_WEIGHTS = 8 };
+
+/* FNV-1a, 32 bits: the random stream of a weight is keyed by its name */
+static uint32_t
+fnv1a32(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 16777619u;
+    }
+    return h;
+}
+
+/* "[256, 784]" into buf */
+static char *
+shape_str(char *buf, size_t n, int rank, const int64_t *dims)
+{
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < rank && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    if (k < n)
+        snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
+static void
+init_seeded(Module *m, Weight *w)
+{
+    const Node *n = &m->nodes[w->node];
+    const char *slot = op_info(n->op)->weights[w->slot];
+    w->data = arena_alloc(&m->arena, (size_t)(w->numel ? w->numel : 1) * sizeof(float));
+    if (n->op == OP_BATCHNORM) {
+        float v = strcmp(slot, "weight") == 0 || strcmp(slot, "running_var") == 0 ? 1.0f : 0.0f;
+        for (int64_t i = 0; i < w->numel; i++)
+            w->data[i] = v;
+        return;
+    }
+    /* dense and conv: kaiming_uniform(a=sqrt(5)) on the weight and PyTorch's bias rule both give
+     * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+    const Weight *kernel = &m->weights[n->first_weight];
+    int64_t fan_in = kernel->rank > 0 && kernel->dims[0] > 0 ? kernel->numel / kernel->dims[0] : 0;
+    double bound = fan_in > 0 ? 1.0 / sqrt((double)fan_in) : 0.0;
+    uint32_t stream = fnv1a32(w->name);
+    for (int64_t i = 0; i < w->numel; i++) {
+        double u = rt_uniform((uint64_t)m->seed, stream, 0, (uint64_t)i);
+        w->data[i] = (float)((2.0 * u - 1.0) * bound);
+    }
+}
+
+static bool
+is_float_dtype(RtDType t)
+{
+    return t == RT_F32 || t == RT_F16 || t == RT_BF16;
+}
+
+/* Check one slot against the file; reports and returns false on a problem. */
+static bool
+check_tensor(const Module *m, const Weight *w, const RtTensor *t, const char *path)
+{
+    const Node *n = &m->nodes[w->node];
+    char want[160], got[160];
+    shape_str(want, sizeof want, w->rank, w->dims);
+    if (!t) {
+        diag_error(n->loc, "weights file '%s' has no tensor '%s' (expected f32/f16/bf16 of shape %s)",
+                   path, w->name, want);
+        return false;
+    }
+    bool ok = true;
+    if (!is_float_dtype(t->dtype)) {
+        diag_error(n->loc, "tensor '%s' in '%s' has dtype %s; weights must be f32, f16 or bf16",
+                   w->name, path, rt_dtype_name(t->dtype));
+        ok = false;
+    }
+    bool same = t->rank == w->rank;
+    for (int i = 0; same && i < w->rank; i++)
+        same = t->dims[i] == w->dims[i];
+    if (!same) {
+        diag_error(n->loc, "tensor '%s' in '%s' has shape %s; layer '%s' expects %s", w->name, path,
+                   shape_str(got, sizeof got, t->rank, t->dims), node_layer_name(m, n), want);
+        ok = false;
+    }
+    return ok;
+}
+
+/* "fc1.weight, fc1.bias, ..." (at most MAX_LISTED_WEIGHTS names) into buf */
+static void
+list_weights(const Module *m, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < m->nweights && i < MAX_LISTED_WEIGHTS && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", m->weights[i].name);
+    if (m->nweights > MAX_LISTED_WEIGHTS && k < n)
+        snprintf(buf + k, n - k, ", ... (%d in all)", m->nweights);
+}
+
+static void
+report_read_error(const char *path, const char *msg)
+{
+    /* the reader's message already names the file ("PATH: what"): say it once */
+    size_t len = strlen(path);
+    if (strncmp(msg, path, len) == 0 && strncmp(msg + len, ": ", 2) == 0)
+        diag_file_error(path, "%s", msg + len + 2);
+    else
+        diag_file_error(path, "%s", msg);
+}
+
+bool
+weights_bind(Module *m, const char *override_path)
+{
+    const char *path = override_path ? override_path : m->weights_path;
+    if (!path) {
+        for (int i = 0; i < m->nweights; i++)
+            init_seeded(m, &m->weights[i]);
+        return true;
+    }
+
+    RtTensorSet set;
+    char msg[512];
+    memset(&set, 0, sizeof set);
+    if (rt_safetensors_read(path, &set, msg, sizeof msg) != 0) {
+        report_read_error(path, msg);
+        rt_tensorset_free(&set);
+        return false;
+    }
+    bool ok = true;
+    for (int i = 0; i < m->nweights; i++)
+        if (!check_tensor(m, &m->weights[i], rt_tensorset_find(&set, m->weights[i].name), path))
+            ok = false;
+    for (int i = 0; i < set.ntensors; i++) {
+        const char *name = set.tensors[i].name ? set.tensors[i].name : "";
+        if (module_find_weight(m, name) >= 0)
+            continue;
+        if (m->nweights == 0) {
+            diag_file_error(path, "tensor '%s' is not used by the model (it has no weights)", name);
+        } else {
+            char list[1024];
+            list_weights(m, list, sizeof list);
+            diag_file_error(path, "tensor '%s' is not used by the model (its weights are: %s)", name,
+                            list);
+        }
+        ok = false;
+    }
+    if (ok)
+        for (int i = 0; i < m->nweights; i++) {
+            Weight *w = &m->weights[i];
+            const RtTensor *t = rt_tensorset_find(&set, w->name);
+            w->data = arena_alloc(&m->arena, (size_t)(w->numel ? w->numel : 1) * sizeof(float));
+            int64_t n = t->numel < w->numel ? t->numel : w->numel; /* equal: the shapes match */
+            if (n > 0)
+                memcpy(w->data, t->data, (size_t)n * sizeof(float));
+        }
+    rt_tensorset_free(&set);
+    return ok;
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# First run on a new machine: install what is missing, build snnc, and run the main job: the trained
+# Fashion-MNIST MLP SNN on the 10,000 test images with the reference interpreter.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" >/dev/null
+echo "built build/driver/snnc; running examples/fmnist_mlp.snn on Fashion-MNIST (10,000 test images)"
+build/driver/snnc --run examples/fmnist_mlp.snn --data=fashion-mnist --precision=f32
