@@ -1071,7 +1071,6 @@ lower_model(Lower *L, const AstItem *it, const char *path)
     ValueId *ins = arena_alloc(a, (size_t)(it->nstmts + 1) * sizeof *ins);
     for (int i = 0; i < it->nstmts; i++) {
         const AstStmt *st = &it->stmts[i];
-        L->later[i] = NULL;
         int64_t v64;
         switch (st->kind) {
         case MST_TIMESTEPS:
@@ -1159,6 +1158,8 @@ lower_model(Lower *L, const AstItem *it, const char *path)
             diag_error(st->loc, "this statement belongs in a neuron, not in model '%s'", m->name);
             return false;
         }
+        /* a statement's own name stays "later" while it is lowered: h = LIF(... prev(h) ...) */
+        L->later[i] = NULL;
     }
     if (!has_timesteps) {
         diag_error(it->loc, "model '%s' does not say how many timesteps it runs (add: timesteps N)",

@@ -1,8 +1,9 @@
-/* The grammar of .snn and .snnir text → the AST of frontend.h (fe_parse). A pure LALR(1) parser with
- * no conflicts (%expect 0) and no error recovery: the first syntax error is reported through
+/* The grammar of .snn and .snnir text → the AST of frontend.h (fe_parse). A pure LALR(1) parser
+ * with no conflicts (%expect 0) and no error recovery: the first syntax error is reported through
  * diag_error, naming the unexpected token and what was expected, and the parse returns NULL.
  * Everything it builds lives in the caller's arena; it prints nothing but diagnostics. */
 
+%require "3.6"
 %define api.pure full
 %define api.prefix {fe_yy}
 %define api.token.prefix {TOK_}
@@ -93,9 +94,12 @@ static void fe_yyerror(const Loc *loc, yyscan_t scanner, FeParser *p, const char
             YYABORT;                                                                             \
     } while (0)
 
+/* Report an error unless one has been: the parse stops at the first. */
 static void
 fail(FeParser *p, Loc loc, const char *msg)
 {
+    if (p->failed)
+        return;
     diag_error(loc, "%s", msg);
     p->failed = true;
 }
@@ -167,6 +171,15 @@ unary(FeParser *p, Loc loc, int op, FeExpr a)
     e.ast->op = op;
     e.ast->a = a.ast;
     return e;
+}
+
+/* A keyword used as a name (a callee): an identifier with the keyword's text. */
+static Ast *
+keyword(FeParser *p, Loc loc, const char *word)
+{
+    Ast *a = fe_ast_new(p->arena, AST_IDENT, loc);
+    a->str = word;
+    return a;
 }
 
 static FeExpr
@@ -271,7 +284,7 @@ loc_number(FeParser *p, const Ast *a)
 %type <list> items params param_list nstmts mstmts exprs args
 %type <item> item
 %type <stmt> nstmt mstmt
-%type <ast> name dim
+%type <ast> name dim callee
 %type <type> opt_type type dims
 %type <loc> opt_loc
 %type <x> expr or_e and_e cmp add mul unary primary arg
@@ -297,7 +310,9 @@ items:
   | items ";" { $$ = $1; }
     ;
 
-/* item := 'include' STRING | 'neuron' IDENT '(' params ')' '{' nstmt* '}' | 'model' IDENT '{' mstmt* '}' */
+/* item := 'include' STRING
+ *       | 'neuron' IDENT '(' params ')' '{' nstmt* '}'
+ *       | 'model' IDENT '{' mstmt* '}' */
 item:
     INCLUDE STRING {
         $$ = arena_alloc(p->arena, sizeof *$$);
@@ -361,8 +376,9 @@ nstmts:
   | nstmts ";" { $$ = $1; }
     ;
 
-/* nstmt := 'state' IDENT '=' expr | 'let' IDENT '=' expr | IDENT '=' expr | 'fire' ['down'] expr
- *        | 'reset' IDENT ('=' | '-=') expr | 'refractory' expr | 'output' expr | 'surrogate' expr */
+/* nstmt := 'state' IDENT '=' expr | 'let' IDENT '=' expr | IDENT '=' expr
+ *        | 'fire' ['down'] expr | 'reset' IDENT ('=' | '-=') expr
+ *        | 'refractory' expr | 'output' expr | 'surrogate' expr */
 nstmt:
     STATE IDENT "=" expr { $$ = stmt(p, NST_STATE, @1, $2, $4); }
   | LET IDENT "=" expr { $$ = stmt(p, NST_LET, @1, $2, $4); }
@@ -521,8 +537,10 @@ unary:
   | primary
     ;
 
-/* primary := NUMBER | STRING | IDENT | VALNAME | 'true' | 'false' | IDENT '(' [arg (',' arg)* [',']] ')'
- *          | '(' expr ')' | '(' expr ',' expr (',' expr)* [','] ')' | '[' expr (',' expr)* [','] ']' */
+/* primary := NUMBER | STRING | IDENT | VALNAME | 'true' | 'false'
+ *          | callee '(' [arg (',' arg)* [',']] ')'
+ *          | '(' expr ')' | '(' expr ',' expr (',' expr)* [','] ')'
+ *          | '[' expr (',' expr)* [','] ']' */
 primary:
     NUMBER { $$ = leaf($1); }
   | STRING { $$ = leaf($1); }
@@ -536,17 +554,17 @@ primary:
         $$ = leaf(fe_ast_new(p->arena, AST_IDENT, @1));
         $$.ast->str = "false";
     }
-  | IDENT "(" ")" {
+  | callee "(" ")" {
         $$ = with_items(p, AST_CALL, @1, NULL, NULL);
         $$.ast->str = $1->str;
         CHECK();
     }
-  | IDENT "(" args ")" {
+  | callee "(" args ")" {
         $$ = with_items(p, AST_CALL, @1, NULL, $3);
         $$.ast->str = $1->str;
         CHECK();
     }
-  | IDENT "(" args "," ")" {
+  | callee "(" args "," ")" {
         $$ = with_items(p, AST_CALL, @1, NULL, $3);
         $$.ast->str = $1->str;
         CHECK();
@@ -556,6 +574,26 @@ primary:
   | "(" expr "," exprs "," ")" { $$ = with_items(p, AST_TUPLE, @1, &$2, $4); CHECK(); }
   | "[" exprs "]" { $$ = with_items(p, AST_TUPLE, @1, NULL, $2); CHECK(); }
   | "[" exprs "," "]" { $$ = with_items(p, AST_TUPLE, @1, NULL, $2); CHECK(); }
+    ;
+
+/* callee := IDENT | a statement keyword: ops may share a keyword's name (state(s, "v")), and no
+ * statement can start where an expression does, so "state(" there is unambiguous. */
+callee:
+    IDENT
+  | INCLUDE { $$ = keyword(p, @1, "include"); }
+  | NEURON { $$ = keyword(p, @1, "neuron"); }
+  | MODEL { $$ = keyword(p, @1, "model"); }
+  | STATE { $$ = keyword(p, @1, "state"); }
+  | LET { $$ = keyword(p, @1, "let"); }
+  | FIRE { $$ = keyword(p, @1, "fire"); }
+  | RESET { $$ = keyword(p, @1, "reset"); }
+  | REFRACTORY { $$ = keyword(p, @1, "refractory"); }
+  | OUTPUT { $$ = keyword(p, @1, "output"); }
+  | SURROGATE { $$ = keyword(p, @1, "surrogate"); }
+  | TIMESTEPS { $$ = keyword(p, @1, "timesteps"); }
+  | WEIGHTS { $$ = keyword(p, @1, "weights"); }
+  | SEED { $$ = keyword(p, @1, "seed"); }
+  | INPUT { $$ = keyword(p, @1, "input"); }
     ;
 
 exprs:
@@ -633,13 +671,7 @@ symbol_desc(yysymbol_kind_t sym, char *buf, size_t n)
     case YYSYMBOL_STRING: return "a string";
     default: break;
     }
-    const char *name = yysymbol_name(sym);
-    size_t len = strlen(name);
-    if (len >= 2 && (name[0] == '"' || name[0] == '\'') && name[len - 1] == name[0]) {
-        name++;
-        len -= 2;
-    }
-    snprintf(buf, n, "'%.*s'", (int)len, name);
+    snprintf(buf, n, "'%s'", yysymbol_name(sym)); /* parse.error custom: the alias, unquoted */
     return buf;
 }
 
@@ -650,6 +682,8 @@ static int
 yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, FeParser *p)
 {
     (void)scanner;
+    if (p->failed)
+        return 0;
     yysymbol_kind_t tok = yypcontext_token(ctx);
     Loc loc = *yypcontext_location(ctx);
     char what[FE_TOKEN_QUOTE_MAX + 32], q[FE_TOKEN_QUOTE_MAX];
@@ -686,14 +720,25 @@ yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, FeParser *p)
         return 0;
     }
 
+    /* Groups of expected tokens named as one. A group stands in when all its `need` tokens are
+     * expected, and then covers its `also` tokens too ("an operator" needs only '*': expected
+     * after an operand, whichever operators the grammar allows there). */
     static const yysymbol_kind_t expr_start[] = {
-        YYSYMBOL_NUMBER, YYSYMBOL_STRING, YYSYMBOL_IDENT, YYSYMBOL_VALNAME,  YYSYMBOL_TRUE, YYSYMBOL_FALSE,
-        YYSYMBOL_LPAREN, YYSYMBOL_LBRACKET, YYSYMBOL_MINUS, YYSYMBOL_BANG, YYSYMBOL_NOT,
+        YYSYMBOL_NUMBER, YYSYMBOL_STRING,   YYSYMBOL_IDENT, YYSYMBOL_VALNAME,
+        YYSYMBOL_TRUE,   YYSYMBOL_FALSE,    YYSYMBOL_NOT,   YYSYMBOL_BANG,
+        YYSYMBOL_LPAREN, YYSYMBOL_LBRACKET, YYSYMBOL_MINUS,
     };
+    static const yysymbol_kind_t callee_keywords[] = {
+        YYSYMBOL_INCLUDE, YYSYMBOL_NEURON,    YYSYMBOL_MODEL,     YYSYMBOL_STATE,
+        YYSYMBOL_LET,     YYSYMBOL_FIRE,      YYSYMBOL_RESET,     YYSYMBOL_REFRACTORY,
+        YYSYMBOL_OUTPUT,  YYSYMBOL_SURROGATE, YYSYMBOL_TIMESTEPS, YYSYMBOL_WEIGHTS,
+        YYSYMBOL_SEED,    YYSYMBOL_INPUT,
+    };
+    static const yysymbol_kind_t star[] = {YYSYMBOL_STAR};
     static const yysymbol_kind_t binop[] = {
-        YYSYMBOL_OROR, YYSYMBOL_OR, YYSYMBOL_ANDAND, YYSYMBOL_AND,  YYSYMBOL_LT,    YYSYMBOL_LE,
-        YYSYMBOL_GT,   YYSYMBOL_GE, YYSYMBOL_EQ,     YYSYMBOL_NE,   YYSYMBOL_PLUS,  YYSYMBOL_MINUS,
-        YYSYMBOL_STAR, YYSYMBOL_SLASH, YYSYMBOL_QUESTION,
+        YYSYMBOL_OROR, YYSYMBOL_OR, YYSYMBOL_ANDAND, YYSYMBOL_AND,   YYSYMBOL_LT,
+        YYSYMBOL_LE,   YYSYMBOL_GT, YYSYMBOL_GE,     YYSYMBOL_EQ,    YYSYMBOL_NE,
+        YYSYMBOL_PLUS, YYSYMBOL_MINUS, YYSYMBOL_STAR, YYSYMBOL_SLASH, YYSYMBOL_QUESTION,
     };
     static const yysymbol_kind_t nstmt_start[] = {
         YYSYMBOL_STATE,      YYSYMBOL_LET,    YYSYMBOL_FIRE,      YYSYMBOL_RESET,
@@ -703,44 +748,43 @@ yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, FeParser *p)
         YYSYMBOL_TIMESTEPS, YYSYMBOL_WEIGHTS, YYSYMBOL_SEED,    YYSYMBOL_INPUT,
         YYSYMBOL_OUTPUT,    YYSYMBOL_IDENT,   YYSYMBOL_VALNAME,
     };
-#define GROUP(syms, need, desc) {syms, (int)(sizeof syms / sizeof syms[0]), need, desc}
+#define SYMS(a) a, (int)(sizeof a / sizeof a[0])
     static const struct {
-        const yysymbol_kind_t *syms;
-        int nsyms;
-        int need; /* how many must be expected for the group to stand in for them; 0: all */
+        const yysymbol_kind_t *need;
+        int nneed;
+        const yysymbol_kind_t *also;
+        int nalso;
         const char *desc;
     } groups[] = {
-        GROUP(expr_start, 0, "an expression"),
-        GROUP(binop, 1, "an operator"),
-        GROUP(nstmt_start, 0, "a statement"),
-        GROUP(mstmt_start, 0, "a statement"),
+        {SYMS(expr_start), SYMS(callee_keywords), "an expression"},
+        {SYMS(star), SYMS(binop), "an operator"},
+        {SYMS(nstmt_start), NULL, 0, "a statement"},
+        {SYMS(mstmt_start), NULL, 0, "a statement"},
     };
-#undef GROUP
+#undef SYMS
     const char *items[YYNTOKENS + 4];
-    char bufs[YYNTOKENS][FE_TOKEN_QUOTE_MAX];
+    char bufs[YYNTOKENS + 4][FE_TOKEN_QUOTE_MAX];
     int nitems = 0;
     bool has_op = false;
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
-        int hits = 0;
-        for (int i = 0; i < groups[g].nsyms; i++)
-            hits += is_expected[groups[g].syms[i]];
-        if (hits < (groups[g].need ? groups[g].need : groups[g].nsyms))
+        bool all = true;
+        for (int i = 0; i < groups[g].nneed; i++)
+            all = all && is_expected[groups[g].need[i]];
+        if (!all)
             continue;
-        /* "an operator" stands for any binary operator only where one may follow an operand */
-        if (groups[g].syms == binop && !is_expected[YYSYMBOL_SLASH] && !is_expected[YYSYMBOL_PLUS])
-            continue;
-        for (int i = 0; i < groups[g].nsyms; i++)
-            is_expected[groups[g].syms[i]] = false;
+        for (int i = 0; i < groups[g].nneed; i++)
+            is_expected[groups[g].need[i]] = false;
+        for (int i = 0; i < groups[g].nalso; i++)
+            is_expected[groups[g].also[i]] = false;
         items[nitems++] = groups[g].desc;
-        has_op |= groups[g].syms == binop;
+        has_op |= groups[g].also == binop;
     }
     /* Where an operator may follow, so may '(' (a call) and the IR's annotations (': type',
      * 'loc(...)'); like the optional ';' they would only crowd out what the reader needs. */
-    if (has_op) {
+    if (has_op)
         is_expected[YYSYMBOL_LPAREN] = false;
-        is_expected[YYSYMBOL_COLON] = false;
-        is_expected[YYSYMBOL_LOC] = false;
-    }
+    if (has_op && is_expected[YYSYMBOL_LOC])
+        is_expected[YYSYMBOL_COLON] = is_expected[YYSYMBOL_LOC] = false;
     is_expected[YYSYMBOL_SEMI] = false;
     for (int i = 0; i < nexp; i++)
         if (is_expected[exp[i]]) {

@@ -1,8 +1,9 @@
-/* The reference interpreter: runs a verified, typed module with bound weights step by step (for t, for
- * each node in topological order), in double precision (INTERP_F64) or rounding like a float32 framework
- * on the CPU (INTERP_F32). It is the semantic oracle every backend is checked against, so it must stay
- * obvious: it never reorders time, fuses ops or changes a rounding for speed, and it does not re-verify
- * the module. Samples are independent, so a batch runs in chunks of samples to bound memory. */
+/* The reference interpreter: runs a verified, typed module with bound weights step by step (for t,
+ * for each node in topological order), in double precision (INTERP_F64) or rounding like float32
+ * PyTorch on the CPU (INTERP_F32). It is the oracle every backend is checked against, so it must
+ * stay obvious: no fusion, no reordering of time, no rounding changed for speed. Its only shortcuts
+ * are exact ones (zero spikes skipped, values that are the same at every step computed once) and it
+ * does not re-verify. */
 #include "ir/ir.h"
 #include "runtime/philox.h"
 
@@ -14,9 +15,9 @@
 /* Samples per pass; a pass holds every node's value for its samples, so this bounds memory. */
 enum { INTERP_CHUNK = 64 };
 
-/* A neuron expression compiled for one layer: every subtree over parameters and numbers only is folded
- * into one NX_NUM (evaluated once in double, rounded to float once in F32 mode, like a Python scalar in
- * PyTorch), so what remains are operations on state, input, spike or locals. */
+/* A neuron expression compiled for one layer: every subtree over parameters and numbers only is
+ * folded into one NX_NUM (evaluated once in double, rounded to float once in F32 mode, like a
+ * Python scalar in PyTorch), so what remains are operations on state, input, spike or locals. */
 typedef struct CExpr CExpr;
 struct CExpr {
     NxKind kind;
@@ -41,15 +42,17 @@ typedef struct NeuronRun {
 
 typedef struct NodeRun {
     int64_t numel;
-    int hist;       /* steps kept: 1, or steps + 1 when a delay reads this value */
-    double *buf;    /* [hist][chunk][numel]; step t lives in slot t % hist */
-    double *acc;    /* count/mean/last/max readouts: [chunk][numel] */
-    float *wt;      /* dense: W transposed [in][out]; conv: [C][kh][kw][out/groups] */
+    int hist;    /* steps kept: 1, or steps + 1 when a delay reads this value */
+    double *buf; /* [hist][chunk][numel]; step t lives in slot t % hist */
+    double *acc; /* count/mean/last/max readouts: [chunk][numel] */
+    float *wt;   /* dense: W transposed [in][out]; conv: [C][kh][kw][out/groups] */
     NeuronRun *neuron;
     int input_index;     /* OP_INPUT: position in m->inputs */
     uint32_t stream;     /* OP_POISSON: ordinal among poisson nodes */
     int state_var;       /* OP_STATE: state index (>= 0) or -1 - local index */
     bool is_spike_input; /* dense/conv operand is a spike tensor: zero inputs are skipped */
+    bool is_static;      /* the same at every step (a static input and stateless ops over such
+                          * values): computed at t = 0 only, then carried */
 } NodeRun;
 
 typedef struct Interp {
@@ -70,6 +73,8 @@ typedef struct Interp {
     size_t errlen;
     bool failed;
 } Interp;
+
+static void fail(Interp *ip, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void
 fail(Interp *ip, const char *fmt, ...)
@@ -172,8 +177,9 @@ apply_bin(NxBin op, double a, double b, bool is_f32)
     return is_f32 ? (double)(float)r : r;
 }
 
-/* One call over nfuncs.def. With is_f32 the transcendental functions are the float ones (expf, ...) on
- * float arguments, and sqrt is rounded once (exact); the others return an operand or an integer. */
+/* One call over nfuncs.def. With is_f32 the transcendental functions are the float ones (expf, ...)
+ * on float arguments, and sqrt is rounded once (exact); the others return an operand or an integer.
+ */
 static double
 apply_call(NFunc f, const double *a, bool is_f32)
 {
@@ -485,8 +491,8 @@ eval_neuron(Interp *ip, ValueId v, int t, double *spike_counts)
 
 /* ---- layer ops ---- */
 
-/* y = x W^T + b per sample, as a sum over inputs of x[i] * (row i of W^T): rows are contiguous and a
- * zero spike skips its row. Accumulated in double, rounded once in F32 mode. */
+/* y = x W^T + b per sample, as a sum over inputs of x[i] * (row i of W^T): rows are contiguous and
+ * a zero spike skips its row. Accumulated in double, rounded once in F32 mode. */
 static void
 eval_dense(Interp *ip, ValueId v, int t)
 {
@@ -545,8 +551,9 @@ conv_geometry(const Interp *ip, const Node *n)
 
 /* PyTorch Conv2d: y[o][oh][ow] = b[o] + sum over c in o's group, kh, kw of
  * W[o][c - group start][kh][kw] * x[c][oh*s - p + kh*d][ow*s - p + kw*d] (zero outside).
- * Computed by scattering each input pixel (skipped when a zero spike) into a [OH][OW][O] accumulator
- * with the weights transposed to [C][KH][KW][O/G], so the inner loop runs over contiguous channels. */
+ * Computed by scattering each input pixel (skipped when a zero spike) into a [OH][OW][O]
+ * accumulator with the weights transposed to [C][KH][KW][O/G], so the inner loop runs over
+ * contiguous channels. */
 static void
 eval_conv2d(Interp *ip, ValueId v, int t)
 {
@@ -580,8 +587,8 @@ eval_conv2d(Interp *ip, ValueId v, int t)
                             if (wn < 0 || wn % g.SW != 0 || wn / g.SW >= g.OW)
                                 continue;
                             int64_t ow = wn / g.SW;
-                            double *ap = acc + (size_t)(oh * g.OW + ow) * (size_t)g.O +
-                                         (size_t)(grp * Og);
+                            double *ap =
+                                acc + (size_t)(oh * g.OW + ow) * (size_t)g.O + (size_t)(grp * Og);
                             const float *wp = wc + (size_t)(kh * g.KW + kw) * (size_t)Og;
                             for (int64_t o = 0; o < Og; o++)
                                 ap[o] += xv * wp[o];
@@ -701,8 +708,9 @@ eval_input(Interp *ip, ValueId v, int t)
     size_t numel = (size_t)r->numel;
     for (int b = 0; b < ip->nb; b++) {
         int64_t s = ip->b0 + b; /* sample within the caller's batch */
-        const float *p = n->is_per_step_input ? src + ((size_t)s * (size_t)ip->T + (size_t)t) * numel
-                                              : src + (size_t)s * numel;
+        const float *p = n->is_per_step_input
+                             ? src + ((size_t)s * (size_t)ip->T + (size_t)t) * numel
+                             : src + (size_t)s * numel;
         for (size_t i = 0; i < numel; i++)
             y[(size_t)b * numel + i] = p[i];
     }
@@ -725,8 +733,14 @@ eval_poisson(Interp *ip, ValueId v, int t)
         for (size_t i = 0; i < numel; i++) {
             size_t j = (size_t)b * numel + i;
             float p = (float)(gain * x[j]);
-            float u = rt_uniform(seed, r->stream, (uint32_t)t, first + i);
-            y[j] = u < p ? 1.0 : 0.0;
+            /* u is in [0, 1): p <= 0 (or NaN) never fires and p >= 1 always does, so those
+             * draws are skipped (dark pixels are half of Fashion-MNIST) */
+            if (!(p > 0))
+                y[j] = 0.0;
+            else if (p >= 1)
+                y[j] = 1.0;
+            else
+                y[j] = rt_uniform(seed, r->stream, (uint32_t)t, first + i) < p ? 1.0 : 0.0;
         }
     }
 }
@@ -775,6 +789,14 @@ static void
 eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
 {
     const Node *n = &ip->m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    if (r->is_static && t > 0) {
+        /* the value of step 0 is still in its slot when one step is kept; else copy it on */
+        if (r->hist > 1)
+            memcpy(val(ip, v, t), val(ip, v, t - 1),
+                   (size_t)ip->nb * (size_t)r->numel * sizeof(double));
+        return;
+    }
     switch (n->op) {
     case OP_INPUT: eval_input(ip, v, t); break;
     case OP_POISSON: eval_poisson(ip, v, t); break;
@@ -886,6 +908,31 @@ setup(Interp *ip)
     }
     for (int k = 0; k < m->ninputs; k++)
         ip->nodes[m->inputs[k]].input_index = k;
+    /* static values: in topological order, operands are classified before their users */
+    for (int k = 0; k < m->nnodes; k++) {
+        const Node *n = &m->nodes[ip->order[k]];
+        bool is_static = false;
+        switch (n->op) {
+        case OP_INPUT: is_static = !n->is_per_step_input; break;
+        case OP_DENSE:
+        case OP_CONV2D:
+        case OP_MAXPOOL2D:
+        case OP_AVGPOOL2D:
+        case OP_SUMPOOL2D:
+        case OP_FLATTEN:
+        case OP_BATCHNORM:
+        case OP_ADD:
+        case OP_SUB:
+        case OP_MUL:
+        case OP_SCALE:
+            is_static = true;
+            for (int a = 0; a < n->nargs; a++)
+                is_static = is_static && ip->nodes[n->args[a]].is_static;
+            break;
+        default: break; /* stateful, random or time-indexed */
+        }
+        ip->nodes[ip->order[k]].is_static = is_static;
+    }
     /* a delay by s steps needs s + 1 steps of its operand (fewer when s >= T: it reads nothing) */
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
@@ -910,7 +957,8 @@ setup(Interp *ip)
     for (ValueId v = 0; v < m->nnodes && !ip->failed; v++) {
         const Node *n = &m->nodes[v];
         NodeRun *r = &ip->nodes[v];
-        r->buf = ip_alloc(ip, (size_t)r->hist * (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
+        r->buf =
+            ip_alloc(ip, (size_t)r->hist * (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
         if (is_step_readout(n->op))
             r->acc = ip_alloc(ip, (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
         if (n->op == OP_INPUT && r->input_index < 0)
@@ -929,14 +977,15 @@ setup(Interp *ip)
         }
         if (n->op == OP_DENSE || n->op == OP_CONV2D) {
             ValueId a = n->args[0];
-            r->is_spike_input = m->nodes[a].type.dtype == DT_SPIKE || m->nodes[a].type.dtype == DT_I8;
+            r->is_spike_input =
+                m->nodes[a].type.dtype == DT_SPIKE || m->nodes[a].type.dtype == DT_I8;
         }
         if (n->op == OP_DENSE) {
             int64_t in = ip->nodes[n->args[0]].numel, out = r->numel;
             const Weight *w = weight(ip, n, 0);
-            if (w->numel != in * out ||
-                (attr_i(n, "bias", 0) && weight(ip, n, 1)->numel != out)) {
-                fail(ip, "interpreter: weights of '%s' do not match its shape", node_layer_name(m, n));
+            if (w->numel != in * out || (attr_i(n, "bias", 0) && weight(ip, n, 1)->numel != out)) {
+                fail(ip, "interpreter: weights of '%s' do not match its shape",
+                     node_layer_name(m, n));
                 break;
             }
             r->wt = ip_alloc(ip, (size_t)w->numel, sizeof(float));

@@ -204,13 +204,15 @@ neuron_print(FILE *f, const NeuronDef *nd)
 
 /* ---- nodes ---- */
 
+/* Anonymous values are numbered by their position in the printed order, so a module whose nodes were
+ * appended out of order (by the frontend or a pass) prints the same as its re-parsed copy. */
 static void
-put_value(FILE *f, const Module *m, ValueId v)
+put_value(FILE *f, const Module *m, const int *pos, ValueId v)
 {
     if (m->nodes[v].name)
         fputs(m->nodes[v].name, f);
     else
-        fprintf(f, "%%%d", (int)v);
+        fprintf(f, "%%%d", pos[v]);
 }
 
 static void
@@ -237,7 +239,7 @@ put_loc(FILE *f, Loc loc)
 }
 
 static void
-put_node(FILE *f, const Module *m, ValueId v)
+put_node(FILE *f, const Module *m, const int *pos, ValueId v)
 {
     const Node *n = &m->nodes[v];
     const OpInfo *oi = op_info(n->op);
@@ -255,12 +257,12 @@ put_node(FILE *f, const Module *m, ValueId v)
         return;
     }
     fputs(n->is_output ? "  output " : "  ", f);
-    put_value(f, m, v);
+    put_value(f, m, pos, v);
     fputs(" = ", f);
     if (n->op == OP_NEURON) {
         const NeuronDef *nd = m->neurons[n->neuron];
         fprintf(f, "%s(", nd->name);
-        put_value(f, m, n->args[0]);
+        put_value(f, m, pos, n->args[0]);
         for (int i = 0; i < nd->nparams; i++) {
             fprintf(f, ", %s = ", nd->params[i].name);
             put_double(f, n->params[i]);
@@ -270,7 +272,7 @@ put_node(FILE *f, const Module *m, ValueId v)
         for (int a = 0; a < n->nargs; a++) {
             if (a)
                 fputs(", ", f);
-            put_value(f, m, n->args[a]);
+            put_value(f, m, pos, n->args[a]);
         }
         for (int i = 0; i < oi->nattrs; i++)
             put_attr(f, &oi->attrs[i], &n->attrs[i]);
@@ -284,15 +286,7 @@ void
 ir_print(FILE *f, const Module *m)
 {
     fprintf(f, "# snnc graph IR\n");
-    fprintf(f, "model %s {\n", m->name ? m->name : "model");
-    fprintf(f, "  timesteps %d\n", m->timesteps);
-    fprintf(f, "  seed %lld\n", (long long)m->seed);
-    if (m->weights_path) {
-        fputs("  weights ", f);
-        put_string(f, m->weights_path);
-        fputc('\n', f);
-    }
-    /* the neurons this model uses, in definition order */
+    /* the neurons this model uses, in definition order, then the model */
     bool *used = calloc((size_t)m->nneurons + 1, sizeof *used);
     if (!used)
         die("out of memory");
@@ -301,13 +295,38 @@ ir_print(FILE *f, const Module *m)
             used[m->nodes[v].neuron] = true;
     for (int i = 0; i < m->nneurons; i++)
         if (used[i]) {
+            neuron_print(f, m->neurons[i]);
             fputc('\n', f);
-            neuron_print_indented(f, m->neurons[i], "  ");
         }
     free(used);
-    fputc('\n', f);
-    for (int v = 0; v < m->nnodes; v++)
-        put_node(f, m, v);
+    fprintf(f, "model %s {\n", m->name ? m->name : "model");
+    fprintf(f, "  timesteps %d\n", m->timesteps);
+    fprintf(f, "  seed %lld\n", (long long)m->seed);
+    if (m->weights_path) {
+        fputs("  weights ", f);
+        put_string(f, m->weights_path);
+        fputc('\n', f);
+    }
+    /* nodes in step order (operands first; a delay may read a later node) */
+    ValueId *order = malloc(((size_t)m->nnodes + 1) * sizeof *order);
+    int *pos = malloc(((size_t)m->nnodes + 1) * sizeof *pos);
+    if (!order || !pos)
+        die("out of memory");
+    int count = ir_topo_order(m, order);
+    for (int v = 0, k = count; v < m->nnodes && count < m->nnodes; v++) {
+        /* a module that does not verify (a dump after a broken pass) still prints every node */
+        bool placed = false;
+        for (int i = 0; i < count && !placed; i++)
+            placed = order[i] == v;
+        if (!placed)
+            order[k++] = v;
+    }
+    for (int i = 0; i < m->nnodes; i++)
+        pos[order[i]] = i;
+    for (int i = 0; i < m->nnodes; i++)
+        put_node(f, m, pos, order[i]);
+    free(order);
+    free(pos);
     fputs("}\n", f);
 }
 

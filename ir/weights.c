@@ -1,7 +1,7 @@
-/* Binding weight data to a module's weight slots (m->weights, named and shaped by inference): from a
- * safetensors file, checking every name, shape and dtype and reporting every problem, or from a seeded
- * initialisation with PyTorch's default ranges. Data always lands in the module's arena.
- * The seeded values are a contract (saved results depend on them): for a dense or conv weight or bias,
+/* Binding weight data to a module's weight slots (m->weights, named and shaped by inference): from
+ * a safetensors file, checking every name, shape and dtype and reporting every problem, or from a
+ * seeded initialisation with PyTorch's default ranges. Data always lands in the module's arena. The
+ * seeded values are a contract (saved results depend on them): for a dense or conv weight or bias,
  * value[i] = (float)((2u - 1) * bound), u = rt_uniform(m->seed, fnv1a32(name), 0, i),
  * bound = 1/sqrt(fan_in), fan_in = weight numel / out channels; batchnorm: 1, 0, mean 0, var 1. */
 #include "ir/ir.h"
@@ -75,8 +75,9 @@ check_tensor(const Module *m, const Weight *w, const RtTensor *t, const char *pa
     char want[160], got[160];
     shape_str(want, sizeof want, w->rank, w->dims);
     if (!t) {
-        diag_error(n->loc, "weights file '%s' has no tensor '%s' (expected f32/f16/bf16 of shape %s)",
-                   path, w->name, want);
+        diag_error(n->loc,
+                   "weights file '%s' has no tensor '%s' (expected f32/f16/bf16 of shape %s)", path,
+                   w->name, want);
         return false;
     }
     bool ok = true;
@@ -150,8 +151,8 @@ weights_bind(Module *m, const char *override_path)
         } else {
             char list[1024];
             list_weights(m, list, sizeof list);
-            diag_file_error(path, "tensor '%s' is not used by the model (its weights are: %s)", name,
-                            list);
+            diag_file_error(path, "tensor '%s' is not used by the model (its weights are: %s)",
+                            name, list);
         }
         ok = false;
     }

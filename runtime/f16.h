@@ -33,10 +33,8 @@ rt_f16_to_f32(uint16_t h)
 
     if (exp == 0x1fu) /* inf or NaN; keep the payload */
         return rt_bits_f32(sign | 0x7f800000u | (man << 13));
-    if (exp != 0)
-        return rt_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
-    if (man == 0)
-        return rt_bits_f32(sign);
+    if (exp != 0) return rt_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+    if (man == 0) return rt_bits_f32(sign);
     /* subnormal: value is man * 2^-24, exactly representable as a normal float */
     exp = 113u;
     while (!(man & 0x400u)) {
@@ -55,17 +53,14 @@ rt_f32_to_f16(float f)
     uint32_t man = u & 0x7fffffu;
 
     if (exp == 0xffu) { /* inf or NaN; NaN stays quiet NaN with the top payload bits */
-        if (man == 0)
-            return (uint16_t)(sign | 0x7c00u);
+        if (man == 0) return (uint16_t)(sign | 0x7c00u);
         return (uint16_t)(sign | 0x7e00u | (man >> 13));
     }
     int e = (int)exp - 127 + 15;
-    if (e >= 0x1f)
-        return (uint16_t)(sign | 0x7c00u);
+    if (e >= 0x1f) return (uint16_t)(sign | 0x7c00u);
     if (e <= 0) {
         /* result is subnormal or zero: shift the full significand (with hidden bit) right */
-        if (e < -10)
-            return sign; /* below half the smallest subnormal, rounds to zero */
+        if (e < -10) return sign; /* below half the smallest subnormal, rounds to zero */
         uint32_t m = man | 0x800000u;
         int shift = 14 - e; /* 14..24 */
         uint32_t half = 1u << (shift - 1);

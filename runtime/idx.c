@@ -72,8 +72,7 @@ rt_gunzip(const void *buf, size_t len, const char *what, unsigned char **out, si
         n += before - zs.avail_out;
         if (zr == Z_STREAM_END) {
             size_t pos = len - in_left - zs.avail_in;
-            if (pos == len)
-                break;
+            if (pos == len) break;
             /* gzip allows several members back to back */
             if (len - pos >= 2 && b[pos] == 0x1f && b[pos + 1] == 0x8b) {
                 inflateReset(&zs);
@@ -83,8 +82,7 @@ rt_gunzip(const void *buf, size_t len, const char *what, unsigned char **out, si
             problem = msg;
             break;
         }
-        if (zr == Z_OK)
-            continue;
+        if (zr == Z_OK) continue;
         if (zr == Z_BUF_ERROR && zs.avail_in == 0 && in_left == 0) {
             problem = "gzip data is truncated";
             break;
@@ -111,12 +109,18 @@ static const char *
 idx_type_name(unsigned t)
 {
     switch (t) {
-    case 0x08: return "unsigned byte";
-    case 0x09: return "signed byte";
-    case 0x0b: return "short";
-    case 0x0c: return "int";
-    case 0x0d: return "float";
-    case 0x0e: return "double";
+    case 0x08:
+        return "unsigned byte";
+    case 0x09:
+        return "signed byte";
+    case 0x0b:
+        return "short";
+    case 0x0c:
+        return "int";
+    case 0x0d:
+        return "float";
+    case 0x0e:
+        return "double";
     }
     return NULL;
 }
@@ -127,13 +131,11 @@ rt_idx_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
 {
     const unsigned char *b = buf;
     memset(out, 0, sizeof *out);
-    if (err && errlen)
-        err[0] = 0;
+    if (err && errlen) err[0] = 0;
     if (len >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
         unsigned char *plain;
         size_t plen;
-        if (rt_gunzip(buf, len, what, &plain, &plen, err, errlen))
-            return 1;
+        if (rt_gunzip(buf, len, what, &plain, &plen, err, errlen)) return 1;
         int rc = rt_idx_parse(plain, plen, what, out, err, errlen);
         free(plain);
         return rc;
@@ -169,7 +171,8 @@ rt_idx_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
     int64_t dims[RT_MAX_RANK], numel = 1;
     for (int i = 0; i < nd; i++) {
         const unsigned char *p = b + 4 + 4 * i;
-        dims[i] = (int64_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+        dims[i] =
+            (int64_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
     }
     for (int i = 0; i < nd; i++) {
         if (dims[i] == 0) {
@@ -189,8 +192,9 @@ rt_idx_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
         return 1;
     }
     if ((uint64_t)numel < have) {
-        rt_io_error(err, errlen, what, "%llu unexpected bytes after the %lld data bytes",
-                    (unsigned long long)(have - (uint64_t)numel), (long long)numel);
+        uint64_t extra = have - (uint64_t)numel;
+        rt_io_error(err, errlen, what, "%llu unexpected byte%s after the %lld data bytes",
+                    (unsigned long long)extra, extra == 1 ? "" : "s", (long long)numel);
         return 1;
     }
     out->data = malloc(numel > 0 ? (size_t)numel * sizeof(float) : sizeof(float));
@@ -213,8 +217,7 @@ rt_idx_read(const char *path, RtTensor *out, char *err, size_t errlen)
     unsigned char *buf;
     size_t len;
     memset(out, 0, sizeof *out);
-    if (rt_read_file(path, &buf, &len, err, errlen))
-        return 1;
+    if (rt_read_file(path, &buf, &len, err, errlen)) return 1;
     size_t plen = strlen(path);
     if (plen > 3 && strcmp(path + plen - 3, ".gz") == 0 &&
         !(len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b)) {
@@ -238,8 +241,7 @@ find_file(const char *dir, const char *base, char *path, size_t n)
     static const char *const ext[] = {"", ".gz"};
     for (int i = 0; i < 2; i++) {
         int k = snprintf(path, n, "%s/%s%s", dir, base, ext[i]);
-        if (k > 0 && (size_t)k < n && access(path, R_OK) == 0)
-            return 1;
+        if (k > 0 && (size_t)k < n && access(path, R_OK) == 0) return 1;
     }
     return 0;
 }
@@ -273,8 +275,7 @@ rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels
     char img_path[4200], lbl_path[4200];
     int found = -1;
     for (int i = 0; i < ndirs && found < 0; i++)
-        if (find_file(dirs[i], img_base, img_path, sizeof img_path))
-            found = i;
+        if (find_file(dirs[i], img_base, img_path, sizeof img_path)) found = i;
     if (found < 0) {
         char looked[1024];
         size_t k = 0;
@@ -292,8 +293,7 @@ rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels
         rt_io_error(err, errlen, what, "found %s but no %s[.gz] beside it", img_path, lbl_base);
         return 1;
     }
-    if (rt_idx_read(img_path, images, err, errlen))
-        return 1;
+    if (rt_idx_read(img_path, images, err, errlen)) return 1;
     if (rt_idx_read(lbl_path, labels, err, errlen)) {
         rt_tensor_free(images);
         return 1;

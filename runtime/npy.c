@@ -109,8 +109,7 @@ py_str(PyLit *py, char *out, size_t outlen)
             py_fail(py, "unsupported character in string");
             return 0;
         }
-        if (n + 1 < outlen)
-            out[n++] = (char)*py->p;
+        if (n + 1 < outlen) out[n++] = (char)*py->p;
         py->p++;
     }
     if (py->p >= py->end) {
@@ -128,8 +127,9 @@ py_word(PyLit *py, const char *w)
     size_t n = strlen(w);
     if ((size_t)(py->end - py->p) >= n && memcmp(py->p, w, n) == 0) {
         const unsigned char *after = py->p + n;
-        if (after == py->end || !((*after >= 'a' && *after <= 'z') || (*after >= 'A' && *after <= 'Z') ||
-                                  (*after >= '0' && *after <= '9') || *after == '_')) {
+        if (after == py->end ||
+            !((*after >= 'a' && *after <= 'z') || (*after >= 'A' && *after <= 'Z') ||
+              (*after >= '0' && *after <= '9') || *after == '_')) {
             py->p += n;
             return 1;
         }
@@ -150,8 +150,7 @@ py_shape(PyLit *py, int64_t *dims, int *rank)
     int n = 0, trailing_comma = 0;
     for (;;) {
         py_ws(py);
-        if (py_eat(py, ')'))
-            break;
+        if (py_eat(py, ')')) break;
         if (py->p >= py->end || *py->p < '0' || *py->p > '9') {
             py_fail(py, n == 0 || trailing_comma ? "expected a non-negative integer or ')' in shape"
                                                  : "expected a non-negative integer in shape");
@@ -159,14 +158,11 @@ py_shape(PyLit *py, int64_t *dims, int *rank)
         }
         int64_t v = 0;
         while (py->p < py->end && *py->p >= '0' && *py->p <= '9') {
-            if (v <= RT_MAX_NUMEL)
-                v = v * 10 + (*py->p - '0');
+            if (v <= RT_MAX_NUMEL) v = v * 10 + (*py->p - '0');
             py->p++;
         }
-        if (v > RT_MAX_NUMEL)
-            v = RT_MAX_NUMEL + 1;
-        if (py->p < py->end && *py->p == 'L')
-            py->p++;
+        if (v > RT_MAX_NUMEL) v = RT_MAX_NUMEL + 1;
+        if (py->p < py->end && *py->p == 'L') py->p++;
         if (n == RT_MAX_RANK) {
             rt_io_error(py->err, py->errlen, py->what, "shape has more than %d dimensions",
                         RT_MAX_RANK);
@@ -175,8 +171,7 @@ py_shape(PyLit *py, int64_t *dims, int *rank)
         dims[n++] = v;
         trailing_comma = py_eat(py, ',');
         if (!trailing_comma) {
-            if (py_eat(py, ')'))
-                break;
+            if (py_eat(py, ')')) break;
             py_fail(py, "expected ',' or ')' in shape");
             return 0;
         }
@@ -194,17 +189,16 @@ static const struct {
     const char *descr;
     RtDType dtype;
 } npy_dtypes[] = {
-    {"<f4", RT_F32}, {"<f8", RT_F64}, {"<f2", RT_F16}, {"|u1", RT_U8},  {"|i1", RT_I8},
-    {"|b1", RT_BOOL}, {"<i4", RT_I32}, {"<i8", RT_I64}, {"<u1", RT_U8}, {"<i1", RT_I8},
-    {"<b1", RT_BOOL},
+    {"<f4", RT_F32}, {"<f8", RT_F64},  {"<f2", RT_F16},  {"|u1", RT_U8},
+    {"|i1", RT_I8},  {"|b1", RT_BOOL}, {"<i4", RT_I32},  {"<i8", RT_I64},
+    {"<u1", RT_U8},  {"<i1", RT_I8},   {"<b1", RT_BOOL},
 };
 
 static const char *
 npy_descr(RtDType t)
 {
     for (size_t i = 0; i < sizeof npy_dtypes / sizeof npy_dtypes[0]; i++)
-        if (npy_dtypes[i].dtype == t)
-            return npy_dtypes[i].descr;
+        if (npy_dtypes[i].dtype == t) return npy_dtypes[i].descr;
     return "?";
 }
 
@@ -219,10 +213,8 @@ npy_header(PyLit *py, RtDType *dtype, int *rank, int64_t *dims)
         return 0;
     }
     for (;;) {
-        if (py_eat(py, '}'))
-            break;
-        if (!py_str(py, key, sizeof key))
-            return 0;
+        if (py_eat(py, '}')) break;
+        if (!py_str(py, key, sizeof key)) return 0;
         if (!py_eat(py, ':')) {
             py_fail(py, "expected ':' after key");
             return 0;
@@ -235,8 +227,7 @@ npy_header(PyLit *py, RtDType *dtype, int *rank, int64_t *dims)
                             "structured dtypes are not supported (only plain numeric arrays)");
                 return 0;
             }
-            if (!py_str(py, descr, sizeof descr))
-                return 0;
+            if (!py_str(py, descr, sizeof descr)) return 0;
             int found = 0;
             for (size_t i = 0; i < sizeof npy_dtypes / sizeof npy_dtypes[0]; i++)
                 if (strcmp(descr, npy_dtypes[i].descr) == 0) {
@@ -248,9 +239,10 @@ npy_header(PyLit *py, RtDType *dtype, int *rank, int64_t *dims)
                     rt_io_error(py->err, py->errlen, py->what,
                                 "big-endian dtype '%s' is not supported", descr);
                 else
-                    rt_io_error(py->err, py->errlen, py->what,
-                                "unsupported dtype '%s' (supported: <f4 <f8 <f2 |u1 |i1 |b1 <i4 <i8)",
-                                descr);
+                    rt_io_error(
+                        py->err, py->errlen, py->what,
+                        "unsupported dtype '%s' (supported: <f4 <f8 <f2 |u1 |i1 |b1 <i4 <i8)",
+                        descr);
                 return 0;
             }
         } else if (strcmp(key, "fortran_order") == 0 && !has_order) {
@@ -266,18 +258,18 @@ npy_header(PyLit *py, RtDType *dtype, int *rank, int64_t *dims)
             }
         } else if (strcmp(key, "shape") == 0 && !has_shape) {
             has_shape = 1;
-            if (!py_shape(py, dims, rank))
-                return 0;
+            if (!py_shape(py, dims, rank)) return 0;
         } else {
-            int dup = !strcmp(key, "descr") || !strcmp(key, "fortran_order") || !strcmp(key, "shape");
-            rt_io_error(py->err, py->errlen, py->what,
-                        dup ? "bad header: duplicate key '%s'"
-                            : "bad header: unexpected key '%s' (allowed: descr, fortran_order, shape)",
-                        key);
+            int dup =
+                !strcmp(key, "descr") || !strcmp(key, "fortran_order") || !strcmp(key, "shape");
+            rt_io_error(
+                py->err, py->errlen, py->what,
+                dup ? "bad header: duplicate key '%s'"
+                    : "bad header: unexpected key '%s' (allowed: descr, fortran_order, shape)",
+                key);
             return 0;
         }
-        if (py_eat(py, '}'))
-            break;
+        if (py_eat(py, '}')) break;
         if (!py_eat(py, ',')) {
             py_fail(py, "expected ',' or '}'");
             return 0;
@@ -288,7 +280,10 @@ npy_header(PyLit *py, RtDType *dtype, int *rank, int64_t *dims)
         py_fail(py, "unexpected text after the header dict");
         return 0;
     }
-    const char *missing = !has_descr ? "descr" : !has_order ? "fortran_order" : !has_shape ? "shape" : NULL;
+    const char *missing = !has_descr   ? "descr"
+                          : !has_order ? "fortran_order"
+                          : !has_shape ? "shape"
+                                       : NULL;
     if (missing) {
         rt_io_error(py->err, py->errlen, py->what, "bad header: missing key '%s'", missing);
         return 0;
@@ -301,12 +296,12 @@ rt_npy_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
 {
     const unsigned char *b = buf;
     memset(out, 0, sizeof *out);
-    if (err && errlen)
-        err[0] = 0;
+    if (err && errlen) err[0] = 0;
     if (len < 10 || memcmp(b, npy_magic, 6) != 0) {
-        rt_io_error(err, errlen, what, len < 10 && (len < 6 || !memcmp(b, npy_magic, 6))
-                                           ? "file is %zu bytes, too short for a .npy header"
-                                           : "not a .npy file (bad magic; %zu bytes)",
+        rt_io_error(err, errlen, what,
+                    len < 10 && (len < 6 || !memcmp(b, npy_magic, 6))
+                        ? "file is %zu bytes, too short for a .npy header"
+                        : "not a .npy file (bad magic; %zu bytes)",
                     len);
         return 1;
     }
@@ -319,7 +314,8 @@ rt_npy_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
             start = 10;
         } else {
             if (len < 12) {
-                rt_io_error(err, errlen, what, "file is %zu bytes, too short for a .npy header", len);
+                rt_io_error(err, errlen, what, "file is %zu bytes, too short for a .npy header",
+                            len);
                 return 1;
             }
             hlen = ld32(b + 8);
@@ -338,8 +334,7 @@ rt_npy_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
     RtDType dtype = RT_F32;
     int rank = 0;
     int64_t dims[RT_MAX_RANK];
-    if (!npy_header(&py, &dtype, &rank, dims))
-        return 1;
+    if (!npy_header(&py, &dtype, &rank, dims)) return 1;
 
     int64_t numel = 1;
     for (int i = 0; i < rank; i++)
@@ -362,8 +357,8 @@ rt_npy_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
     uint64_t need = (uint64_t)numel * rt_dtype_size(dtype);
     if (need > avail) {
         rt_io_error(err, errlen, what,
-                    "data is %zu bytes but the shape and dtype %s need %llu (file truncated?)", avail,
-                    npy_descr(dtype), (unsigned long long)need);
+                    "data is %zu bytes but the shape and dtype %s need %llu (file truncated?)",
+                    avail, npy_descr(dtype), (unsigned long long)need);
         return 1;
     }
     float *data = malloc(numel > 0 ? (size_t)numel * sizeof(float) : sizeof(float));
@@ -388,8 +383,7 @@ rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen)
     unsigned char *buf;
     size_t len;
     memset(out, 0, sizeof *out);
-    if (rt_read_file(path, &buf, &len, err, errlen))
-        return 1;
+    if (rt_read_file(path, &buf, &len, err, errlen)) return 1;
     int rc = rt_npy_parse(buf, len, path, out, err, errlen);
     free(buf);
     return rc;
@@ -401,17 +395,14 @@ rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen)
 static int
 npy_cast(float v, int lo, int hi)
 {
-    if (isnan(v))
-        return 0;
-    if (v <= (float)lo)
-        return lo;
-    if (v >= (float)hi)
-        return hi;
+    if (isnan(v)) return 0;
+    if (v <= (float)lo) return lo;
+    if (v >= (float)hi) return hi;
     return (int)v;
 }
 
-/* The header exactly as numpy.save (format 1.0) writes it: the sorted dict repr, spare spaces so the
- * first axis can grow to 21 digits in place, padding to a multiple of 64 and a newline. */
+/* The header exactly as numpy.save (format 1.0) writes it: the sorted dict repr, spare spaces so
+ * the first axis can grow to 21 digits in place, padding to a multiple of 64 and a newline. */
 static int
 npy_encode(RtDType dtype, int rank, const int64_t *dims, const float *data, unsigned char **out,
            size_t *outlen, const char *what, char *err, size_t errlen)
@@ -499,8 +490,7 @@ rt_npy_write(const char *path, RtDType dtype, int rank, const int64_t *dims, con
 {
     unsigned char *buf;
     size_t len;
-    if (npy_encode(dtype, rank, dims, data, &buf, &len, path, err, errlen))
-        return 1;
+    if (npy_encode(dtype, rank, dims, data, &buf, &len, path, err, errlen)) return 1;
     int rc = rt_write_file(path, buf, len, err, errlen);
     free(buf);
     return rc;
@@ -562,10 +552,8 @@ inflate_member(const unsigned char *src, size_t csize, size_t usize, unsigned ch
             out_left -= zs.avail_out;
         }
         int zr = inflate(&zs, Z_NO_FLUSH);
-        if (zr == Z_STREAM_END)
-            break;
-        if (zr == Z_OK)
-            continue; /* progress was made */
+        if (zr == Z_STREAM_END) break;
+        if (zr == Z_OK) continue; /* progress was made */
         if (zr == Z_BUF_ERROR && zs.avail_out == 0 && out_left == 0)
             problem = "inflates to more bytes than the directory says";
         else if (zr == Z_BUF_ERROR)
@@ -662,8 +650,8 @@ zip_directory(const unsigned char *b, size_t len, uint64_t *cd_off, uint64_t *cd
 
 /* one central directory header at *pos; advances *pos */
 static int
-zip_entry(const unsigned char *b, size_t *pos, size_t end, ZipEntry *ze, const char *what, char *err,
-          size_t errlen)
+zip_entry(const unsigned char *b, size_t *pos, size_t end, ZipEntry *ze, const char *what,
+          char *err, size_t errlen)
 {
     size_t p = *pos;
     if (end - p < 46 || ld32(b + p) != ZIP_CENTRAL_SIG) {
@@ -687,14 +675,12 @@ zip_entry(const unsigned char *b, size_t *pos, size_t end, ZipEntry *ze, const c
     const unsigned char *x = b + p + 46 + nlen, *xend = x + xlen;
     while (xend - x >= 4) {
         unsigned id = ld16(x), sz = ld16(x + 2);
-        if ((size_t)(xend - x - 4) < sz)
-            break;
+        if ((size_t)(xend - x - 4) < sz) break;
         if (id == 0x0001) {
             const unsigned char *f = x + 4, *fend = x + 4 + sz;
             uint64_t *fields[3] = {&ze->usize, &ze->csize, &ze->offset};
             for (int i = 0; i < 3; i++) {
-                if (*fields[i] != 0xffffffffu)
-                    continue;
+                if (*fields[i] != 0xffffffffu) continue;
                 if (fend - f < 8) {
                     rt_io_error(err, errlen, what, "corrupt zip64 extra field at byte %zu", p);
                     return 1;
@@ -723,12 +709,10 @@ rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, ch
     const unsigned char *b = buf;
     out->tensors = NULL;
     out->ntensors = 0;
-    if (err && errlen)
-        err[0] = 0;
+    if (err && errlen) err[0] = 0;
     uint64_t cd_off, cd_size, count;
     size_t cd_limit;
-    if (zip_directory(b, len, &cd_off, &cd_size, &count, &cd_limit, what, err, errlen))
-        return 1;
+    if (zip_directory(b, len, &cd_off, &cd_size, &count, &cd_limit, what, err, errlen)) return 1;
     RtTensor *ts = calloc(count > 0 ? (size_t)count : 1, sizeof *ts);
     if (!ts) {
         rt_io_error(err, errlen, what, "out of memory for %llu members", (unsigned long long)count);
@@ -739,13 +723,13 @@ rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, ch
     char mwhat[320];
     for (uint64_t i = 0; i < count; i++) {
         ZipEntry ze;
-        if (zip_entry(b, &pos, cd_end, &ze, what, err, errlen))
-            goto fail;
-        snprintf(mwhat, sizeof mwhat, "%s: member '%.*s'", what, (int)(ze.nlen > 200 ? 200 : ze.nlen),
-                 (const char *)ze.name);
+        if (zip_entry(b, &pos, cd_end, &ze, what, err, errlen)) goto fail;
+        snprintf(mwhat, sizeof mwhat, "%s: member '%.*s'", what,
+                 (int)(ze.nlen > 200 ? 200 : ze.nlen), (const char *)ze.name);
         if (ze.nlen < 5 || memcmp(ze.name + ze.nlen - 4, ".npy", 4) != 0 ||
             memchr(ze.name, 0, ze.nlen)) {
-            rt_io_error(err, errlen, mwhat, "not a .npy member (an .npz holds only NAME.npy files)");
+            rt_io_error(err, errlen, mwhat,
+                        "not a .npy member (an .npz holds only NAME.npy files)");
             goto fail;
         }
         if (ze.flags & 1) {
@@ -754,7 +738,8 @@ rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, ch
         }
         if (ze.method != 0 && ze.method != 8) {
             rt_io_error(err, errlen, mwhat,
-                        "compression method %u is not supported (only stored and deflate)", ze.method);
+                        "compression method %u is not supported (only stored and deflate)",
+                        ze.method);
             goto fail;
         }
         /* the local header repeats the name and has its own extra field; data follows it */
@@ -775,7 +760,8 @@ rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, ch
         const unsigned char *npy = src;
         if (ze.method == 0) {
             if (ze.usize != ze.csize) {
-                rt_io_error(err, errlen, mwhat, "stored member has size %llu but %llu bytes of data",
+                rt_io_error(err, errlen, mwhat,
+                            "stored member has size %llu but %llu bytes of data",
                             (unsigned long long)ze.usize, (unsigned long long)ze.csize);
                 goto fail;
             }
@@ -798,8 +784,7 @@ rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, ch
         }
         int rc = rt_npy_parse(npy, (size_t)ze.usize, mwhat, &ts[n], err, errlen);
         free(plain);
-        if (rc)
-            goto fail;
+        if (rc) goto fail;
         ts[n].name = malloc(ze.nlen - 3);
         if (!ts[n].name) {
             rt_tensor_free(&ts[n]);
@@ -844,8 +829,7 @@ rt_npz_read(const char *path, RtTensorSet *out, char *err, size_t errlen)
     size_t len;
     out->tensors = NULL;
     out->ntensors = 0;
-    if (rt_read_file(path, &buf, &len, err, errlen))
-        return 1;
+    if (rt_read_file(path, &buf, &len, err, errlen)) return 1;
     int rc = rt_npz_parse(buf, len, path, out, err, errlen);
     free(buf);
     return rc;
@@ -886,8 +870,7 @@ rt_npz_write(const char *path, const RtTensor *ts, int n, char *err, size_t errl
         size_t nlen = strlen(ts[i].name) + 4;
         int is_utf8 = 0;
         for (const char *c = ts[i].name; *c; c++)
-            if ((unsigned char)*c >= 0x80)
-                is_utf8 = 1;
+            if ((unsigned char)*c >= 0x80) is_utf8 = 1;
         size_t add = 30 + nlen + npylen;
         if (npylen > 0xfffffffeu || zn + add > 0xfffffffeu) {
             free(npy);
@@ -896,10 +879,8 @@ rt_npz_write(const char *path, const RtTensor *ts, int n, char *err, size_t errl
         }
         unsigned char *nz = realloc(zip, zn + add);
         unsigned char *ncd = nz ? realloc(cd, cdn + 46 + nlen) : NULL;
-        if (nz)
-            zip = nz;
-        if (ncd)
-            cd = ncd;
+        if (nz) zip = nz;
+        if (ncd) cd = ncd;
         if (!nz || !ncd) {
             free(npy);
             rt_io_error(err, errlen, path, "out of memory");
@@ -908,11 +889,11 @@ rt_npz_write(const char *path, const RtTensor *ts, int n, char *err, size_t errl
         uint32_t crc = (uint32_t)crc32_big(npy, npylen);
         unsigned char *l = zip + zn;
         st32(l, ZIP_LOCAL_SIG);
-        st16(l + 4, 20);                /* version needed: 2.0 */
+        st16(l + 4, 20);                  /* version needed: 2.0 */
         st16(l + 6, is_utf8 ? 0x800 : 0); /* bit 11: names are UTF-8 */
-        st16(l + 8, 0);                 /* stored */
-        st16(l + 10, 0);                /* 00:00:00 */
-        st16(l + 12, 0x21);             /* 1980-01-01 */
+        st16(l + 8, 0);                   /* stored */
+        st16(l + 10, 0);                  /* 00:00:00 */
+        st16(l + 12, 0x21);               /* 1980-01-01 */
         st32(l + 14, crc);
         st32(l + 18, (uint32_t)npylen);
         st32(l + 22, (uint32_t)npylen);
@@ -925,12 +906,12 @@ rt_npz_write(const char *path, const RtTensor *ts, int n, char *err, size_t errl
 
         unsigned char *c = cd + cdn;
         st32(c, ZIP_CENTRAL_SIG);
-        st16(c + 4, 0x0314); /* made by: Unix, 2.0 */
-        memcpy(c + 6, l + 4, 26); /* version needed .. name length, as in the local header */
-        st16(c + 30, 0);          /* extra */
-        st16(c + 32, 0);          /* comment */
-        st16(c + 34, 0);          /* disk */
-        st16(c + 36, 0);          /* internal attributes */
+        st16(c + 4, 0x0314);          /* made by: Unix, 2.0 */
+        memcpy(c + 6, l + 4, 26);     /* version needed .. name length, as in the local header */
+        st16(c + 30, 0);              /* extra */
+        st16(c + 32, 0);              /* comment */
+        st16(c + 34, 0);              /* disk */
+        st16(c + 36, 0);              /* internal attributes */
         st32(c + 38, 0100644u << 16); /* regular file, rw-r--r-- */
         st32(c + 42, (uint32_t)zn);
         memcpy(c + 46, l + 30, nlen);
@@ -948,8 +929,7 @@ rt_npz_write(const char *path, const RtTensor *ts, int n, char *err, size_t errl
             goto done;
         }
         zip = nz;
-        if (cdn)
-            memcpy(zip + zn, cd, cdn);
+        if (cdn) memcpy(zip + zn, cd, cdn);
         unsigned char *e = zip + zn + cdn;
         st32(e, ZIP_EOCD_SIG);
         st16(e + 4, 0);

@@ -29,8 +29,7 @@ rt_philox_selftest(void)
         uint32_t out[4];
         rt_philox4x32_10(&kat[i][0], &kat[i][4], out);
         for (int j = 0; j < 4; j++)
-            if (out[j] != kat[i][6 + j])
-                return i + 1;
+            if (out[j] != kat[i][6 + j]) return i + 1;
     }
     return 0;
 }

@@ -1,9 +1,8 @@
-/* philox.h: the Philox4x32-10 counter-based random number generator (Salmon et al., SC11; the Random123
- * algorithm) and the uniform float draw every backend must reproduce bit for bit.
- * Header-only static inline C with no library calls and no state, so the same text compiles into CUDA
- * and LLVM kernels: define RT_PHILOX_FN (e.g. to `static __device__ inline`) and RT_PHILOX_NO_STDINT
- * (after providing uint32_t/uint64_t) before including it there. Must not change the mapping from
- * (seed, stream, step, index) to numbers: saved results and cross-backend tests depend on it. */
+/* philox.h: Philox4x32-10 (Salmon et al., SC11; the Random123 algorithm) and the uniform draw every
+ * backend must reproduce bit for bit. Static inline, stateless, no library calls: kernels include
+ * the same text after defining RT_PHILOX_FN (e.g. `static __device__ inline`) and
+ * RT_PHILOX_NO_STDINT. Must not change how (seed, stream, step, index) map to numbers: saved
+ * results depend on it. */
 #ifndef SNN_RUNTIME_PHILOX_H
 #define SNN_RUNTIME_PHILOX_H
 

@@ -1,8 +1,8 @@
-/* safetensors.c: the safetensors format (a strict hand-written parser for its JSON header, the reader,
- * and a writer byte-identical to the reference serializer), plus the tensor, tensor-set and whole-file
- * helpers the other readers share.
- * Must not trust any size or offset in the input before checking it against the bytes present, and
- * must not allocate from a claimed size: every allocation is bounded by the input's length. */
+/* safetensors.c: the safetensors format (a strict hand-written parser for its JSON header, the
+ * reader, and a writer byte-identical to the reference serializer), plus the tensor, tensor-set and
+ * whole-file helpers the other readers share.
+ * Must not trust any size or offset before checking it against the bytes present, and must not
+ * allocate from a claimed size: every allocation is bounded by the input's length. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -20,18 +20,15 @@
 
 /* the reference implementation refuses headers above 100 MB */
 #define ST_MAX_HEADER 100000000u
-/* nesting is at most three deep ({name: {shape: [..]}}), so no recursion limit is needed beyond that */
 
 /* ---- tensors, sets, errors, files ---- */
 
 void
 rt_io_error(char *err, size_t errlen, const char *what, const char *fmt, ...)
 {
-    if (!err || errlen == 0)
-        return;
+    if (!err || errlen == 0) return;
     int n = snprintf(err, errlen, "%s: ", what ? what : "(input)");
-    if (n < 0 || (size_t)n >= errlen)
-        return;
+    if (n < 0 || (size_t)n >= errlen) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
@@ -42,15 +39,24 @@ const char *
 rt_dtype_name(RtDType t)
 {
     switch (t) {
-    case RT_F32: return "f32";
-    case RT_F16: return "f16";
-    case RT_BF16: return "bf16";
-    case RT_F64: return "f64";
-    case RT_U8: return "u8";
-    case RT_I8: return "i8";
-    case RT_I32: return "i32";
-    case RT_I64: return "i64";
-    case RT_BOOL: return "bool";
+    case RT_F32:
+        return "f32";
+    case RT_F16:
+        return "f16";
+    case RT_BF16:
+        return "bf16";
+    case RT_F64:
+        return "f64";
+    case RT_U8:
+        return "u8";
+    case RT_I8:
+        return "i8";
+    case RT_I32:
+        return "i32";
+    case RT_I64:
+        return "i64";
+    case RT_BOOL:
+        return "bool";
     }
     return "?";
 }
@@ -59,15 +65,24 @@ size_t
 rt_dtype_size(RtDType t)
 {
     switch (t) {
-    case RT_F32: return 4;
-    case RT_F16: return 2;
-    case RT_BF16: return 2;
-    case RT_F64: return 8;
-    case RT_U8: return 1;
-    case RT_I8: return 1;
-    case RT_I32: return 4;
-    case RT_I64: return 8;
-    case RT_BOOL: return 1;
+    case RT_F32:
+        return 4;
+    case RT_F16:
+        return 2;
+    case RT_BF16:
+        return 2;
+    case RT_F64:
+        return 8;
+    case RT_U8:
+        return 1;
+    case RT_I8:
+        return 1;
+    case RT_I32:
+        return 4;
+    case RT_I64:
+        return 8;
+    case RT_BOOL:
+        return 1;
     }
     return 0;
 }
@@ -115,8 +130,7 @@ rt_tensor_init(RtTensor *t, const char *name, int rank, const int64_t *dims, cha
 void
 rt_tensor_free(RtTensor *t)
 {
-    if (!t)
-        return;
+    if (!t) return;
     free(t->name);
     free(t->data);
     memset(t, 0, sizeof *t);
@@ -125,19 +139,16 @@ rt_tensor_free(RtTensor *t)
 const RtTensor *
 rt_tensorset_find(const RtTensorSet *s, const char *name)
 {
-    if (!s || !name)
-        return NULL;
+    if (!s || !name) return NULL;
     for (int i = 0; i < s->ntensors; i++)
-        if (s->tensors[i].name && strcmp(s->tensors[i].name, name) == 0)
-            return &s->tensors[i];
+        if (s->tensors[i].name && strcmp(s->tensors[i].name, name) == 0) return &s->tensors[i];
     return NULL;
 }
 
 void
 rt_tensorset_free(RtTensorSet *s)
 {
-    if (!s)
-        return;
+    if (!s) return;
     for (int i = 0; i < s->ntensors; i++)
         rt_tensor_free(&s->tensors[i]);
     free(s->tensors);
@@ -158,15 +169,12 @@ rt_read_file(const char *path, unsigned char **buf, size_t *len, char *err, size
     /* read to EOF with a growing buffer so pipes and files that change size work too */
     size_t cap = 1 << 16, n = 0;
     unsigned char *b = malloc(cap);
-    if (!b)
-        goto oom;
+    if (!b) goto oom;
     for (;;) {
         if (n == cap) {
-            if (cap > SIZE_MAX / 2)
-                goto oom;
+            if (cap > SIZE_MAX / 2) goto oom;
             unsigned char *nb = realloc(b, cap * 2);
-            if (!nb)
-                goto oom;
+            if (!nb) goto oom;
             b = nb;
             cap *= 2;
         }
@@ -208,8 +216,7 @@ rt_write_file(const char *path, const void *buf, size_t len, char *err, size_t e
     for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
         snprintf(tmp, plen + 48, "%s.tmp%ld.%d", path, (long)getpid(), attempt);
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (fd < 0 && errno != EEXIST)
-            break;
+        if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) {
         rt_io_error(err, errlen, path, "cannot create a file next to it: %s", strerror(errno));
@@ -220,8 +227,7 @@ rt_write_file(const char *path, const void *buf, size_t len, char *err, size_t e
     size_t left = len;
     while (left > 0) {
         ssize_t w = write(fd, p, left > (1u << 30) ? (1u << 30) : left);
-        if (w < 0 && errno == EINTR)
-            continue;
+        if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             rt_io_error(err, errlen, path, "write error: %s", strerror(w < 0 ? errno : EIO));
             close(fd);
@@ -338,8 +344,7 @@ typedef struct {
 static void
 json_fail(Json *j, const char *msg)
 {
-    if (j->failed)
-        return;
+    if (j->failed) return;
     j->failed = 1;
     if (j->p >= j->end)
         rt_io_error(j->err, j->errlen, j->what, "bad JSON in header: %s at end of header", msg);
@@ -347,8 +352,9 @@ json_fail(Json *j, const char *msg)
         rt_io_error(j->err, j->errlen, j->what, "bad JSON in header at byte %zu: %s, found '%c'",
                     (size_t)(j->p - j->s), msg, *j->p);
     else
-        rt_io_error(j->err, j->errlen, j->what, "bad JSON in header at byte %zu: %s, found byte 0x%02x",
-                    (size_t)(j->p - j->s), msg, *j->p);
+        rt_io_error(j->err, j->errlen, j->what,
+                    "bad JSON in header at byte %zu: %s, found byte 0x%02x", (size_t)(j->p - j->s),
+                    msg, *j->p);
 }
 
 static void
@@ -380,33 +386,25 @@ utf8_len(const unsigned char *p, const unsigned char *end)
         n = 2;
     else if (c >= 0xe0 && c <= 0xef) {
         n = 3;
-        if (c == 0xe0)
-            lo = 0xa0;
-        if (c == 0xed)
-            hi = 0x9f;
+        if (c == 0xe0) lo = 0xa0;
+        if (c == 0xed) hi = 0x9f;
     } else if (c >= 0xf0 && c <= 0xf4) {
         n = 4;
-        if (c == 0xf0)
-            lo = 0x90;
-        if (c == 0xf4)
-            hi = 0x8f;
+        if (c == 0xf0) lo = 0x90;
+        if (c == 0xf4) hi = 0x8f;
     } else
         return 0;
-    if (end - p < n)
-        return 0;
-    if (p[1] < lo || p[1] > hi)
-        return 0;
+    if (end - p < n) return 0;
+    if (p[1] < lo || p[1] > hi) return 0;
     for (int i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
+        if (p[i] < 0x80 || p[i] > 0xbf) return 0;
     return n;
 }
 
 static int
 hex4(const unsigned char *p, const unsigned char *end, unsigned *v)
 {
-    if (end - p < 4)
-        return 0;
+    if (end - p < 4) return 0;
     *v = 0;
     for (int i = 0; i < 4; i++) {
         unsigned c = p[i], d;
@@ -481,15 +479,32 @@ json_string(Json *j)
         unsigned e = j->p[1];
         j->p += 2;
         switch (e) {
-        case '"': out[n++] = '"'; continue;
-        case '\\': out[n++] = '\\'; continue;
-        case '/': out[n++] = '/'; continue;
-        case 'b': out[n++] = '\b'; continue;
-        case 'f': out[n++] = '\f'; continue;
-        case 'n': out[n++] = '\n'; continue;
-        case 'r': out[n++] = '\r'; continue;
-        case 't': out[n++] = '\t'; continue;
-        case 'u': break;
+        case '"':
+            out[n++] = '"';
+            continue;
+        case '\\':
+            out[n++] = '\\';
+            continue;
+        case '/':
+            out[n++] = '/';
+            continue;
+        case 'b':
+            out[n++] = '\b';
+            continue;
+        case 'f':
+            out[n++] = '\f';
+            continue;
+        case 'n':
+            out[n++] = '\n';
+            continue;
+        case 'r':
+            out[n++] = '\r';
+            continue;
+        case 't':
+            out[n++] = '\t';
+            continue;
+        case 'u':
+            break;
         default:
             j->p -= 1;
             json_fail(j, "unknown escape in string");
@@ -596,19 +611,16 @@ json_int_array(Json *j, int64_t *vals, int max, int *n, int *too_long)
         json_fail(j, "expected '['");
         return 0;
     }
-    if (json_eat(j, ']'))
-        return 1;
+    if (json_eat(j, ']')) return 1;
     for (;;) {
         int64_t v;
-        if (!json_int(j, &v))
-            return 0;
+        if (!json_int(j, &v)) return 0;
         if (*n == max) {
             *too_long = 1;
             return 0;
         }
         vals[(*n)++] = v;
-        if (json_eat(j, ']'))
-            return 1;
+        if (json_eat(j, ']')) return 1;
         if (!json_eat(j, ',')) {
             json_fail(j, "expected ',' or ']' in array");
             return 0;
@@ -621,16 +633,21 @@ static const char *
 json_kind_at(Json *j)
 {
     json_ws(j);
-    if (j->p >= j->end)
-        return "nothing";
+    if (j->p >= j->end) return "nothing";
     switch (*j->p) {
-    case '{': return "an object";
-    case '[': return "an array";
-    case '"': return "a string";
+    case '{':
+        return "an object";
+    case '[':
+        return "an array";
+    case '"':
+        return "a string";
     case 't':
-    case 'f': return "a boolean";
-    case 'n': return "null";
-    default: return (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) ? "a number" : "an invalid token";
+    case 'f':
+        return "a boolean";
+    case 'n':
+        return "null";
+    default:
+        return (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) ? "a number" : "an invalid token";
     }
 }
 
@@ -645,22 +662,21 @@ static const struct {
     const char *name;
     RtDType dtype;
 } st_dtypes[] = {
-    {"F32", RT_F32}, {"F16", RT_F16}, {"BF16", RT_BF16}, {"F64", RT_F64}, {"U8", RT_U8},
+    {"F32", RT_F32}, {"F16", RT_F16}, {"BF16", RT_BF16}, {"F64", RT_F64},   {"U8", RT_U8},
     {"I8", RT_I8},   {"I32", RT_I32}, {"I64", RT_I64},   {"BOOL", RT_BOOL},
 };
 
 /* dtypes the safetensors specification defines that this runtime does not load */
 static const char *const st_unsupported[] = {
-    "I16", "U16", "U32", "U64", "F8_E5M2", "F8_E4M3", "F8_E4M3FN", "F8_E4M3FNUZ", "F8_E5M2FNUZ",
-    "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64",
+    "I16",         "U16",         "U32",     "U64",     "F8_E5M2", "F8_E4M3", "F8_E4M3FN",
+    "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",      "C64",
 };
 
 static const char *
 st_dtype_key(RtDType t)
 {
     for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
-        if (st_dtypes[i].dtype == t)
-            return st_dtypes[i].name;
+        if (st_dtypes[i].dtype == t) return st_dtypes[i].name;
     return "?";
 }
 
@@ -670,8 +686,7 @@ fmt_shape(char *buf, size_t n, const int64_t *dims, int rank)
     size_t k = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < rank && k < n; i++)
         k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)dims[i]);
-    if (k < n)
-        snprintf(buf + k, n - k, "]");
+    if (k < n) snprintf(buf + k, n - k, "]");
 }
 
 /* Tensor object: '{' member* '}' with keys dtype, shape, data_offsets, each exactly once. */
@@ -689,8 +704,7 @@ st_tensor(Json *j, StEntry *e)
     if (!json_eat(j, '}')) {
         for (;;) {
             char *key = json_string(j);
-            if (!key)
-                return 0;
+            if (!key) return 0;
             if (!json_eat(j, ':')) {
                 free(key);
                 json_fail(j, "expected ':' after key");
@@ -701,15 +715,17 @@ st_tensor(Json *j, StEntry *e)
                         : strcmp(key, "data_offsets") == 0 ? &has_offsets
                                                            : NULL;
             if (!seen) {
-                rt_io_error(j->err, j->errlen, j->what,
-                            "tensor '%s': unexpected key \"%s\" (allowed: dtype, shape, data_offsets)",
-                            nm, key);
+                rt_io_error(
+                    j->err, j->errlen, j->what,
+                    "tensor '%s': unexpected key \"%s\" (allowed: dtype, shape, data_offsets)", nm,
+                    key);
                 j->failed = 1;
                 free(key);
                 return 0;
             }
             if (*seen) {
-                rt_io_error(j->err, j->errlen, j->what, "tensor '%s': duplicate key \"%s\"", nm, key);
+                rt_io_error(j->err, j->errlen, j->what, "tensor '%s': duplicate key \"%s\"", nm,
+                            key);
                 j->failed = 1;
                 free(key);
                 return 0;
@@ -720,13 +736,13 @@ st_tensor(Json *j, StEntry *e)
             if (seen == &has_dtype) {
                 if (j->p >= j->end || *j->p != '"') {
                     rt_io_error(j->err, j->errlen, j->what,
-                                "tensor '%s': dtype must be a string, found %s", nm, json_kind_at(j));
+                                "tensor '%s': dtype must be a string, found %s", nm,
+                                json_kind_at(j));
                     j->failed = 1;
                     return 0;
                 }
                 char *d = json_string(j);
-                if (!d)
-                    return 0;
+                if (!d) return 0;
                 int found = 0;
                 for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
                     if (strcmp(d, st_dtypes[i].name) == 0) {
@@ -735,14 +751,14 @@ st_tensor(Json *j, StEntry *e)
                     }
                 int known = 0;
                 for (size_t i = 0; i < sizeof st_unsupported / sizeof st_unsupported[0]; i++)
-                    if (strcmp(d, st_unsupported[i]) == 0)
-                        known = 1;
+                    if (strcmp(d, st_unsupported[i]) == 0) known = 1;
                 if (!found) {
-                    rt_io_error(j->err, j->errlen, j->what,
-                                known ? "tensor '%s': unsupported dtype '%.32s' (supported: F32, F16, "
-                                        "BF16, F64, U8, I8, I32, I64, BOOL)"
-                                      : "tensor '%s': unknown dtype '%.32s'",
-                                nm, d);
+                    rt_io_error(
+                        j->err, j->errlen, j->what,
+                        known ? "tensor '%s': unsupported dtype '%.32s' (supported: F32, F16, "
+                                "BF16, F64, U8, I8, I32, I64, BOOL)"
+                              : "tensor '%s': unknown dtype '%.32s'",
+                        nm, d);
                     j->failed = 1;
                     free(d);
                     return 0;
@@ -761,7 +777,8 @@ st_tensor(Json *j, StEntry *e)
                 if (!json_int_array(j, dims, RT_MAX_RANK, &n, &too_long)) {
                     if (too_long) {
                         rt_io_error(j->err, j->errlen, j->what,
-                                    "tensor '%s': shape has more than %d dimensions", nm, RT_MAX_RANK);
+                                    "tensor '%s': shape has more than %d dimensions", nm,
+                                    RT_MAX_RANK);
                         j->failed = 1;
                     }
                     return 0;
@@ -773,14 +790,14 @@ st_tensor(Json *j, StEntry *e)
                 int64_t off[2];
                 int n, too_long;
                 if (j->p >= j->end || *j->p != '[') {
-                    rt_io_error(j->err, j->errlen, j->what,
-                                "tensor '%s': data_offsets must be an array of two integers, found %s",
-                                nm, json_kind_at(j));
+                    rt_io_error(
+                        j->err, j->errlen, j->what,
+                        "tensor '%s': data_offsets must be an array of two integers, found %s", nm,
+                        json_kind_at(j));
                     j->failed = 1;
                     return 0;
                 }
-                if (!json_int_array(j, off, 2, &n, &too_long) && !too_long)
-                    return 0;
+                if (!json_int_array(j, off, 2, &n, &too_long) && !too_long) return 0;
                 if (too_long || n != 2) {
                     rt_io_error(j->err, j->errlen, j->what,
                                 "tensor '%s': data_offsets must hold exactly two integers", nm);
@@ -790,15 +807,17 @@ st_tensor(Json *j, StEntry *e)
                 e->begin = off[0];
                 e->end = off[1];
             }
-            if (json_eat(j, '}'))
-                break;
+            if (json_eat(j, '}')) break;
             if (!json_eat(j, ',')) {
                 json_fail(j, "expected ',' or '}' in tensor object");
                 return 0;
             }
         }
     }
-    const char *missing = !has_dtype ? "dtype" : !has_shape ? "shape" : !has_offsets ? "data_offsets" : NULL;
+    const char *missing = !has_dtype     ? "dtype"
+                          : !has_shape   ? "shape"
+                          : !has_offsets ? "data_offsets"
+                                         : NULL;
     if (missing) {
         rt_io_error(j->err, j->errlen, j->what, "tensor '%s': missing \"%s\"", nm, missing);
         j->failed = 1;
@@ -817,12 +836,10 @@ st_metadata(Json *j)
         j->failed = 1;
         return 0;
     }
-    if (json_eat(j, '}'))
-        return 1;
+    if (json_eat(j, '}')) return 1;
     for (;;) {
         char *k = json_string(j);
-        if (!k)
-            return 0;
+        if (!k) return 0;
         free(k);
         if (!json_eat(j, ':')) {
             json_fail(j, "expected ':' after key");
@@ -836,11 +853,9 @@ st_metadata(Json *j)
             return 0;
         }
         char *v = json_string(j);
-        if (!v)
-            return 0;
+        if (!v) return 0;
         free(v);
-        if (json_eat(j, '}'))
-            return 1;
+        if (json_eat(j, '}')) return 1;
         if (!json_eat(j, ',')) {
             json_fail(j, "expected ',' or '}' in \"__metadata__\"");
             return 0;
@@ -859,8 +874,7 @@ static int
 cmp_entry_begin(const void *a, const void *b)
 {
     const StEntry *x = *(const StEntry *const *)a, *y = *(const StEntry *const *)b;
-    if (x->begin != y->begin)
-        return x->begin < y->begin ? -1 : 1;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
@@ -882,8 +896,7 @@ st_validate(StEntry *es, int n, uint64_t datalen, const char *what, char *err, s
                             t->name, (long long)t->dims[d], shape);
                 return 1;
             }
-            if (t->dims[d] > RT_MAX_NUMEL)
-                is_huge = 1;
+            if (t->dims[d] > RT_MAX_NUMEL) is_huge = 1;
         }
         for (int d = 0; d < t->rank && !is_huge; d++) {
             if (t->dims[d] == 0) {
@@ -908,10 +921,10 @@ st_validate(StEntry *es, int n, uint64_t datalen, const char *what, char *err, s
             return 1;
         }
         if ((uint64_t)e->end > datalen) {
-            rt_io_error(err, errlen, what,
-                        "tensor '%s': data offsets [%lld, %lld) out of range (file data is %llu bytes)",
-                        t->name, (long long)e->begin, (long long)e->end,
-                        (unsigned long long)datalen);
+            rt_io_error(
+                err, errlen, what,
+                "tensor '%s': data offsets [%lld, %lld) out of range (file data is %llu bytes)",
+                t->name, (long long)e->begin, (long long)e->end, (unsigned long long)datalen);
             return 1;
         }
         int64_t need = numel * (int64_t)rt_dtype_size(t->dtype);
@@ -926,8 +939,7 @@ st_validate(StEntry *es, int n, uint64_t datalen, const char *what, char *err, s
             return 1;
         }
     }
-    if (n < 2)
-        return 0;
+    if (n < 2) return 0;
     StEntry **ix = malloc((size_t)n * sizeof *ix);
     if (!ix) {
         rt_io_error(err, errlen, what, "out of memory for %d tensors", n);
@@ -938,7 +950,8 @@ st_validate(StEntry *es, int n, uint64_t datalen, const char *what, char *err, s
     qsort(ix, (size_t)n, sizeof *ix, cmp_entry_name);
     for (int i = 1; i < n; i++)
         if (strcmp(ix[i - 1]->t.name, ix[i]->t.name) == 0) {
-            rt_io_error(err, errlen, what, "tensor '%s' appears twice in the header", ix[i]->t.name);
+            rt_io_error(err, errlen, what, "tensor '%s' appears twice in the header",
+                        ix[i]->t.name);
             free(ix);
             return 1;
         }
@@ -946,11 +959,11 @@ st_validate(StEntry *es, int n, uint64_t datalen, const char *what, char *err, s
     qsort(ix, (size_t)n, sizeof *ix, cmp_entry_begin);
     const StEntry *prev = NULL;
     for (int i = 0; i < n; i++) {
-        if (ix[i]->begin == ix[i]->end)
-            continue;
+        if (ix[i]->begin == ix[i]->end) continue;
         if (prev && ix[i]->begin < prev->end) {
-            rt_io_error(err, errlen, what, "tensors '%s' [%lld, %lld) and '%s' [%lld, %lld) overlap",
-                        prev->t.name, (long long)prev->begin, (long long)prev->end, ix[i]->t.name,
+            rt_io_error(err, errlen, what,
+                        "tensors '%s' [%lld, %lld) and '%s' [%lld, %lld) overlap", prev->t.name,
+                        (long long)prev->begin, (long long)prev->end, ix[i]->t.name,
                         (long long)ix[i]->begin, (long long)ix[i]->end);
             free(ix);
             return 1;
@@ -968,8 +981,7 @@ rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet 
     const unsigned char *b = buf;
     out->tensors = NULL;
     out->ntensors = 0;
-    if (err && errlen)
-        err[0] = 0;
+    if (err && errlen) err[0] = 0;
     if (len < 8) {
         rt_io_error(err, errlen, what, "file is %zu bytes, too short for the 8-byte header length",
                     len);
@@ -999,8 +1011,7 @@ rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet 
     if (!json_eat(&j, '}')) {
         for (;;) {
             char *name = json_string(&j);
-            if (!name)
-                goto fail;
+            if (!name) goto fail;
             if (!json_eat(&j, ':')) {
                 free(name);
                 json_fail(&j, "expected ':' after key");
@@ -1008,8 +1019,7 @@ rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet 
             }
             if (strcmp(name, "__metadata__") == 0) {
                 free(name);
-                if (!st_metadata(&j))
-                    goto fail;
+                if (!st_metadata(&j)) goto fail;
             } else {
                 if (n == cap) {
                     int ncap = cap ? cap * 2 : 16;
@@ -1025,11 +1035,9 @@ rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet 
                 memset(&es[n], 0, sizeof es[n]);
                 es[n].t.name = name;
                 n++;
-                if (!st_tensor(&j, &es[n - 1]))
-                    goto fail;
+                if (!st_tensor(&j, &es[n - 1])) goto fail;
             }
-            if (json_eat(&j, '}'))
-                break;
+            if (json_eat(&j, '}')) break;
             if (!json_eat(&j, ',')) {
                 json_fail(&j, "expected ',' or '}' after a tensor");
                 goto fail;
@@ -1041,8 +1049,7 @@ rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet 
         json_fail(&j, "unexpected data after the header object");
         goto fail;
     }
-    if (st_validate(es, n, datalen, what, err, errlen))
-        goto fail;
+    if (st_validate(es, n, datalen, what, err, errlen)) goto fail;
 
     for (int i = 0; i < n; i++) {
         RtTensor *t = &es[i].t;
@@ -1079,8 +1086,7 @@ rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen
     size_t len;
     out->tensors = NULL;
     out->ntensors = 0;
-    if (rt_read_file(path, &buf, &len, err, errlen))
-        return 1;
+    if (rt_read_file(path, &buf, &len, err, errlen)) return 1;
     int rc = rt_safetensors_parse(buf, len, path, out, err, errlen);
     free(buf);
     return rc;
@@ -1097,8 +1103,7 @@ typedef struct {
 static void
 buf_put(Buf *b, const void *s, size_t n)
 {
-    if (b->failed)
-        return;
+    if (b->failed) return;
     if (b->cap - b->n < n) {
         size_t ncap = b->cap ? b->cap : 256;
         while (ncap - b->n < n) {
@@ -1144,13 +1149,27 @@ buf_json_string(Buf *b, const char *s)
         char esc[6] = {'\\', 0, 0, 0, 0, 0};
         size_t k = 2;
         switch (*p) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
+        case '"':
+            esc[1] = '"';
+            break;
+        case '\\':
+            esc[1] = '\\';
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
         default:
             if (*p >= 0x20) {
                 buf_put(b, p, 1);
@@ -1228,8 +1247,7 @@ st_encode(const RtTensor *ts, int n, RtDType store_dtype, unsigned char **out, s
             rt_io_error(err, errlen, what, "tensor name \"__metadata__\" is reserved");
             return 1;
         }
-        if (rt_tensor_check(&ts[i], what, err, errlen))
-            return 1;
+        if (rt_tensor_check(&ts[i], what, err, errlen)) return 1;
     }
     const RtTensor **order = malloc((n > 0 ? (size_t)n : 1) * sizeof *order);
     if (!order) {
@@ -1253,8 +1271,7 @@ st_encode(const RtTensor *ts, int n, RtDType store_dtype, unsigned char **out, s
     long long off = 0;
     for (int i = 0; i < n; i++) {
         const RtTensor *t = order[i];
-        if (i)
-            buf_put(&h, ",", 1);
+        if (i) buf_put(&h, ",", 1);
         buf_json_string(&h, t->name);
         buf_str(&h, ":{\"dtype\":\"");
         buf_str(&h, st_dtype_key(store_dtype));
@@ -1293,8 +1310,8 @@ st_encode(const RtTensor *ts, int n, RtDType store_dtype, unsigned char **out, s
                 for (int s = 0; s < 4; s++)
                     dst[4 * k + s] = (unsigned char)(u >> (8 * s));
             } else {
-                uint16_t u = store_dtype == RT_F16 ? rt_f32_to_f16(t->data[k])
-                                                   : rt_f32_to_bf16(t->data[k]);
+                uint16_t u =
+                    store_dtype == RT_F16 ? rt_f32_to_f16(t->data[k]) : rt_f32_to_bf16(t->data[k]);
                 dst[2 * k] = (unsigned char)u;
                 dst[2 * k + 1] = (unsigned char)(u >> 8);
             }
@@ -1325,8 +1342,7 @@ rt_safetensors_write(const char *path, const RtTensor *ts, int n, RtDType store_
 {
     unsigned char *buf;
     size_t len;
-    if (st_encode(ts, n, store_dtype, &buf, &len, path, err, errlen))
-        return 1;
+    if (st_encode(ts, n, store_dtype, &buf, &len, path, err, errlen)) return 1;
     int rc = rt_write_file(path, buf, len, err, errlen);
     free(buf);
     return rc;

@@ -20,7 +20,8 @@ typedef struct {
     int rank;
     int64_t dims[RT_MAX_RANK];
     int64_t numel;
-    float *data; /* owned; values converted to float (f16/bf16/u8/i8/bool exact; f64/i32/i64 rounded) */
+    float *data; /* owned; values converted to float (f16/bf16/u8/i8/bool exact; f64/i32/i64
+                    rounded) */
 } RtTensor;
 
 typedef struct {
@@ -28,13 +29,14 @@ typedef struct {
     int ntensors;
 } RtTensorSet;
 
-/* All int functions return 0 on success, nonzero on error; on error they write one sentence into err
- * (errlen bytes, always NUL-terminated) naming the file (the `what` argument for in-memory parsers) and
- * what is wrong, and leave *out empty (zeroed), so freeing it is harmless. */
+/* All int functions return 0 on success, nonzero on error; on error they write one sentence into
+ * err (errlen bytes, always NUL-terminated) naming the file (the `what` argument for in-memory
+ * parsers) and what is wrong, and leave *out empty (zeroed), so freeing it is harmless. */
 
 /* safetensors.c: tensors, sets, files, and the safetensors format */
-const char *rt_dtype_name(RtDType t); /* "f32", "f16", "bf16", "f64", "u8", "i8", "i32", "i64", "bool" */
-size_t rt_dtype_size(RtDType t);      /* bytes per element as stored */
+const char *
+rt_dtype_name(RtDType t);        /* "f32", "f16", "bf16", "f64", "u8", "i8", "i32", "i64", "bool" */
+size_t rt_dtype_size(RtDType t); /* bytes per element as stored */
 /* t gets a copy of name (may be NULL), dtype RT_F32, and zeroed data of the given shape */
 int rt_tensor_init(RtTensor *t, const char *name, int rank, const int64_t *dims, char *err,
                    size_t errlen);
@@ -45,8 +47,8 @@ void rt_tensorset_free(RtTensorSet *s);
 int rt_read_file(const char *path, unsigned char **buf, size_t *len, char *err, size_t errlen);
 /* writes through a temporary file in the same directory renamed into place */
 int rt_write_file(const char *path, const void *buf, size_t len, char *err, size_t errlen);
-/* n little-endian elements of dtype t at bytes (n * rt_dtype_size(t) of them, checked by the caller)
- * converted to float */
+/* n little-endian elements of dtype t at bytes (n * rt_dtype_size(t) of them, checked by the
+ * caller) converted to float */
 void rt_decode_le(RtDType t, const void *bytes, int64_t n, float *dst);
 /* what a writer needs from a tensor: rank 0..8, dims >= 0 whose product is numel <= 2^34, data */
 int rt_tensor_check(const RtTensor *t, const char *what, char *err, size_t errlen);
@@ -60,11 +62,11 @@ void rt_io_error(char *err, size_t errlen, const char *what, const char *fmt, ..
 int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen);
 int rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, char *err,
                          size_t errlen);
-/* Writes tensors converted from their float data to store_dtype (RT_F32, RT_F16 or RT_BF16; round to
- * nearest even), header keys sorted by name like the reference implementation (byte-identical to
+/* Writes tensors converted from their float data to store_dtype (RT_F32, RT_F16 or RT_BF16; round
+ * to nearest even), header keys sorted by name like the reference implementation (byte-identical to
  * safetensors' serialize for one dtype), with "__metadata__" omitted. Names must be unique. */
-int rt_safetensors_write(const char *path, const RtTensor *ts, int n, RtDType store_dtype, char *err,
-                         size_t errlen);
+int rt_safetensors_write(const char *path, const RtTensor *ts, int n, RtDType store_dtype,
+                         char *err, size_t errlen);
 /* the same bytes into a malloc'd buffer */
 int rt_safetensors_encode(const RtTensor *ts, int n, RtDType store_dtype, unsigned char **buf,
                           size_t *len, char *err, size_t errlen);
@@ -74,14 +76,16 @@ int rt_safetensors_encode(const RtTensor *ts, int n, RtDType store_dtype, unsign
 int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen);
 int rt_npy_parse(const void *buf, size_t len, const char *what, RtTensor *out, char *err,
                  size_t errlen);
-/* Writes float data as dtype RT_F32, RT_U8 or RT_I8; integer stores truncate toward zero like numpy's
- * astype after clamping to the type's range (NaN becomes 0). Header byte-identical to numpy.save. */
+/* Writes float data as dtype RT_F32, RT_U8 or RT_I8; integer stores truncate toward zero like
+ * numpy's astype after clamping to the type's range (NaN becomes 0). Header byte-identical to
+ * numpy.save. */
 int rt_npy_write(const char *path, RtDType dtype, int rank, const int64_t *dims, const float *data,
                  char *err, size_t errlen);
 int rt_npy_encode(RtDType dtype, int rank, const int64_t *dims, const float *data,
                   unsigned char **buf, size_t *len, char *err, size_t errlen);
-/* .npz: written uncompressed (ZIP "stored") like numpy.savez, member names "<name>.npy", ts[i].dtype
- * one of F32/U8/I8; read with stored and deflate (numpy.savez_compressed) members, names without
+/* .npz: written uncompressed (ZIP "stored") like numpy.savez, member names "<name>.npy",
+ * ts[i].dtype one of F32/U8/I8; read with stored and deflate (numpy.savez_compressed) members,
+ * names without
  * ".npy", CRCs checked. */
 int rt_npz_write(const char *path, const RtTensor *ts, int n, char *err, size_t errlen);
 int rt_npz_read(const char *path, RtTensorSet *out, char *err, size_t errlen);
@@ -89,7 +93,8 @@ int rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out
                  size_t errlen);
 
 /* idx.c: IDX (MNIST format): magic 0x0000 08 NN (unsigned byte data only), big-endian dims. The
- * parser transparently gunzips gzip input (magic 1f 8b); the reader requires gzip for files ending in
+ * parser transparently gunzips gzip input (magic 1f 8b); the reader requires gzip for files ending
+ * in
  * ".gz". Values converted to float unscaled (0..255). */
 int rt_idx_read(const char *path, RtTensor *out, char *err, size_t errlen);
 int rt_idx_parse(const void *buf, size_t len, const char *what, RtTensor *out, char *err,

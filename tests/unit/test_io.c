@@ -1,7 +1,8 @@
 /* test_io.c: unit tests for the runtime's tensor file readers and writers (runtime/tensor_io.h):
- * round trips, golden bytes from the reference writers, one hand-made input per error class with the
- * message checked, and Fashion-MNIST from the Debian package when it is installed (else skipped).
- * Must not touch anything outside its own temporary directory, which it removes at the end. */
+ * round trips, golden bytes from the reference writers, one hand-made input per error class with
+ * the message checked, and Fashion-MNIST from the Debian package when it is installed (else
+ * skipped). Must not touch anything outside its own temporary directory, which it removes at the
+ * end. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -29,7 +30,8 @@ static int npass, nfail;
     } while (0)
 
 /* the call failed and its message contains every one of the given fragments */
-#define CHECK_ERR(rc, err, ...) check_err(__FILE__, __LINE__, (rc), (err), __VA_ARGS__, (const char *)NULL)
+#define CHECK_ERR(rc, err, ...)                                                                    \
+    check_err(__FILE__, __LINE__, (rc), (err), __VA_ARGS__, (const char *)NULL)
 
 static void
 check_err(const char *file, int line, int rc, const char *err, ...)
@@ -84,10 +86,8 @@ static void
 bytes_put(Bytes *b, const void *s, size_t n)
 {
     b->p = realloc(b->p, b->n + n + 1);
-    if (!b->p)
-        exit(2);
-    if (n)
-        memcpy(b->p + b->n, s, n);
+    if (!b->p) exit(2);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
 }
 
@@ -95,8 +95,7 @@ static void
 bytes_zero(Bytes *b, size_t n)
 {
     b->p = realloc(b->p, b->n + n + 1);
-    if (!b->p)
-        exit(2);
+    if (!b->p) exit(2);
     memset(b->p + b->n, 0, n);
     b->n += n;
 }
@@ -123,7 +122,8 @@ st_bytes(const char *json, size_t datalen)
         RtTensorSet s_;                                                                            \
         char e_[512];                                                                              \
         int rc_ = rt_safetensors_parse(b_.p, b_.n, "t.safetensors", &s_, e_, sizeof e_);           \
-        check_err(__FILE__, __LINE__, rc_, e_, "t.safetensors: ", __VA_ARGS__, (const char *)NULL); \
+        check_err(__FILE__, __LINE__, rc_, e_, "t.safetensors: ", __VA_ARGS__,                     \
+                  (const char *)NULL);                                                             \
         CHECK(s_.tensors == NULL && s_.ntensors == 0);                                             \
         free(b_.p);                                                                                \
     } while (0)
@@ -167,16 +167,14 @@ gzip_bytes(const void *src, size_t n)
     Bytes b = {0};
     z_stream zs;
     memset(&zs, 0, sizeof zs);
-    if (deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-        exit(2);
+    if (deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) exit(2);
     uLong bound = deflateBound(&zs, (uLong)n) + 32;
     b.p = malloc(bound);
     zs.next_in = (Bytef *)src;
     zs.avail_in = (uInt)n;
     zs.next_out = b.p;
     zs.avail_out = (uInt)bound;
-    if (deflate(&zs, Z_FINISH) != Z_STREAM_END)
-        exit(2);
+    if (deflate(&zs, Z_FINISH) != Z_STREAM_END) exit(2);
     b.n = zs.total_out;
     deflateEnd(&zs);
     return b;
@@ -187,7 +185,8 @@ gzip_bytes(const void *src, size_t n)
 static void
 test_dtypes(void)
 {
-    static const char *const names[] = {"f32", "f16", "bf16", "f64", "u8", "i8", "i32", "i64", "bool"};
+    static const char *const names[] = {"f32", "f16", "bf16", "f64", "u8",
+                                        "i8",  "i32", "i64",  "bool"};
     static const size_t sizes[] = {4, 2, 2, 8, 1, 1, 4, 8, 1};
     for (int t = RT_F32; t <= RT_BOOL; t++) {
         CHECK(strcmp(rt_dtype_name((RtDType)t), names[t]) == 0);
@@ -206,14 +205,14 @@ test_f16(void)
     CHECK(rt_f32_to_f16(INFINITY) == 0x7c00);
     CHECK(rt_f32_to_f16(-INFINITY) == 0xfc00);
     CHECK((rt_f32_to_f16(NAN) & 0x7fff) > 0x7c00);
-    CHECK(rt_f32_to_f16(ldexpf(1, -24)) == 0x0001);            /* smallest subnormal */
-    CHECK(rt_f32_to_f16(ldexpf(1, -25)) == 0x0000);            /* tie to even: zero */
-    CHECK(rt_f32_to_f16(ldexpf(3, -26)) == 0x0001);            /* 0.75 ulp rounds up */
-    CHECK(rt_f32_to_f16(ldexpf(3, -25)) == 0x0002);            /* 1.5 ulp: tie to even 2 */
-    CHECK(rt_f32_to_f16(ldexpf(1023, -24)) == 0x03ff);         /* largest subnormal */
-    CHECK(rt_f32_to_f16(ldexpf(2047, -25)) == 0x0400);         /* rounds up into the normals */
-    CHECK(rt_f32_to_f16(1.0f + ldexpf(1, -11)) == 0x3c00);     /* tie, even stays */
-    CHECK(rt_f32_to_f16(1.0f + ldexpf(3, -11)) == 0x3c02);     /* tie, odd rounds up */
+    CHECK(rt_f32_to_f16(ldexpf(1, -24)) == 0x0001);        /* smallest subnormal */
+    CHECK(rt_f32_to_f16(ldexpf(1, -25)) == 0x0000);        /* tie to even: zero */
+    CHECK(rt_f32_to_f16(ldexpf(3, -26)) == 0x0001);        /* 0.75 ulp rounds up */
+    CHECK(rt_f32_to_f16(ldexpf(3, -25)) == 0x0002);        /* 1.5 ulp: tie to even 2 */
+    CHECK(rt_f32_to_f16(ldexpf(1023, -24)) == 0x03ff);     /* largest subnormal */
+    CHECK(rt_f32_to_f16(ldexpf(2047, -25)) == 0x0400);     /* rounds up into the normals */
+    CHECK(rt_f32_to_f16(1.0f + ldexpf(1, -11)) == 0x3c00); /* tie, even stays */
+    CHECK(rt_f32_to_f16(1.0f + ldexpf(3, -11)) == 0x3c02); /* tie, odd rounds up */
     CHECK(rt_f32_to_f16(-0.0f) == 0x8000);
     CHECK(rt_f32_to_f16(1e-10f) == 0x0000);
     int exact = 1;
@@ -238,8 +237,7 @@ test_f16(void)
     exact = 1;
     for (unsigned h = 0; h < 0x10000; h++) {
         float f = rt_bf16_to_f32((uint16_t)h);
-        if (!isnan(f))
-            exact &= rt_f32_to_bf16(f) == h;
+        if (!isnan(f)) exact &= rt_f32_to_bf16(f) == h;
     }
     CHECK(exact);
 }
@@ -282,13 +280,13 @@ test_safetensors_roundtrip(void)
         CHECK(set.ntensors == 4);
         /* file order is sorted by name */
         CHECK(set.ntensors == 4 && strcmp(set.tensors[0].name, "a") == 0 &&
-              strcmp(set.tensors[1].name, "empty") == 0 && strcmp(set.tensors[2].name, "scalar") == 0 &&
+              strcmp(set.tensors[1].name, "empty") == 0 &&
+              strcmp(set.tensors[2].name, "scalar") == 0 &&
               strcmp(set.tensors[3].name, "z.weight") == 0);
         for (int i = 0; i < 4; i++) {
             const RtTensor *r = rt_tensorset_find(&set, ts[i].name);
             CHECK(r != NULL);
-            if (!r)
-                continue;
+            if (!r) continue;
             CHECK(r->dtype == stores[s]);
             CHECK(r->rank == ts[i].rank && r->numel == ts[i].numel);
             CHECK(memcmp(r->dims, ts[i].dims, sizeof(int64_t) * (size_t)ts[i].rank) == 0);
@@ -327,7 +325,8 @@ test_safetensors_roundtrip(void)
     size_t len;
     CHECK(rt_safetensors_encode(g, 4, RT_F32, &buf, &len, err, sizeof err) == 0);
     static const char golden[] =
-        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},\"b\":{\"dtype\":\"F32\","
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},\"b\":{\"dtype\":"
+        "\"F32\","
         "\"shape\":[2],\"data_offsets\":[24,32]},\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_"
         "offsets\":[32,32]},\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[32,36]}}   ";
     CHECK(len == 8 + 224 + 36 && buf[0] == 224 && buf[1] == 0 && memcmp(buf + 8, golden, 224) == 0);
@@ -337,9 +336,9 @@ test_safetensors_roundtrip(void)
     rt_tensor_init(&g[0], "x", 1, d2, err, sizeof err);
     rt_tensor_init(&g[1], "y\"\n\xc3\xa9\x01", 1, d2, err, sizeof err);
     CHECK(rt_safetensors_encode(g, 2, RT_F16, &buf, &len, err, sizeof err) == 0);
-    static const char golden2[] =
-        "{\"x\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]},\"y\\\"\\n\xc3\xa9\\u0001\":"
-        "{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[4,8]}} ";
+    static const char golden2[] = "{\"x\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+                                  "\"y\\\"\\n\xc3\xa9\\u0001\":"
+                                  "{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[4,8]}} ";
     CHECK(len == 8 + strlen(golden2) + 8 && memcmp(buf + 8, golden2, strlen(golden2)) == 0);
     RtTensorSet set;
     CHECK(rt_safetensors_parse(buf, len, "mem", &set, err, sizeof err) == 0);
@@ -403,12 +402,12 @@ test_safetensors_parse_ok(void)
     memcpy(d + 28, &f32, 4);
     int rc = rt_safetensors_parse(b.p, b.n, "ok.safetensors", &s, err, sizeof err);
     CHECK(rc == 0);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
+    if (rc) fprintf(stderr, "%s\n", err);
     CHECK(s.ntensors == 10);
     const RtTensor *t;
     CHECK((t = rt_tensorset_find(&s, "f64")) && t->dtype == RT_F64 && t->data[0] == -2.5f);
-    CHECK((t = rt_tensorset_find(&s, "i64")) && t->dtype == RT_I64 && t->data[0] == -1099511627776.0f);
+    CHECK((t = rt_tensorset_find(&s, "i64")) && t->dtype == RT_I64 &&
+          t->data[0] == -1099511627776.0f);
     CHECK((t = rt_tensorset_find(&s, "i32")) && t->dtype == RT_I32 && t->data[0] == -123456.0f);
     CHECK((t = rt_tensorset_find(&s, "u8")) && t->dtype == RT_U8 && t->data[0] == 255.0f &&
           t->data[1] == 7.0f);
@@ -417,7 +416,8 @@ test_safetensors_parse_ok(void)
     CHECK((t = rt_tensorset_find(&s, "bf16")) && t->dtype == RT_BF16 && t->data[0] == 1.0f);
     CHECK((t = rt_tensorset_find(&s, "f16")) && t->dtype == RT_F16 && t->data[0] == -2.0f);
     CHECK((t = rt_tensorset_find(&s, "z/")) && t->numel == 0 && t->rank == 2 && t->dims[1] == 3);
-    CHECK((t = rt_tensorset_find(&s, "f32")) && t->rank == 8 && t->numel == 1 && t->data[0] == 0.1f);
+    CHECK((t = rt_tensorset_find(&s, "f32")) && t->rank == 8 && t->numel == 1 &&
+          t->data[0] == 0.1f);
     rt_tensorset_free(&s);
     free(b.p);
 
@@ -450,7 +450,8 @@ test_safetensors_errors(void)
               "header length 18446744073709551615 exceeds");
     free(b.p);
     /* the example from the API documentation, character for character */
-    b = st_bytes("{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[1000],\"data_offsets\":[0,4000]}}", 3000);
+    b = st_bytes("{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[1000],\"data_offsets\":[0,4000]}}",
+                 3000);
     CHECK(rt_safetensors_parse(b.p, b.n, "w.safetensors", &s, err, sizeof err) != 0);
     CHECK(strcmp(err, "w.safetensors: tensor 'fc1.weight': data offsets [0, 4000) out of range "
                       "(file data is 3000 bytes)") == 0);
@@ -468,10 +469,11 @@ test_safetensors_errors(void)
     ST_FAIL("{\"a\":{\"dtype\":\"F32\" \"shape\":[1]}}", 4, "bad JSON", "expected ',' or '}'");
     ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, "bad JSON",
             "only integers");
-    ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1e3],\"data_offsets\":[0,4]}}", 4, "only integers");
+    ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1e3],\"data_offsets\":[0,4]}}", 4,
+            "only integers");
     ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}", 4, "leading zero");
-    ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,4]}}", 4,
-            "does not fit in 64 bits");
+    ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,4]}}",
+            4, "does not fit in 64 bits");
     ST_FAIL("{\"a\":{\"dtype\":true,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
             "dtype must be a string, found a boolean");
     ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":null,\"data_offsets\":[0,4]}}", 4,
@@ -490,14 +492,17 @@ test_safetensors_errors(void)
     ST_FAIL("{\"a\xc3(\":{}}", 0, "invalid UTF-8");
     ST_FAIL("{\"a\xed\xa0\x80\":{}}", 0, "invalid UTF-8"); /* an encoded surrogate */
     ST_FAIL("{\"abc", 0, "unterminated string");
-    ST_FAIL("{\"__metadata__\":{\"k\":1}}", 0, "\"__metadata__\" values must be strings, found a number");
+    ST_FAIL("{\"__metadata__\":{\"k\":1}}", 0,
+            "\"__metadata__\" values must be strings, found a number");
     ST_FAIL("{\"__metadata__\":[]}", 0, "\"__metadata__\" must be an object");
 
     /* schema */
     ST_FAIL("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "tensor 'a': missing \"dtype\"");
-    ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "tensor 'a': missing \"shape\"");
+    ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4,
+            "tensor 'a': missing \"shape\"");
     ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "tensor 'a': missing \"data_offsets\"");
-    ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\"}}", 4, "tensor 'a': duplicate key \"dtype\"");
+    ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\"}}", 4,
+            "tensor 'a': duplicate key \"dtype\"");
     ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4,
             "tensor 'a': unexpected key \"x\"");
     ST_FAIL("{\"a\":{\"dtype\":\"F17\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
@@ -522,10 +527,10 @@ test_safetensors_errors(void)
             "tensor 'a': shape has more than 8 dimensions");
     ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[2,-1],\"data_offsets\":[0,4]}}", 4,
             "tensor 'a': negative dimension -1 in shape [2, -1]");
-    ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}", 4,
-            "tensor 'a': shape [4294967296, 4294967296] has more than 2^34 elements");
-    ST_FAIL("{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775807,0],\"data_offsets\":[0,0]}}", 0,
-            "more than 2^34 elements");
+    ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}",
+            4, "tensor 'a': shape [4294967296, 4294967296] has more than 2^34 elements");
+    ST_FAIL("{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775807,0],\"data_offsets\":[0,0]}}",
+            0, "more than 2^34 elements");
     ST_FAIL("{\"a\":{\"dtype\":\"U8\",\"shape\":[131072,131072,131072],\"data_offsets\":[0,4]}}", 4,
             "more than 2^34 elements");
     ST_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
@@ -615,23 +620,27 @@ test_npy(void)
         RtDType dtype;
         float want;
     } ok[] = {
-        {1, "{'descr': '<f8', 'fortran_order': False, 'shape': (), }\n", {0, 0, 0, 0, 0, 0, 0xf8, 0xbf}, 8, RT_F64, -1.5f},
+        /* clang-format off */
+        {1, "{'descr': '<f8', 'fortran_order': False, 'shape': (), }\n",
+         {0, 0, 0, 0, 0, 0, 0xf8, 0xbf}, 8, RT_F64, -1.5f},
         {1, "{'descr': '<f2', 'fortran_order': False, 'shape': (1,), }", {0x00, 0x3c}, 2, RT_F16, 1.0f},
         {1, "{'descr': '|i1', 'fortran_order': False, 'shape': (1,), }", {0xff}, 1, RT_I8, -1.0f},
         {1, "{'descr': '|b1', 'fortran_order': False, 'shape': (1,), }", {1}, 1, RT_BOOL, 1.0f},
-        {1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), }", {0xfe, 0xff, 0xff, 0xff}, 4, RT_I32, -2.0f},
+        {1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), }", {0xfe, 0xff, 0xff, 0xff}, 4,
+         RT_I32, -2.0f},
         {1, "{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }", {5}, 8, RT_I64, 5.0f},
         {2, "{'descr': '|u1', 'fortran_order': False, 'shape': (1,), }", {200}, 1, RT_U8, 200.0f},
         {3, "{'descr': '|u1', 'fortran_order': False, 'shape': (1,), }", {201}, 1, RT_U8, 201.0f},
-        {1, "{'shape':(1L,),\"descr\":\"<f4\",'fortran_order':False}   \n", {0, 0, 0x80, 0x3f}, 4, RT_F32, 1.0f},
+        {1, "{'shape':(1L,),\"descr\":\"<f4\",'fortran_order':False}   \n", {0, 0, 0x80, 0x3f}, 4,
+         RT_F32, 1.0f},
+        /* clang-format on */
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         Bytes b = npy_bytes(ok[i].major, ok[i].dict, 0);
         bytes_put(&b, ok[i].data, ok[i].n);
         int rc = rt_npy_parse(b.p, b.n, "ok.npy", &t, err, sizeof err);
         CHECK(rc == 0 && t.dtype == ok[i].dtype && t.numel == 1 && t.data[0] == ok[i].want);
-        if (rc)
-            fprintf(stderr, "case %zu: %s\n", i, err);
+        if (rc) fprintf(stderr, "case %zu: %s\n", i, err);
         rt_tensor_free(&t);
         free(b.p);
     }
@@ -641,21 +650,24 @@ test_npy(void)
     free(b.p);
 
     /* errors */
-    CHECK_ERR(rt_npy_parse("\x93NUMPY\x01", 7, "t.npy", &t, err, sizeof err), err, "t.npy: ", "too short");
-    CHECK_ERR(rt_npy_parse("PK\x03\x04xxxxxxxxxx", 14, "t.npy", &t, err, sizeof err), err, "t.npy: ",
-              "not a .npy file (bad magic");
+    CHECK_ERR(rt_npy_parse("\x93NUMPY\x01", 7, "t.npy", &t, err, sizeof err), err,
+              "t.npy: ", "too short");
+    CHECK_ERR(rt_npy_parse("PK\x03\x04xxxxxxxxxx", 14, "t.npy", &t, err, sizeof err), err,
+              "t.npy: ", "not a .npy file (bad magic");
     NPY_FAIL(4, "{}", 0, "unsupported .npy format version 4.0");
     b = npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", 4);
     b.p[8] = 0xff;
     b.p[9] = 0x7f;
-    CHECK_ERR(rt_npy_parse(b.p, b.n, "t.npy", &t, err, sizeof err), err, "header length 32767 exceeds");
+    CHECK_ERR(rt_npy_parse(b.p, b.n, "t.npy", &t, err, sizeof err), err,
+              "header length 32767 exceeds");
     free(b.p);
     NPY_FAIL(1, "{'descr' '<f4'}", 0, "bad header", "expected ':'");
     NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False}", 0, "missing key 'shape'");
     NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", 4,
              "unexpected key 'x'");
     NPY_FAIL(1, "{'descr': '<f4', 'descr': '<f4'}", 4, "duplicate key 'descr'");
-    NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", 16, "fortran_order True");
+    NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", 16,
+             "fortran_order True");
     NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", 4, "True or False");
     NPY_FAIL(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", 8,
              "unsupported dtype '<c8'");
@@ -663,20 +675,26 @@ test_npy(void)
              "big-endian dtype '>f4'");
     NPY_FAIL(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", 4,
              "structured dtypes");
-    NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3), }", 12, "shape (3) is not a tuple");
-    NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-3,), }", 12, "non-negative integer");
+    NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3), }", 12,
+             "shape (3) is not a tuple");
+    NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-3,), }", 12,
+             "non-negative integer");
     NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20,
              "data is 20 bytes but the shape and dtype <f4 need 24");
     NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1), }", 4,
              "more than 8 dimensions");
-    NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999,), }", 4,
-             "above 2^34");
+    NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999,), }",
+             4, "above 2^34");
     NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", 4,
              "more than 2^34 elements");
     NPY_FAIL(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), } junk", 4,
              "unexpected text after the header dict");
-    NPY_FAIL(1, "{'descr': '<f\xc3\xa9" "4'}", 4, "unsupported character");
-    CHECK_ERR(rt_npy_read(tmp_path("nope.npy"), &t, err, sizeof err), err, "nope.npy", "cannot open");
+    NPY_FAIL(1,
+             "{'descr': '<f\xc3\xa9"
+             "4'}",
+             4, "unsupported character");
+    CHECK_ERR(rt_npy_read(tmp_path("nope.npy"), &t, err, sizeof err), err, "nope.npy",
+              "cannot open");
 }
 
 /* ---- npz ---- */
@@ -718,8 +736,7 @@ test_npz(void)
     RtTensorSet s;
     int rc = rt_npz_parse(npz_golden, sizeof npz_golden, "g.npz", &s, err, sizeof err);
     CHECK(rc == 0);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
+    if (rc) fprintf(stderr, "%s\n", err);
     const RtTensor *t;
     CHECK((t = rt_tensorset_find(&s, "w")) && t->dtype == RT_F32 && t->rank == 2 &&
           t->dims[0] == 2 && t->dims[1] == 3 && t->data[0] == 0.0f && t->data[5] == 1.25f);
@@ -742,8 +759,7 @@ test_npz(void)
     CHECK(rt_npz_write(path, ts, 3, err, sizeof err) == 0);
     rc = rt_npz_read(path, &s, err, sizeof err);
     CHECK(rc == 0 && s.ntensors == 3);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
+    if (rc) fprintf(stderr, "%s\n", err);
     for (int i = 0; i < 3 && rc == 0; i++) {
         t = rt_tensorset_find(&s, ts[i].name);
         CHECK(t && t->dtype == ts[i].dtype && t->rank == ts[i].rank && t->numel == ts[i].numel &&
@@ -761,16 +777,16 @@ test_npz(void)
     buf[30 + 11 + 130] ^= 1;
     CHECK(rt_npz_parse(buf, len, "c.npz", &s, err, sizeof err) == 0);
     rt_tensorset_free(&s);
-    CHECK_ERR(rt_npz_parse(buf, len - 30, "c.npz", &s, err, sizeof err), err, "c.npz: ",
-              "no end of central directory");
+    CHECK_ERR(rt_npz_parse(buf, len - 30, "c.npz", &s, err, sizeof err), err,
+              "c.npz: ", "no end of central directory");
     CHECK_ERR(rt_npz_parse(buf, 10, "c.npz", &s, err, sizeof err), err, "too short for a ZIP");
     size_t eocd = len - 22;
     buf[eocd + 16] ^= 0x40; /* directory offset */
     CHECK_ERR(rt_npz_parse(buf, len, "c.npz", &s, err, sizeof err), err, "central directory");
     buf[eocd + 16] ^= 0x40;
     buf[0] = 'X'; /* first local header */
-    CHECK_ERR(rt_npz_parse(buf, len, "c.npz", &s, err, sizeof err), err,
-              "member 'weights.npy'", "local header");
+    CHECK_ERR(rt_npz_parse(buf, len, "c.npz", &s, err, sizeof err), err, "member 'weights.npy'",
+              "local header");
     free(buf);
     /* deflate corruption in the numpy-made archive */
     unsigned char g[sizeof npz_golden];
@@ -801,7 +817,8 @@ test_npz(void)
     ts[1].dtype = RT_F16;
     CHECK_ERR(rt_npz_write(path, ts, 2, err, sizeof err), err, "r.npz: tensor 'w'",
               "cannot write dtype f16");
-    CHECK_ERR(rt_npz_read(tmp_path("nope.npz"), &s, err, sizeof err), err, "nope.npz", "cannot open");
+    CHECK_ERR(rt_npz_read(tmp_path("nope.npz"), &s, err, sizeof err), err, "nope.npz",
+              "cannot open");
     unlink(path);
     for (int i = 0; i < 3; i++)
         rt_tensor_free(&ts[i]);
@@ -937,8 +954,7 @@ test_fmnist_synthetic(void)
     write_bytes(tmp_path("t10k-labels-idx1-ubyte"), bl.p, bl.n);
     int rc = rt_fmnist_load(tmpdir, 0, &im, &lb, err, sizeof err);
     CHECK(rc == 0);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
+    if (rc) fprintf(stderr, "%s\n", err);
     CHECK(im.rank == 4 && im.dims[0] == 3 && im.dims[1] == 1 && im.dims[2] == 28 &&
           im.dims[3] == 28 && im.numel == 3 * 784);
     CHECK(lb.rank == 1 && lb.dims[0] == 3 && lb.data[0] == 9.0f && lb.data[2] == 3.0f);
@@ -1068,8 +1084,7 @@ main(void)
     test_idx();
     test_fmnist_synthetic();
     test_fmnist_debian();
-    if (rmdir(tmpdir) != 0)
-        fprintf(stderr, "warning: %s not empty after the tests\n", tmpdir);
+    if (rmdir(tmpdir) != 0) fprintf(stderr, "warning: %s not empty after the tests\n", tmpdir);
     printf("%d passed, %d failed\n", npass, nfail);
     return nfail != 0;
 }

@@ -1,6 +1,7 @@
-/* Unit test of the frontend's scanner and parser (fe_parse): valid snippets are checked by printing
- * their AST as S-expressions, invalid ones by the exact first line of the diagnostic. Needs only
- * frontend/parser.y, frontend/lexer.l, ir/arena.c and ir/diag.c; prints failures, exits non-zero. */
+/* test_parser.c: unit test of the frontend's scanner and parser (fe_parse). Valid snippets are
+ * checked by printing their AST as S-expressions, invalid ones by the whole first line of their one
+ * diagnostic. Uses only fe_parse, the arena and diag (links against snnfe, or by hand against the
+ * generated parser.c and lexer.c with ir/arena.c and ir/diag.c). */
 #include "frontend/frontend.h"
 
 #include <stdlib.h>
@@ -274,6 +275,12 @@ test_valid(void)
        "bind %fc1.w (linear %0 (= bias true) (= flag false)) @net.snn:6:1; "
        "out %out %fc1.w : f32[T, B, 10]");
 
+    /* ops may share a statement keyword's name: a keyword before '(' in an expression is a callee */
+    OK("model k { output v = sequence(state(s, \"v\")) x = input(seed(), output(1)) y = not(z) }",
+       "model k; out v (sequence (state s \"v\")); bind x (input (seed) (output 1)); bind y (! z)");
+    OK("neuron k() { fire fire(x) fire (x) state s = state(1) }",
+       "neuron k(); fire (fire x); fire x; state s (state 1)");
+
     /* precedence and associativity */
     OK("model p { a = 1 + 2 * 3 - 4 / 5 }", "model p; bind a (- (+ 1 (* 2 3)) (/ 4 5))");
     OK("model p { a = -x * -y + !z }", "model p; bind a (+ (* (- x) (- y)) (! z))");
@@ -350,6 +357,7 @@ test_invalid(void)
         "t.snn:2:12: error: unexpected ')', expected an expression");
     BAD("neuron n() {\n  v = 1\n", "t.snn:2:8: error: unexpected end of file, expected an operator, "
                                    "a statement or '}'");
+    BAD("model m { x = a ? b }", "t.snn:1:21: error: unexpected '}', expected an operator or ':'");
     BAD("model m { timesteps }", "t.snn:1:21: error: unexpected '}', expected an expression");
     BAD("model m { foo }", "t.snn:1:15: error: unexpected '}', expected '='");
     BAD("model m { fire x }", "t.snn:1:11: error: unexpected 'fire', expected a statement or '}'");
@@ -369,6 +377,10 @@ test_invalid(void)
         "t.snn:1:41: error: too many dimensions (at most 8)");
     BAD("model m { a = b loc(\"f\":1.5:2) }",
         "t.snn:1:25: error: a location's line and column must be integers (at most 2^31 - 1)");
+    BAD("model m { a = b loc(\"f\":1.5:2.5) }",
+        "t.snn:1:25: error: a location's line and column must be integers (at most 2^31 - 1)");
+    BAD("model m { a = b loc(\"f\":1:2147483648) }",
+        "t.snn:1:27: error: a location's line and column must be integers (at most 2^31 - 1)");
     BAD("model m { a = 1e999 }", "t.snn:1:15: error: number out of range '1e999'");
     BAD("model m { a = 1e-999 }",
         "t.snn:1:15: error: number out of range '1e-999' (too small: it would round to 0)");

@@ -91,13 +91,10 @@ test_statistics(void)
         float u = rt_uniform(12345, 0, 0, i);
         sum += u;
         sumsq += (double)u * u;
-        if (u < lo)
-            lo = u;
-        if (u > hi)
-            hi = u;
+        if (u < lo) lo = u;
+        if (u > hi) hi = u;
         int b = (int)(u * BINS);
-        if (b >= 0 && b < BINS)
-            bins[b]++;
+        if (b >= 0 && b < BINS) bins[b]++;
     }
     double mean = sum / N, var = sumsq / N - mean * mean;
     CHECK(lo >= 0.0f && hi < 1.0f);
