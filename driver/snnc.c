@@ -298,17 +298,21 @@ load_inputs(const Module *m, const Options *o, Data *d)
             usage_error("unknown data set '%s' (available: fashion-mnist[:DIR])", o->data);
         const Node *n = &m->nodes[m->inputs[0]];
         if (m->ninputs != 1 || n->is_per_step_input || type_numel(&n->type) != 784) {
-            char tb[128];
+            int64_t dims[IR_MAX_RANK + 1];
+            char shape[160];
+            int r = input_file_shape(m, n, dims);
+            shape_str(shape, sizeof shape, n->is_per_step_input ? "T" : NULL, r - n->is_per_step_input,
+                      dims + n->is_per_step_input);
             diag_error(n->loc,
                        "--data fashion-mnist needs a model with one static input of 784 values "
-                       "(e.g. input image : f32[1, 28, 28]); '%s' is %s%s",
-                       n->name, type_str(&n->type, tb, sizeof tb),
+                       "(e.g. input image : f32[1, 28, 28]); '%s' is %s%s%s",
+                       n->name, dtype_name(n->type.dtype), shape,
                        m->ninputs != 1 ? " and the model has several inputs" : "");
             return false;
         }
         RtTensor *img = own(d), *lab = own(d);
         if (rt_fmnist_load(dir && dir[0] ? dir : NULL, 0, img, lab, err, sizeof err)) {
-            diag_file_error(NULL, "%s", err);
+            diag_reader_error(NULL, err);
             return false;
         }
         d->n = img->dims[0];
@@ -328,7 +332,7 @@ load_inputs(const Module *m, const Options *o, Data *d)
         if (flen > 4 && strcmp(file + flen - 4, ".npz") == 0) {
             RtTensorSet set = {0};
             if (rt_npz_read(file, &set, err, sizeof err)) {
-                diag_file_error(NULL, "%s", err);
+                diag_reader_error(file, err);
                 return false;
             }
             bool ok = true;
@@ -365,7 +369,7 @@ load_inputs(const Module *m, const Options *o, Data *d)
         }
         RtTensor *t = own(d);
         if (rt_npy_read(file, t, err, sizeof err)) {
-            diag_file_error(NULL, "%s", err);
+            diag_reader_error(file, err);
             return false;
         }
         if (!bind_tensor(m, d, k, t, file))
@@ -451,7 +455,7 @@ write_outputs(const Module *m, const Options *o, float **outs, int64_t n)
                  : rt_npy_write(o->output, RT_F32, ts[0].rank, ts[0].dims, ts[0].data, err, sizeof err);
     free(ts);
     if (rc) {
-        diag_file_error(NULL, "%s", err);
+        diag_reader_error(o->output, err);
         return false;
     }
     return true;

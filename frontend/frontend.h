@@ -13,7 +13,7 @@ typedef enum {
     AST_IDENT,   /* str (also %N value names and the keywords I and spike inside neurons) */
     AST_CALL,    /* str(items...) ; items may be AST_KWARG */
     AST_KWARG,   /* str = a */
-    AST_TUPLE,   /* (items...) or [items...] with two or more items */
+    AST_TUPLE,   /* (a, b, ...) with two or more items, or [items...] with one or more */
     AST_UNARY,   /* op in {'-', '!'} a */
     AST_BINARY,  /* a op b, op an NxBin */
     AST_COND,    /* a ? b : c */

@@ -82,11 +82,11 @@ read_file(Arena *a, const char *path, size_t *len)
         if (r == 0)
             break;
     }
-    bool bad = ferror(f);
+    int read_errno = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
-    if (bad) {
+    if (read_errno) {
         free(buf);
-        errno = EIO;
+        errno = read_errno;
         return NULL;
     }
     char *text = arena_alloc(a, n + 1);
@@ -411,6 +411,12 @@ static bool
 lower_neuron(Lower *L, const AstItem *it)
 {
     Arena *a = &L->m->arena;
+    Op clash;
+    if (op_lookup(it->name, &clash)) {
+        diag_error(it->loc, "neuron '%s' has the name of the layer op '%s'; choose another name", it->name,
+                   op_info(clash)->name);
+        return false;
+    }
     int prev = module_find_neuron(L->m, it->name);
     if (prev >= L->nuser_neurons_start) {
         diag_error(it->loc, "neuron '%s' is defined twice", it->name);
@@ -640,6 +646,12 @@ bound_later(const Lower *L, const char *name)
 static ValueId lower_value(Lower *L, const Ast *e);
 
 static bool
+is_bool_literal(const Ast *e)
+{
+    return e->kind == AST_IDENT && (strcmp(e->str, "true") == 0 || strcmp(e->str, "false") == 0);
+}
+
+static bool
 attr_from_ast(Lower *L, Node *n, int ai, const Ast *e)
 {
     const AttrSpec *spec = &op_info(n->op)->attrs[ai];
@@ -663,7 +675,7 @@ attr_from_ast(Lower *L, Node *n, int ai, const Ast *e)
         av->i[0] = e->str[0] == 't';
         return true;
     case AK_FLOAT:
-        if (!const_eval(e, &v) || !isfinite(v)) {
+        if (is_bool_literal(e) || !const_eval(e, &v) || !isfinite(v)) {
             diag_error(e->loc, "%s: attribute '%s' expects a number", op_info(n->op)->name, spec->name);
             return false;
         }
@@ -677,7 +689,7 @@ attr_from_ast(Lower *L, Node *n, int ai, const Ast *e)
                            op_info(n->op)->name, spec->name);
                 return false;
             }
-        } else if (!const_eval(e, &v)) {
+        } else if (is_bool_literal(e) || !const_eval(e, &v)) {
             diag_error(e->loc, "%s: attribute '%s' expects an integer%s, got %s", op_info(n->op)->name,
                        spec->name, spec->kind == AK_INT2 ? " or a pair (h, w)" : "", ast_kind_what(e));
             return false;
@@ -1166,12 +1178,12 @@ lower_model(Lower *L, const AstItem *it, const char *path)
                    m->name);
         return false;
     }
-    if (m->noutputs == 0) {
-        diag_error(it->loc, "model '%s' has no outputs (add e.g.: output rate = mean(s))", m->name);
-        return false;
-    }
     if (m->ninputs == 0) {
         diag_error(it->loc, "model '%s' has no inputs (add e.g.: input x : f32[784])", m->name);
+        return false;
+    }
+    if (m->noutputs == 0) {
+        diag_error(it->loc, "model '%s' has no outputs (add e.g.: output rate = mean(s))", m->name);
         return false;
     }
     for (int i = 0; i < L->nfixups; i++) {
@@ -1302,6 +1314,9 @@ fe_load_text(const char *path, const char *text, size_t len, const char *model_n
             die("the built-in prelude does not compile");
     }
     L.nuser_neurons_start = L.m->nneurons;
+    /* an include cycle back to the main file is a file already read */
+    L.included = arena_alloc(&L.ast, sizeof *L.included);
+    L.included[L.nincluded++] = resolve_path(&L.ast, ".", path);
     const AstItem *model = NULL;
     Loc none = {0};
     ok = load_file(&L, path, text, len, true, model_name, none, 0, &model) &&

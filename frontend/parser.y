@@ -67,6 +67,7 @@ int fe_yylex(FE_YYSTYPE *val, Loc *loc, yyscan_t scanner);
 
 %code {
 #include <limits.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,11 +96,18 @@ static void fe_yyerror(const Loc *loc, yyscan_t scanner, FeParser *p, const char
     } while (0)
 
 /* Report an error unless one has been: the parse stops at the first. */
+static void fail(FeParser *p, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 static void
-fail(FeParser *p, Loc loc, const char *msg)
+fail(FeParser *p, Loc loc, const char *fmt, ...)
 {
     if (p->failed)
         return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     diag_error(loc, "%s", msg);
     p->failed = true;
 }
@@ -141,10 +149,8 @@ static FeExpr
 node(FeParser *p, AstKind kind, Loc loc, int depth)
 {
     FeExpr e = {fe_ast_new(p->arena, kind, loc), depth};
-    if (depth > FE_MAX_DEPTH && !p->failed) {
-        diag_error(loc, "expression nested too deeply (more than %d levels)", FE_MAX_DEPTH);
-        p->failed = true;
-    }
+    if (depth > FE_MAX_DEPTH)
+        fail(p, loc, "expression nested too deeply (more than %d levels)", FE_MAX_DEPTH);
     return e;
 }
 
@@ -173,7 +179,7 @@ unary(FeParser *p, Loc loc, int op, FeExpr a)
     return e;
 }
 
-/* A keyword used as a name (a callee): an identifier with the keyword's text. */
+/* A keyword used as a name (see word): an identifier with the keyword's text. */
 static Ast *
 keyword(FeParser *p, Loc loc, const char *word)
 {
@@ -227,15 +233,13 @@ add_dim(FeParser *p, AstType *t, const Ast *d)
     if (p->failed)
         return;
     if (t->rank == IR_MAX_RANK + 2) {
-        diag_error(d->loc, "too many dimensions (at most %d)", IR_MAX_RANK + 2);
-        p->failed = true;
+        fail(p, d->loc, "too many dimensions (at most %d)", IR_MAX_RANK + 2);
         return;
     }
     int i = t->rank++;
     if (d->kind == AST_IDENT) {
         if (strcmp(d->str, "T") != 0 && strcmp(d->str, "B") != 0) {
-            diag_error(d->loc, "unknown dimension '%s' (expected a number, T or B)", d->str);
-            p->failed = true;
+            fail(p, d->loc, "unknown dimension '%.40s' (expected a number, T or B)", d->str);
             return;
         }
         t->is_sym[i] = true;
@@ -284,7 +288,7 @@ loc_number(FeParser *p, const Ast *a)
 %type <list> items params param_list nstmts mstmts exprs args
 %type <item> item
 %type <stmt> nstmt mstmt
-%type <ast> name dim callee
+%type <ast> name dim word
 %type <type> opt_type type dims
 %type <loc> opt_loc
 %type <x> expr or_e and_e cmp add mul unary primary arg
@@ -538,7 +542,7 @@ unary:
     ;
 
 /* primary := NUMBER | STRING | IDENT | VALNAME | 'true' | 'false'
- *          | callee '(' [arg (',' arg)* [',']] ')'
+ *          | word '(' [arg (',' arg)* [',']] ')'
  *          | '(' expr ')' | '(' expr ',' expr (',' expr)* [','] ')'
  *          | '[' expr (',' expr)* [','] ']' */
 primary:
@@ -554,17 +558,17 @@ primary:
         $$ = leaf(fe_ast_new(p->arena, AST_IDENT, @1));
         $$.ast->str = "false";
     }
-  | callee "(" ")" {
+  | word "(" ")" {
         $$ = with_items(p, AST_CALL, @1, NULL, NULL);
         $$.ast->str = $1->str;
         CHECK();
     }
-  | callee "(" args ")" {
+  | word "(" args ")" {
         $$ = with_items(p, AST_CALL, @1, NULL, $3);
         $$.ast->str = $1->str;
         CHECK();
     }
-  | callee "(" args "," ")" {
+  | word "(" args "," ")" {
         $$ = with_items(p, AST_CALL, @1, NULL, $3);
         $$.ast->str = $1->str;
         CHECK();
@@ -576,9 +580,10 @@ primary:
   | "[" exprs "," "]" { $$ = with_items(p, AST_TUPLE, @1, NULL, $2); CHECK(); }
     ;
 
-/* callee := IDENT | a statement keyword: ops may share a keyword's name (state(s, "v")), and no
- * statement can start where an expression does, so "state(" there is unambiguous. */
-callee:
+/* word := IDENT | a statement keyword. Ops and attributes may share a keyword's name
+ * (state(s, "v"), poisson(x, seed = 1)); as a callee or a keyword argument's name it is followed by
+ * '(' or '=', and no statement starts where an expression does, so this is unambiguous. */
+word:
     IDENT
   | INCLUDE { $$ = keyword(p, @1, "include"); }
   | NEURON { $$ = keyword(p, @1, "neuron"); }
@@ -606,10 +611,10 @@ args:
   | args "," arg { $$ = push_expr(p, $1, $3); }
     ;
 
-/* arg := expr | IDENT '=' expr */
+/* arg := expr | word '=' expr */
 arg:
     expr
-  | IDENT "=" expr {
+  | word "=" expr {
         $$ = node(p, AST_KWARG, @1, 1 + $3.depth);
         $$.ast->str = $1->str;
         $$.ast->a = $3.ast;
@@ -715,8 +720,7 @@ yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, FeParser *p)
     bool is_cmp = tok == YYSYMBOL_LT || tok == YYSYMBOL_LE || tok == YYSYMBOL_GT ||
                   tok == YYSYMBOL_GE || tok == YYSYMBOL_EQ || tok == YYSYMBOL_NE;
     if (is_cmp && is_expected[YYSYMBOL_PLUS]) {
-        diag_error(loc, "unexpected %s: comparisons do not chain (write a < b && b < c)", what);
-        p->failed = true;
+        fail(p, loc, "unexpected %s: comparisons do not chain (write a < b && b < c)", what);
         return 0;
     }
 
@@ -793,7 +797,7 @@ yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, FeParser *p)
         }
 
     if (nitems == 0 || nitems > 4) {
-        diag_error(loc, "unexpected %s", what);
+        fail(p, loc, "unexpected %s", what);
     } else {
         char list[512];
         size_t k = 0;
@@ -803,9 +807,8 @@ yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, FeParser *p)
             if (k >= sizeof list)
                 break;
         }
-        diag_error(loc, "unexpected %s, expected %s", what, list);
+        fail(p, loc, "unexpected %s, expected %s", what, list);
     }
-    p->failed = true;
     return 0;
 }
 
@@ -814,13 +817,10 @@ static void
 fe_yyerror(const Loc *loc, yyscan_t scanner, FeParser *p, const char *msg)
 {
     (void)scanner;
-    if (p->failed)
-        return;
     if (strcmp(msg, "memory exhausted") == 0)
-        diag_error(*loc, "expression nested too deeply");
+        fail(p, *loc, "expression nested too deeply");
     else
-        diag_error(*loc, "%s", msg);
-    p->failed = true;
+        fail(p, *loc, "%s", msg);
 }
 
 AstFile *

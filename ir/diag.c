@@ -163,6 +163,26 @@ diag_file_error(const char *file, const char *fmt, ...)
     nerrors++;
 }
 
+void
+diag_reader_error(const char *path, const char *msg)
+{
+    if (path) {
+        size_t len = strlen(path);
+        if (strncmp(msg, path, len) == 0 && strncmp(msg + len, ": ", 2) == 0)
+            msg += len + 2;
+        diag_file_error(path, "%s", msg);
+        return;
+    }
+    const char *sep = strstr(msg, ": ");
+    if (sep && !memchr(msg, ' ', (size_t)(sep - msg))) {
+        char file[512];
+        snprintf(file, sizeof file, "%.*s", (int)(sep - msg), msg);
+        diag_file_error(file, "%s", sep + 2);
+    } else {
+        diag_file_error(NULL, "%s", msg);
+    }
+}
+
 _Noreturn void
 die_at(const char *file, int line, const char *fmt, ...)
 {

@@ -34,6 +34,10 @@ void diag_error(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 
 void diag_warning(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_note(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_file_error(const char *file, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A runtime reader's message ("PATH: what is wrong") as "PATH: error: what is wrong". With path NULL
+ * the file is taken from the message itself. */
+void diag_reader_error(const char *path, const char *msg);
+
 int diag_error_count(void);
 void diag_set_stream(FILE *f); /* default stderr */
 void diag_reset(void);         /* forget sources and counts (tests, fuzzing) */
@@ -263,6 +267,8 @@ ValueId module_find_value(const Module *m, const char *name);
 int module_find_weight(const Module *m, const char *name);
 /* The layer name that prefixes a node's weights ("fc1"): its name attribute. */
 const char *node_layer_name(const Module *m, const Node *n);
+/* How messages name a node's op: the neuron's name for neuron layers ("LIF"), else the op ("dense"). */
+const char *node_op_name(const Module *m, const Node *n);
 NExpr *nexpr_new(Arena *a, NxKind kind);
 
 /* infer.c: shapes, dtypes and weight slots; a type annotation on a node is checked against it.

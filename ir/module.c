@@ -345,6 +345,14 @@ module_find_weight(const Module *m, const char *name)
 }
 
 const char *
+node_op_name(const Module *m, const Node *n)
+{
+    if (n->op == OP_NEURON && n->neuron >= 0 && n->neuron < m->nneurons)
+        return m->neurons[n->neuron]->name;
+    return op_info(n->op)->name;
+}
+
+const char *
 node_layer_name(const Module *m, const Node *n)
 {
     int a = op_attr_index(n->op, "name");

@@ -15,6 +15,15 @@ print_double(char *buf, size_t n, double x)
         snprintf(buf, n, signbit(x) ? "-0" : "0");
         return;
     }
+    /* like Python's repr: fixed notation for 1e-4 <= |x| < 1e16, else the shortest exponent form */
+    double ax = fabs(x);
+    if (ax >= 1e-4 && ax < 1e16) {
+        for (int digits = 0; digits <= 20; digits++) {
+            snprintf(buf, n, "%.*f", digits, x);
+            if (strtod(buf, NULL) == x)
+                return;
+        }
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, n, "%.*g", prec, x);
         if (strtod(buf, NULL) == x)
@@ -128,6 +137,20 @@ nexpr_print(FILE *f, const NeuronDef *nd, const NExpr *e)
     put_nexpr(f, nd, e, P_COND);
 }
 
+/* The comparison a fire condition rests on: the first one met left to right through && || !. */
+static const char *
+first_comparison(const NExpr *e)
+{
+    if (e->kind == NX_BIN && e->op >= NB_LT && e->op <= NB_NE)
+        return nxbin_str((NxBin)e->op);
+    for (int i = 0; i < e->nargs; i++) {
+        const char *c = first_comparison(e->args[i]);
+        if (strcmp(c, "none") != 0)
+            return c;
+    }
+    return "none";
+}
+
 static void
 neuron_print_indented(FILE *f, const NeuronDef *nd, const char *ind)
 {
@@ -144,18 +167,20 @@ neuron_print_indented(FILE *f, const NeuronDef *nd, const char *ind)
     const char *cmp = "none", *reset = "none";
     for (int i = 0; i < nd->nstmts; i++) {
         const NStmt *s = &nd->stmts[i];
-        if (s->kind == NS_FIRE && s->e->kind == NX_BIN)
-            cmp = nxbin_str((NxBin)s->e->op);
+        if (s->kind == NS_FIRE)
+            cmp = first_comparison(s->e);
         if (s->kind == NS_RESET_TO)
             reset = "to value";
         if (s->kind == NS_RESET_SUB)
             reset = "subtract";
     }
-    fprintf(f, "%s  # fire: %s, reset: %s (%s step), spikes: %s%s\n", ind, cmp, reset,
-            nd->reset_is_next ? "next" : "same", nd->has_output ? "none (emits output)"
-                                                  : nd->is_bipolar ? "bipolar"
-                                                                   : "0/1",
-            nd->has_refractory ? ", refractory" : "");
+    if (strcmp(cmp, "none") == 0)
+        fprintf(f, "%s  # non-spiking: emits its output expression\n", ind);
+    else
+        fprintf(f, "%s  # fire: %s, reset: %s (%s step), spikes: %s, emits: %s%s\n", ind, cmp, reset,
+                nd->reset_is_next ? "next" : "same", nd->is_bipolar ? "bipolar" : "0/1",
+                nd->has_output ? "output expression" : "spikes",
+                nd->has_refractory ? ", refractory" : "");
     for (int i = 0; i < nd->nstates; i++) {
         fprintf(f, "%s  state %s = ", ind, nd->states[i].name);
         nexpr_print(f, nd, nd->states[i].init);

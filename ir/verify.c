@@ -81,12 +81,18 @@ check_attrs(const Module *m, const Node *n)
             lo = 0, what = "0 or more";
         if (what) {
             int k = s->kind == AK_INT2 ? 2 : 1;
-            for (int j = 0; j < k; j++)
-                if (v->i[j] < lo || v->i[j] > (1 << 30)) {
+            for (int j = 0; j < k; j++) {
+                if (v->i[j] < lo) {
                     diag_error(n->loc, "%s: %s must be %s (got %lld)", oi->name, s->name, what,
                                (long long)v->i[j]);
                     return false;
                 }
+                if (v->i[j] > (1 << 30)) {
+                    diag_error(n->loc, "%s: %s = %lld is too large (at most 2^30)", oi->name, s->name,
+                               (long long)v->i[j]);
+                    return false;
+                }
+            }
         }
         if (strcmp(s->name, "eps") == 0 && !(v->f > 0)) {
             diag_error(n->loc, "%s: eps must be positive", oi->name);
@@ -113,7 +119,7 @@ ir_verify(Module *m)
         Node *n = &m->nodes[v];
         const OpInfo *oi = op_info(n->op);
         if (n->nargs != oi->nargs) {
-            diag_error(n->loc, "%s takes %d operands, has %d", oi->name, oi->nargs, n->nargs);
+            diag_error(n->loc, "%s takes %d operands, has %d", node_op_name(m, n), oi->nargs, n->nargs);
             ok = false;
             break;
         }
@@ -128,13 +134,14 @@ ir_verify(Module *m)
                 diag_error(n->loc,
                            "%s reads '%s', a readout; readouts (count, mean, last, max, sequence) can "
                            "only be model outputs",
-                           oi->name, m->nodes[u].name ? m->nodes[u].name : oi->name);
+                           node_op_name(m, n), m->nodes[u].name ? m->nodes[u].name : oi->name);
                 ok = false;
                 break;
             }
             if (n->op == OP_STATE && m->nodes[u].op != OP_NEURON) {
-                diag_error(n->loc, "state() reads a neuron layer's state; its operand is a %s",
-                           op_info(m->nodes[u].op)->name);
+                diag_error(n->loc, "state() reads a neuron layer's state; its operand '%s' is not a "
+                                   "neuron layer (it is %s)",
+                           m->nodes[u].name ? m->nodes[u].name : "?", node_op_name(m, &m->nodes[u]));
                 ok = false;
                 break;
             }

@@ -109,17 +109,6 @@ list_weights(const Module *m, char *buf, size_t n)
         snprintf(buf + k, n - k, ", ... (%d in all)", m->nweights);
 }
 
-static void
-report_read_error(const char *path, const char *msg)
-{
-    /* the reader's message already names the file ("PATH: what"): say it once */
-    size_t len = strlen(path);
-    if (strncmp(msg, path, len) == 0 && strncmp(msg + len, ": ", 2) == 0)
-        diag_file_error(path, "%s", msg + len + 2);
-    else
-        diag_file_error(path, "%s", msg);
-}
-
 bool
 weights_bind(Module *m, const char *override_path)
 {
@@ -134,7 +123,7 @@ weights_bind(Module *m, const char *override_path)
     char msg[512];
     memset(&set, 0, sizeof set);
     if (rt_safetensors_read(path, &set, msg, sizeof msg) != 0) {
-        report_read_error(path, msg);
+        diag_reader_error(path, msg);
         rt_tensorset_free(&set);
         return false;
     }

@@ -1,7 +1,7 @@
-/* fuzz_snn.c: libFuzzer target for the frontend's scanner and parser (fe_parse). Any bytes must give
- * an AST or exactly one diagnostic: never a crash, a hang, a leak or a read past the input (which
- * is not NUL-terminated). Needs snnfe's parser.c and lexer.c and ir/arena.c, ir/diag.c only; with
- * replay.c instead of libFuzzer it replays a corpus with any compiler. */
+/* fuzz_snn.c: libFuzzer target for the frontend's scanner and parser (fe_parse). Any bytes must
+ * give an AST or exactly one diagnostic: never a crash, a hang, a leak or a read past the input
+ * (which is not NUL-terminated). Needs snnfe's parser.c and lexer.c and ir/arena.c, ir/diag.c only;
+ * with replay.c instead of libFuzzer it replays a corpus with any compiler. */
 #include "frontend/frontend.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

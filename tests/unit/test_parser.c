@@ -275,9 +275,11 @@ test_valid(void)
        "bind %fc1.w (linear %0 (= bias true) (= flag false)) @net.snn:6:1; "
        "out %out %fc1.w : f32[T, B, 10]");
 
-    /* ops may share a statement keyword's name: a keyword before '(' in an expression is a callee */
+    /* ops may share a statement keyword's name: before '(' in an expression, it is a callee */
     OK("model k { output v = sequence(state(s, \"v\")) x = input(seed(), output(1)) y = not(z) }",
        "model k; out v (sequence (state s \"v\")); bind x (input (seed) (output 1)); bind y (! z)");
+    OK("model k { x = poisson(image, seed = -1, input = 2) }",
+       "model k; bind x (poisson image (= seed (- 1)) (= input 2))");
     OK("neuron k() { fire fire(x) fire (x) state s = state(1) }",
        "neuron k(); fire (fire x); fire x; state s (state 1)");
 
@@ -355,9 +357,11 @@ test_invalid(void)
         "t.snn:1:22: error: unexpected ')', expected an operator, a statement or '}'");
     BAD("model m {\n  a = (1 + )\n}",
         "t.snn:2:12: error: unexpected ')', expected an expression");
-    BAD("neuron n() {\n  v = 1\n", "t.snn:2:8: error: unexpected end of file, expected an operator, "
-                                   "a statement or '}'");
+    BAD("neuron n() {\n  v = 1\n",
+        "t.snn:2:8: error: unexpected end of file, expected an operator, a statement or '}'");
     BAD("model m { x = a ? b }", "t.snn:1:21: error: unexpected '}', expected an operator or ':'");
+    BAD("model m { x = f(g(1) = 2) }",
+        "t.snn:1:22: error: unexpected '=', expected an operator, ')' or ','");
     BAD("model m { timesteps }", "t.snn:1:21: error: unexpected '}', expected an expression");
     BAD("model m { foo }", "t.snn:1:15: error: unexpected '}', expected '='");
     BAD("model m { fire x }", "t.snn:1:11: error: unexpected 'fire', expected a statement or '}'");
@@ -369,7 +373,8 @@ test_invalid(void)
     BAD("model m { a = 1 == 2 != 3 }",
         "t.snn:1:22: error: unexpected '!=': comparisons do not chain (write a < b && b < c)");
     BAD("model m { a = (1,) }", "t.snn:1:18: error: unexpected ')', expected an expression");
-    BAD("model m { input x f32[1] }", "t.snn:1:19: error: unexpected identifier 'f32', expected ':'");
+    BAD("model m { input x f32[1] }",
+        "t.snn:1:19: error: unexpected identifier 'f32', expected ':'");
     BAD("model m { input x : f32[Q] }",
         "t.snn:1:25: error: unknown dimension 'Q' (expected a number, T or B)");
     BAD("model m { input x : f32[1.5] }", "t.snn:1:25: error: a dimension must be an integer");
@@ -402,14 +407,15 @@ test_invalid(void)
     BAD("model m { a = \"x\" + }", "t.snn:1:21: error: unexpected '}', expected an expression");
     BAD("model m { \"x\" = 1 }", "t.snn:1:11: error: unexpected string \"x\", expected a statement "
                                 "or '}'");
-    BAD("model m { model = 1 }", "t.snn:1:11: error: unexpected 'model', expected a statement or '}'");
+    BAD("model m { model = 1 }",
+        "t.snn:1:11: error: unexpected 'model', expected a statement or '}'");
     BAD("model m { a = x -= 1 }",
         "t.snn:1:17: error: unexpected '-=', expected an operator, a statement or '}'");
     BAD("neuron n() { reset v += 1 }", "t.snn:1:22: error: unexpected '+', expected '-=' or '='");
     BAD("model m {", "t.snn:1:10: error: unexpected end of file, expected a statement or '}'");
     BAD("model", "t.snn:1:6: error: unexpected end of file, expected an identifier");
-    BAD("x", "t.snn:1:1: error: unexpected identifier 'x', expected end of file, 'include', 'neuron' "
-             "or 'model'");
+    BAD("x", "t.snn:1:1: error: unexpected identifier 'x', expected end of file, 'include', "
+             "'neuron' or 'model'");
 }
 
 /* NUL bytes: the length is authoritative */
@@ -417,12 +423,14 @@ static void
 test_nul(void)
 {
     bad_n(__LINE__, "model m { a = 1 \0 }", 19, "t.snn:1:17: error: unexpected character '\\x00'");
-    bad_n(__LINE__, "model m { weights \"a\0\" }", 24, "t.snn:1:19: error: NUL character in string");
+    bad_n(__LINE__, "model m { weights \"a\0\" }", 24,
+          "t.snn:1:19: error: NUL character in string");
     ok(__LINE__, "model m { a = 1 } # \0 in a comment", "model m; bind a 1");
     /* not NUL-terminated: the parser must not read past len */
     char *buf = malloc(9);
     memcpy(buf, "model m {", 9);
-    bad_n(__LINE__, buf, 9, "t.snn:1:10: error: unexpected end of file, expected a statement or '}'");
+    bad_n(__LINE__, buf, 9,
+          "t.snn:1:10: error: unexpected end of file, expected a statement or '}'");
     free(buf);
 }
 
