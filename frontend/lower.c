@@ -9,6 +9,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum { MAX_INCLUDE_DEPTH = 32, MAX_TIMESTEPS = 1000000 };
 
@@ -56,6 +58,12 @@ typedef struct Lower {
 static char *
 read_file(Arena *a, const char *path, size_t *len)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* directories, devices and pipes are not models (and would block or never end) */
+        errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        return NULL;
+    }
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
@@ -108,7 +116,8 @@ dir_of(Arena *a, const char *path)
     return arena_strndup(a, path, (size_t)(slash - path));
 }
 
-/* `rel` relative to the directory of `from`; absolute paths are kept. Canonical when the file exists. */
+/* `rel` relative to the directory of `from`, made absolute (so printed IR means the same file from any
+ * directory); absolute paths are kept. Canonical (realpath) when the file exists. */
 static const char *
 resolve_path(Arena *a, const char *from, const char *rel)
 {
@@ -117,6 +126,10 @@ resolve_path(Arena *a, const char *from, const char *rel)
     if (real) {
         p = arena_strdup(a, real);
         free(real);
+    } else if (p[0] != '/') {
+        char cwd[4096];
+        if (getcwd(cwd, sizeof cwd))
+            p = arena_printf(a, "%s/%s", cwd, p);
     }
     return p;
 }
@@ -712,7 +725,7 @@ static const char *
 auto_layer_name(Lower *L, Op op, bool is_root)
 {
     if (is_root && L->binding && L->binding[0] != '%')
-        return L->binding;
+        return arena_strdup(&L->m->arena, L->binding);
     const char *base = L->binding && L->binding[0] != '%' ? L->binding : "layer";
     const char *name = arena_printf(&L->m->arena, "%s.%s", base, op_info(op)->name);
     for (int k = 1;; k++) {
@@ -1019,6 +1032,14 @@ lower_type(const AstType *t, bool is_input, Type *out)
         }
         out->dims[out->rank++] = t->dims[i];
     }
+    int64_t numel = 1;
+    for (int k = 0; k < out->rank; k++) {
+        numel *= out->dims[k];
+        if (numel > ((int64_t)1 << 31)) {
+            diag_error(t->loc, "a sample of this type would have more than 2^31 elements");
+            return false;
+        }
+    }
     return true;
 }
 
@@ -1216,7 +1237,8 @@ load_include(Lower *L, const AstItem *it, const char *path, int depth)
     size_t len;
     char *text = read_file(&L->ast, inc, &len);
     if (!text) {
-        diag_error(it->loc, "cannot read included file '%s': %s", it->name, strerror(errno));
+        diag_error(it->loc, "cannot read included file '%s': %s", it->name,
+                   errno == EINVAL ? "not a regular file" : strerror(errno));
         return false;
     }
     L->included = arena_grow(&L->ast, L->included, (size_t)L->nincluded * sizeof *L->included,
@@ -1336,7 +1358,7 @@ fe_load(const char *path, const char *model_name)
     size_t len;
     char *text = read_file(&tmp, path, &len);
     if (!text) {
-        diag_file_error(path, "cannot read: %s", strerror(errno));
+        diag_file_error(path, "cannot read: %s", errno == EINVAL ? "not a regular file" : strerror(errno));
         arena_free(&tmp);
         return NULL;
     }

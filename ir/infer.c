@@ -85,6 +85,22 @@ spatial(Infer *in, Node *n, const Type *x, const char *what)
     return true;
 }
 
+/* Every sample of every value stays below 2^31 elements, so sizes never overflow downstream. */
+static bool
+numel_in_range(const Module *m, ValueId v)
+{
+    const Type *t = &m->nodes[v].type;
+    int64_t numel = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dims[i] > ((int64_t)1 << 31) || (numel *= t->dims[i]) > ((int64_t)1 << 31)) {
+            diag_error(m->nodes[v].loc, "'%s' would have more than 2^31 elements per sample and step",
+                       vname(m, v));
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Returns 1 when n's type is set, 0 when it must wait for operands, -1 on error. */
 static int
 infer_node(Infer *in, ValueId v)
@@ -295,6 +311,7 @@ ir_infer(Module *m)
             else if (r > 0) {
                 in.known[v] = true;
                 nknown++;
+                ok = numel_in_range(m, v);
             }
         }
         if (ok && nknown == before) {
