@@ -164,7 +164,14 @@ parse_options(int argc, char **argv, Options *o)
         case O_VERSION: printf("snnc %s\n", SNNC_VERSION); exit(0);
         case 'q': o->quiet = true; break;
         case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: usage_error("unknown option '%s'", argv[optind - 1]);
+        default:
+            if (optopt >= 256)
+                for (const struct option *lo = longopts; lo->name; lo++)
+                    if (lo->val == optopt)
+                        usage_error("option '--%s' takes no value", lo->name);
+            if (optopt > 0 && optopt < 256)
+                usage_error("unknown option '-%c'", optopt);
+            usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind >= argc)

@@ -1251,8 +1251,7 @@ static bool
 load_file(Lower *L, const char *path, const char *text, size_t len, bool is_main,
           const char *model_name, Loc from, int depth, const AstItem **model_out)
 {
-    diag_add_source(path, text);
-    AstFile *f = fe_parse(&L->ast, path, text, len);
+    AstFile *f = fe_parse(&L->ast, path, text, len); /* registers the text for diagnostics */
     if (!f)
         return false;
     const AstItem *model = NULL;

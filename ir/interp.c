@@ -684,7 +684,8 @@ eval_elementwise(Interp *ip, ValueId v, int t)
     const double *a = val(ip, n->args[0], t);
     const double *b = n->nargs > 1 ? val(ip, n->args[1], t) : NULL;
     double *y = val(ip, v, t);
-    double factor = n->op == OP_SCALE ? attr_f(n, "factor") : 0;
+    /* a constant factor is a Python float in PyTorch: rounded to float32 once, then multiplied */
+    double factor = n->op == OP_SCALE ? rnd(ip, attr_f(n, "factor")) : 0;
     for (size_t j = 0; j < nj; j++) {
         double r;
         switch (n->op) {
@@ -724,7 +725,7 @@ eval_poisson(Interp *ip, ValueId v, int t)
     const NodeRun *r = &ip->nodes[v];
     int64_t node_seed = n->attrs[op_attr_index(OP_POISSON, "seed")].i[0];
     uint64_t seed = node_seed >= 0 ? (uint64_t)node_seed : ip->seed;
-    double gain = attr_f(n, "gain");
+    double gain = rnd(ip, attr_f(n, "gain"));
     const double *x = val(ip, n->args[0], t);
     double *y = val(ip, v, t);
     size_t numel = (size_t)r->numel;
