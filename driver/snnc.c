@@ -199,7 +199,7 @@ typedef struct Data {
     int64_t *numel;       /* per-sample numel of each input, in file layout */
     float *labels;        /* n, or NULL */
     RtTensor *owned;      /* tensors whose data the inputs point into */
-    int nowned;
+    int nowned, capowned;
 } Data;
 
 static void
@@ -261,13 +261,12 @@ bind_tensor(const Module *m, Data *d, int k, RtTensor *t, const char *file)
     return true;
 }
 
+/* A tensor slot the data owns. The array is sized once (load_inputs), so returned pointers stay valid. */
 static RtTensor *
 own(Data *d)
 {
-    d->owned = realloc(d->owned, (size_t)(d->nowned + 1) * sizeof *d->owned);
-    if (!d->owned)
-        die("out of memory");
-    memset(&d->owned[d->nowned], 0, sizeof *d->owned);
+    if (d->nowned == d->capowned)
+        die("too many input tensors");
     return &d->owned[d->nowned++];
 }
 
@@ -288,7 +287,9 @@ load_inputs(const Module *m, const Options *o, Data *d)
     d->ninputs = m->ninputs;
     d->inputs = calloc((size_t)m->ninputs, sizeof *d->inputs);
     d->numel = calloc((size_t)m->ninputs, sizeof *d->numel);
-    if (!d->inputs || !d->numel)
+    d->capowned = m->ninputs + MAX_INPUT_ARGS + 2;
+    d->owned = calloc((size_t)d->capowned, sizeof *d->owned);
+    if (!d->inputs || !d->numel || !d->owned)
         die("out of memory");
     for (int k = 0; k < m->ninputs; k++) {
         int64_t dims[IR_MAX_RANK + 1];

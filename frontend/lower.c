@@ -121,7 +121,7 @@ dir_of(Arena *a, const char *path)
 static const char *
 resolve_path(Arena *a, const char *from, const char *rel)
 {
-    const char *p = rel[0] == '/' ? rel : arena_printf(a, "%s/%s", dir_of(a, from), rel);
+    const char *p = rel[0] == '/' ? arena_strdup(a, rel) : arena_printf(a, "%s/%s", dir_of(a, from), rel);
     char *real = realpath(p, NULL);
     if (real) {
         p = arena_strdup(a, real);
