@@ -3,6 +3,7 @@
  * rates. User errors exit with status 1 and a message; results go to stdout, progress to stderr. */
 #include "frontend/frontend.h"
 #include "ir/ir.h"
+#include "runtime/f16.h"
 #include "runtime/tensor_io.h"
 
 #include <errno.h>
@@ -256,6 +257,23 @@ bind_tensor(const Module *m, Data *d, int k, RtTensor *t, const char *file)
                         (long long)d->n);
         return false;
     }
+    if (d->inputs[k]) {
+        diag_file_error(file, "is a second array for input '%s'; give each input once", n->name);
+        return false;
+    }
+    /* values take the declared element type: f16/bf16 are rounded, spikes must be 0 or 1 */
+    for (int64_t i = 0; i < t->numel; i++) {
+        float *x = &t->data[i];
+        if (n->type.dtype == DT_F16)
+            *x = rt_f16_to_f32(rt_f32_to_f16(*x));
+        else if (n->type.dtype == DT_BF16)
+            *x = rt_bf16_to_f32(rt_f32_to_bf16(*x));
+        else if (n->type.dtype == DT_SPIKE && *x != 0 && *x != 1) {
+            diag_file_error(file, "input '%s' is declared spike, but element %lld is %g (not 0 or 1)",
+                            n->name, (long long)i, (double)*x);
+            return false;
+        }
+    }
     d->n = t->dims[0];
     d->inputs[k] = t->data;
     return true;
@@ -338,6 +356,10 @@ load_inputs(const Module *m, const Options *o, Data *d)
         const char *file = eq ? eq + 1 : arg;
         size_t flen = strlen(file);
         if (flen > 4 && strcmp(file + flen - 4, ".npz") == 0) {
+            if (eq)
+                usage_error("--input %s: an .npz holds every input under its own name; give it "
+                            "without NAME=",
+                            arg);
             RtTensorSet set = {0};
             if (rt_npz_read(file, &set, err, sizeof err)) {
                 diag_reader_error(file, err);
@@ -469,6 +491,33 @@ write_outputs(const Module *m, const Options *o, float **outs, int64_t n)
     return true;
 }
 
+/* How reports name a neuron layer: its value name, or "LIF@12:5" (op and source position) if nested. */
+static const char *
+layer_label(const Module *m, const Node *n, char *buf, size_t len)
+{
+    if (n->name)
+        return n->name;
+    snprintf(buf, len, "%s@%d:%d", node_op_name(m, n), n->loc.line, n->loc.col);
+    return buf;
+}
+
+static bool
+is_rate_layer(const Module *m, const Node *n)
+{
+    return n->op == OP_NEURON && !m->neurons[n->neuron]->has_output;
+}
+
+/* index of the first maximum (torch.argmax's choice on ties) */
+static int64_t
+argmax(const float *row, int64_t k)
+{
+    int64_t best = 0;
+    for (int64_t c = 1; c < k; c++)
+        if (row[c] > row[best])
+            best = c;
+    return best;
+}
+
 static int
 run(Module *m, const Options *o)
 {
@@ -479,32 +528,54 @@ run(Module *m, const Options *o)
     }
     int64_t n = o->limit >= 0 && o->limit < d.n ? o->limit : d.n;
     int batch = o->batch;
+    /* every sample's outputs are kept only when they are written out; else one batch at a time */
+    bool keep_all = o->output != NULL;
+    int64_t rows = keep_all ? (n ? n : 1) : (n < batch ? (n ? n : 1) : batch);
     float **outs = calloc((size_t)m->noutputs, sizeof *outs);
     double *counts = calloc((size_t)m->nnodes, sizeof *counts);
     const float **in_ptrs = calloc((size_t)m->ninputs, sizeof *in_ptrs);
     float **out_ptrs = calloc((size_t)m->noutputs, sizeof *out_ptrs);
     if (!outs || !counts || !in_ptrs || !out_ptrs)
         die("out of memory");
-    for (int j = 0; j < m->noutputs; j++) {
-        outs[j] = malloc((size_t)(n ? n : 1) * (size_t)output_numel(m, j) * sizeof(float));
-        if (!outs[j])
-            die("out of memory");
+    int rc = 0;
+    for (int j = 0; j < m->noutputs && rc == 0; j++) {
+        int64_t per = output_numel(m, j);
+        if (per > 0 && rows > (int64_t)(SIZE_MAX / sizeof(float)) / per)
+            outs[j] = NULL;
+        else
+            outs[j] = malloc((size_t)rows * (size_t)per * sizeof(float));
+        if (!outs[j]) {
+            fprintf(stderr,
+                    "snnc: error: output '%s' of %lld samples needs %.3g GB of memory, which cannot be "
+                    "allocated; use --limit%s\n",
+                    m->nodes[m->outputs[j]].name ? m->nodes[m->outputs[j]].name : "?", (long long)rows,
+                    (double)rows * (double)per * 4e-9, keep_all ? " or leave out --output" : " or a smaller --batch");
+            rc = 1;
+        }
     }
+    /* accuracy needs labels and a first output of class scores: [B, K] */
+    const Node *out0 = &m->nodes[m->outputs[0]];
+    bool scores = !out0->type.has_time && out0->type.rank == 1;
+    int64_t correct = 0;
     InterpOptions io = {o->precision, o->seed};
     char err[512];
     bool show_progress = !o->quiet && isatty(2);
     double t0 = now_seconds(), last = t0;
-    int rc = 0;
-    for (int64_t s = 0; s < n; s += batch) {
+    for (int64_t s = 0; s < n && rc == 0; s += batch) {
         int b = (int)(n - s < batch ? n - s : batch);
         for (int k = 0; k < m->ninputs; k++)
             in_ptrs[k] = d.inputs[k] + s * d.numel[k];
         for (int j = 0; j < m->noutputs; j++)
-            out_ptrs[j] = outs[j] + s * output_numel(m, j);
+            out_ptrs[j] = outs[j] + (keep_all ? s : 0) * output_numel(m, j);
         if (!interp_run(m, &io, b, s, in_ptrs, out_ptrs, counts, err, sizeof err)) {
             fprintf(stderr, "snnc: error: %s\n", err);
             rc = 1;
             break;
+        }
+        if (d.labels && scores) {
+            int64_t k = output_numel(m, 0);
+            for (int i = 0; i < b; i++)
+                correct += (float)argmax(out_ptrs[0] + i * k, k) == d.labels[s + i];
         }
         double t = now_seconds();
         if (show_progress && t - t0 > 1.0 && (t - last > 0.1 || s + b == n)) {
@@ -513,40 +584,32 @@ run(Module *m, const Options *o)
         }
     }
     double secs = now_seconds() - t0;
-
-    double accuracy = -1;
-    if (rc == 0 && d.labels && n > 0) {
-        int64_t k = output_numel(m, 0), correct = 0;
-        for (int64_t i = 0; i < n; i++) {
-            const float *row = outs[0] + i * k;
-            int64_t best = 0;
-            for (int64_t c = 1; c < k; c++)
-                if (row[c] > row[best])
-                    best = c;
-            correct += (float)best == d.labels[i];
-        }
-        accuracy = (double)correct / (double)n;
-    }
+    double accuracy = rc == 0 && d.labels && scores && n > 0 ? (double)correct / (double)n : -1;
     if (rc == 0 && o->output && !write_outputs(m, o, outs, n))
         rc = 1;
     if (rc == 0) {
         const char *prec = o->precision == INTERP_F32 ? "f32" : "f64";
+        double *rates = calloc((size_t)m->nnodes + 1, sizeof *rates);
+        if (!rates)
+            die("out of memory");
+        for (int v = 0; v < m->nnodes; v++) {
+            double denom = (double)type_numel(&m->nodes[v].type) * m->timesteps * (double)n;
+            rates[v] = denom > 0 ? counts[v] / denom : 0.0;
+        }
+        char label[96];
         if (!o->quiet) {
             printf("model %s: %lld samples, T = %d, backend %s (%s), batch %d\n", m->name,
                    (long long)n, m->timesteps, o->backend, prec, batch);
             if (accuracy >= 0)
-                printf("accuracy: %.4f (%lld/%lld)\n", accuracy, (long long)llround(accuracy * (double)n),
-                       (long long)n);
+                printf("accuracy: %.4f (%lld/%lld)\n", accuracy, (long long)correct, (long long)n);
+            else if (d.labels)
+                printf("accuracy: not computed (the first output, '%s', is not [B, classes])\n",
+                       out0->name ? out0->name : "?");
             printf("time: %.3f s, %.1f samples/s\n", secs, secs > 0 ? (double)n / secs : 0.0);
             printf("firing rates (spikes per neuron per step):\n");
-        }
-        for (int v = 0; v < m->nnodes; v++) {
-            const Node *nd = &m->nodes[v];
-            if (nd->op != OP_NEURON || m->neurons[nd->neuron]->has_output || o->quiet)
-                continue;
-            double denom = (double)type_numel(&nd->type) * m->timesteps * (double)n;
-            printf("  %-16s %.4f\n", nd->name ? nd->name : node_layer_name(m, nd),
-                   denom > 0 ? counts[v] / denom : 0.0);
+            for (int v = 0; v < m->nnodes; v++)
+                if (is_rate_layer(m, &m->nodes[v]))
+                    printf("  %-16s %.4f\n", layer_label(m, &m->nodes[v], label, sizeof label), rates[v]);
         }
         if (o->report_json) {
             printf("{\"model\": ");
@@ -560,19 +623,18 @@ run(Module *m, const Options *o)
             else
                 printf("null");
             printf(", \"firing_rates\": {");
-            bool first = true;
+            const char *sep = "";
             for (int v = 0; v < m->nnodes; v++) {
-                const Node *nd = &m->nodes[v];
-                if (nd->op != OP_NEURON || m->neurons[nd->neuron]->has_output)
+                if (!is_rate_layer(m, &m->nodes[v]))
                     continue;
-                double denom = (double)type_numel(&nd->type) * m->timesteps * (double)n;
-                printf("%s", first ? "" : ", ");
-                json_string(stdout, nd->name ? nd->name : node_layer_name(m, nd));
-                printf(": %.6f", denom > 0 ? counts[v] / denom : 0.0);
-                first = false;
+                printf("%s", sep);
+                json_string(stdout, layer_label(m, &m->nodes[v], label, sizeof label));
+                printf(": %.6f", rates[v]);
+                sep = ", ";
             }
             printf("}}\n");
         }
+        free(rates);
     }
     for (int j = 0; j < m->noutputs; j++)
         free(outs[j]);
@@ -616,5 +678,9 @@ main(int argc, char **argv)
     }
     module_free(m);
     diag_reset();
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "snnc: error: cannot write to standard output: %s\n", strerror(errno));
+        return 1;
+    }
     return rc;
 }

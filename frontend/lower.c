@@ -499,7 +499,6 @@ lower_neuron(Lower *L, const AstItem *it)
 
     NScope s = {L, nd, 0, false};
     int nfire = 0, nfire_down = 0, noutput = 0, nrefr = 0;
-    Loc fire_loc = it->loc;
     for (int i = 0; i < it->nstmts && ok; i++) {
         const AstStmt *st = &it->stmts[i];
         NStmt *ns = &nd->stmts[nd->nstmts];
@@ -553,7 +552,6 @@ lower_neuron(Lower *L, const AstItem *it)
                     diag_error(st->loc, "neuron '%s' has more than one fire statement", nd->name);
                     return false;
                 }
-                fire_loc = st->loc;
             } else if (!nfire || nfire_down++) {
                 diag_error(st->loc, nfire ? "neuron '%s' has more than one fire down statement"
                                           : "fire down must follow the fire statement in neuron '%s'",
@@ -615,7 +613,6 @@ lower_neuron(Lower *L, const AstItem *it)
             return false;
         }
     }
-    (void)fire_loc;
     if (!neuron_analyse(nd))
         return false;
     module_add_neuron(L->m, nd);
@@ -808,6 +805,10 @@ lower_op_call(Lower *L, const Ast *e, Op op)
                            oi->nattrs ? " and then its attributes" : "");
                 return -1;
             }
+            if (seen[ai]) {
+                diag_error(arg->loc, "%s: attribute '%s' given twice", oi->name, oi->attrs[ai].name);
+                return -1;
+            }
             seen[ai] = true;
             if (!attr_from_ast(L, &L->m->nodes[v], ai, arg))
                 return -1;
@@ -919,7 +920,6 @@ lower_binop(Lower *L, const Ast *e)
             diag_error(e->loc, "a layer value can only be divided by a nonzero constant");
             return -1;
         }
-        k = 1.0 / k;
         x = e->a;
         op = OP_SCALE;
         break;
@@ -928,11 +928,17 @@ lower_binop(Lower *L, const Ast *e)
                    nxbin_str((NxBin)e->op));
         return -1;
     }
+    if (op == OP_SCALE && !isfinite(k)) {
+        diag_error(e->loc, "the constant factor is not a finite number");
+        return -1;
+    }
     L->nested_count++;
     ValueId v = module_add_node(L->m, op, e->loc);
     if (op == OP_SCALE) {
+        /* x / k keeps k as a divisor: in float32, x / k and x * (1/k) differ */
         L->m->nodes[v].nargs = 1;
-        L->m->nodes[v].attrs[0].f = k;
+        L->m->nodes[v].attrs[op_attr_index(OP_SCALE, "factor")].f = e->op == NB_DIV ? 1 : k;
+        L->m->nodes[v].attrs[op_attr_index(OP_SCALE, "divisor")].f = e->op == NB_DIV ? k : 1;
         return lower_operand(L, v, 0, x) ? v : -1;
     }
     L->m->nodes[v].nargs = 2;
@@ -1094,6 +1100,7 @@ lower_model(Lower *L, const AstItem *it, const char *path)
     m->name = arena_strdup(a, it->name);
     m->loc = it->loc;
     bool has_timesteps = false;
+    int has_seed = 0;
     L->nlater = it->nstmts;
     L->later = arena_alloc(&L->ast, (size_t)(it->nstmts + 1) * sizeof *L->later);
     for (int i = 0; i < it->nstmts; i++)
@@ -1117,11 +1124,19 @@ lower_model(Lower *L, const AstItem *it, const char *path)
             has_timesteps = true;
             break;
         case MST_SEED:
+            if (has_seed++) {
+                diag_error(st->loc, "seed is given twice");
+                return false;
+            }
             if (!int_stmt(st, "seed", 0, ((int64_t)1 << 53), &v64))
                 return false;
             m->seed = v64;
             break;
         case MST_WEIGHTS:
+            if (m->weights_path) {
+                diag_error(st->loc, "weights is given twice");
+                return false;
+            }
             if (st->a->kind != AST_STR || !st->a->str[0]) {
                 diag_error(st->loc, "weights expects a file name in quotes");
                 return false;
@@ -1206,6 +1221,16 @@ lower_model(Lower *L, const AstItem *it, const char *path)
     if (m->noutputs == 0) {
         diag_error(it->loc, "model '%s' has no outputs (add e.g.: output rate = mean(s))", m->name);
         return false;
+    }
+    /* each encoder draws its own random stream, numbered in source order unless given */
+    int64_t nstream = 0;
+    for (int v = 0; v < m->nnodes; v++) {
+        if (m->nodes[v].op != OP_POISSON)
+            continue;
+        AttrVal *s = &m->nodes[v].attrs[op_attr_index(OP_POISSON, "stream")];
+        if (s->i[0] < 0)
+            s->i[0] = nstream;
+        nstream++;
     }
     for (int i = 0; i < L->nfixups; i++) {
         ValueId v = sym_find(L, L->fixups[i].name);

@@ -686,13 +686,18 @@ eval_elementwise(Interp *ip, ValueId v, int t)
     double *y = val(ip, v, t);
     /* a constant factor is a Python float in PyTorch: rounded to float32 once, then multiplied */
     double factor = n->op == OP_SCALE ? rnd(ip, attr_f(n, "factor")) : 0;
+    double divisor = n->op == OP_SCALE ? rnd(ip, attr_f(n, "divisor")) : 1;
     for (size_t j = 0; j < nj; j++) {
         double r;
         switch (n->op) {
         case OP_ADD: r = a[j] + b[j]; break;
         case OP_SUB: r = a[j] - b[j]; break;
         case OP_MUL: r = a[j] * b[j]; break;
-        case OP_SCALE: r = factor * a[j]; break;
+        case OP_SCALE:
+            r = factor == 1 ? a[j] : factor * a[j];
+            if (divisor != 1)
+                r = rnd(ip, r) / divisor;
+            break;
         default: unreachable();
         }
         y[j] = rnd(ip, r);
@@ -904,8 +909,11 @@ setup(Interp *ip)
         r->numel = type_numel(&m->nodes[v].type);
         r->hist = 1;
         r->input_index = -1;
-        if (m->nodes[v].op == OP_POISSON)
-            r->stream = npoisson++;
+        if (m->nodes[v].op == OP_POISSON) {
+            int64_t s = m->nodes[v].attrs[op_attr_index(OP_POISSON, "stream")].i[0];
+            r->stream = s >= 0 ? (uint32_t)s : npoisson;
+            npoisson++;
+        }
     }
     for (int k = 0; k < m->ninputs; k++)
         ip->nodes[m->inputs[k]].input_index = k;

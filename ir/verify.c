@@ -94,11 +94,20 @@ check_attrs(const Module *m, const Node *n)
                 }
             }
         }
+        if ((strcmp(s->name, "seed") == 0 || strcmp(s->name, "stream") == 0) &&
+            (v->i[0] < -1 || v->i[0] > ((int64_t)1 << 53))) {
+            diag_error(n->loc, "%s: %s must be -1 (the default) or from 0 to 2^53", oi->name, s->name);
+            return false;
+        }
+        if (strcmp(s->name, "divisor") == 0 && !(v->f != 0)) {
+            diag_error(n->loc, "%s: divisor must not be zero", oi->name);
+            return false;
+        }
         if (strcmp(s->name, "eps") == 0 && !(v->f > 0)) {
             diag_error(n->loc, "%s: eps must be positive", oi->name);
             return false;
         }
-        if (n->op == OP_DELAY && v->i[0] > m->timesteps) {
+        if (n->op == OP_DELAY && v->i[0] >= m->timesteps) {
             /* legal but always zero: most likely a mistake */
             diag_warning(n->loc, "delay of %lld steps in a model of %d timesteps is always zero",
                          (long long)v->i[0], m->timesteps);
@@ -209,15 +218,6 @@ ir_verify(Module *m)
     return ok;
 }
 
-static void
-scan_expr(const NExpr *e, bool *uses_spike)
-{
-    if (e->kind == NX_SPIKE)
-        *uses_spike = true;
-    for (int i = 0; i < e->nargs; i++)
-        scan_expr(e->args[i], uses_spike);
-}
-
 bool
 neuron_analyse(NeuronDef *nd)
 {
@@ -239,9 +239,6 @@ neuron_analyse(NeuronDef *nd)
         }
         if (!s->e)
             return false;
-        bool uses_spike = false;
-        scan_expr(s->e, &uses_spike);
-        (void)uses_spike;
     }
     return true;
 }

@@ -76,7 +76,7 @@ compare(const Opts *o, const RtTensor *a, const RtTensor *b, const char *name)
     for (int64_t i = 0; i < a->numel; i++) {
         double x = a->data[i], y = b->data[i];
         double diff = fabs(x - y);
-        bool ok = exact ? x == y || (isnan(x) && isnan(y)) : diff <= o->atol + o->rtol * fabs(y);
+        bool ok = x == y || (isnan(x) && isnan(y)) || (!exact && diff <= o->atol + o->rtol * fabs(y));
         if (diff > max_abs)
             max_abs = diff;
         if (!ok) {
