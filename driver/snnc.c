@@ -1,6 +1,10 @@
 /* snnc: the command-line driver. Parses options, loads a .snn/.snnir file into the graph IR, then emits
  * it or runs it on a data set (Fashion-MNIST or .npy/.npz inputs) and reports accuracy, speed and firing
  * rates. User errors exit with status 1 and a message; results go to stdout, progress to stderr. */
+#include "codegen/kir.h"
+#ifdef SNN_HAVE_LLVM
+#include "codegen/llvm/cg_llvm.h"
+#endif
 #include "frontend/frontend.h"
 #include "ir/ir.h"
 #include "runtime/f16.h"
@@ -37,6 +41,7 @@ typedef struct Options {
     bool report_json;
     const char *weights;
     bool quiet;
+    int opt_level;
 } Options;
 
 static void
@@ -48,11 +53,15 @@ usage(FILE *f)
           "\n"
           "Output:\n"
           "  --emit=ir               print the graph IR (to stdout, or to the file given by -o)\n"
+          "  --emit=kernel           print the kernel IR the code generators start from\n"
+          "  --emit=llvm             print the LLVM IR of the CPU backend (-O0: before optimisation)\n"
           "  -o FILE                 where --emit writes\n"
           "\n"
           "Running:\n"
           "  --run                   run the model on the data and report accuracy, images/s, firing rates\n"
-          "  --backend=interp        the reference interpreter (the only backend in this build)\n"
+          "  --backend=interp        the reference interpreter (default; the semantic oracle)\n"
+          "  --backend=cpu, --jit    compile with LLVM for this CPU and run (float32 semantics,\n"
+          "                          equal to --precision=f32 bit for bit; one thread for now)\n"
           "  --precision=f64|f32     interpreter arithmetic: double (default) or float32 like PyTorch\n"
           "  --data=fashion-mnist[:DIR]  the Fashion-MNIST test set (IDX files; default directory\n"
           "                          $SNN_DATA_DIR, then /usr/share/datasets/fashion-mnist)\n"
@@ -87,6 +96,119 @@ usage_error(const char *fmt, ...)
     exit(1);
 }
 
+/* ---- backends: a struct of functions chosen by name ---- */
+
+typedef struct Backend {
+    const char *name;
+    bool counts_spikes; /* fills per-layer spike counts for firing rates */
+    bool is_f32;        /* computes float32 whatever --precision says */
+    void *(*prepare)(Module *m, char *err, size_t errlen);
+    bool (*run)(void *state, const Module *m, const InterpOptions *io, int batch, int64_t sample_base,
+                const float *const *in, float *const *out, double *counts, char *err, size_t errlen);
+    void (*release)(void *state);
+} Backend;
+
+static void *
+interp_prepare(Module *m, char *err, size_t errlen)
+{
+    return m;
+}
+
+static bool
+interp_backend_run(void *state, const Module *m, const InterpOptions *io, int batch, int64_t base,
+                   const float *const *in, float *const *out, double *counts, char *err, size_t errlen)
+{
+    return interp_run(m, io, batch, base, in, out, counts, err, errlen);
+}
+
+static void
+no_release(void *state)
+{
+}
+
+static void *
+kir_prepare(Module *m, char *err, size_t errlen)
+{
+    KProgram *p = kir_lower(m);
+    if (!p)
+        snprintf(err, errlen, "lowering to the kernel IR failed");
+    return p;
+}
+
+static bool
+kir_backend_run(void *state, const Module *m, const InterpOptions *io, int batch, int64_t base,
+                const float *const *in, float *const *out, double *counts, char *err, size_t errlen)
+{
+    return kir_eval(state, batch, base, in, out, err, errlen);
+}
+
+static void
+kir_release(void *state)
+{
+    kir_free(state);
+}
+
+#ifdef SNN_HAVE_LLVM
+/* the compiled program refers to its kernel IR (buffers, sizes): both live as long as the session */
+typedef struct CpuState {
+    KProgram *p;
+    CgLlvm *cg;
+} CpuState;
+
+static void
+cpu_release(void *state)
+{
+    CpuState *st = state;
+    cg_llvm_free(st->cg);
+    kir_free(st->p);
+    free(st);
+}
+
+static void *
+cpu_prepare(Module *m, char *err, size_t errlen)
+{
+    CpuState *st = calloc(1, sizeof *st);
+    if (!st)
+        die("out of memory");
+    st->p = kir_lower(m);
+    if (!st->p)
+        snprintf(err, errlen, "lowering to the kernel IR failed");
+    else
+        st->cg = cg_llvm_compile(st->p, err, errlen);
+    if (!st->cg) {
+        kir_free(st->p);
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+static bool
+cpu_backend_run(void *state, const Module *m, const InterpOptions *io, int batch, int64_t base,
+                const float *const *in, float *const *out, double *counts, char *err, size_t errlen)
+{
+    return cg_llvm_run(((CpuState *)state)->cg, batch, base, in, out, err, errlen);
+}
+#endif
+
+static const Backend backends[] = {
+    {"interp", true, false, interp_prepare, interp_backend_run, no_release},
+    /* kir (not listed in --help): the kernel-IR evaluator, the check of lowering against interp */
+    {"kir", false, true, kir_prepare, kir_backend_run, kir_release},
+#ifdef SNN_HAVE_LLVM
+    {"cpu", false, true, cpu_prepare, cpu_backend_run, cpu_release},
+#endif
+};
+
+static const Backend *
+find_backend(const char *name)
+{
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        if (strcmp(backends[i].name, name) == 0)
+            return &backends[i];
+    return NULL;
+}
+
 static int64_t
 parse_int(const char *opt, const char *s, int64_t lo, int64_t hi)
 {
@@ -103,7 +225,7 @@ static void
 parse_options(int argc, char **argv, Options *o)
 {
     enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
-           O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION };
+           O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -113,26 +235,37 @@ parse_options(int argc, char **argv, Options *o)
         {"report", required_argument, 0, O_REPORT},   {"weights", required_argument, 0, O_WEIGHTS},
         {"model", required_argument, 0, O_MODEL},     {"help-ops", no_argument, 0, O_HELP_OPS},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, O_VERSION},
-        {"quiet", no_argument, 0, 'q'},               {0, 0, 0, 0},
+        {"quiet", no_argument, 0, 'q'},
+        {"jit", no_argument, 0, O_JIT},               {0, 0, 0, 0},
     };
     o->batch = 64;
+    o->opt_level = 2;
     o->limit = -1;
     o->seed = -1;
     o->backend = "interp";
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":o:hq", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:hqO:", longopts, NULL)) != -1) {
         switch (c) {
         case O_EMIT:
-            if (strcmp(optarg, "ir") != 0)
-                usage_error("--emit=%s is not available (this build emits: ir)", optarg);
+            if (strcmp(optarg, "ir") != 0 && strcmp(optarg, "kernel") != 0 &&
+                (strcmp(optarg, "llvm") != 0 || !find_backend("cpu")))
+                usage_error("--emit=%s is not available (this build emits: ir, kernel%s)", optarg,
+                            find_backend("cpu") ? ", llvm" : "");
             o->emit = optarg;
             break;
+        case 'O':
+            if (!optarg[0] || optarg[1] || optarg[0] < '0' || optarg[0] > '3')
+                usage_error("-O expects a level from 0 to 3, got '-O%s'", optarg);
+            o->opt_level = optarg[0] - '0';
+            break;
+        case O_JIT: o->backend = "cpu"; break;
         case 'o': o->out = optarg; break;
         case O_RUN: o->run = true; break;
         case O_BACKEND:
-            if (strcmp(optarg, "interp") != 0)
-                usage_error("backend '%s' is not available in this build (available: interp)", optarg);
+            if (!find_backend(optarg))
+                usage_error("backend '%s' is not available in this build (available: interp%s)", optarg,
+                            find_backend("cpu") ? ", cpu" : "");
             o->backend = optarg;
             break;
         case O_PRECISION:
@@ -559,6 +692,16 @@ run(Module *m, const Options *o)
     int64_t correct = 0;
     InterpOptions io = {o->precision, o->seed};
     char err[512];
+    const Backend *be = find_backend(o->backend);
+    if (be->prepare != interp_prepare && o->seed >= 0)
+        m->seed = o->seed; /* compiled code bakes the Poisson seed in */
+    double tc = now_seconds();
+    void *state = rc == 0 ? be->prepare(m, err, sizeof err) : NULL;
+    double compile_secs = now_seconds() - tc;
+    if (rc == 0 && !state) {
+        fprintf(stderr, "snnc: error: %s\n", err);
+        rc = 1;
+    }
     bool show_progress = !o->quiet && isatty(2);
     double t0 = now_seconds(), last = t0;
     for (int64_t s = 0; s < n && rc == 0; s += batch) {
@@ -567,7 +710,7 @@ run(Module *m, const Options *o)
             in_ptrs[k] = d.inputs[k] + s * d.numel[k];
         for (int j = 0; j < m->noutputs; j++)
             out_ptrs[j] = outs[j] + (keep_all ? s : 0) * output_numel(m, j);
-        if (!interp_run(m, &io, b, s, in_ptrs, out_ptrs, counts, err, sizeof err)) {
+        if (!be->run(state, m, &io, b, s, in_ptrs, out_ptrs, counts, err, sizeof err)) {
             fprintf(stderr, "snnc: error: %s\n", err);
             rc = 1;
             break;
@@ -588,7 +731,7 @@ run(Module *m, const Options *o)
     if (rc == 0 && o->output && !write_outputs(m, o, outs, n))
         rc = 1;
     if (rc == 0) {
-        const char *prec = o->precision == INTERP_F32 ? "f32" : "f64";
+        const char *prec = be->is_f32 || o->precision == INTERP_F32 ? "f32" : "f64";
         double *rates = calloc((size_t)m->nnodes + 1, sizeof *rates);
         if (!rates)
             die("out of memory");
@@ -605,9 +748,15 @@ run(Module *m, const Options *o)
             else if (d.labels)
                 printf("accuracy: not computed (the first output, '%s', is not [B, classes])\n",
                        out0->name ? out0->name : "?");
-            printf("time: %.3f s, %.1f samples/s\n", secs, secs > 0 ? (double)n / secs : 0.0);
-            printf("firing rates (spikes per neuron per step):\n");
-            for (int v = 0; v < m->nnodes; v++)
+            printf("time: %.3f s, %.1f samples/s", secs, secs > 0 ? (double)n / secs : 0.0);
+            if (be->prepare != interp_prepare)
+                printf(" (compile %.3f s)", compile_secs);
+            printf("\n");
+            if (!be->counts_spikes)
+                printf("firing rates: not counted by backend %s yet\n", be->name);
+            else
+                printf("firing rates (spikes per neuron per step):\n");
+            for (int v = 0; v < m->nnodes && be->counts_spikes; v++)
                 if (is_rate_layer(m, &m->nodes[v]))
                     printf("  %-16s %.4f\n", layer_label(m, &m->nodes[v], label, sizeof label), rates[v]);
         }
@@ -625,7 +774,7 @@ run(Module *m, const Options *o)
             printf(", \"firing_rates\": {");
             const char *sep = "";
             for (int v = 0; v < m->nnodes; v++) {
-                if (!is_rate_layer(m, &m->nodes[v]))
+                if (!be->counts_spikes || !is_rate_layer(m, &m->nodes[v]))
                     continue;
                 printf("%s", sep);
                 json_string(stdout, layer_label(m, &m->nodes[v], label, sizeof label));
@@ -638,12 +787,33 @@ run(Module *m, const Options *o)
     }
     for (int j = 0; j < m->noutputs; j++)
         free(outs[j]);
+    if (state)
+        be->release(state);
     free(outs);
     free(counts);
     free(in_ptrs);
     free(out_ptrs);
     data_free(&d);
     return rc;
+}
+
+static int
+emit_llvm(FILE *f, const KProgram *kp, bool optimised)
+{
+#ifdef SNN_HAVE_LLVM
+    char err[512];
+    char *text = cg_llvm_module_text(kp, optimised, err, sizeof err);
+    if (!text) {
+        fprintf(stderr, "snnc: error: %s\n", err);
+        return 1;
+    }
+    fputs(text, f);
+    free(text);
+    return 0;
+#else
+    (void)f, (void)kp, (void)optimised;
+    unreachable();
+#endif
 }
 
 int
@@ -663,7 +833,18 @@ main(int argc, char **argv)
             diag_file_error(o.out, "cannot write: %s", strerror(errno));
             rc = 1;
         } else {
-            ir_print(f, m);
+            if (strcmp(o.emit, "kernel") == 0 || strcmp(o.emit, "llvm") == 0) {
+                KProgram *kp = kir_lower(m);
+                if (!kp)
+                    rc = 1;
+                else if (strcmp(o.emit, "kernel") == 0)
+                    kir_print(f, kp);
+                else
+                    rc = emit_llvm(f, kp, o.opt_level > 0);
+                kir_free(kp);
+            } else {
+                ir_print(f, m);
+            }
             if (f != stdout && fclose(f) != 0) {
                 diag_file_error(o.out, "cannot write: %s", strerror(errno));
                 rc = 1;

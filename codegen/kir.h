@@ -1,0 +1,170 @@
+/* The kernel IR: what both code generators print. A program is a set of typed buffers and a schedule of
+ * kernels; a kernel is a loop nest whose statements are scalar expressions over buffers and locals.
+ * It is lowered once from the (fused) graph IR (codegen/kir_lower.c); the LLVM and CUDA generators and
+ * the kernel-IR evaluator (codegen/kir_eval.c, the check that lowering is right) all read this header.
+ * Everything lives in the program's arena. Sizes are affine in the run-time batch B: a*B + c. */
+#ifndef SNN_KIR_H
+#define SNN_KIR_H
+
+#include "ir/ir.h"
+
+typedef enum {
+    KT_F32,  /* float */
+    KT_F64,  /* double (accumulators where exactness asks for it) */
+    KT_I64,  /* indices, loop variables, counters */
+    KT_U8,   /* spikes 0/1 stored as bytes */
+    KT_I8,   /* bipolar spikes */
+    KT_BOOL, /* comparison results */
+} KType;
+const char *ktype_name(KType t);
+
+/* a*B + c: a size or a bound that depends on the batch */
+typedef struct KSize {
+    int64_t per_batch;
+    int64_t fixed;
+} KSize;
+
+typedef enum {
+    KB_INPUT,  /* caller's input io: sample-major, as files are ([B, ...] or [B, T, ...]) */
+    KB_OUTPUT, /* caller's output io: sample-major */
+    KB_WEIGHT, /* Module.weights[weight], read-only */
+    KB_TEMP,   /* activations and state: lives in the session arena */
+} KBufKind;
+
+typedef struct KBuf {
+    const char *name;
+    KType type;
+    KSize size; /* elements */
+    KBufKind kind;
+    int io;     /* KB_INPUT/KB_OUTPUT: index into Module.inputs / outputs; KB_WEIGHT: weight index */
+    ValueId value; /* the graph value it holds, or -1 */
+} KBuf;
+
+typedef enum {
+    KX_CONST,  /* num (in type) */
+    KX_BATCH,  /* B, the run-time batch size (i64) */
+    KX_STEP,   /* t of the enclosing step loop of the schedule (i64); only in step kernels */
+    KX_VAR,    /* var: a loop variable or a local (Kernel.locals[var]) */
+    KX_LOAD,   /* buf[a] */
+    KX_UN,     /* op a (KUn) */
+    KX_BIN,    /* a op b (KBin) */
+    KX_SELECT, /* a ? b : c */
+    KX_CAST,   /* (type) a; float → float rounds to nearest, float → int truncates */
+    KX_UNIFORM, /* Philox uniform float in [0,1): key (seed), counter (stream, a = step, b = index) */
+    KX_SAMPLE_BASE, /* the global index of the batch's first sample (i64), a run-time argument like B:
+                     * Poisson draws are keyed by global sample index (sample_base + b) * numel + i */
+} KxKind;
+
+/* Semantics every reader must keep (the evaluator kir_eval.c is the reference):
+ * - f32 operations round to float after every operation (+ - * / sqrt correctly rounded; exp, log,
+ *   tanh, pow are the C library's expf, logf, tanhf, powf on float operands; KU_SIGMOID on f32 is
+ *   1.0f / (1.0f + expf(-x)) in float arithmetic). f64 operations are double (sqrt, exp, ...).
+ * - KB_MIN/KB_MAX propagate NaN like torch.minimum/maximum: isnan(a) || isnan(b) ? NaN :
+ *   (a < b ? a : b) for min (a > b ? a : b for max); -0.0 and +0.0 are not ordered (b wins ties).
+ * - KB_DIV and KB_REM on i64 are C's truncating / and %; operands are never negative in lowered code.
+ * - Comparisons, KB_AND, KB_OR and KU_NOT give KT_BOOL; KB_AND/KB_OR/KU_NOT take bool operands.
+ *   KX_CAST from bool gives 0 or 1; to bool means != 0. float → integer truncates toward zero.
+ * - KX_SELECT may evaluate both operands (they have no side effects); a load that may be out of
+ *   bounds is always guarded by a KS_IF, never by a select.
+ * - KX_UNIFORM: rt_uniform(seed, stream, (uint32_t)a, (uint64_t)b) of runtime/philox.h; a and b are
+ *   i64, the result f32.
+ * - Expression trees may share subtrees: treat every KExpr as immutable. */
+
+typedef enum { KU_NEG, KU_NOT, KU_EXP, KU_LOG, KU_SQRT, KU_TANH, KU_ABS, KU_FLOOR, KU_SIGMOID } KUn;
+typedef enum {
+    KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_MIN, KB_MAX, KB_POW, KB_REM, /* REM: i64 only */
+    KB_LT, KB_LE, KB_GT, KB_GE, KB_EQ, KB_NE, KB_AND, KB_OR,
+} KBin;
+
+typedef struct KExpr KExpr;
+struct KExpr {
+    KxKind kind;
+    KType type; /* result type */
+    int op;     /* KUn / KBin */
+    int var;    /* KX_VAR */
+    int buf;    /* KX_LOAD */
+    double num; /* KX_CONST (integers exact up to 2^53) */
+    uint64_t seed;
+    uint32_t stream; /* KX_UNIFORM */
+    KExpr *a, *b, *c;
+};
+
+typedef enum {
+    KS_FOR,    /* for var in [lo, hi): body; is_parallel: iterations are independent (threads/blocks) */
+    KS_ASSIGN, /* locals[var] = a */
+    KS_STORE,  /* buf[index] = a */
+    KS_IF,     /* if a: body else els */
+} KsKind;
+
+typedef struct KStmt KStmt;
+struct KStmt {
+    KsKind kind;
+    int var;
+    int buf;
+    KExpr *lo, *hi; /* KS_FOR */
+    KExpr *index;   /* KS_STORE */
+    KExpr *a;       /* KS_ASSIGN, KS_STORE value, KS_IF condition (bool) */
+    bool is_parallel;
+    int nbody, nels;
+    KStmt **body, **els;
+};
+
+typedef struct KLocal {
+    const char *name;
+    KType type;
+} KLocal;
+
+typedef struct Kernel {
+    const char *name;
+    const char *what;     /* one line for --explain: which graph nodes it computes and how */
+    int nlocals;          /* loop variables are locals too */
+    KLocal *locals;
+    int nbody;
+    KStmt **body;
+    bool is_step;         /* runs once per step inside a schedule step loop (reads KX_STEP) */
+    ValueId *nodes;       /* the graph nodes it computes */
+    int nnodes;
+} Kernel;
+
+/* The schedule: kernels in order; kernels with is_step run in the step loop t = 0..T-1, in order, and
+ * consecutive step kernels share one loop (a recurrent region). */
+typedef struct KProgram {
+    Arena arena;
+    const Module *m;
+    int timesteps;
+    int64_t seed; /* the seed Poisson draws use where a node gives none (m->seed at lowering) */
+    KBuf *bufs;
+    int nbufs;
+    Kernel *kernels;
+    int nkernels;
+} KProgram;
+
+/* kir_lower.c: graph IR (verified, typed, weights bound or not) → kernel IR. Returns NULL after reporting
+ * an error (none are expected for a verified module). */
+KProgram *kir_lower(const Module *m);
+void kir_free(KProgram *p);
+int64_t ksize_eval(KSize s, int64_t batch);
+
+/* kir_print.c: the textual kernel IR (--emit=kernel), deterministic. */
+void kir_print(FILE *f, const KProgram *p);
+
+/* kir_eval.c: run a program on the CPU by walking the IR (slow; the check that lowering is correct).
+ * Same calling convention as interp_run: sample-major inputs and outputs, sample_base for Poisson keys.
+ * Weights come from p->m->weights[].data. Returns false with a message on failure. */
+bool kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *inputs,
+              float *const *outputs, char *err, size_t errlen);
+
+/* builders (kir_lower.c) */
+KExpr *kx_const(KProgram *p, KType t, double v);
+KExpr *kx_var(KProgram *p, const Kernel *k, int var);
+KExpr *kx_load(KProgram *p, int buf, KExpr *index);
+KExpr *kx_un(KProgram *p, KUn op, KExpr *a);
+KExpr *kx_bin(KProgram *p, KBin op, KExpr *a, KExpr *b);
+KExpr *kx_select(KProgram *p, KExpr *c, KExpr *a, KExpr *b);
+KExpr *kx_cast(KProgram *p, KType t, KExpr *a);
+KExpr *kx_kind(KProgram *p, KxKind kind); /* KX_BATCH, KX_STEP, KX_SAMPLE_BASE (i64) */
+/* kir_print.c */
+const char *kbin_str(KBin op); /* "+", "<=", "min", ... */
+const char *kun_str(KUn op);   /* "-", "!", "exp", ... */
+
+#endif

@@ -1,0 +1,401 @@
+/* The kernel-IR evaluator: runs a KProgram on the CPU by walking its trees, one iteration at a time
+ * (parallel loops run in order), with the float semantics kir.h states (f32 rounded after every
+ * operation). It is the check that lowering is right, compared bit for bit with ir/interp.c; it
+ * must stay obvious and never be clever about speed. Every index is bounds-checked. */
+#include "codegen/kir.h"
+#include "runtime/philox.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef union KVal {
+    double f;  /* f32 (holding a float value) and f64 */
+    int64_t i; /* i64, u8, i8, bool */
+} KVal;
+
+typedef struct Eval {
+    const KProgram *p;
+    int64_t batch, sample_base, step;
+    void **mem;     /* per buffer */
+    int64_t *len;   /* elements per buffer */
+    KVal *locals;   /* of the running kernel */
+    char *err;
+    size_t errlen;
+    jmp_buf fail;
+} Eval;
+
+static _Noreturn void efail(Eval *ev, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static _Noreturn void
+efail(Eval *ev, const char *fmt, ...)
+{
+    if (ev->err && ev->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ev->err, ev->errlen, fmt, ap);
+        va_end(ap);
+    }
+    longjmp(ev->fail, 1);
+}
+
+static bool
+is_float(KType t)
+{
+    return t == KT_F32 || t == KT_F64;
+}
+
+static double
+rnd(KType t, double x)
+{
+    return t == KT_F32 ? (double)(float)x : x;
+}
+
+static double
+min_nan(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+}
+
+static double
+max_nan(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+}
+
+static int64_t
+index_of(Eval *ev, int buf, KVal ix)
+{
+    if (ix.i < 0 || ix.i >= ev->len[buf])
+        efail(ev, "kernel IR: index %lld out of bounds of buffer '%s' (%lld elements)",
+              (long long)ix.i, ev->p->bufs[buf].name, (long long)ev->len[buf]);
+    return ix.i;
+}
+
+static KVal eval(Eval *ev, const KExpr *e);
+
+static KVal
+load(Eval *ev, const KExpr *e)
+{
+    int64_t i = index_of(ev, e->buf, eval(ev, e->a));
+    void *m = ev->mem[e->buf];
+    KVal r;
+    switch (ev->p->bufs[e->buf].type) {
+    case KT_F32: r.f = ((const float *)m)[i]; break;
+    case KT_F64: r.f = ((const double *)m)[i]; break;
+    case KT_I64: r.i = ((const int64_t *)m)[i]; break;
+    case KT_U8:
+    case KT_BOOL: r.i = ((const uint8_t *)m)[i]; break;
+    case KT_I8: r.i = ((const int8_t *)m)[i]; break;
+    default: unreachable();
+    }
+    return r;
+}
+
+static KVal
+eval_un(Eval *ev, const KExpr *e)
+{
+    KVal a = eval(ev, e->a), r;
+    KType t = e->a->type;
+    if (e->op == KU_NOT) {
+        r.i = a.i == 0;
+        return r;
+    }
+    if (!is_float(t)) {
+        switch ((KUn)e->op) {
+        case KU_NEG: r.i = -a.i; return r;
+        case KU_ABS: r.i = a.i < 0 ? -a.i : a.i; return r;
+        case KU_FLOOR: return a;
+        default: efail(ev, "kernel IR: %s of %s", kun_str((KUn)e->op), ktype_name(t));
+        }
+    }
+    bool f32 = t == KT_F32;
+    double x = a.f;
+    switch ((KUn)e->op) {
+    case KU_NEG: r.f = -x; break;
+    case KU_EXP: r.f = f32 ? (double)expf((float)x) : exp(x); break;
+    case KU_LOG: r.f = f32 ? (double)logf((float)x) : log(x); break;
+    case KU_SQRT: r.f = rnd(t, sqrt(x)); break;
+    case KU_TANH: r.f = f32 ? (double)tanhf((float)x) : tanh(x); break;
+    case KU_ABS: r.f = fabs(x); break;
+    case KU_FLOOR: r.f = floor(x); break;
+    case KU_SIGMOID:
+        r.f = f32 ? (double)(1.0f / (1.0f + expf(-(float)x))) : 1.0 / (1.0 + exp(-x));
+        break;
+    default: unreachable();
+    }
+    return r;
+}
+
+static KVal
+eval_bin(Eval *ev, const KExpr *e)
+{
+    KVal a = eval(ev, e->a), b = eval(ev, e->b), r;
+    KType t = e->a->type;
+    KBin op = (KBin)e->op;
+    if (op == KB_AND || op == KB_OR) {
+        r.i = op == KB_AND ? (a.i != 0 && b.i != 0) : (a.i != 0 || b.i != 0);
+        return r;
+    }
+    if (is_float(t)) {
+        double x = a.f, y = b.f;
+        switch (op) {
+        case KB_ADD: r.f = rnd(t, x + y); break;
+        case KB_SUB: r.f = rnd(t, x - y); break;
+        case KB_MUL: r.f = rnd(t, x * y); break;
+        case KB_DIV: r.f = rnd(t, x / y); break;
+        case KB_MIN: r.f = min_nan(x, y); break;
+        case KB_MAX: r.f = max_nan(x, y); break;
+        case KB_POW: r.f = t == KT_F32 ? (double)powf((float)x, (float)y) : pow(x, y); break;
+        case KB_LT: r.i = x < y; break;
+        case KB_LE: r.i = x <= y; break;
+        case KB_GT: r.i = x > y; break;
+        case KB_GE: r.i = x >= y; break;
+        case KB_EQ: r.i = x == y; break;
+        case KB_NE: r.i = x != y; break;
+        default: efail(ev, "kernel IR: %s on %s", kbin_str(op), ktype_name(t));
+        }
+        return r;
+    }
+    int64_t x = a.i, y = b.i;
+    switch (op) {
+    case KB_ADD: r.i = (int64_t)((uint64_t)x + (uint64_t)y); break;
+    case KB_SUB: r.i = (int64_t)((uint64_t)x - (uint64_t)y); break;
+    case KB_MUL: r.i = (int64_t)((uint64_t)x * (uint64_t)y); break;
+    case KB_DIV:
+    case KB_REM:
+        if (y == 0 || (x == INT64_MIN && y == -1))
+            efail(ev, "kernel IR: integer division by %lld", (long long)y);
+        r.i = op == KB_DIV ? x / y : x % y;
+        break;
+    case KB_MIN: r.i = x < y ? x : y; break;
+    case KB_MAX: r.i = x > y ? x : y; break;
+    case KB_LT: r.i = x < y; break;
+    case KB_LE: r.i = x <= y; break;
+    case KB_GT: r.i = x > y; break;
+    case KB_GE: r.i = x >= y; break;
+    case KB_EQ: r.i = x == y; break;
+    case KB_NE: r.i = x != y; break;
+    default: efail(ev, "kernel IR: %s on %s", kbin_str(op), ktype_name(t));
+    }
+    return r;
+}
+
+static KVal
+eval_cast(Eval *ev, const KExpr *e)
+{
+    KVal a = eval(ev, e->a), r;
+    KType from = e->a->type, t = e->type;
+    if (is_float(from)) {
+        double x = a.f;
+        switch (t) {
+        case KT_F32: r.f = (double)(float)x; return r;
+        case KT_F64: r.f = x; return r;
+        case KT_BOOL: r.i = x != 0; return r;
+        default:
+            if (!(x > -9.2e18 && x < 9.2e18))
+                efail(ev, "kernel IR: %g does not convert to %s", x, ktype_name(t));
+            r.i = (int64_t)x;
+            break;
+        }
+    } else {
+        switch (t) {
+        case KT_F32: r.f = (double)(float)a.i; return r;
+        case KT_F64: r.f = (double)a.i; return r;
+        case KT_BOOL: r.i = a.i != 0; return r;
+        default: r.i = a.i; break;
+        }
+    }
+    if (t == KT_U8)
+        r.i = (uint8_t)r.i;
+    else if (t == KT_I8)
+        r.i = (int8_t)r.i;
+    return r;
+}
+
+static KVal
+eval(Eval *ev, const KExpr *e)
+{
+    KVal r;
+    switch (e->kind) {
+    case KX_CONST:
+        if (is_float(e->type))
+            r.f = rnd(e->type, e->num);
+        else
+            r.i = (int64_t)e->num;
+        return r;
+    case KX_BATCH: r.i = ev->batch; return r;
+    case KX_STEP: r.i = ev->step; return r;
+    case KX_SAMPLE_BASE: r.i = ev->sample_base; return r;
+    case KX_VAR: return ev->locals[e->var];
+    case KX_LOAD: return load(ev, e);
+    case KX_UN: return eval_un(ev, e);
+    case KX_BIN: return eval_bin(ev, e);
+    case KX_SELECT: return eval(ev, e->a).i ? eval(ev, e->b) : eval(ev, e->c);
+    case KX_CAST: return eval_cast(ev, e);
+    case KX_UNIFORM: {
+        KVal a = eval(ev, e->a), b = eval(ev, e->b);
+        r.f = rt_uniform(e->seed, e->stream, (uint32_t)a.i, (uint64_t)b.i);
+        return r;
+    }
+    }
+    efail(ev, "kernel IR: expression of kind %d", (int)e->kind);
+}
+
+static void exec(Eval *ev, KStmt *const *s, int n);
+
+static void
+store(Eval *ev, const KStmt *s)
+{
+    int64_t i = index_of(ev, s->buf, eval(ev, s->index));
+    KVal v = eval(ev, s->a);
+    void *m = ev->mem[s->buf];
+    switch (ev->p->bufs[s->buf].type) {
+    case KT_F32: ((float *)m)[i] = (float)v.f; break;
+    case KT_F64: ((double *)m)[i] = v.f; break;
+    case KT_I64: ((int64_t *)m)[i] = v.i; break;
+    case KT_U8:
+    case KT_BOOL: ((uint8_t *)m)[i] = (uint8_t)v.i; break;
+    case KT_I8: ((int8_t *)m)[i] = (int8_t)v.i; break;
+    }
+}
+
+static void
+exec(Eval *ev, KStmt *const *ss, int n)
+{
+    for (int k = 0; k < n; k++) {
+        const KStmt *s = ss[k];
+        switch (s->kind) {
+        case KS_FOR: {
+            int64_t lo = eval(ev, s->lo).i, hi = eval(ev, s->hi).i;
+            for (int64_t i = lo; i < hi; i++) {
+                ev->locals[s->var].i = i;
+                exec(ev, s->body, s->nbody);
+            }
+            break;
+        }
+        case KS_ASSIGN: ev->locals[s->var] = eval(ev, s->a); break;
+        case KS_STORE:
+            if (ev->p->bufs[s->buf].kind == KB_INPUT || ev->p->bufs[s->buf].kind == KB_WEIGHT)
+                efail(ev, "kernel IR: store to read-only buffer '%s'", ev->p->bufs[s->buf].name);
+            store(ev, s);
+            break;
+        case KS_IF:
+            if (eval(ev, s->a).i)
+                exec(ev, s->body, s->nbody);
+            else
+                exec(ev, s->els, s->nels);
+            break;
+        }
+    }
+}
+
+static void
+run_kernel(Eval *ev, const Kernel *k)
+{
+    KVal *locals = calloc((size_t)k->nlocals + 1, sizeof *locals);
+    if (!locals)
+        efail(ev, "kernel IR: out of memory");
+    ev->locals = locals;
+    exec(ev, k->body, k->nbody);
+    ev->locals = NULL;
+    free(locals);
+}
+
+static size_t
+ktype_size(KType t)
+{
+    switch (t) {
+    case KT_F32: return 4;
+    case KT_F64:
+    case KT_I64: return 8;
+    default: return 1;
+    }
+}
+
+bool
+kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *inputs,
+         float *const *outputs, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (batch <= 0 || p->timesteps <= 0)
+        return true;
+    /* on the heap: what changes between setjmp and longjmp must not live in this frame */
+    Eval *ev = calloc(1, sizeof *ev);
+    bool *owned = calloc((size_t)p->nbufs + 1, sizeof *owned);
+    if (ev) {
+        ev->mem = calloc((size_t)p->nbufs + 1, sizeof *ev->mem);
+        ev->len = calloc((size_t)p->nbufs + 1, sizeof *ev->len);
+    }
+    if (!ev || !owned || !ev->mem || !ev->len) {
+        if (err && errlen)
+            snprintf(err, errlen, "kernel IR: out of memory");
+        if (ev) {
+            free(ev->mem);
+            free(ev->len);
+        }
+        free(ev);
+        free(owned);
+        return false;
+    }
+    ev->p = p;
+    ev->batch = batch;
+    ev->sample_base = sample_base;
+    ev->err = err;
+    ev->errlen = errlen;
+    bool ok = true;
+    if (setjmp(ev->fail) == 0) {
+        for (int b = 0; b < p->nbufs; b++) {
+            const KBuf *kb = &p->bufs[b];
+            ev->len[b] = ksize_eval(kb->size, batch);
+            switch (kb->kind) {
+            case KB_INPUT: ev->mem[b] = (void *)inputs[kb->io]; break;
+            case KB_OUTPUT: ev->mem[b] = outputs[kb->io]; break;
+            case KB_WEIGHT:
+                ev->mem[b] = p->m->weights[kb->io].data;
+                if (!ev->mem[b])
+                    efail(ev, "kernel IR: weight '%s' is not bound", kb->name);
+                if (p->m->weights[kb->io].numel != ev->len[b])
+                    efail(ev, "kernel IR: weight '%s' has %lld elements, the program wants %lld",
+                          kb->name, (long long)p->m->weights[kb->io].numel, (long long)ev->len[b]);
+                break;
+            case KB_TEMP:
+                ev->mem[b] = calloc((size_t)(ev->len[b] ? ev->len[b] : 1), ktype_size(kb->type));
+                owned[b] = true;
+                if (!ev->mem[b])
+                    efail(ev, "kernel IR: out of memory for buffer '%s'", kb->name);
+                break;
+            }
+            if ((kb->kind == KB_INPUT || kb->kind == KB_OUTPUT) && kb->type != KT_F32)
+                efail(ev, "kernel IR: caller buffer '%s' is not f32", kb->name);
+        }
+        for (int i = 0; i < p->nkernels;) {
+            if (!p->kernels[i].is_step) {
+                ev->step = 0;
+                run_kernel(ev, &p->kernels[i++]);
+                continue;
+            }
+            int j = i;
+            while (j < p->nkernels && p->kernels[j].is_step)
+                j++;
+            for (ev->step = 0; ev->step < p->timesteps; ev->step++)
+                for (int k = i; k < j; k++)
+                    run_kernel(ev, &p->kernels[k]);
+            i = j;
+        }
+    } else {
+        ok = false;
+        free(ev->locals);
+    }
+    for (int b = 0; b < p->nbufs; b++)
+        if (owned[b])
+            free(ev->mem[b]);
+    free(ev->mem);
+    free(ev->len);
+    free(ev);
+    free(owned);
+    return ok;
+}

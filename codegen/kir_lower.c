@@ -1,0 +1,1832 @@
+/* Graph IR → kernel IR with the first, simple schedule: one buffer per value that needs memory, one
+ * kernel per stateless op run once over all T·B rows (static values over B only), one kernel per neuron
+ * layer fused over time (state in locals), step kernels for recurrent regions, readouts reducing over
+ * time into the caller's sample-major outputs. Rounding follows ir/interp.c's F32 mode exactly (layer
+ * accumulators in f64, rounded once; neuron arithmetic in f32 with parameter-only subexpressions
+ * folded in double): the evaluator's results must equal the interpreter's bit for bit. */
+#include "codegen/kir.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- builders ---- */
+
+static KExpr *
+kx_new(KProgram *p, KxKind kind, KType t)
+{
+    KExpr *e = arena_alloc(&p->arena, sizeof *e);
+    e->kind = kind;
+    e->type = t;
+    return e;
+}
+
+KExpr *
+kx_const(KProgram *p, KType t, double v)
+{
+    KExpr *e = kx_new(p, KX_CONST, t);
+    e->num = t == KT_F32 ? (double)(float)v : v;
+    return e;
+}
+
+KExpr *
+kx_kind(KProgram *p, KxKind kind)
+{
+    return kx_new(p, kind, KT_I64);
+}
+
+KExpr *
+kx_var(KProgram *p, const Kernel *k, int var)
+{
+    if (var < 0 || var >= k->nlocals)
+        die("kir: local %d out of range", var);
+    KExpr *e = kx_new(p, KX_VAR, k->locals[var].type);
+    e->var = var;
+    return e;
+}
+
+KExpr *
+kx_load(KProgram *p, int buf, KExpr *index)
+{
+    if (buf < 0 || buf >= p->nbufs)
+        die("kir: buffer %d out of range", buf);
+    KExpr *e = kx_new(p, KX_LOAD, p->bufs[buf].type);
+    e->buf = buf;
+    e->a = index;
+    return e;
+}
+
+KExpr *
+kx_un(KProgram *p, KUn op, KExpr *a)
+{
+    KExpr *e = kx_new(p, KX_UN, op == KU_NOT ? KT_BOOL : a->type);
+    e->op = op;
+    e->a = a;
+    return e;
+}
+
+static bool
+is_const(const KExpr *e, double v)
+{
+    return e->kind == KX_CONST && e->num == v;
+}
+
+KExpr *
+kx_bin(KProgram *p, KBin op, KExpr *a, KExpr *b)
+{
+    if (a->type != b->type)
+        die("kir: %s of %s and %s", kbin_str(op), ktype_name(a->type), ktype_name(b->type));
+    /* index arithmetic reads better folded; float arithmetic is never rewritten */
+    if (a->type == KT_I64) {
+        if (a->kind == KX_CONST && b->kind == KX_CONST && op <= KB_REM && op != KB_MIN &&
+            op != KB_MAX && op != KB_POW && !(op >= KB_DIV && b->num == 0)) {
+            int64_t x = (int64_t)a->num, y = (int64_t)b->num, r = 0;
+            switch (op) {
+            case KB_ADD: r = x + y; break;
+            case KB_SUB: r = x - y; break;
+            case KB_MUL: r = x * y; break;
+            case KB_DIV: r = x / y; break;
+            case KB_REM: r = x % y; break;
+            default: unreachable();
+            }
+            return kx_const(p, KT_I64, (double)r);
+        }
+        if (a->kind == KX_CONST && b->kind == KX_CONST && op >= KB_LT && op <= KB_NE) {
+            double x = a->num, y = b->num;
+            bool r = op == KB_LT ? x < y : op == KB_LE ? x <= y : op == KB_GT ? x > y
+                   : op == KB_GE ? x >= y : op == KB_EQ ? x == y : x != y;
+            return kx_const(p, KT_BOOL, r);
+        }
+        if (op == KB_ADD && is_const(a, 0))
+            return b;
+        if ((op == KB_ADD || op == KB_SUB) && is_const(b, 0))
+            return a;
+        if (op == KB_MUL && (is_const(a, 0) || is_const(b, 0)))
+            return kx_const(p, KT_I64, 0);
+        if (op == KB_MUL && is_const(a, 1))
+            return b;
+        if ((op == KB_MUL || op == KB_DIV) && is_const(b, 1))
+            return a;
+        if (op == KB_REM && is_const(b, 1))
+            return kx_const(p, KT_I64, 0);
+    }
+    if (a->type == KT_BOOL && op == KB_AND && (a->kind == KX_CONST || b->kind == KX_CONST)) {
+        const KExpr *k = a->kind == KX_CONST ? a : b;
+        return k->num != 0 ? (k == a ? b : a) : kx_const(p, KT_BOOL, 0);
+    }
+    KType t = op >= KB_LT ? KT_BOOL : a->type;
+    KExpr *e = kx_new(p, KX_BIN, t);
+    e->op = op;
+    e->a = a;
+    e->b = b;
+    return e;
+}
+
+KExpr *
+kx_select(KProgram *p, KExpr *c, KExpr *a, KExpr *b)
+{
+    if (c->type != KT_BOOL || a->type != b->type)
+        die("kir: select of %s ? %s : %s", ktype_name(c->type), ktype_name(a->type),
+            ktype_name(b->type));
+    KExpr *e = kx_new(p, KX_SELECT, a->type);
+    e->a = c;
+    e->b = a;
+    e->c = b;
+    return e;
+}
+
+KExpr *
+kx_cast(KProgram *p, KType t, KExpr *a)
+{
+    if (a->type == t)
+        return a;
+    if (a->kind == KX_CONST && t != KT_BOOL && a->type != KT_F32 && a->type != KT_F64)
+        return kx_const(p, t, a->num); /* integer constants convert exactly */
+    KExpr *e = kx_new(p, KX_CAST, t);
+    e->a = a;
+    return e;
+}
+
+int64_t
+ksize_eval(KSize s, int64_t batch)
+{
+    return s.per_batch * batch + s.fixed;
+}
+
+void
+kir_free(KProgram *p)
+{
+    if (!p)
+        return;
+    arena_free(&p->arena);
+    free(p);
+}
+
+/* ---- lowering state ---- */
+
+typedef enum {
+    LY_NONE,        /* no memory: readouts (they write outputs) */
+    LY_FULL,        /* KB_TEMP [T][B][numel] */
+    LY_STATIC,      /* KB_TEMP [B][numel]: the same at every step */
+    LY_INPUT,       /* KB_INPUT [B][numel], static */
+    LY_INPUT_STEP,  /* KB_INPUT [B][T][numel] */
+} Layout;
+
+typedef struct VStore {
+    Layout layout;
+    int buf;
+    int64_t numel;
+} VStore;
+
+typedef struct Lower {
+    KProgram *p;
+    const Module *m;
+    int T;
+    VStore *vs;      /* per node */
+    bool *is_static; /* per node, as ir/interp.c decides it */
+    int *region;     /* per node: recurrent component id, or -1 */
+    uint32_t *stream;
+    Kernel k;        /* the kernel being built */
+    int capkernels, caplocals;
+} Lower;
+
+/* where a statement goes: a growable array of statements (capacity: the next power of two) */
+typedef struct Cur {
+    KStmt ***arr;
+    int *n;
+} Cur;
+
+static void
+push_stmt(Arena *a, KStmt ***arr, int *n, KStmt *s)
+{
+    if (*n == 0)
+        *arr = arena_alloc(a, 4 * sizeof **arr);
+    else if (*n >= 4 && (*n & (*n - 1)) == 0)
+        *arr = arena_grow(a, *arr, (size_t)*n * sizeof **arr, (size_t)*n * 2 * sizeof **arr);
+    (*arr)[(*n)++] = s;
+}
+
+static KStmt *
+put(Lower *lw, Cur c, KStmt *s)
+{
+    push_stmt(&lw->p->arena, c.arr, c.n, s);
+    return s;
+}
+
+static Cur
+top(Lower *lw)
+{
+    return (Cur){&lw->k.body, &lw->k.nbody};
+}
+
+static Cur
+body(KStmt *s)
+{
+    return (Cur){&s->body, &s->nbody};
+}
+
+static Cur
+els(KStmt *s)
+{
+    return (Cur){&s->els, &s->nels};
+}
+
+static KStmt *
+st_new(Lower *lw, KsKind kind)
+{
+    KStmt *s = arena_alloc(&lw->p->arena, sizeof *s);
+    s->kind = kind;
+    s->var = -1;
+    s->buf = -1;
+    return s;
+}
+
+static int
+local(Lower *lw, const char *name, KType t)
+{
+    Kernel *k = &lw->k;
+    if (k->nlocals == lw->caplocals) {
+        int cap = lw->caplocals ? 2 * lw->caplocals : 16;
+        k->locals = arena_grow(&lw->p->arena, k->locals, (size_t)lw->caplocals * sizeof *k->locals,
+                               (size_t)cap * sizeof *k->locals);
+        lw->caplocals = cap;
+    }
+    k->locals[k->nlocals] = (KLocal){arena_strdup(&lw->p->arena, name), t};
+    return k->nlocals++;
+}
+
+static KExpr *
+var(Lower *lw, int v)
+{
+    return kx_var(lw->p, &lw->k, v);
+}
+
+static KExpr *
+ci(Lower *lw, int64_t v)
+{
+    return kx_const(lw->p, KT_I64, (double)v);
+}
+
+static KExpr *
+bin(Lower *lw, KBin op, KExpr *a, KExpr *b)
+{
+    return kx_bin(lw->p, op, a, b);
+}
+
+static KExpr *
+to(Lower *lw, KType t, KExpr *e)
+{
+    return kx_cast(lw->p, t, e);
+}
+
+/* for var in [lo, hi) */
+static KStmt *
+s_for(Lower *lw, Cur c, int v, KExpr *lo, KExpr *hi, bool is_parallel)
+{
+    KStmt *s = st_new(lw, KS_FOR);
+    s->var = v;
+    s->lo = lo;
+    s->hi = hi;
+    s->is_parallel = is_parallel;
+    return put(lw, c, s);
+}
+
+/* a new loop variable and its loop over [0, hi) */
+static KStmt *
+loop(Lower *lw, Cur c, const char *name, KExpr *hi, bool is_parallel, KExpr **var_out)
+{
+    int v = local(lw, name, KT_I64);
+    *var_out = var(lw, v);
+    return s_for(lw, c, v, ci(lw, 0), hi, is_parallel);
+}
+
+static void
+s_assign(Lower *lw, Cur c, int v, KExpr *e)
+{
+    KStmt *s = st_new(lw, KS_ASSIGN);
+    s->var = v;
+    s->a = to(lw, lw->k.locals[v].type, e);
+    put(lw, c, s);
+}
+
+static void
+s_store(Lower *lw, Cur c, int buf, KExpr *index, KExpr *e)
+{
+    KStmt *s = st_new(lw, KS_STORE);
+    s->buf = buf;
+    s->index = index;
+    s->a = to(lw, lw->p->bufs[buf].type, e);
+    put(lw, c, s);
+}
+
+static KStmt *
+s_if(Lower *lw, Cur c, KExpr *cond)
+{
+    KStmt *s = st_new(lw, KS_IF);
+    s->a = to(lw, KT_BOOL, cond);
+    return put(lw, c, s);
+}
+
+static int
+add_buf(Lower *lw, const char *name, KType t, KSize size, KBufKind kind, int io, ValueId v)
+{
+    KProgram *p = lw->p;
+    /* buffers are added before any kernel refers to them by index, in a few rounds: grow by one */
+    p->bufs = arena_grow(&p->arena, p->bufs, (size_t)p->nbufs * sizeof *p->bufs,
+                         (size_t)(p->nbufs + 1) * sizeof *p->bufs);
+    p->bufs[p->nbufs] = (KBuf){arena_strdup(&p->arena, name), t, size, kind, io, v};
+    return p->nbufs++;
+}
+
+static const char *
+value_name(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    return n->name ? n->name : arena_printf(&lw->p->arena, "v%d", (int)v);
+}
+
+static void
+begin_kernel(Lower *lw, ValueId v, const char *what, bool is_step)
+{
+    const Node *n = &lw->m->nodes[v];
+    memset(&lw->k, 0, sizeof lw->k);
+    lw->caplocals = 0;
+    lw->k.name = arena_printf(&lw->p->arena, "%s_%s", node_op_name(lw->m, n), value_name(lw, v));
+    lw->k.what = what;
+    lw->k.is_step = is_step;
+    lw->k.nodes = arena_alloc(&lw->p->arena, sizeof *lw->k.nodes);
+    lw->k.nodes[0] = v;
+    lw->k.nnodes = 1;
+}
+
+static void
+end_kernel(Lower *lw)
+{
+    KProgram *p = lw->p;
+    if (p->nkernels == lw->capkernels) {
+        int cap = lw->capkernels ? 2 * lw->capkernels : 16;
+        p->kernels = arena_grow(&p->arena, p->kernels, (size_t)lw->capkernels * sizeof *p->kernels,
+                                (size_t)cap * sizeof *p->kernels);
+        lw->capkernels = cap;
+    }
+    p->kernels[p->nkernels++] = lw->k;
+    memset(&lw->k, 0, sizeof lw->k);
+}
+
+static KType
+ktype_of(DType dt)
+{
+    switch (dt) {
+    case DT_SPIKE: return KT_U8;
+    case DT_I8: return KT_I8;
+    default: return KT_F32; /* f16 and bf16 values are computed in float, as the interpreter does */
+    }
+}
+
+/* ---- addressing values ----
+ * A position names one element of a value at one step by whichever of these the kernel has:
+ * t (step; NULL in a static kernel), b (sample), i (element), r = t*B + b, j = b*jn + i. Missing
+ * ones are derived with / and % (their operands are never negative). */
+typedef struct Pos {
+    KExpr *t, *b, *i, *r, *j;
+    int64_t jn;
+} Pos;
+
+static KExpr *
+pos_t(Lower *lw, Pos *ps)
+{
+    if (!ps->t && ps->r)
+        ps->t = bin(lw, KB_DIV, ps->r, kx_kind(lw->p, KX_BATCH));
+    if (!ps->t)
+        die("kir: position without a step");
+    return ps->t;
+}
+
+static KExpr *
+pos_b(Lower *lw, Pos *ps)
+{
+    if (!ps->b && ps->r)
+        ps->b = bin(lw, KB_REM, ps->r, kx_kind(lw->p, KX_BATCH));
+    if (!ps->b && ps->j)
+        ps->b = bin(lw, KB_DIV, ps->j, ci(lw, ps->jn));
+    if (!ps->b)
+        die("kir: position without a sample");
+    return ps->b;
+}
+
+static KExpr *
+pos_i(Lower *lw, Pos *ps)
+{
+    if (!ps->i && ps->j)
+        ps->i = bin(lw, KB_REM, ps->j, ci(lw, ps->jn));
+    if (!ps->i)
+        die("kir: position without an element");
+    return ps->i;
+}
+
+/* the element index of value v at ps in its buffer */
+static KExpr *
+vindex(Lower *lw, ValueId v, Pos *ps)
+{
+    const VStore *s = &lw->vs[v];
+    KExpr *n = ci(lw, s->numel), *B = kx_kind(lw->p, KX_BATCH);
+    switch (s->layout) {
+    case LY_FULL:
+        if (ps->r && ps->i)
+            return bin(lw, KB_ADD, bin(lw, KB_MUL, ps->r, n), ps->i);
+        if (ps->j && ps->jn == s->numel && ps->t)
+            return bin(lw, KB_ADD, bin(lw, KB_MUL, ps->t, bin(lw, KB_MUL, B, n)), ps->j);
+        if (ps->r)
+            return bin(lw, KB_ADD, bin(lw, KB_MUL, ps->r, n), pos_i(lw, ps));
+        return bin(lw, KB_ADD,
+                   bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, pos_t(lw, ps), B), pos_b(lw, ps)),
+                       n),
+                   pos_i(lw, ps));
+    case LY_STATIC:
+    case LY_INPUT:
+        if (ps->j && ps->jn == s->numel)
+            return ps->j;
+        return bin(lw, KB_ADD, bin(lw, KB_MUL, pos_b(lw, ps), n), pos_i(lw, ps));
+    case LY_INPUT_STEP: {
+        KExpr *bt = bin(lw, KB_ADD, bin(lw, KB_MUL, pos_b(lw, ps), ci(lw, lw->T)), pos_t(lw, ps));
+        return bin(lw, KB_ADD, bin(lw, KB_MUL, bt, n), pos_i(lw, ps));
+    }
+    case LY_NONE: break;
+    }
+    die("kir: value %d has no memory", (int)v);
+}
+
+static KExpr *
+vload(Lower *lw, ValueId v, Pos *ps)
+{
+    return kx_load(lw->p, lw->vs[v].buf, vindex(lw, v, ps));
+}
+
+static void
+vstore(Lower *lw, Cur c, ValueId v, Pos *ps, KExpr *e)
+{
+    s_store(lw, c, lw->vs[v].buf, vindex(lw, v, ps), e);
+}
+
+static int
+attr_i(const Node *n, const char *name, int k)
+{
+    return (int)n->attrs[op_attr_index(n->op, name)].i[k];
+}
+
+static double
+attr_f(const Node *n, const char *name)
+{
+    return n->attrs[op_attr_index(n->op, name)].f;
+}
+
+static int
+wbuf(Lower *lw, const Node *n, int slot)
+{
+    /* weight buffers are the first nweights buffers, in Module.weights order */
+    return n->first_weight + slot;
+}
+
+/* ---- row contexts of stateless kernels ----
+ * batched: for r in 0..T*B parallel (t = r / B, b = r % B); static: for b in 0..B parallel (no t);
+ * step: for b in 0..B parallel, t = the schedule's step. */
+typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
+
+static Ctx
+ctx_of(Lower *lw, ValueId v)
+{
+    return lw->is_static[v] ? CTX_STATIC : lw->region[v] >= 0 ? CTX_STEP : CTX_BATCHED;
+}
+
+static const char *
+ctx_what(Ctx c)
+{
+    switch (c) {
+    case CTX_BATCHED: return "layer by layer over T*B rows";
+    case CTX_STATIC: return "static (the same every step): once over B rows";
+    case CTX_STEP: return "step kernel of a recurrent region: B rows at step t";
+    }
+    unreachable();
+}
+
+static Cur
+open_rows(Lower *lw, ValueId v, Pos *ps)
+{
+    Ctx c = ctx_of(lw, v);
+    KExpr *B = kx_kind(lw->p, KX_BATCH), *rv;
+    memset(ps, 0, sizeof *ps);
+    if (c == CTX_BATCHED) {
+        KStmt *f = loop(lw, top(lw), "r", bin(lw, KB_MUL, ci(lw, lw->T), B), true, &rv);
+        ps->r = rv;
+        return body(f);
+    }
+    KStmt *f = loop(lw, top(lw), "b", B, true, &rv);
+    ps->b = rv;
+    if (c == CTX_STEP)
+        ps->t = kx_kind(lw->p, KX_STEP);
+    return body(f);
+}
+
+static const char *
+describe(Lower *lw, ValueId v, const char *how)
+{
+    const Node *n = &lw->m->nodes[v];
+    char args[256] = "";
+    for (int a = 0; a < n->nargs; a++) {
+        size_t k = strlen(args);
+        snprintf(args + k, sizeof args - k, "%s%s", a ? ", " : "", value_name(lw, n->args[a]));
+    }
+    return arena_printf(&lw->p->arena, "%s = %s(%s): %s", value_name(lw, v), node_op_name(lw->m, n),
+                        args, how);
+}
+
+/* ---- stateless ops ---- */
+
+static void
+lower_elementwise(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    Pos ps;
+    Cur c = open_rows(lw, v, &ps);
+    KExpr *iv;
+    KStmt *f = loop(lw, c, "i", ci(lw, lw->vs[v].numel), false, &iv);
+    ps.i = iv;
+    KExpr *a = to(lw, KT_F32, vload(lw, n->args[0], &ps)), *y = NULL;
+    switch (n->op) {
+    case OP_ADD: y = bin(lw, KB_ADD, a, to(lw, KT_F32, vload(lw, n->args[1], &ps))); break;
+    case OP_SUB: y = bin(lw, KB_SUB, a, to(lw, KT_F32, vload(lw, n->args[1], &ps))); break;
+    case OP_MUL: y = bin(lw, KB_MUL, a, to(lw, KT_F32, vload(lw, n->args[1], &ps))); break;
+    case OP_SCALE: {
+        /* a Python-float factor: rounded to float once; x / k keeps its division */
+        float factor = (float)attr_f(n, "factor"), divisor = (float)attr_f(n, "divisor");
+        y = factor == 1 ? a : bin(lw, KB_MUL, kx_const(lw->p, KT_F32, factor), a);
+        if (divisor != 1)
+            y = bin(lw, KB_DIV, y, kx_const(lw->p, KT_F32, divisor));
+        break;
+    }
+    default: unreachable();
+    }
+    vstore(lw, body(f), v, &ps, y);
+}
+
+static bool
+is_spike_value(Lower *lw, ValueId v)
+{
+    DType dt = lw->m->nodes[v].type.dtype;
+    return dt == DT_SPIKE || dt == DT_I8;
+}
+
+/* acc = acc + f64(x) * f64(w), skipping zero spikes (exact) */
+static void
+accumulate(Lower *lw, Cur c, int acc, KExpr *x, KExpr *w, bool is_spike)
+{
+    if (is_spike) {
+        KStmt *s = s_if(lw, c, bin(lw, KB_NE, x, kx_const(lw->p, x->type, 0)));
+        c = body(s);
+    }
+    s_assign(lw, c, acc,
+             bin(lw, KB_ADD, var(lw, acc),
+                 bin(lw, KB_MUL, to(lw, KT_F64, x), to(lw, KT_F64, w))));
+}
+
+/* Layers fed by spikes accumulate event by event, as the interpreter does: each nonzero input adds
+ * its weights into an f64 accumulator row (a KB_TEMP buffer, one row per kernel row, so rows stay
+ * independent); every output still sums its terms in the same order. Returns the accumulator
+ * buffer and sets *row to the row's first element. */
+static int
+acc_rows(Lower *lw, ValueId v, const Pos *ps, int64_t width, KExpr **row)
+{
+    bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
+    int buf = add_buf(lw, arena_printf(&lw->p->arena, "%s.acc", value_name(lw, v)), KT_F64,
+                      (KSize){width * (is_batched ? lw->T : 1), 0}, KB_TEMP, -1, -1);
+    *row = bin(lw, KB_MUL, is_batched ? ps->r : ps->b, ci(lw, width));
+    return buf;
+}
+
+/* dense over spikes: acc[o] = bias[o]; for each k with x[k] != 0: acc[o] += x[k] W[o][k] */
+static void
+lower_dense_events(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    int64_t in = lw->vs[x].numel, out = lw->vs[v].numel;
+    Pos ps;
+    Cur c = open_rows(lw, v, &ps);
+    KExpr *row, *o2, *k;
+    int acc = acc_rows(lw, v, &ps, out, &row);
+    KStmt *f0 = loop(lw, c, "o", ci(lw, out), false, &o2);
+    int o2v = f0->var;
+    s_store(lw, body(f0), acc, bin(lw, KB_ADD, row, o2),
+            attr_i(n, "bias", 0) ? to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o2))
+                                 : kx_const(lw->p, KT_F64, 0));
+    KStmt *fk = loop(lw, c, "k", ci(lw, in), false, &k);
+    Pos px = ps;
+    px.i = k;
+    int xv = local(lw, "x", KT_F64);
+    s_assign(lw, body(fk), xv, to(lw, KT_F64, vload(lw, x, &px)));
+    KStmt *nz = s_if(lw, body(fk), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
+    KStmt *fo = s_for(lw, body(nz), o2v, ci(lw, 0), ci(lw, out), false);
+    KExpr *ai = bin(lw, KB_ADD, row, o2);
+    KExpr *w = kx_load(lw->p, wbuf(lw, n, 0), bin(lw, KB_ADD, bin(lw, KB_MUL, o2, ci(lw, in)), k));
+    s_store(lw, body(fo), acc, ai,
+            bin(lw, KB_ADD, kx_load(lw->p, acc, ai), bin(lw, KB_MUL, var(lw, xv), to(lw, KT_F64, w))));
+    KStmt *f1 = s_for(lw, c, o2v, ci(lw, 0), ci(lw, out), false);
+    Pos py = ps;
+    py.i = o2;
+    vstore(lw, body(f1), v, &py, kx_load(lw->p, acc, bin(lw, KB_ADD, row, o2)));
+}
+
+/* conv2d over spikes, scattered like the interpreter: each nonzero input pixel (c, ih, iw) adds
+ * into the outputs (o, oh, ow) with oh*SH = ih + PH - kh*DH (and the same for w); each output's
+ * terms arrive in (c, kh, kw) order, as in the gathered form. Then + bias, rounded once. */
+static void
+lower_conv2d_events(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    const Type *xt = &lw->m->nodes[x].type;
+    int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
+    int64_t O = n->type.dims[0], OH = n->type.dims[1], OW = n->type.dims[2];
+    int64_t KH = attr_i(n, "kernel", 0), KW = attr_i(n, "kernel", 1);
+    int64_t SH = attr_i(n, "stride", 0), SW = attr_i(n, "stride", 1);
+    int64_t PH = attr_i(n, "pad", 0), PW = attr_i(n, "pad", 1);
+    int64_t DH = attr_i(n, "dilation", 0), DW = attr_i(n, "dilation", 1);
+    int64_t G = attr_i(n, "groups", 0), Cg = C / G, Og = O / G, N = O * OH * OW;
+    Pos ps;
+    Cur c = open_rows(lw, v, &ps);
+    KExpr *row, *pp, *g, *cg, *ih, *iw, *kh, *kw, *og;
+    int acc = acc_rows(lw, v, &ps, N, &row);
+    KStmt *f0 = loop(lw, c, "p", ci(lw, N), false, &pp);
+    s_store(lw, body(f0), acc, bin(lw, KB_ADD, row, pp), kx_const(lw->p, KT_F64, 0));
+    KStmt *fg = loop(lw, c, "g", ci(lw, G), false, &g);
+    KStmt *fc = loop(lw, body(fg), "c", ci(lw, Cg), false, &cg);
+    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, g, ci(lw, Cg)), cg);
+    KStmt *fih = loop(lw, body(fc), "ih", ci(lw, H), false, &ih);
+    KStmt *fiw = loop(lw, body(fih), "iw", ci(lw, W), false, &iw);
+    Pos px = ps;
+    px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, H)), ih),
+                                ci(lw, W)),
+               iw);
+    int xv = local(lw, "x", KT_F64);
+    s_assign(lw, body(fiw), xv, to(lw, KT_F64, vload(lw, x, &px)));
+    KStmt *nz = s_if(lw, body(fiw), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
+    int hn = local(lw, "hn", KT_I64), wn = local(lw, "wn", KT_I64);
+    KStmt *fkh = loop(lw, body(nz), "kh", ci(lw, KH), false, &kh);
+    s_assign(lw, body(fkh), hn,
+             bin(lw, KB_SUB, bin(lw, KB_ADD, ih, ci(lw, PH)), bin(lw, KB_MUL, kh, ci(lw, DH))));
+    /* hn = oh * SH: the remainder is taken only of a non-negative hn */
+    KStmt *h0 = s_if(lw, body(fkh), bin(lw, KB_GE, var(lw, hn), ci(lw, 0)));
+    KExpr *oh = bin(lw, KB_DIV, var(lw, hn), ci(lw, SH));
+    KStmt *h1 = s_if(lw, body(h0),
+                     bin(lw, KB_AND,
+                         bin(lw, KB_EQ, bin(lw, KB_REM, var(lw, hn), ci(lw, SH)), ci(lw, 0)),
+                         bin(lw, KB_LT, oh, ci(lw, OH))));
+    KStmt *fkw = loop(lw, body(h1), "kw", ci(lw, KW), false, &kw);
+    s_assign(lw, body(fkw), wn,
+             bin(lw, KB_SUB, bin(lw, KB_ADD, iw, ci(lw, PW)), bin(lw, KB_MUL, kw, ci(lw, DW))));
+    KStmt *w0 = s_if(lw, body(fkw), bin(lw, KB_GE, var(lw, wn), ci(lw, 0)));
+    KExpr *ow = bin(lw, KB_DIV, var(lw, wn), ci(lw, SW));
+    KStmt *w1 = s_if(lw, body(w0),
+                     bin(lw, KB_AND,
+                         bin(lw, KB_EQ, bin(lw, KB_REM, var(lw, wn), ci(lw, SW)), ci(lw, 0)),
+                         bin(lw, KB_LT, ow, ci(lw, OW))));
+    KStmt *fog = loop(lw, body(w1), "og", ci(lw, Og), false, &og);
+    KExpr *o = bin(lw, KB_ADD, bin(lw, KB_MUL, g, ci(lw, Og)), og);
+    KExpr *ai = bin(lw, KB_ADD, row,
+                    bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, OH)), oh),
+                                        ci(lw, OW)),
+                        ow));
+    /* W[o][cg][kh][kw] */
+    KExpr *wi = bin(lw, KB_ADD,
+                    bin(lw, KB_MUL,
+                        bin(lw, KB_ADD,
+                            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, Cg)), cg),
+                                ci(lw, KH)),
+                            kh),
+                        ci(lw, KW)),
+                    kw);
+    s_store(lw, body(fog), acc, ai,
+            bin(lw, KB_ADD, kx_load(lw->p, acc, ai),
+                bin(lw, KB_MUL, var(lw, xv), to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 0), wi)))));
+    /* y[o][p] = acc + bias[o] */
+    KExpr *o2, *q;
+    KStmt *fo = loop(lw, c, "o", ci(lw, O), false, &o2);
+    KStmt *fq = loop(lw, body(fo), "q", ci(lw, OH * OW), false, &q);
+    KExpr *yi = bin(lw, KB_ADD, bin(lw, KB_MUL, o2, ci(lw, OH * OW)), q);
+    KExpr *y = kx_load(lw->p, acc, bin(lw, KB_ADD, row, yi));
+    if (attr_i(n, "bias", 0))
+        y = bin(lw, KB_ADD, y, to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o2)));
+    Pos py = ps;
+    py.i = yi;
+    vstore(lw, body(fq), v, &py, y);
+}
+
+/* y[o] = (f32)(bias[o] + sum_k x[k] W[o][k]) summed in f64 in k order, like the interpreter */
+static void
+lower_dense(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    int64_t in = lw->vs[x].numel, out = lw->vs[v].numel;
+    Pos ps;
+    Cur c = open_rows(lw, v, &ps);
+    KExpr *o, *k;
+    KStmt *fo = loop(lw, c, "o", ci(lw, out), false, &o);
+    int acc = local(lw, "acc", KT_F64);
+    s_assign(lw, body(fo), acc,
+             attr_i(n, "bias", 0) ? to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o))
+                                  : kx_const(lw->p, KT_F64, 0));
+    KStmt *fk = loop(lw, body(fo), "k", ci(lw, in), false, &k);
+    Pos px = ps;
+    px.i = k;
+    KExpr *w = kx_load(lw->p, wbuf(lw, n, 0), bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, in)), k));
+    accumulate(lw, body(fk), acc, vload(lw, x, &px), w, is_spike_value(lw, x));
+    Pos py = ps;
+    py.i = o;
+    vstore(lw, body(fo), v, &py, var(lw, acc));
+}
+
+/* PyTorch Conv2d gathered per output: acc = sum over c of the group, kh, kw (the interpreter's
+ * scatter adds in the same order), then + bias, rounded once */
+static void
+lower_conv2d(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    const Type *xt = &lw->m->nodes[x].type;
+    int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
+    int64_t O = n->type.dims[0], OH = n->type.dims[1], OW = n->type.dims[2];
+    int64_t KH = attr_i(n, "kernel", 0), KW = attr_i(n, "kernel", 1);
+    int64_t SH = attr_i(n, "stride", 0), SW = attr_i(n, "stride", 1);
+    int64_t PH = attr_i(n, "pad", 0), PW = attr_i(n, "pad", 1);
+    int64_t DH = attr_i(n, "dilation", 0), DW = attr_i(n, "dilation", 1);
+    int64_t G = attr_i(n, "groups", 0), Cg = C / G, Og = O / G;
+    Pos ps;
+    Cur c = open_rows(lw, v, &ps);
+    KExpr *g, *og, *o, *oh, *ow, *cc, *kh, *kw;
+    KStmt *fg = loop(lw, c, "g", ci(lw, G), false, &g);
+    KStmt *fog = loop(lw, body(fg), "og", ci(lw, Og), false, &og);
+    o = bin(lw, KB_ADD, bin(lw, KB_MUL, g, ci(lw, Og)), og);
+    KStmt *foh = loop(lw, body(fog), "oh", ci(lw, OH), false, &oh);
+    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, OW), false, &ow);
+    int acc = local(lw, "acc", KT_F64);
+    s_assign(lw, body(fow), acc, kx_const(lw->p, KT_F64, 0));
+    KStmt *fc = loop(lw, body(fow), "c", ci(lw, Cg), false, &cc);
+    KStmt *fkh = loop(lw, body(fc), "kh", ci(lw, KH), false, &kh);
+    int ih = local(lw, "ih", KT_I64), iw = local(lw, "iw", KT_I64);
+    s_assign(lw, body(fkh), ih,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, SH)), ci(lw, PH)),
+                 bin(lw, KB_MUL, kh, ci(lw, DH))));
+    KStmt *ifh = s_if(lw, body(fkh),
+                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, ih), ci(lw, 0)),
+                          bin(lw, KB_LT, var(lw, ih), ci(lw, H))));
+    KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, KW), false, &kw);
+    s_assign(lw, body(fkw), iw,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow, ci(lw, SW)), ci(lw, PW)),
+                 bin(lw, KB_MUL, kw, ci(lw, DW))));
+    KStmt *ifw = s_if(lw, body(fkw),
+                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, iw), ci(lw, 0)),
+                          bin(lw, KB_LT, var(lw, iw), ci(lw, W))));
+    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, g, ci(lw, Cg)), cc);
+    Pos px = ps;
+    px.i = bin(lw, KB_ADD,
+               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, H)), var(lw, ih)),
+                   ci(lw, W)),
+               var(lw, iw));
+    /* W[o][c][kh][kw] */
+    KExpr *wi = bin(lw, KB_ADD,
+                    bin(lw, KB_MUL,
+                        bin(lw, KB_ADD,
+                            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, Cg)), cc),
+                                ci(lw, KH)),
+                            kh),
+                        ci(lw, KW)),
+                    kw);
+    accumulate(lw, body(ifw), acc, vload(lw, x, &px), kx_load(lw->p, wbuf(lw, n, 0), wi),
+               is_spike_value(lw, x));
+    KExpr *y = var(lw, acc);
+    if (attr_i(n, "bias", 0))
+        y = bin(lw, KB_ADD, y, to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o)));
+    Pos py = ps;
+    py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, OH)), oh),
+                                ci(lw, OW)),
+               ow);
+    vstore(lw, body(fow), v, &py, y);
+}
+
+/* max (NaN propagates, padding never wins), avg (count_include_pad) and sum pooling */
+static void
+lower_pool(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    const Type *xt = &lw->m->nodes[x].type;
+    int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
+    int64_t OH = n->type.dims[1], OW = n->type.dims[2];
+    int64_t KH = attr_i(n, "kernel", 0), KW = attr_i(n, "kernel", 1);
+    int64_t SH = attr_i(n, "stride", 0), SW = attr_i(n, "stride", 1);
+    int64_t PH = attr_i(n, "pad", 0), PW = attr_i(n, "pad", 1);
+    if (SH == 0)
+        SH = KH;
+    if (SW == 0)
+        SW = KW;
+    bool is_max = n->op == OP_MAXPOOL2D;
+    Pos ps;
+    Cur c = open_rows(lw, v, &ps);
+    KExpr *cc, *oh, *ow, *kh, *kw;
+    KStmt *fc = loop(lw, c, "c", ci(lw, C), false, &cc);
+    KStmt *foh = loop(lw, body(fc), "oh", ci(lw, OH), false, &oh);
+    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, OW), false, &ow);
+    KType at = is_max ? KT_F32 : KT_F64;
+    int acc = local(lw, "acc", at);
+    s_assign(lw, body(fow), acc, kx_const(lw->p, at, is_max ? -INFINITY : 0.0));
+    KStmt *fkh = loop(lw, body(fow), "kh", ci(lw, KH), false, &kh);
+    int ih = local(lw, "ih", KT_I64), iw = local(lw, "iw", KT_I64);
+    s_assign(lw, body(fkh), ih,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, SH)), ci(lw, PH)), kh));
+    KStmt *ifh = s_if(lw, body(fkh),
+                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, ih), ci(lw, 0)),
+                          bin(lw, KB_LT, var(lw, ih), ci(lw, H))));
+    KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, KW), false, &kw);
+    s_assign(lw, body(fkw), iw,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow, ci(lw, SW)), ci(lw, PW)), kw));
+    KStmt *ifw = s_if(lw, body(fkw),
+                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, iw), ci(lw, 0)),
+                          bin(lw, KB_LT, var(lw, iw), ci(lw, W))));
+    Pos px = ps;
+    px.i = bin(lw, KB_ADD,
+               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, H)), var(lw, ih)),
+                   ci(lw, W)),
+               var(lw, iw));
+    int xv = local(lw, "x", at);
+    s_assign(lw, body(ifw), xv, to(lw, at, vload(lw, x, &px)));
+    if (is_max) {
+        KExpr *X = var(lw, xv), *A = var(lw, acc);
+        KStmt *upd = s_if(lw, body(ifw),
+                          bin(lw, KB_OR, bin(lw, KB_GT, X, A), bin(lw, KB_NE, X, X)));
+        s_assign(lw, body(upd), acc, X);
+    } else {
+        s_assign(lw, body(ifw), acc, bin(lw, KB_ADD, var(lw, acc), var(lw, xv)));
+    }
+    KExpr *y = var(lw, acc);
+    if (n->op == OP_AVGPOOL2D)
+        y = bin(lw, KB_DIV, y, kx_const(lw->p, KT_F64, (double)(KH * KW)));
+    Pos py = ps;
+    py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, OH)), oh),
+                                ci(lw, OW)),
+               ow);
+    vstore(lw, body(fow), v, &py, to(lw, KT_F32, y));
+}
+
+/* (x - mean) / sqrt(var + eps) * weight + bias in f64, rounded once */
+static void
+lower_batchnorm(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+    int64_t inner = C ? lw->vs[v].numel / C : 0;
+    Pos ps;
+    Cur c = open_rows(lw, v, &ps);
+    KExpr *cc, *ii;
+    KStmt *fc = loop(lw, c, "c", ci(lw, C), false, &cc);
+    KStmt *fi = loop(lw, body(fc), "i", ci(lw, inner), false, &ii);
+    ps.i = bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, inner)), ii);
+    KExpr *w[4];
+    for (int s = 0; s < 4; s++)
+        w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
+    KExpr *sd = kx_un(lw->p, KU_SQRT,
+                      bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, attr_f(n, "eps"))));
+    KExpr *xv = to(lw, KT_F64, vload(lw, n->args[0], &ps));
+    KExpr *y = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, bin(lw, KB_SUB, xv, w[2]), sd), w[0]),
+                   w[1]);
+    vstore(lw, body(fi), v, &ps, to(lw, KT_F32, y));
+}
+
+/* s = u < gain*x with u keyed by (seed, stream, t, (sample_base + b) * numel + i), compared in f32 */
+static void
+lower_poisson(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    int64_t numel = lw->vs[v].numel;
+    Pos ps;
+    Cur c = open_rows(lw, v, &ps);
+    KExpr *iv;
+    KStmt *fi = loop(lw, c, "i", ci(lw, numel), false, &iv);
+    ps.i = iv;
+    int p = local(lw, "p", KT_F32);
+    float gain = (float)attr_f(n, "gain");
+    s_assign(lw, body(fi), p,
+             bin(lw, KB_MUL, kx_const(lw->p, KT_F32, gain),
+                 to(lw, KT_F32, vload(lw, n->args[0], &ps))));
+    int64_t node_seed = n->attrs[op_attr_index(OP_POISSON, "seed")].i[0];
+    KExpr *u = kx_new(lw->p, KX_UNIFORM, KT_F32);
+    u->seed = (uint64_t)(node_seed >= 0 ? node_seed : lw->m->seed);
+    u->stream = lw->stream[v];
+    u->a = pos_t(lw, &ps);
+    u->b = bin(lw, KB_ADD,
+               bin(lw, KB_MUL, bin(lw, KB_ADD, kx_kind(lw->p, KX_SAMPLE_BASE), pos_b(lw, &ps)),
+                   ci(lw, numel)),
+               iv);
+    KExpr *P = var(lw, p), *one = kx_const(lw->p, KT_F32, 1), *zero = kx_const(lw->p, KT_F32, 0);
+    /* p <= 0 (or NaN) never fires, p >= 1 always does: no draw for them */
+    KExpr *y = kx_select(lw->p, kx_un(lw->p, KU_NOT, bin(lw, KB_GT, P, zero)), zero,
+                         kx_select(lw->p, bin(lw, KB_GE, P, one), one,
+                                   to(lw, KT_F32, bin(lw, KB_LT, u, P))));
+    vstore(lw, body(fi), v, &ps, y);
+}
+
+/* y[t] = x[t - steps], 0 before */
+static void
+lower_delay(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    int64_t steps = attr_i(n, "steps", 0);
+    Pos ps;
+    Cur c = open_rows(lw, v, &ps);
+    KExpr *iv;
+    KStmt *fi = loop(lw, c, "i", ci(lw, lw->vs[v].numel), false, &iv);
+    ps.i = iv;
+    KExpr *t = pos_t(lw, &ps);
+    KStmt *s = s_if(lw, body(fi), bin(lw, KB_GE, t, ci(lw, steps)));
+    Pos px = {0};
+    px.t = bin(lw, KB_SUB, t, ci(lw, steps));
+    px.b = pos_b(lw, &ps);
+    px.i = iv;
+    KType ty = lw->p->bufs[lw->vs[v].buf].type;
+    vstore(lw, body(s), v, &ps, to(lw, ty, vload(lw, n->args[0], &px)));
+    vstore(lw, els(s), v, &ps, kx_const(lw->p, ty, 0));
+}
+
+/* ---- neurons ---- */
+
+/* NaN-propagating min and max, like the interpreter's */
+static double
+min_nan(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+}
+
+static double
+max_nan(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+}
+
+static int
+nx_arity(const NExpr *e)
+{
+    switch (e->kind) {
+    case NX_NEG:
+    case NX_NOT: return 1;
+    case NX_BIN: return 2;
+    case NX_COND: return 3;
+    case NX_CALL: return nfunc_arity((NFunc)e->op);
+    default: return 0;
+    }
+}
+
+/* A parameter-only expression in double: the interpreter's fold, operation for operation. */
+static double
+fold(const NExpr *e, const double *params)
+{
+    double a[3];
+    switch (e->kind) {
+    case NX_NUM: return e->num;
+    case NX_PARAM: return params[e->idx];
+    case NX_NEG: return -fold(e->args[0], params);
+    case NX_NOT: return fold(e->args[0], params) == 0;
+    case NX_BIN: {
+        double x = fold(e->args[0], params), y = fold(e->args[1], params);
+        switch ((NxBin)e->op) {
+        case NB_ADD: return x + y;
+        case NB_SUB: return x - y;
+        case NB_MUL: return x * y;
+        case NB_DIV: return x / y;
+        case NB_LT: return x < y;
+        case NB_LE: return x <= y;
+        case NB_GT: return x > y;
+        case NB_GE: return x >= y;
+        case NB_EQ: return x == y;
+        case NB_NE: return x != y;
+        case NB_AND: return x != 0 && y != 0;
+        case NB_OR: return x != 0 || y != 0;
+        }
+        unreachable();
+    }
+    case NX_COND:
+        return fold(e->args[0], params) != 0 ? fold(e->args[1], params) : fold(e->args[2], params);
+    case NX_CALL:
+        for (int i = 0; i < nx_arity(e); i++)
+            a[i] = fold(e->args[i], params);
+        switch ((NFunc)e->op) {
+        case NF_EXP: return exp(a[0]);
+        case NF_LOG: return log(a[0]);
+        case NF_SQRT: return sqrt(a[0]);
+        case NF_TANH: return tanh(a[0]);
+        case NF_SIGMOID: return 1.0 / (1.0 + exp(-a[0]));
+        case NF_ABS: return fabs(a[0]);
+        case NF_FLOOR: return floor(a[0]);
+        case NF_MIN: return min_nan(a[0], a[1]);
+        case NF_MAX: return max_nan(a[0], a[1]);
+        case NF_POW: return pow(a[0], a[1]);
+        case NF_CLAMP: return min_nan(max_nan(a[0], a[1]), a[2]);
+        case NF_SELECT: return a[0] != 0 ? a[1] : a[2];
+        case NF_COUNT_: break;
+        }
+        unreachable();
+    default: break;
+    }
+    die("kir: neuron expression of kind %d is not parameter-only", (int)e->kind);
+}
+
+/* what a neuron program's names are in the kernel */
+typedef struct NLower {
+    const NeuronDef *nd;
+    const double *params;
+    int *state; /* locals */
+    int *let;
+    int spike, input, out, refr;
+} NLower;
+
+typedef struct NT {
+    KExpr *e;
+    bool is_folded; /* a parameter-only subtree, folded (the interpreter's NX_NUM) */
+} NT;
+
+static KExpr *
+as_bool(Lower *lw, KExpr *e)
+{
+    if (e->type == KT_BOOL)
+        return e;
+    return bin(lw, KB_NE, e, kx_const(lw->p, e->type, 0));
+}
+
+static KExpr *
+as_f32(Lower *lw, KExpr *e)
+{
+    return to(lw, KT_F32, e);
+}
+
+/* NExpr → f32 or bool KExpr with the interpreter's F32-mode rounding */
+static NT
+nlower(Lower *lw, const NLower *nl, const NExpr *e)
+{
+    NT a[3];
+    int na = nx_arity(e);
+    bool all_folded = true;
+    for (int i = 0; i < na; i++) {
+        a[i] = nlower(lw, nl, e->args[i]);
+        all_folded = all_folded && a[i].is_folded;
+    }
+    if (e->kind == NX_NUM || e->kind == NX_PARAM || (na > 0 && all_folded))
+        return (NT){kx_const(lw->p, KT_F32, fold(e, nl->params)), true};
+    KProgram *p = lw->p;
+    KExpr *r = NULL;
+    switch (e->kind) {
+    case NX_STATE: r = var(lw, nl->state[e->idx]); break;
+    case NX_LOCAL: r = var(lw, nl->let[e->idx]); break;
+    case NX_INPUT: r = var(lw, nl->input); break;
+    case NX_SPIKE: r = var(lw, nl->spike); break;
+    case NX_NEG: r = kx_un(p, KU_NEG, as_f32(lw, a[0].e)); break;
+    case NX_NOT: r = kx_un(p, KU_NOT, as_bool(lw, a[0].e)); break;
+    case NX_BIN: {
+        NxBin op = (NxBin)e->op;
+        if (op == NB_AND || op == NB_OR) {
+            r = bin(lw, op == NB_AND ? KB_AND : KB_OR, as_bool(lw, a[0].e), as_bool(lw, a[1].e));
+            break;
+        }
+        static const KBin map[] = {[NB_ADD] = KB_ADD, [NB_SUB] = KB_SUB, [NB_MUL] = KB_MUL,
+                                   [NB_DIV] = KB_DIV, [NB_LT] = KB_LT,   [NB_LE] = KB_LE,
+                                   [NB_GT] = KB_GT,   [NB_GE] = KB_GE,   [NB_EQ] = KB_EQ,
+                                   [NB_NE] = KB_NE};
+        r = bin(lw, map[op], as_f32(lw, a[0].e), as_f32(lw, a[1].e));
+        break;
+    }
+    case NX_COND:
+        /* a folded condition picks its branch now: no side effects, so the same result */
+        if (a[0].is_folded) {
+            r = a[0].e->num != 0 ? a[1].e : a[2].e;
+            break;
+        }
+        if (a[1].e->type == KT_BOOL && a[2].e->type == KT_BOOL)
+            r = kx_select(p, a[0].e->type == KT_BOOL ? a[0].e : as_bool(lw, a[0].e), a[1].e, a[2].e);
+        else
+            r = kx_select(p, as_bool(lw, a[0].e), as_f32(lw, a[1].e), as_f32(lw, a[2].e));
+        break;
+    case NX_CALL: {
+        KExpr *x = na > 0 ? as_f32(lw, a[0].e) : NULL;
+        switch ((NFunc)e->op) {
+        case NF_EXP: r = kx_un(p, KU_EXP, x); break;
+        case NF_LOG: r = kx_un(p, KU_LOG, x); break;
+        case NF_SQRT: r = kx_un(p, KU_SQRT, x); break;
+        case NF_TANH: r = kx_un(p, KU_TANH, x); break;
+        case NF_SIGMOID: r = kx_un(p, KU_SIGMOID, x); break;
+        case NF_ABS: r = kx_un(p, KU_ABS, x); break;
+        case NF_FLOOR: r = kx_un(p, KU_FLOOR, x); break;
+        case NF_MIN: r = bin(lw, KB_MIN, x, as_f32(lw, a[1].e)); break;
+        case NF_MAX: r = bin(lw, KB_MAX, x, as_f32(lw, a[1].e)); break;
+        case NF_POW: r = bin(lw, KB_POW, x, as_f32(lw, a[1].e)); break;
+        case NF_CLAMP:
+            r = bin(lw, KB_MIN, bin(lw, KB_MAX, x, as_f32(lw, a[1].e)), as_f32(lw, a[2].e));
+            break;
+        case NF_SELECT:
+            if (a[0].is_folded)
+                r = a[0].e->num != 0 ? as_f32(lw, a[1].e) : as_f32(lw, a[2].e);
+            else
+                r = kx_select(p, as_bool(lw, a[0].e), as_f32(lw, a[1].e), as_f32(lw, a[2].e));
+            break;
+        case NF_COUNT_: unreachable();
+        }
+        break;
+    }
+    default: unreachable();
+    }
+    return (NT){r, false};
+}
+
+static KExpr *
+nexpr(Lower *lw, const NLower *nl, const NExpr *e)
+{
+    return nlower(lw, nl, e).e;
+}
+
+/* floor(x) as a step count, saturated: NaN and negatives give 0 (the interpreter's rule) */
+static KExpr *
+refractory_steps(Lower *lw, KExpr *x)
+{
+    KProgram *p = lw->p;
+    x = as_f32(lw, x);
+    if (x->kind == KX_CONST) {
+        double c = x->num;
+        return ci(lw, !(c >= 1) ? 0 : c > 1e9 ? 1000000000 : (int64_t)floor(c));
+    }
+    KExpr *steps = kx_select(p, bin(lw, KB_GT, x, kx_const(p, KT_F32, 1e9)), ci(lw, 1000000000),
+                             to(lw, KT_I64, kx_un(p, KU_FLOOR, x)));
+    return kx_select(p, bin(lw, KB_GE, x, kx_const(p, KT_F32, 1)), steps, ci(lw, 0));
+}
+
+/* One step of the neuron program (the interpreter's eval_neuron for one neuron). */
+static void
+neuron_step(Lower *lw, Cur c, const NLower *nl)
+{
+    const NeuronDef *nd = nl->nd;
+    KProgram *p = lw->p;
+    KExpr *zero = kx_const(p, KT_F32, 0);
+    const NExpr *output_e = NULL;
+    for (int s = 0; s < nd->nstmts; s++)
+        if (nd->stmts[s].kind == NS_OUTPUT)
+            output_e = nd->stmts[s].e;
+    if (nl->out >= 0)
+        s_assign(lw, c, nl->out, zero);
+    Cur run = c;
+    if (nl->refr >= 0) {
+        /* refractory: counter down, no spike, state held; the output expression still runs */
+        KStmt *s = s_if(lw, c, bin(lw, KB_GT, var(lw, nl->refr), ci(lw, 0)));
+        s_assign(lw, body(s), nl->refr, bin(lw, KB_SUB, var(lw, nl->refr), ci(lw, 1)));
+        s_assign(lw, body(s), nl->spike, zero);
+        if (output_e && nl->out >= 0)
+            s_assign(lw, body(s), nl->out, nexpr(lw, nl, output_e));
+        run = els(s);
+    }
+    for (int s = 0; s < nd->nstmts; s++) {
+        const NStmt *st = &nd->stmts[s];
+        int target = st->kind == NS_OUTPUT || st->kind == NS_FIRE || st->kind == NS_FIRE_DOWN ||
+                             st->kind == NS_REFRACTORY
+                         ? -1
+                         : st->is_local ? nl->let[st->var] : nl->state[st->var];
+        KExpr *spike = var(lw, nl->spike);
+        KExpr *spiked = bin(lw, KB_NE, spike, zero);
+        switch (st->kind) {
+        case NS_ASSIGN: s_assign(lw, run, target, nexpr(lw, nl, st->e)); break;
+        case NS_FIRE:
+            s_assign(lw, run, nl->spike,
+                     kx_select(p, as_bool(lw, nexpr(lw, nl, st->e)), kx_const(p, KT_F32, 1), zero));
+            break;
+        case NS_FIRE_DOWN:
+            s_assign(lw, run, nl->spike,
+                     kx_select(p,
+                               bin(lw, KB_AND, bin(lw, KB_EQ, spike, zero),
+                                   as_bool(lw, nexpr(lw, nl, st->e))),
+                               kx_const(p, KT_F32, -1), spike));
+            break;
+        case NS_RESET_TO: {
+            KStmt *i = s_if(lw, run, spiked);
+            s_assign(lw, body(i), target, nexpr(lw, nl, st->e));
+            break;
+        }
+        case NS_RESET_SUB:
+            s_assign(lw, run, target,
+                     bin(lw, KB_SUB, var(lw, target),
+                         bin(lw, KB_MUL, spike, as_f32(lw, nexpr(lw, nl, st->e)))));
+            break;
+        case NS_REFRACTORY:
+            if (nl->refr >= 0) {
+                KStmt *i = s_if(lw, run, spiked);
+                s_assign(lw, body(i), nl->refr, refractory_steps(lw, nexpr(lw, nl, st->e)));
+            }
+            break;
+        case NS_OUTPUT:
+            if (nl->out >= 0)
+                s_assign(lw, run, nl->out, nexpr(lw, nl, st->e));
+            break;
+        }
+    }
+}
+
+/* the state probes (OP_STATE users) of neuron v: their node and local */
+static int
+find_probes(Lower *lw, ValueId v, const NLower *nl, ValueId *probe, int *probe_local)
+{
+    const Module *m = lw->m;
+    int n = 0;
+    for (ValueId u = 0; u < m->nnodes; u++) {
+        const Node *pn = &m->nodes[u];
+        if (pn->op != OP_STATE || pn->args[0] != v)
+            continue;
+        const char *name = pn->attrs[op_attr_index(OP_STATE, "var")].s;
+        int loc = -1;
+        for (int k = 0; k < nl->nd->nstates && loc < 0; k++)
+            if (strcmp(nl->nd->states[k].name, name) == 0)
+                loc = nl->state[k];
+        for (int k = 0; k < nl->nd->nlocals && loc < 0; k++)
+            if (strcmp(nl->nd->locals[k], name) == 0)
+                loc = nl->let[k];
+        if (loc < 0)
+            die("kir: state probe %d names no state of its neuron", (int)u);
+        probe[n] = u;
+        probe_local[n++] = loc;
+    }
+    return n;
+}
+
+/* A neuron layer: parallel over the B*numel neurons. Outside a recurrent region the T steps run in
+ * one loop with the state in locals; inside one, one step per launch with the state kept in
+ * KB_TEMP buffers between steps (initialised at step 0). */
+static void
+lower_neuron(Lower *lw, ValueId v)
+{
+    const Module *m = lw->m;
+    const Node *n = &m->nodes[v];
+    const NeuronDef *nd = m->neurons[n->neuron];
+    KProgram *p = lw->p;
+    int64_t numel = lw->vs[v].numel;
+    bool is_step = lw->region[v] >= 0;
+    NLower nl = {nd, n->params, NULL, NULL, -1, -1, -1, -1};
+    double *defaults = NULL;
+    if (!nl.params) {
+        defaults = arena_alloc(&p->arena, (size_t)(nd->nparams + 1) * sizeof *defaults);
+        for (int i = 0; i < nd->nparams; i++)
+            defaults[i] = nd->params[i].def;
+        nl.params = defaults;
+    }
+    KExpr *bn = bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), *jv;
+    KStmt *fj = loop(lw, top(lw), "j", bn, true, &jv);
+    Cur c = body(fj);
+    nl.state = arena_alloc(&p->arena, (size_t)(nd->nstates + 1) * sizeof *nl.state);
+    nl.let = arena_alloc(&p->arena, (size_t)(nd->nlocals + 1) * sizeof *nl.let);
+    for (int k = 0; k < nd->nstates; k++)
+        nl.state[k] = local(lw, nd->states[k].name, KT_F32);
+    for (int k = 0; k < nd->nlocals; k++)
+        nl.let[k] = local(lw, nd->locals[k], KT_F32);
+    nl.spike = local(lw, "spike", KT_F32);
+    bool has_refractory = nd->has_refractory, has_output = nd->has_output;
+    for (int s = 0; s < nd->nstmts; s++) {
+        has_refractory = has_refractory || nd->stmts[s].kind == NS_REFRACTORY;
+        has_output = has_output || nd->stmts[s].kind == NS_OUTPUT;
+    }
+    if (has_refractory)
+        nl.refr = local(lw, "refr", KT_I64);
+    if (has_output)
+        nl.out = local(lw, "out", KT_F32);
+    nl.input = local(lw, "I", KT_F32);
+
+    /* the locals that carry from step to step, their initial values and (step kernels) buffers */
+    int ncarry = nd->nstates + nd->nlocals + 1 + (has_refractory ? 1 : 0);
+    int *carry = arena_alloc(&p->arena, (size_t)ncarry * sizeof *carry);
+    KExpr **init = arena_alloc(&p->arena, (size_t)ncarry * sizeof *init);
+    int nc = 0;
+    for (int k = 0; k < nd->nstates; k++) {
+        const NExpr *ie = nd->states[k].init;
+        carry[nc] = nl.state[k];
+        init[nc++] = kx_const(p, KT_F32, ie ? fold(ie, nl.params) : 0.0);
+    }
+    for (int k = 0; k < nd->nlocals; k++) {
+        carry[nc] = nl.let[k];
+        init[nc++] = kx_const(p, KT_F32, 0);
+    }
+    carry[nc] = nl.spike;
+    init[nc++] = kx_const(p, KT_F32, 0);
+    if (has_refractory) {
+        carry[nc] = nl.refr;
+        init[nc++] = ci(lw, 0);
+    }
+
+    ValueId *probe = arena_alloc(&p->arena, (size_t)m->nnodes * sizeof *probe);
+    int *probe_local = arena_alloc(&p->arena, (size_t)m->nnodes * sizeof *probe_local);
+    int nprobes = find_probes(lw, v, &nl, probe, probe_local);
+
+    Pos ps = {0};
+    ps.j = jv;
+    ps.jn = numel;
+    Cur step;
+    int *sbuf = NULL;
+    if (is_step) {
+        sbuf = arena_alloc(&p->arena, (size_t)ncarry * sizeof *sbuf);
+        /* state buffers were added with the value's buffers (see plan_buffers) */
+        for (int k = 0; k < ncarry; k++)
+            sbuf[k] = lw->vs[v].buf + 1 + k;
+        KStmt *first = s_if(lw, c, bin(lw, KB_EQ, kx_kind(p, KX_STEP), ci(lw, 0)));
+        for (int k = 0; k < ncarry; k++) {
+            s_assign(lw, body(first), carry[k], init[k]);
+            s_assign(lw, els(first), carry[k], kx_load(p, sbuf[k], jv));
+        }
+        ps.t = kx_kind(p, KX_STEP);
+        step = c;
+    } else {
+        for (int k = 0; k < ncarry; k++)
+            s_assign(lw, c, carry[k], init[k]);
+        KExpr *tv;
+        KStmt *ft = loop(lw, c, "t", ci(lw, lw->T), false, &tv);
+        ps.t = tv;
+        step = body(ft);
+    }
+    s_assign(lw, step, nl.input, as_f32(lw, vload(lw, n->args[0], &ps)));
+    neuron_step(lw, step, &nl);
+    vstore(lw, step, v, &ps, has_output ? var(lw, nl.out) : var(lw, nl.spike));
+    for (int k = 0; k < nprobes; k++)
+        vstore(lw, step, probe[k], &ps, var(lw, probe_local[k]));
+    if (is_step)
+        for (int k = 0; k < ncarry; k++)
+            s_store(lw, c, sbuf[k], jv, var(lw, carry[k]));
+    /* the kernel computes its probes too */
+    lw->k.nodes = arena_grow(&p->arena, lw->k.nodes, sizeof *lw->k.nodes,
+                             (size_t)(1 + nprobes) * sizeof *lw->k.nodes);
+    for (int k = 0; k < nprobes; k++)
+        lw->k.nodes[1 + k] = probe[k];
+    lw->k.nnodes = 1 + nprobes;
+}
+
+/* the neuron's carried locals in lower_neuron's order: states, lets, spike, refractory counter */
+static int
+neuron_ncarry(const NeuronDef *nd, bool *has_refractory)
+{
+    bool r = nd->has_refractory;
+    for (int s = 0; s < nd->nstmts; s++)
+        r = r || nd->stmts[s].kind == NS_REFRACTORY;
+    *has_refractory = r;
+    return nd->nstates + nd->nlocals + 1 + (r ? 1 : 0);
+}
+
+/* ---- readouts and outputs ---- */
+
+static bool
+is_step_readout(Op op)
+{
+    return op == OP_COUNT || op == OP_MEAN || op == OP_LAST || op == OP_MAX;
+}
+
+/* count/mean/last/max: acc over t in f64 (max and last keep the value), out[b][i] = (f32) acc */
+static void
+lower_readout(Lower *lw, ValueId v, int obuf)
+{
+    const Node *n = &lw->m->nodes[v];
+    KProgram *p = lw->p;
+    ValueId x = n->args[0];
+    int64_t numel = lw->vs[x].numel;
+    KExpr *jv, *tv;
+    KStmt *fj = loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true,
+                     &jv);
+    int acc = local(lw, "acc", KT_F64);
+    s_assign(lw, body(fj), acc, kx_const(p, KT_F64, 0));
+    KStmt *ft = loop(lw, body(fj), "t", ci(lw, lw->T), false, &tv);
+    Pos ps = {0};
+    ps.j = jv;
+    ps.jn = numel;
+    ps.t = tv;
+    int xv = local(lw, "x", KT_F64);
+    s_assign(lw, body(ft), xv, to(lw, KT_F64, vload(lw, x, &ps)));
+    KExpr *X = var(lw, xv), *A = var(lw, acc);
+    switch (n->op) {
+    case OP_COUNT:
+    case OP_MEAN: s_assign(lw, body(ft), acc, bin(lw, KB_ADD, A, X)); break;
+    case OP_LAST: s_assign(lw, body(ft), acc, X); break;
+    case OP_MAX: {
+        KExpr *c = bin(lw, KB_OR, bin(lw, KB_EQ, tv, ci(lw, 0)),
+                       bin(lw, KB_OR, bin(lw, KB_GT, X, A), bin(lw, KB_NE, X, X)));
+        KStmt *s = s_if(lw, body(ft), c);
+        s_assign(lw, body(s), acc, X);
+        break;
+    }
+    default: unreachable();
+    }
+    KExpr *y = var(lw, acc);
+    if (n->op == OP_MEAN)
+        y = bin(lw, KB_DIV, y, kx_const(p, KT_F64, lw->T));
+    s_store(lw, body(fj), obuf, jv, to(lw, KT_F32, y));
+}
+
+/* out[b][t][i] = x at (t, b, i); without a time axis out[b][i] = x at the last step */
+static void
+lower_sequence(Lower *lw, ValueId x, int obuf, bool has_time)
+{
+    KProgram *p = lw->p;
+    int64_t numel = lw->vs[x].numel;
+    KExpr *bv, *tv, *iv;
+    KStmt *fb = loop(lw, top(lw), "b", kx_kind(p, KX_BATCH), true, &bv);
+    Cur c = body(fb);
+    Pos ps = {0};
+    ps.b = bv;
+    KExpr *o;
+    if (has_time) {
+        KStmt *ft = loop(lw, c, "t", ci(lw, lw->T), false, &tv);
+        c = body(ft);
+        ps.t = tv;
+        o = bin(lw, KB_ADD, bin(lw, KB_MUL, bv, ci(lw, lw->T)), tv);
+    } else {
+        ps.t = ci(lw, lw->T - 1);
+        o = bv;
+    }
+    KStmt *fi = loop(lw, c, "i", ci(lw, numel), false, &iv);
+    ps.i = iv;
+    s_store(lw, body(fi), obuf, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, numel)), iv),
+            to(lw, KT_F32, vload(lw, x, &ps)));
+}
+
+/* ---- analysis: static values, recurrent regions, kernel order ---- */
+
+static void
+find_static(Lower *lw, const ValueId *order)
+{
+    const Module *m = lw->m;
+    for (int k = 0; k < m->nnodes; k++) {
+        const Node *n = &m->nodes[order[k]];
+        bool s = false;
+        switch (n->op) {
+        case OP_INPUT: s = !n->is_per_step_input; break;
+        case OP_DENSE:
+        case OP_CONV2D:
+        case OP_MAXPOOL2D:
+        case OP_AVGPOOL2D:
+        case OP_SUMPOOL2D:
+        case OP_FLATTEN:
+        case OP_BATCHNORM:
+        case OP_ADD:
+        case OP_SUB:
+        case OP_MUL:
+        case OP_SCALE:
+            s = true;
+            for (int a = 0; a < n->nargs; a++)
+                s = s && lw->is_static[n->args[a]];
+            break;
+        default: break;
+        }
+        lw->is_static[order[k]] = s;
+    }
+}
+
+/* Tarjan's strongly connected components over all edges (delay edges included), iteratively. */
+typedef struct Scc {
+    const Module *m;
+    int *index, *low, *comp, *stack, nstack, counter, ncomp;
+    bool *on_stack;
+    int **users;
+    int *nusers;
+} Scc;
+
+static void
+scc_visit(Scc *s, int root)
+{
+    /* explicit DFS stack of (node, next user position) */
+    size_t n = (size_t)(s->m->nnodes > 0 ? s->m->nnodes : 0) + 1;
+    int *vs = malloc(n * sizeof *vs), *pos = malloc(n * sizeof *pos);
+    if (!vs || !pos)
+        die("out of memory");
+    int depth = 0;
+    vs[0] = root;
+    pos[0] = 0;
+    s->index[root] = s->low[root] = s->counter++;
+    s->stack[s->nstack++] = root;
+    s->on_stack[root] = true;
+    while (depth >= 0) {
+        int v = vs[depth];
+        if (pos[depth] < s->nusers[v]) {
+            int w = s->users[v][pos[depth]++];
+            if (s->index[w] < 0) {
+                s->index[w] = s->low[w] = s->counter++;
+                s->stack[s->nstack++] = w;
+                s->on_stack[w] = true;
+                depth++;
+                vs[depth] = w;
+                pos[depth] = 0;
+            } else if (s->on_stack[w] && s->index[w] < s->low[v]) {
+                s->low[v] = s->index[w];
+            }
+            continue;
+        }
+        if (s->low[v] == s->index[v]) {
+            int w;
+            do {
+                w = s->stack[--s->nstack];
+                s->on_stack[w] = false;
+                s->comp[w] = s->ncomp;
+            } while (w != v);
+            s->ncomp++;
+        }
+        depth--;
+        if (depth >= 0 && s->low[v] < s->low[vs[depth]])
+            s->low[vs[depth]] = s->low[v];
+    }
+    free(vs);
+    free(pos);
+}
+
+/* Fills lw->region and writes the kernel order: operands first (except through a delay inside a
+ * region), each recurrent region contiguous. Returns the count. */
+static int
+schedule_order(Lower *lw, const ValueId *topo, ValueId *out)
+{
+    const Module *m = lw->m;
+    int n = m->nnodes;
+    size_t nn = (size_t)(n > 0 ? n : 0) + 1;
+    Scc s = {0};
+    s.m = m;
+    s.index = malloc(nn * sizeof(int));
+    s.low = malloc(nn * sizeof(int));
+    s.comp = malloc(nn * sizeof(int));
+    s.stack = malloc(nn * sizeof(int));
+    s.on_stack = calloc(nn, sizeof(bool));
+    s.users = calloc(nn, sizeof(int *));
+    s.nusers = calloc(nn, sizeof(int));
+    int *rank = malloc(nn * sizeof(int));
+    if (!s.index || !s.low || !s.comp || !s.stack || !s.on_stack || !s.users || !s.nusers || !rank)
+        die("out of memory");
+    for (int v = 0; v < n; v++) {
+        s.index[v] = -1;
+        for (int a = 0; a < m->nodes[v].nargs; a++) {
+            int u = m->nodes[v].args[a];
+            s.users[u] = realloc(s.users[u], (size_t)(s.nusers[u] + 1) * sizeof(int));
+            if (!s.users[u])
+                die("out of memory");
+            s.users[u][s.nusers[u]++] = v;
+        }
+    }
+    for (int k = 0; k < n; k++)
+        rank[topo[k]] = k;
+    for (int k = 0; k < n; k++)
+        if (s.index[topo[k]] < 0)
+            scc_visit(&s, topo[k]);
+    /* size of each component; self loops make a one-node component recurrent too */
+    int *size = calloc((size_t)s.ncomp + 1, sizeof(int));
+    bool *rec = calloc((size_t)s.ncomp + 1, sizeof(bool));
+    if (!size || !rec)
+        die("out of memory");
+    for (int v = 0; v < n; v++) {
+        size[s.comp[v]]++;
+        for (int a = 0; a < m->nodes[v].nargs; a++)
+            if (m->nodes[v].args[a] == v)
+                rec[s.comp[v]] = true;
+    }
+    for (int v = 0; v < n; v++)
+        lw->region[v] = rec[s.comp[v]] || size[s.comp[v]] > 1 ? s.comp[v] : -1;
+    /* Tarjan numbers components in reverse topological order of the condensation: the last found
+     * comes first. Within a component, the graph's topological order. */
+    int cnt = 0;
+    for (int c = s.ncomp - 1; c >= 0; c--)
+        for (int k = 0; k < n; k++)
+            if (s.comp[topo[k]] == c)
+                out[cnt++] = topo[k];
+    for (int v = 0; v < n; v++)
+        free(s.users[v]);
+    free(s.users);
+    free(s.nusers);
+    free(s.index);
+    free(s.low);
+    free(s.comp);
+    free(s.stack);
+    free(s.on_stack);
+    free(size);
+    free(rec);
+    free(rank);
+    return cnt;
+}
+
+/* ---- buffers ---- */
+
+static void
+plan_buffers(Lower *lw)
+{
+    const Module *m = lw->m;
+    KProgram *p = lw->p;
+    /* weights first: buffer index == weight index */
+    for (int w = 0; w < m->nweights; w++)
+        add_buf(lw, m->weights[w].name, KT_F32, (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
+    for (int k = 0; k < m->ninputs; k++) {
+        ValueId v = m->inputs[k];
+        const Node *n = &m->nodes[v];
+        int64_t numel = type_numel(&n->type);
+        VStore *s = &lw->vs[v];
+        s->numel = numel;
+        s->layout = n->is_per_step_input ? LY_INPUT_STEP : LY_INPUT;
+        s->buf = add_buf(lw, value_name(lw, v), KT_F32,
+                         (KSize){numel * (n->is_per_step_input ? lw->T : 1), 0}, KB_INPUT, k, v);
+    }
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        const Node *n = &m->nodes[v];
+        VStore *s = &lw->vs[v];
+        s->numel = type_numel(&n->type);
+        if (n->op == OP_INPUT || n->op == OP_FLATTEN || is_step_readout(n->op) ||
+            n->op == OP_SEQUENCE)
+            continue; /* inputs: above; flatten: an alias (resolved in order below) */
+        s->layout = lw->is_static[v] ? LY_STATIC : LY_FULL;
+        int64_t per = s->numel * (lw->is_static[v] ? 1 : lw->T);
+        s->buf = add_buf(lw, value_name(lw, v), ktype_of(n->type.dtype), (KSize){per, 0}, KB_TEMP,
+                         -1, v);
+        if (n->op == OP_NEURON && lw->region[v] >= 0) {
+            /* step kernels keep the neuron's state between steps: buffers value+1.. */
+            const NeuronDef *nd = m->neurons[n->neuron];
+            bool has_refractory;
+            int ncarry = neuron_ncarry(nd, &has_refractory);
+            const char *vn = value_name(lw, v);
+            for (int k = 0; k < ncarry; k++) {
+                const char *what = k < nd->nstates ? nd->states[k].name
+                                   : k < nd->nstates + nd->nlocals
+                                       ? nd->locals[k - nd->nstates]
+                                   : k == nd->nstates + nd->nlocals ? "spike"
+                                                                    : "refr";
+                bool is_refr = has_refractory && k == ncarry - 1;
+                add_buf(lw, arena_printf(&p->arena, "%s.%s", vn, what), is_refr ? KT_I64 : KT_F32,
+                        (KSize){s->numel, 0}, KB_TEMP, -1, -1);
+            }
+        }
+    }
+    (void)p;
+}
+
+/* flatten is a view of its operand (same elements, same order): resolve in topological order */
+static void
+resolve_aliases(Lower *lw, const ValueId *topo)
+{
+    const Module *m = lw->m;
+    for (int k = 0; k < m->nnodes; k++) {
+        ValueId v = topo[k];
+        const Node *n = &m->nodes[v];
+        if (n->op != OP_FLATTEN)
+            continue;
+        int64_t numel = lw->vs[v].numel;
+        lw->vs[v] = lw->vs[n->args[0]];
+        lw->vs[v].numel = numel;
+    }
+}
+
+/* ---- entry point ---- */
+
+KProgram *
+kir_lower(const Module *m)
+{
+    KProgram *p = calloc(1, sizeof *p);
+    if (!p)
+        die("out of memory");
+    p->m = m;
+    p->timesteps = m->timesteps;
+    p->seed = m->seed;
+    Lower lw;
+    memset(&lw, 0, sizeof lw);
+    lw.p = p;
+    lw.m = m;
+    lw.T = m->timesteps;
+    int n = m->nnodes;
+    lw.vs = calloc((size_t)n + 1, sizeof *lw.vs);
+    lw.is_static = calloc((size_t)n + 1, sizeof *lw.is_static);
+    lw.region = calloc((size_t)n + 1, sizeof *lw.region);
+    lw.stream = calloc((size_t)n + 1, sizeof *lw.stream);
+    ValueId *topo = calloc((size_t)n + 1, sizeof *topo);
+    ValueId *order = calloc((size_t)n + 1, sizeof *order);
+    if (!lw.vs || !lw.is_static || !lw.region || !lw.stream || !topo || !order)
+        die("out of memory");
+    if (ir_topo_order(m, topo) != n) {
+        diag_error(m->loc, "kernel IR: the model's nodes have no step order");
+        goto fail;
+    }
+    uint32_t npoisson = 0;
+    for (ValueId v = 0; v < n; v++)
+        if (m->nodes[v].op == OP_POISSON) {
+            int64_t s = m->nodes[v].attrs[op_attr_index(OP_POISSON, "stream")].i[0];
+            lw.stream[v] = s >= 0 ? (uint32_t)s : npoisson;
+            npoisson++;
+        }
+    find_static(&lw, topo);
+    int norder = schedule_order(&lw, topo, order);
+    plan_buffers(&lw);
+    resolve_aliases(&lw, topo);
+
+    for (int k = 0; k < norder; k++) {
+        ValueId v = order[k];
+        const Node *nd = &m->nodes[v];
+        Ctx ctx = ctx_of(&lw, v);
+        bool is_step = ctx == CTX_STEP;
+        switch (nd->op) {
+        case OP_INPUT:
+        case OP_FLATTEN:
+        case OP_STATE: break; /* no kernel: caller's memory, a view, filled by the neuron kernel */
+        case OP_DENSE:
+            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
+            if (is_spike_value(&lw, nd->args[0]))
+                lower_dense_events(&lw, v);
+            else
+                lower_dense(&lw, v);
+            end_kernel(&lw);
+            break;
+        case OP_CONV2D:
+            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
+            if (is_spike_value(&lw, nd->args[0]))
+                lower_conv2d_events(&lw, v);
+            else
+                lower_conv2d(&lw, v);
+            end_kernel(&lw);
+            break;
+        case OP_MAXPOOL2D:
+        case OP_AVGPOOL2D:
+        case OP_SUMPOOL2D:
+            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
+            lower_pool(&lw, v);
+            end_kernel(&lw);
+            break;
+        case OP_BATCHNORM:
+            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
+            lower_batchnorm(&lw, v);
+            end_kernel(&lw);
+            break;
+        case OP_ADD:
+        case OP_SUB:
+        case OP_MUL:
+        case OP_SCALE:
+            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
+            lower_elementwise(&lw, v);
+            end_kernel(&lw);
+            break;
+        case OP_POISSON:
+            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
+            lower_poisson(&lw, v);
+            end_kernel(&lw);
+            break;
+        case OP_DELAY:
+            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
+            lower_delay(&lw, v);
+            end_kernel(&lw);
+            break;
+        case OP_NEURON:
+            begin_kernel(&lw, v,
+                         describe(&lw, v,
+                                  is_step ? "neuron step of a recurrent region: B*n neurons at step "
+                                            "t, state in buffers between steps"
+                                          : "neuron scan fused over T: B*n neurons, state in "
+                                            "registers"),
+                         is_step);
+            lower_neuron(&lw, v);
+            end_kernel(&lw);
+            break;
+        case OP_COUNT:
+        case OP_MEAN:
+        case OP_LAST:
+        case OP_MAX:
+        case OP_SEQUENCE: break; /* outputs, below */
+        case OP_COUNT_: unreachable();
+        }
+    }
+    /* outputs after everything: readouts reduce over t into the caller's sample-major arrays */
+    for (int k = 0; k < m->noutputs; k++) {
+        ValueId v = m->outputs[k];
+        const Node *nd = &m->nodes[v];
+        int64_t numel = type_numel(&nd->type);
+        bool per_step = !is_step_readout(nd->op) && nd->type.has_time;
+        int obuf = add_buf(&lw, value_name(&lw, v), KT_F32,
+                           (KSize){numel * (per_step ? lw.T : 1), 0}, KB_OUTPUT, k, v);
+        const char *how = is_step_readout(nd->op) ? "readout: reduce over T into [B][n]"
+                          : per_step             ? "output: every step into [B][T][n]"
+                                                 : "output: the last step into [B][n]";
+        begin_kernel(&lw, v, describe(&lw, v, how), false);
+        if (is_step_readout(nd->op))
+            lower_readout(&lw, v, obuf);
+        else if (nd->op == OP_SEQUENCE)
+            lower_sequence(&lw, nd->args[0], obuf, true);
+        else
+            lower_sequence(&lw, v, obuf, per_step);
+        end_kernel(&lw);
+    }
+    free(lw.vs);
+    free(lw.is_static);
+    free(lw.region);
+    free(lw.stream);
+    free(topo);
+    free(order);
+    return p;
+fail:
+    free(lw.vs);
+    free(lw.is_static);
+    free(lw.region);
+    free(lw.stream);
+    free(topo);
+    free(order);
+    kir_free(p);
+    return NULL;
+}

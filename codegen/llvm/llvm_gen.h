@@ -1,0 +1,32 @@
+/* Private to codegen/llvm: what llvm_gen.c (kernel IR → LLVM module) and llvm_jit.c (target
+ * machine, optimisation, ORC LLJIT) share. Includes LLVM's C headers; nothing outside codegen/llvm
+ * includes it. */
+#ifndef SNN_LLVM_GEN_H
+#define SNN_LLVM_GEN_H
+
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+
+#include "codegen/kir.h"
+
+/* The entry points of a generated module:
+ *   void snn_run(ptr bufs, i64 B, i64 sample_base)          the whole schedule, step loops included
+ *   void kernel_N(ptr bufs, i64 B, i64 t, i64 sample_base)  kernel N of the schedule
+ * bufs[i] is the base address of KProgram.bufs[i], in its element type (KT_BOOL stored as a byte).
+ */
+#define LLVM_GEN_ENTRY "snn_run"
+typedef void (*LlvmEntryFn)(void **bufs, int64_t batch, int64_t sample_base);
+
+/* ---- llvm_gen.c ---- */
+/* Build and verify the module of p in ctx. Returns NULL with a message in err. */
+LLVMModuleRef llvm_gen_module(const KProgram *p, LLVMContextRef ctx, char *err, size_t errlen);
+/* Bytes one element of a buffer of type t occupies in memory. */
+size_t llvm_gen_elem_size(KType t);
+
+/* ---- llvm_jit.c ---- */
+/* A target machine for the host CPU (name and features), PIC, LLVMCodeGenLevelAggressive. */
+LLVMTargetMachineRef llvm_host_target_machine(char *err, size_t errlen);
+/* Set the module's triple and data layout from tm and run "default<O3>". */
+bool llvm_optimise(LLVMModuleRef mod, LLVMTargetMachineRef tm, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Differential test of the kernel IR and the CPU backend: for every example and every parity fixture,
+# runs the reference interpreter in float32 mode, the kernel-IR evaluator (--backend=kir) and, when the
+# build has LLVM, the compiled CPU code (--backend=cpu) on the same inputs and requires identical
+# outputs, bit for bit. Models without an input file get generated inputs
+# (tests/lit/Inputs/mknpy.py); fmnist_conv, slow in both, runs on 2 samples. Batches of 2 make the
+# Poisson keys cross batch boundaries (sample_base). Also checks that --emit=kernel prints.
+# Usage: kir_diff.sh SNNC NPYCMP SOURCE_ROOT WORK_DIR
+set -u
+snnc=$1 npycmp=$2 root=$3 work=$4
+mkdir -p "$work"
+pass=0 fail=0
+python=${PYTHON:-python3}
+backends=(kir)
+"$snnc" --help | grep -q -- '--backend=cpu' && backends+=(cpu)
+echo "backends compared with the interpreter: ${backends[*]}"
+
+# the shape of a model's single input file, sample-major: N, [T,] dims
+input_shape() { # MODEL N
+  local ir t decl
+  ir=$("$snnc" --emit=ir "$1") || return 1
+  t=$(printf '%s\n' "$ir" | sed -n 's/^ *timesteps \([0-9]*\).*/\1/p' | head -1)
+  decl=$(printf '%s\n' "$ir" | sed -n 's/^ *input [A-Za-z_0-9]* : [a-z0-9]*\[\(.*\)\].*/\1/p')
+  [ "$(printf '%s\n' "$decl" | grep -c .)" -eq 1 ] || return 1
+  printf '%s,%s\n' "$2" "$(printf '%s' "$decl" | sed "s/T/$t/; s/ //g")"
+}
+
+check() { # NAME MODEL INPUT [extra args...]
+  local name=$1 model=$2 input=$3
+  shift 3
+  local a="$work/$name.interp.npz" b="$work/$name.kir.npz"
+  if ! "$snnc" --emit=kernel "$model" -o "$work/$name.kir.txt" 2>"$work/$name.log"; then
+    echo "FAIL (--emit=kernel): $name"; cat "$work/$name.log"; fail=$((fail + 1)); return
+  fi
+  if ! "$snnc" --run "$model" --input="$input" --precision=f32 --output="$a" -q "$@" 2>>"$work/$name.log"; then
+    echo "FAIL (interp): $name"; cat "$work/$name.log"; fail=$((fail + 1)); return
+  fi
+  for be in "${backends[@]}"; do
+    b="$work/$name.$be.npz"
+    if "$snnc" --run "$model" --input="$input" --backend="$be" --output="$b" -q "$@" 2>>"$work/$name.log" &&
+       "$npycmp" --exact '*' "$b" "$a" >>"$work/$name.log" 2>&1; then
+      pass=$((pass + 1))
+    else
+      echo "FAIL ($be): $name"; cat "$work/$name.log"; fail=$((fail + 1))
+    fi
+  done
+}
+
+for model in "$root"/examples/*.snn; do
+  name=$(basename "$model" .snn)
+  n=3 extra=(--batch=2)
+  case $name in
+    fmnist_conv) n=2 ;;
+    lif_layer) n=1 ;;
+  esac
+  shape=$(input_shape "$model" "$n") || { echo "FAIL: $name (no single input)"; fail=$((fail + 1)); continue; }
+  # values that make neurons fire and stay silent, including negatives and zeros
+  "$python" "$root/tests/lit/Inputs/mknpy.py" "$work/$name.input.npy" --shape "$shape" \
+    --values 0.9,0.1,1.7,-0.3,0.55,2.2,0,0.35,1.1,-1.2,0.8,0.05,3 || { fail=$((fail + 1)); continue; }
+  check "$name" "$model" "$work/$name.input.npy" "${extra[@]}"
+done
+
+for case in "$root"/tests/parity/*/; do
+  name=$(basename "$case")
+  [ -f "$case/model.snn" ] && [ -f "$case/input.npy" ] || continue
+  check "parity_$name" "$case/model.snn" "$case/input.npy" --batch=3
+done
+
+echo "backend diff: $pass passed, $fail failed"
+[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

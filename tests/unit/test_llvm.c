@@ -1,0 +1,1002 @@
+/* test_llvm.c: unit tests for the LLVM backend (codegen/llvm): small kernel-IR programs built by
+ * hand covering every expression and statement kind and every type, compiled through ORC LLJIT,
+ * run, and compared bit for bit with values computed here in C (the same operations in the same
+ * order) and, when the kernel IR library is built (SNN_HAVE_KIR), with kir_eval; then a parsed
+ * model lowered by kir_lower and run against interp_run in f32 mode. Writes no files. */
+#include "codegen/kir.h"
+#include "codegen/llvm/cg_llvm.h"
+#include "runtime/philox.h"
+#ifdef SNN_HAVE_KIR
+#include "frontend/frontend.h"
+#endif
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int npass, nfail;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            npass++;                                                                               \
+        else {                                                                                     \
+            nfail++;                                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+        }                                                                                          \
+    } while (0)
+
+/* bit-for-bit comparison of n floats, reporting the first difference */
+static bool
+same_bits(const char *what, const float *got, const float *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+            fprintf(stderr, "%s: element %zu: got %.9g, want %.9g\n", what, i, got[i], want[i]);
+            return false;
+        }
+    return true;
+}
+
+/* ---- building kernel IR by hand (independent of kir_lower's builders) ---- */
+
+#define MAXB 16
+#define MAXK 16
+#define MAXL 16
+
+typedef struct TestProg {
+    KProgram p;
+    Module m;
+    Weight weights[4];
+} TestProg;
+
+static TestProg *
+new_prog(int T)
+{
+    TestProg *tp = calloc(1, sizeof *tp);
+    tp->p.m = &tp->m;
+    tp->p.timesteps = T;
+    tp->m.name = "test";
+    tp->m.timesteps = T;
+    tp->m.weights = tp->weights;
+    tp->p.bufs = arena_alloc(&tp->p.arena, MAXB * sizeof(KBuf));
+    tp->p.kernels = arena_alloc(&tp->p.arena, MAXK * sizeof(Kernel));
+    return tp;
+}
+
+static void
+free_prog(TestProg *tp)
+{
+    arena_free(&tp->p.arena);
+    free(tp);
+}
+
+static int
+add_buf(TestProg *tp, const char *name, KType t, int64_t per_batch, int64_t fixed, KBufKind kind)
+{
+    KProgram *p = &tp->p;
+    KBuf *b = &p->bufs[p->nbufs];
+    b->name = name;
+    b->type = t;
+    b->size.per_batch = per_batch;
+    b->size.fixed = fixed;
+    b->kind = kind;
+    b->value = -1;
+    if (kind == KB_INPUT)
+        b->io = tp->m.ninputs++;
+    else if (kind == KB_OUTPUT)
+        b->io = tp->m.noutputs++;
+    else if (kind == KB_WEIGHT)
+        b->io = tp->m.nweights++;
+    return p->nbufs++;
+}
+
+static Kernel *
+add_kernel(TestProg *tp, const char *name, bool is_step)
+{
+    Kernel *k = &tp->p.kernels[tp->p.nkernels++];
+    k->name = name;
+    k->is_step = is_step;
+    k->locals = arena_alloc(&tp->p.arena, MAXL * sizeof(KLocal));
+    return k;
+}
+
+static int
+add_local(Kernel *k, const char *name, KType t)
+{
+    k->locals[k->nlocals].name = name;
+    k->locals[k->nlocals].type = t;
+    return k->nlocals++;
+}
+
+static KExpr *
+x_new(TestProg *tp, KxKind kind, KType t)
+{
+    KExpr *e = arena_alloc(&tp->p.arena, sizeof *e);
+    e->kind = kind;
+    e->type = t;
+    return e;
+}
+
+static KExpr *
+xc(TestProg *tp, KType t, double v)
+{
+    KExpr *e = x_new(tp, KX_CONST, t);
+    e->num = v;
+    return e;
+}
+
+static KExpr *
+xi(TestProg *tp, int64_t v)
+{
+    return xc(tp, KT_I64, (double)v);
+}
+
+static KExpr *
+xk(TestProg *tp, KxKind kind)
+{
+    return x_new(tp, kind, KT_I64);
+}
+
+static KExpr *
+xv(TestProg *tp, const Kernel *k, int var)
+{
+    KExpr *e = x_new(tp, KX_VAR, k->locals[var].type);
+    e->var = var;
+    return e;
+}
+
+static KExpr *
+xld(TestProg *tp, int buf, KExpr *index)
+{
+    KExpr *e = x_new(tp, KX_LOAD, tp->p.bufs[buf].type);
+    e->buf = buf;
+    e->a = index;
+    return e;
+}
+
+static KExpr *
+xun(TestProg *tp, KUn op, KExpr *a)
+{
+    KExpr *e = x_new(tp, KX_UN, op == KU_NOT ? KT_BOOL : a->type);
+    e->op = op;
+    e->a = a;
+    return e;
+}
+
+static KExpr *
+xbin(TestProg *tp, KBin op, KExpr *a, KExpr *b)
+{
+    KExpr *e = x_new(tp, KX_BIN, op >= KB_LT ? KT_BOOL : a->type);
+    e->op = op;
+    e->a = a;
+    e->b = b;
+    return e;
+}
+
+static KExpr *
+xsel(TestProg *tp, KExpr *c, KExpr *a, KExpr *b)
+{
+    KExpr *e = x_new(tp, KX_SELECT, a->type);
+    e->a = c;
+    e->b = a;
+    e->c = b;
+    return e;
+}
+
+static KExpr *
+xcast(TestProg *tp, KType t, KExpr *a)
+{
+    KExpr *e = x_new(tp, KX_CAST, t);
+    e->a = a;
+    return e;
+}
+
+static KExpr *
+xuni(TestProg *tp, uint64_t seed, uint32_t stream, KExpr *step, KExpr *index)
+{
+    KExpr *e = x_new(tp, KX_UNIFORM, KT_F32);
+    e->seed = seed;
+    e->stream = stream;
+    e->a = step;
+    e->b = index;
+    return e;
+}
+
+static KStmt *
+s_new(TestProg *tp, KsKind kind)
+{
+    KStmt *s = arena_alloc(&tp->p.arena, sizeof *s);
+    s->kind = kind;
+    return s;
+}
+
+/* a NULL-terminated list of statements into an arena array */
+static KStmt **
+s_list(TestProg *tp, int *n, va_list ap)
+{
+    KStmt *tmp[64];
+    *n = 0;
+    for (KStmt *s; (s = va_arg(ap, KStmt *)) != NULL;)
+        tmp[(*n)++] = s;
+    KStmt **arr = arena_alloc(&tp->p.arena, (size_t)(*n + 1) * sizeof *arr);
+    memcpy(arr, tmp, (size_t)*n * sizeof *arr);
+    return arr;
+}
+
+static KStmt *
+sfor(TestProg *tp, int var, KExpr *lo, KExpr *hi, ...)
+{
+    KStmt *s = s_new(tp, KS_FOR);
+    s->var = var;
+    s->lo = lo;
+    s->hi = hi;
+    va_list ap;
+    va_start(ap, hi);
+    s->body = s_list(tp, &s->nbody, ap);
+    va_end(ap);
+    return s;
+}
+
+static KStmt *
+pfor(KStmt *s)
+{
+    s->is_parallel = true;
+    return s;
+}
+
+static KStmt *
+sassign(TestProg *tp, int var, KExpr *a)
+{
+    KStmt *s = s_new(tp, KS_ASSIGN);
+    s->var = var;
+    s->a = a;
+    return s;
+}
+
+static KStmt *
+sstore(TestProg *tp, int buf, KExpr *index, KExpr *a)
+{
+    KStmt *s = s_new(tp, KS_STORE);
+    s->buf = buf;
+    s->index = index;
+    s->a = a;
+    return s;
+}
+
+/* if c then `then` (one statement or NULL) else `els` (one or NULL) */
+static KStmt *
+sif(TestProg *tp, KExpr *c, KStmt *then, KStmt *els)
+{
+    KStmt *s = s_new(tp, KS_IF);
+    s->a = c;
+    s->body = arena_alloc(&tp->p.arena, 2 * sizeof(KStmt *));
+    s->els = arena_alloc(&tp->p.arena, 2 * sizeof(KStmt *));
+    if (then) s->body[s->nbody++] = then;
+    if (els) s->els[s->nels++] = els;
+    return s;
+}
+
+static void
+kbody(Kernel *k, TestProg *tp, ...)
+{
+    va_list ap;
+    va_start(ap, tp);
+    k->body = s_list(tp, &k->nbody, ap);
+    va_end(ap);
+}
+
+/* ---- running ---- */
+
+/* Compile, run one batch, and compare every output with want (and with kir_eval when built). */
+static void
+check_run(const char *what, TestProg *tp, int batch, int64_t sample_base,
+          const float *const *inputs, float *const *want)
+{
+    char err[512] = "";
+    CgLlvm *cg = cg_llvm_compile(&tp->p, err, sizeof err);
+    CHECK(cg != NULL);
+    if (!cg) {
+        fprintf(stderr, "%s: compile: %s\n", what, err);
+        return;
+    }
+    int nout = tp->m.noutputs;
+    float *got[8];
+    size_t n[8];
+    for (int i = 0; i < tp->p.nbufs; i++)
+        if (tp->p.bufs[i].kind == KB_OUTPUT) {
+            int o = tp->p.bufs[i].io;
+            n[o] = (size_t)(tp->p.bufs[i].size.per_batch * batch + tp->p.bufs[i].size.fixed);
+            got[o] = malloc(n[o] * sizeof(float) + 1);
+            memset(got[o], 0xA5, n[o] * sizeof(float)); /* garbage: the program must write it all */
+        }
+    bool is_ok = cg_llvm_run(cg, batch, sample_base, inputs, got, err, sizeof err);
+    CHECK(is_ok);
+    if (!is_ok) fprintf(stderr, "%s: run: %s\n", what, err);
+    for (int o = 0; o < nout && is_ok; o++) {
+        char label[128];
+        snprintf(label, sizeof label, "%s: output %d vs C", what, o);
+        CHECK(same_bits(label, got[o], want[o], n[o]));
+    }
+#ifdef SNN_HAVE_KIR
+    float *ev[8];
+    for (int o = 0; o < nout; o++)
+        ev[o] = calloc(n[o] + 1, sizeof(float));
+    bool is_eval_ok = kir_eval(&tp->p, batch, sample_base, inputs, ev, err, sizeof err);
+    CHECK(is_eval_ok);
+    if (!is_eval_ok) fprintf(stderr, "%s: kir_eval: %s\n", what, err);
+    for (int o = 0; o < nout && is_ok && is_eval_ok; o++) {
+        char label[128];
+        snprintf(label, sizeof label, "%s: output %d vs kir_eval", what, o);
+        CHECK(same_bits(label, got[o], ev[o], n[o]));
+    }
+    for (int o = 0; o < nout; o++)
+        free(ev[o]);
+#endif
+    for (int o = 0; o < nout; o++)
+        free(got[o]);
+    cg_llvm_free(cg);
+}
+
+/* awkward operands: signed zeros, NaN, infinities, tiny, huge, integers, halves */
+static const float vals[] = {0.0f,    -0.0f, 1.0f,    -1.0f, 0.5f,       -2.5f, 3.75f,  1e-30f,
+                             -1e-30f, 88.0f, -104.0f, 1e30f, 0.3333333f, 7.0f,  -0.75f, 2.0f};
+#define NV ((int)(sizeof vals / sizeof vals[0]))
+static const float vals2[NV] = {-0.0f, 0.0f, 3.0f, -1.0f,  2.0f, 0.5f, -0.25f, 1e-30f,
+                                4.0f,  1.5f, 0.0f, -1e30f, 1.0f, 7.0f, 2.0f,   -3.0f};
+
+static float
+sigmoidf_ref(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+
+static float
+minf_ref(float a, float b)
+{
+    return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+}
+
+static float
+maxf_ref(float a, float b)
+{
+    return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+}
+
+static double
+min_ref(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+}
+
+static double
+max_ref(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+}
+
+/* every unary op on f32 and on f64 (cast in and out), plus NaN and infinity inputs */
+static void
+test_unary(void)
+{
+    static const KUn ops[] = {KU_NEG,  KU_EXP, KU_LOG,   KU_SQRT,
+                              KU_TANH, KU_ABS, KU_FLOOR, KU_SIGMOID};
+    enum { NOPS = sizeof ops / sizeof ops[0], N = NV + 2 };
+    float x[N];
+    memcpy(x, vals, sizeof vals);
+    x[NV] = NAN;
+    x[NV + 1] = -INFINITY;
+
+    TestProg *tp = new_prog(1);
+    int bx = add_buf(tp, "x", KT_F32, 0, N, KB_INPUT);
+    int bo = add_buf(tp, "out", KT_F32, 0, 2 * NOPS * N, KB_OUTPUT);
+    Kernel *k = add_kernel(tp, "unary", false);
+    int i = add_local(k, "i", KT_I64);
+    KStmt *st[2 * NOPS + 1];
+    for (int o = 0; o < NOPS; o++) {
+        st[o] = sstore(tp, bo, xbin(tp, KB_ADD, xv(tp, k, i), xi(tp, o * N)),
+                       xun(tp, ops[o], xld(tp, bx, xv(tp, k, i))));
+        st[NOPS + o] = sstore(
+            tp, bo, xbin(tp, KB_ADD, xv(tp, k, i), xi(tp, (NOPS + o) * N)),
+            xcast(tp, KT_F32, xun(tp, ops[o], xcast(tp, KT_F64, xld(tp, bx, xv(tp, k, i))))));
+    }
+    KStmt *loop = sfor(tp, i, xi(tp, 0), xi(tp, N), NULL);
+    loop->body = arena_alloc(&tp->p.arena, sizeof st);
+    memcpy(loop->body, st, 2 * NOPS * sizeof *st);
+    loop->nbody = 2 * NOPS;
+    kbody(k, tp, loop, NULL);
+
+    float want[2 * NOPS * N];
+    for (int j = 0; j < N; j++) {
+        float a = x[j];
+        double d = a;
+        float r32[NOPS] = {-a,       expf(a),  logf(a),   sqrtf(a),
+                           tanhf(a), fabsf(a), floorf(a), sigmoidf_ref(a)};
+        double r64[NOPS] = {-d,      exp(d),  log(d),   sqrt(d),
+                            tanh(d), fabs(d), floor(d), 1.0 / (1.0 + exp(-d))};
+        for (int o = 0; o < NOPS; o++) {
+            want[o * N + j] = r32[o];
+            want[(NOPS + o) * N + j] = (float)r64[o];
+        }
+    }
+    const float *in[] = {x};
+    float *w[] = {want};
+    check_run("unary", tp, 1, 0, in, w);
+    free_prog(tp);
+}
+
+/* every binary op on f32 and f64; comparisons, and/or/not and select through bool */
+static void
+test_binary(void)
+{
+    static const KBin ar[] = {KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_MIN, KB_MAX, KB_POW};
+    static const KBin cmp[] = {KB_LT, KB_LE, KB_GT, KB_GE, KB_EQ, KB_NE};
+    enum { NAR = 7, NCMP = 6, N = NV + 1, NOUT = 2 * NAR + NCMP + 4 };
+    float x[N], y[N];
+    memcpy(x, vals, sizeof vals);
+    memcpy(y, vals2, sizeof vals2);
+    x[NV] = NAN;
+    y[NV] = 1.0f;
+
+    TestProg *tp = new_prog(1);
+    int bx = add_buf(tp, "x", KT_F32, 0, N, KB_INPUT);
+    int by = add_buf(tp, "y", KT_F32, 0, N, KB_INPUT);
+    int bo = add_buf(tp, "out", KT_F32, 0, NOUT * N, KB_OUTPUT);
+    Kernel *k = add_kernel(tp, "binary", false);
+    int i = add_local(k, "i", KT_I64);
+    KStmt *loop = sfor(tp, i, xi(tp, 0), xi(tp, N), NULL);
+    loop->body = arena_alloc(&tp->p.arena, NOUT * sizeof(KStmt *));
+#define X() xld(tp, bx, xv(tp, k, i))
+#define Y() xld(tp, by, xv(tp, k, i))
+#define AT(o) xbin(tp, KB_ADD, xv(tp, k, i), xi(tp, (o)*N))
+    int o = 0;
+    for (int j = 0; j < NAR; j++, o++)
+        loop->body[loop->nbody++] = sstore(tp, bo, AT(o), xbin(tp, ar[j], X(), Y()));
+    for (int j = 0; j < NAR; j++, o++)
+        loop->body[loop->nbody++] = sstore(
+            tp, bo, AT(o),
+            xcast(tp, KT_F32, xbin(tp, ar[j], xcast(tp, KT_F64, X()), xcast(tp, KT_F64, Y()))));
+    for (int j = 0; j < NCMP; j++, o++)
+        loop->body[loop->nbody++] =
+            sstore(tp, bo, AT(o), xcast(tp, KT_F32, xbin(tp, cmp[j], X(), Y())));
+    /* (x < y) && (y > 0) ; (x < y) || !(y > 0) ; x > 0 ? x : y ; (f32)(bool)x */
+    KExpr *lt = xbin(tp, KB_LT, X(), Y()), *ypos = xbin(tp, KB_GT, Y(), xc(tp, KT_F32, 0));
+    loop->body[loop->nbody++] =
+        sstore(tp, bo, AT(o++), xcast(tp, KT_F32, xbin(tp, KB_AND, lt, ypos)));
+    loop->body[loop->nbody++] =
+        sstore(tp, bo, AT(o++), xcast(tp, KT_F32, xbin(tp, KB_OR, lt, xun(tp, KU_NOT, ypos))));
+    loop->body[loop->nbody++] =
+        sstore(tp, bo, AT(o++), xsel(tp, xbin(tp, KB_GT, X(), xc(tp, KT_F32, 0)), X(), Y()));
+    loop->body[loop->nbody++] = sstore(tp, bo, AT(o++), xcast(tp, KT_F32, xcast(tp, KT_BOOL, X())));
+#undef X
+#undef Y
+#undef AT
+    kbody(k, tp, loop, NULL);
+
+    float want[NOUT * N];
+    for (int j = 0; j < N; j++) {
+        float a = x[j], b = y[j];
+        double da = a, db = b;
+        float r[NOUT] = {a + b,
+                         a - b,
+                         a * b,
+                         a / b,
+                         minf_ref(a, b),
+                         maxf_ref(a, b),
+                         powf(a, b),
+                         (float)(da + db),
+                         (float)(da - db),
+                         (float)(da * db),
+                         (float)(da / db),
+                         (float)min_ref(da, db),
+                         (float)max_ref(da, db),
+                         (float)pow(da, db),
+                         (float)(a < b),
+                         (float)(a <= b),
+                         (float)(a > b),
+                         (float)(a >= b),
+                         (float)(a == b),
+                         (float)(a != b),
+                         (float)(a < b && b > 0),
+                         (float)(a < b || !(b > 0)),
+                         a > 0 ? a : b,
+                         (float)(a != 0)};
+        for (int q = 0; q < NOUT; q++)
+            want[q * N + j] = r[q];
+    }
+    const float *in[] = {x, y};
+    float *w[] = {want};
+    check_run("binary", tp, 1, 0, in, w);
+    free_prog(tp);
+}
+
+/* i64 arithmetic, comparisons and casts; u8, i8 and bool buffers; f32 → i64 truncation */
+static void
+test_integers(void)
+{
+    enum { N = 20, NOUT = 21 };
+    TestProg *tp = new_prog(1);
+    int bx = add_buf(tp, "x", KT_F32, 0, N, KB_INPUT);
+    int bu = add_buf(tp, "u8", KT_U8, 0, N, KB_TEMP);
+    int bi = add_buf(tp, "i8", KT_I8, 0, N, KB_TEMP);
+    int bb = add_buf(tp, "flag", KT_BOOL, 0, N, KB_TEMP);
+    int bl = add_buf(tp, "i64", KT_I64, 0, N, KB_TEMP);
+    int bd = add_buf(tp, "f64", KT_F64, 0, N, KB_TEMP);
+    int bo = add_buf(tp, "out", KT_F32, 0, NOUT * N + 1, KB_OUTPUT);
+    Kernel *k = add_kernel(tp, "ints", false);
+    int i = add_local(k, "i", KT_I64);
+    int a = add_local(k, "a", KT_I64);
+    int u = add_local(k, "u", KT_U8);
+#define I() xv(tp, k, i)
+#define A() xv(tp, k, a)
+#define B3() xi(tp, 3)
+#define AT(o) xbin(tp, KB_ADD, I(), xi(tp, (o)*N))
+#define F(e) xcast(tp, KT_F32, e)
+    KStmt *l1 = sfor(
+        tp, i, xi(tp, 0), xi(tp, N), sassign(tp, a, xbin(tp, KB_SUB, I(), xi(tp, 7))),
+        sstore(tp, bu, I(), xcast(tp, KT_U8, xbin(tp, KB_REM, I(), xi(tp, 2)))),
+        sstore(tp, bi, I(),
+               xcast(tp, KT_I8, xbin(tp, KB_SUB, xbin(tp, KB_REM, I(), B3()), xi(tp, 1)))),
+        sstore(tp, bb, I(), xbin(tp, KB_EQ, xbin(tp, KB_REM, I(), B3()), xi(tp, 0))),
+        sstore(tp, bl, I(),
+               xcast(tp, KT_I64, xbin(tp, KB_MUL, xld(tp, bx, I()), xc(tp, KT_F32, 2.5)))),
+        sstore(tp, bd, I(), xbin(tp, KB_DIV, xcast(tp, KT_F64, A()), xc(tp, KT_F64, 3.0))),
+        sassign(tp, u, xld(tp, bu, I())), sstore(tp, bo, AT(0), F(xbin(tp, KB_ADD, A(), B3()))),
+        sstore(tp, bo, AT(1), F(xbin(tp, KB_SUB, A(), B3()))),
+        sstore(tp, bo, AT(2), F(xbin(tp, KB_MUL, A(), B3()))),
+        sstore(tp, bo, AT(3), F(xbin(tp, KB_DIV, I(), B3()))),
+        sstore(tp, bo, AT(4), F(xbin(tp, KB_REM, I(), B3()))),
+        sstore(tp, bo, AT(5), F(xbin(tp, KB_MIN, A(), B3()))),
+        sstore(tp, bo, AT(6), F(xbin(tp, KB_MAX, A(), B3()))),
+        sstore(tp, bo, AT(7),
+               F(xsel(tp, xbin(tp, KB_LT, A(), B3()), xun(tp, KU_NEG, A()),
+                      xbin(tp, KB_MUL, A(), A())))),
+        sstore(tp, bo, AT(8),
+               F(xbin(
+                   tp, KB_ADD,
+                   xbin(tp, KB_ADD, F(xbin(tp, KB_LE, A(), B3())), F(xbin(tp, KB_GE, A(), B3()))),
+                   F(xbin(tp, KB_NE, A(), B3()))))),
+        sstore(tp, bo, AT(9), F(xv(tp, k, u))), sstore(tp, bo, AT(10), F(xld(tp, bi, I()))),
+        sstore(tp, bo, AT(11),
+               xsel(tp, xld(tp, bb, I()), xc(tp, KT_F32, 1.5), xc(tp, KT_F32, -1.5))),
+        sstore(tp, bo, AT(12), F(xld(tp, bl, I()))), sstore(tp, bo, AT(13), F(xld(tp, bd, I()))),
+        sstore(tp, bo, AT(14), F(xcast(tp, KT_I64, xld(tp, bi, I())))),
+        sstore(tp, bo, AT(15),
+               F(xbin(tp, KB_ADD, xcast(tp, KT_I64, xv(tp, k, u)), xk(tp, KX_BATCH)))),
+        /* u8/i8 values do not wrap in arithmetic, only in casts (kir_eval) */
+        sstore(tp, bo, AT(16),
+               F(xbin(tp, KB_ADD, xcast(tp, KT_U8, xbin(tp, KB_ADD, xi(tp, 200), I())),
+                      xcast(tp, KT_U8, xi(tp, 100))))),
+        sstore(tp, bo, AT(17),
+               F(xcast(tp, KT_U8,
+                       xbin(tp, KB_ADD, xcast(tp, KT_U8, xbin(tp, KB_ADD, xi(tp, 200), I())),
+                            xcast(tp, KT_U8, xi(tp, 100)))))),
+        sstore(tp, bo, AT(18), F(xcast(tp, KT_I8, xbin(tp, KB_ADD, xi(tp, 120), I())))),
+        sstore(tp, bo, AT(19), F(xbin(tp, KB_LT, xld(tp, bi, I()), xcast(tp, KT_I8, xi(tp, 0))))),
+        sstore(tp, bo, AT(20), F(xun(tp, KU_FLOOR, A()))), NULL);
+    /* after its loop a loop variable holds its last value */
+    KStmt *after = sstore(tp, bo, xi(tp, NOUT * N), xcast(tp, KT_F32, xv(tp, k, i)));
+#undef I
+#undef A
+#undef B3
+#undef AT
+#undef F
+    kbody(k, tp, l1, after, NULL);
+
+    float x[N], want[NOUT * N + 1];
+    for (int j = 0; j < N; j++)
+        x[j] = (float)(j - 10) * 0.37f;
+    for (int64_t j = 0; j < N; j++) {
+        int64_t av = j - 7;
+        uint8_t uv = (uint8_t)(j % 2);
+        int8_t iv = (int8_t)(j % 3 - 1);
+        bool fl = j % 3 == 0;
+        int64_t lv = (int64_t)(x[j] * 2.5f);
+        double dv = (double)av / 3.0;
+        float r[NOUT] = {(float)(av + 3),
+                         (float)(av - 3),
+                         (float)(av * 3),
+                         (float)(j / 3),
+                         (float)(j % 3),
+                         (float)(av < 3 ? av : 3),
+                         (float)(av > 3 ? av : 3),
+                         (float)(av < 3 ? -av : av * av),
+                         (float)(av <= 3) + (float)(av >= 3) + (float)(av != 3),
+                         (float)uv,
+                         (float)iv,
+                         fl ? 1.5f : -1.5f,
+                         (float)lv,
+                         (float)dv,
+                         (float)(int64_t)iv,
+                         (float)(uv + 1),
+                         (float)((uint8_t)(200 + j) + 100),
+                         (float)(uint8_t)(300 + j),
+                         (float)(int8_t)(120 + j),
+                         (float)(iv < 0),
+                         (float)av};
+        for (int q = 0; q < NOUT; q++)
+            want[q * N + j] = r[q];
+    }
+    want[NOUT * N] = N - 1;
+    const float *in[] = {x};
+    float *w[] = {want};
+    check_run("integers", tp, 1, 0, in, w);
+    free_prog(tp);
+}
+
+/* nested loops, an f64 local accumulator, if/else, weights: y = W x, halved where negative */
+static void
+test_matvec(void)
+{
+    enum { M = 13, K = 37 };
+    TestProg *tp = new_prog(1);
+    static float W[M * K], x[K];
+    for (int j = 0; j < M * K; j++)
+        W[j] = (float)((j * 7919) % 101 - 50) / 37.0f;
+    for (int j = 0; j < K; j++)
+        x[j] = (float)(j % 5) - 1.7f;
+    int bw = add_buf(tp, "W", KT_F32, 0, M * K, KB_WEIGHT);
+    tp->weights[0].name = "W";
+    tp->weights[0].numel = M * K;
+    tp->weights[0].data = W;
+    int bx = add_buf(tp, "x", KT_F32, 0, K, KB_INPUT);
+    int by = add_buf(tp, "y", KT_F32, 0, M, KB_OUTPUT);
+    int bs = add_buf(tp, "ysum", KT_F32, 0, M, KB_OUTPUT);
+    Kernel *k = add_kernel(tp, "matvec", false);
+    int m = add_local(k, "m", KT_I64), kk = add_local(k, "k", KT_I64);
+    int acc = add_local(k, "acc", KT_F64), accf = add_local(k, "accf", KT_F32);
+    KExpr *w_mk =
+        xld(tp, bw, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k, m), xi(tp, K)), xv(tp, k, kk)));
+    KExpr *x_k = xld(tp, bx, xv(tp, k, kk));
+    kbody(
+        k, tp,
+        sfor(tp, m, xi(tp, 0), xi(tp, M), sassign(tp, acc, xc(tp, KT_F64, 0)),
+             sassign(tp, accf, xc(tp, KT_F32, 0)),
+             sfor(tp, kk, xi(tp, 0), xi(tp, K),
+                  sassign(tp, acc,
+                          xbin(tp, KB_ADD, xv(tp, k, acc),
+                               xbin(tp, KB_MUL, xcast(tp, KT_F64, w_mk), xcast(tp, KT_F64, x_k)))),
+                  sassign(tp, accf, xbin(tp, KB_ADD, xv(tp, k, accf), xbin(tp, KB_MUL, w_mk, x_k))),
+                  NULL),
+             sif(tp, xbin(tp, KB_GT, xv(tp, k, acc), xc(tp, KT_F64, 0)),
+                 sstore(tp, by, xv(tp, k, m), xcast(tp, KT_F32, xv(tp, k, acc))),
+                 sstore(tp, by, xv(tp, k, m),
+                        xcast(tp, KT_F32, xbin(tp, KB_MUL, xv(tp, k, acc), xc(tp, KT_F64, 0.5))))),
+             sstore(tp, bs, xv(tp, k, m), xv(tp, k, accf)), NULL),
+        NULL);
+
+    float want_y[M], want_s[M];
+    for (int r = 0; r < M; r++) {
+        double a = 0;
+        float af = 0;
+        for (int c = 0; c < K; c++) {
+            a = a + (double)W[r * K + c] * (double)x[c];
+            af = af + W[r * K + c] * x[c];
+        }
+        want_y[r] = a > 0 ? (float)a : (float)(a * 0.5);
+        want_s[r] = af;
+    }
+    const float *in[] = {x};
+    float *w[] = {want_y, want_s};
+    check_run("matvec", tp, 1, 0, in, w);
+    free_prog(tp);
+}
+
+/* The schedule: an init kernel, two step kernels sharing the t loop (integrate; fire and reset
+ * under an if), a Poisson-style draw keyed by sample_base, a final kernel; sizes per batch. */
+static void
+test_steps(void)
+{
+    enum { T = 6, N = 5, BATCH = 3 };
+    const int64_t sb = 11;
+    const uint64_t seed = 0x123456789abcdefULL;
+    TestProg *tp = new_prog(T);
+    int bx = add_buf(tp, "x", KT_F32, T * N, 0, KB_INPUT);
+    int bv = add_buf(tp, "v", KT_F32, N, 0, KB_TEMP);
+    int bs = add_buf(tp, "spikes", KT_F32, T * N, 0, KB_OUTPUT);
+    int bp = add_buf(tp, "poisson", KT_F32, T * N, 0, KB_OUTPUT);
+    int bf = add_buf(tp, "vfinal", KT_F32, N, 1, KB_OUTPUT);
+
+    Kernel *k0 = add_kernel(tp, "init", false);
+    int i0 = add_local(k0, "i", KT_I64);
+    kbody(k0, tp,
+          sfor(tp, i0, xi(tp, 0), xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, N)),
+               sstore(tp, bv, xv(tp, k0, i0), xc(tp, KT_F32, 0.5)), NULL),
+          NULL);
+
+    /* v[b,n] = v*0.9 + x[b,t,n] */
+    Kernel *k1 = add_kernel(tp, "integrate", true);
+    int b1 = add_local(k1, "b", KT_I64), n1 = add_local(k1, "n", KT_I64);
+    KExpr *vi1 = xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k1, b1), xi(tp, N)), xv(tp, k1, n1));
+    KExpr *xi1 =
+        xbin(tp, KB_ADD,
+             xbin(tp, KB_MUL,
+                  xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k1, b1), xi(tp, T)), xk(tp, KX_STEP)),
+                  xi(tp, N)),
+             xv(tp, k1, n1));
+    kbody(k1, tp,
+          pfor(sfor(tp, b1, xi(tp, 0), xk(tp, KX_BATCH),
+                    pfor(sfor(tp, n1, xi(tp, 0), xi(tp, N),
+                              sstore(tp, bv, vi1,
+                                     xbin(tp, KB_ADD,
+                                          xbin(tp, KB_MUL, xld(tp, bv, vi1), xc(tp, KT_F32, 0.9)),
+                                          xld(tp, bx, xi1))),
+                              NULL)),
+                    NULL)),
+          NULL);
+
+    /* spikes[b,t,n] = v >= 1; if spike: v = 0; poisson[b,t,n] = uniform(t, (sb + b)*N + n) < 0.5 */
+    Kernel *k2 = add_kernel(tp, "fire", true);
+    int b2 = add_local(k2, "b", KT_I64), n2 = add_local(k2, "n", KT_I64),
+        s2 = add_local(k2, "s", KT_BOOL);
+    KExpr *vi2 = xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k2, b2), xi(tp, N)), xv(tp, k2, n2));
+    KExpr *oi2 =
+        xbin(tp, KB_ADD,
+             xbin(tp, KB_MUL,
+                  xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k2, b2), xi(tp, T)), xk(tp, KX_STEP)),
+                  xi(tp, N)),
+             xv(tp, k2, n2));
+    KExpr *gidx =
+        xbin(tp, KB_ADD,
+             xbin(tp, KB_MUL, xbin(tp, KB_ADD, xk(tp, KX_SAMPLE_BASE), xv(tp, k2, b2)), xi(tp, N)),
+             xv(tp, k2, n2));
+    kbody(k2, tp,
+          pfor(sfor(tp, b2, xi(tp, 0), xk(tp, KX_BATCH),
+                    sfor(tp, n2, xi(tp, 0), xi(tp, N),
+                         sassign(tp, s2, xbin(tp, KB_GE, xld(tp, bv, vi2), xc(tp, KT_F32, 1.0))),
+                         sstore(tp, bs, oi2, xcast(tp, KT_F32, xv(tp, k2, s2))),
+                         sif(tp, xv(tp, k2, s2), sstore(tp, bv, vi2, xc(tp, KT_F32, 0)), NULL),
+                         sstore(tp, bp, oi2,
+                                xcast(tp, KT_F32,
+                                      xbin(tp, KB_LT, xuni(tp, seed, 3, xk(tp, KX_STEP), gidx),
+                                           xc(tp, KT_F32, 0.5)))),
+                         NULL),
+                    NULL)),
+          NULL);
+
+    /* vfinal[i] = v[i] for i < B*N, and vfinal[B*N] = (f32)(T*100 + sample_base) */
+    Kernel *k3 = add_kernel(tp, "final", false);
+    int i3 = add_local(k3, "i", KT_I64);
+    kbody(k3, tp,
+          sfor(tp, i3, xi(tp, 0), xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, N)),
+               sstore(tp, bf, xv(tp, k3, i3), xld(tp, bv, xv(tp, k3, i3))), NULL),
+          sstore(tp, bf, xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, N)),
+                 xcast(tp, KT_F32, xbin(tp, KB_ADD, xi(tp, T * 100), xk(tp, KX_SAMPLE_BASE)))),
+          NULL);
+
+    float x[BATCH * T * N], want_s[BATCH * T * N], want_p[BATCH * T * N], want_f[BATCH * N + 1];
+    for (int j = 0; j < BATCH * T * N; j++)
+        x[j] = (float)((j * 37) % 11) * 0.13f;
+    float v[BATCH * N];
+    for (int j = 0; j < BATCH * N; j++)
+        v[j] = 0.5f;
+    for (int t = 0; t < T; t++) {
+        for (int b = 0; b < BATCH; b++)
+            for (int n = 0; n < N; n++)
+                v[b * N + n] = v[b * N + n] * 0.9f + x[(b * T + t) * N + n];
+        for (int b = 0; b < BATCH; b++)
+            for (int n = 0; n < N; n++) {
+                bool s = v[b * N + n] >= 1.0f;
+                want_s[(b * T + t) * N + n] = (float)s;
+                if (s) v[b * N + n] = 0;
+                want_p[(b * T + t) * N + n] =
+                    (float)(rt_uniform(seed, 3, (uint32_t)t, (uint64_t)((sb + b) * N + n)) < 0.5f);
+            }
+    }
+    memcpy(want_f, v, sizeof v);
+    want_f[BATCH * N] = (float)(T * 100 + sb);
+    const float *in[] = {x};
+    float *w[] = {want_s, want_p, want_f};
+    (void)bp;
+    check_run("steps", tp, BATCH, sb, in, w);
+    free_prog(tp);
+}
+
+/* Philox through KX_UNIFORM against rt_uniform, with indices above 2^32 and steps near 2^32 */
+static void
+test_uniform(void)
+{
+    enum { N = 64 };
+    TestProg *tp = new_prog(1);
+    int bo = add_buf(tp, "u", KT_F32, 0, 2 * N, KB_OUTPUT);
+    Kernel *k = add_kernel(tp, "uniform", false);
+    int i = add_local(k, "i", KT_I64);
+    const uint64_t seed = 0xfedcba9876543210ULL;
+    kbody(k, tp,
+          sfor(tp, i, xi(tp, 0), xi(tp, N),
+               sstore(tp, bo, xv(tp, k, i),
+                      xuni(tp, seed, 7, xv(tp, k, i),
+                           xbin(tp, KB_ADD, xv(tp, k, i), xi(tp, 5000000000LL)))),
+               sstore(tp, bo, xbin(tp, KB_ADD, xv(tp, k, i), xi(tp, N)),
+                      xuni(tp, 42, 0xffffffffu,
+                           xbin(tp, KB_ADD, xv(tp, k, i), xi(tp, 4294967290LL)), xv(tp, k, i))),
+               NULL),
+          NULL);
+    float want[2 * N];
+    for (int j = 0; j < N; j++) {
+        want[j] = rt_uniform(seed, 7, (uint32_t)j, (uint64_t)j + 5000000000ULL);
+        want[N + j] = rt_uniform(42, 0xffffffffu, (uint32_t)(j + 4294967290LL), (uint64_t)j);
+    }
+    float *w[] = {want};
+    check_run("uniform", tp, 1, 0, NULL, w);
+    free_prog(tp);
+}
+
+/* errors come back as messages, never crashes: a bad local, a missing input, an unbound weight */
+static void
+test_errors(void)
+{
+    char err[256] = "";
+    TestProg *tp = new_prog(1);
+    int bo = add_buf(tp, "out", KT_F32, 0, 4, KB_OUTPUT);
+    Kernel *k = add_kernel(tp, "bad", false);
+    KExpr *bad = x_new(tp, KX_VAR, KT_I64);
+    bad->var = 3;
+    kbody(k, tp, sstore(tp, bo, xi(tp, 0), xcast(tp, KT_F32, bad)), NULL);
+    CHECK(cg_llvm_compile(&tp->p, err, sizeof err) == NULL);
+    CHECK(strstr(err, "local 3") != NULL);
+    CHECK(cg_llvm_module_text(&tp->p, false, err, sizeof err) == NULL);
+    free_prog(tp);
+
+    tp = new_prog(1);
+    int bx = add_buf(tp, "x", KT_F32, 0, 4, KB_INPUT);
+    k = add_kernel(tp, "clobber", false);
+    kbody(k, tp, sstore(tp, bx, xi(tp, 0), xc(tp, KT_F32, 1)), NULL);
+    CHECK(cg_llvm_compile(&tp->p, err, sizeof err) == NULL);
+    CHECK(strstr(err, "read-only") != NULL);
+    free_prog(tp);
+
+    tp = new_prog(1);
+    int bw = add_buf(tp, "W", KT_F32, 0, 4, KB_WEIGHT);
+    bo = add_buf(tp, "out", KT_F32, 0, 4, KB_OUTPUT);
+    k = add_kernel(tp, "copy", false);
+    kbody(k, tp, sstore(tp, bo, xi(tp, 0), xld(tp, bw, xi(tp, 1))), NULL);
+    CgLlvm *cg = cg_llvm_compile(&tp->p, err, sizeof err);
+    CHECK(cg != NULL);
+    float out[4];
+    float *outs[] = {out};
+    err[0] = 0;
+    CHECK(cg && !cg_llvm_run(cg, 1, 0, NULL, outs, err, sizeof err));
+    CHECK(strstr(err, "not bound") != NULL);
+    cg_llvm_free(cg);
+    free_prog(tp);
+}
+
+/* --emit=llvm text, before and after O3 */
+static void
+test_module_text(void)
+{
+    TestProg *tp = new_prog(4);
+    int bx = add_buf(tp, "x", KT_F32, 4, 0, KB_INPUT);
+    int by = add_buf(tp, "y", KT_F32, 4, 0, KB_OUTPUT);
+    Kernel *k = add_kernel(tp, "scale", true);
+    int i = add_local(k, "i", KT_I64);
+    kbody(k, tp,
+          pfor(sfor(tp, i, xi(tp, 0), xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, 4)),
+                    sstore(tp, by, xv(tp, k, i),
+                           xbin(tp, KB_ADD, xld(tp, by, xv(tp, k, i)),
+                                xun(tp, KU_EXP, xld(tp, bx, xv(tp, k, i))))),
+                    NULL)),
+          NULL);
+    /* a loop without calls must be vectorised for the host (AVX-512 here: 16 floats) */
+    int bz = add_buf(tp, "z", KT_F32, 4, 0, KB_OUTPUT);
+    Kernel *k2 = add_kernel(tp, "affine", false);
+    int j = add_local(k2, "j", KT_I64);
+    kbody(k2, tp,
+          sfor(tp, j, xi(tp, 0), xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, 4)),
+               sstore(tp, bz, xv(tp, k2, j),
+                      xbin(tp, KB_ADD,
+                           xbin(tp, KB_MUL, xld(tp, bx, xv(tp, k2, j)), xc(tp, KT_F32, 2)),
+                           xc(tp, KT_F32, 1))),
+               NULL),
+          NULL);
+    char err[256];
+    char *raw = cg_llvm_module_text(&tp->p, false, err, sizeof err);
+    char *opt = cg_llvm_module_text(&tp->p, true, err, sizeof err);
+    CHECK(raw && strstr(raw, "define void @snn_run") && strstr(raw, "@expf"));
+    CHECK(raw && strstr(raw, "llvm.loop.parallel_accesses") && strstr(raw, "!llvm.access.group"));
+    CHECK(opt && strstr(opt, "define void @kernel_0"));
+    CHECK(opt && strstr(opt, "x float>")); /* vectorised */
+    CHECK(opt && !strstr(opt, "fma"));     /* never contracted */
+    if (getenv("TEST_LLVM_PRINT")) printf("%s\n----\n%s\n", raw ? raw : err, opt ? opt : err);
+    free(raw);
+    free(opt);
+    free_prog(tp);
+}
+
+#ifdef SNN_HAVE_KIR
+/* A parsed model lowered by kir_lower, run by the JIT and by interp_run in f32 mode: bit for bit.
+ */
+static const char model_text[] = "model tiny {\n"
+                                 "  timesteps 8\n"
+                                 "  seed 5\n"
+                                 "  input x : f32[20]\n"
+                                 "  s = LIF(dense(x, 16))\n"
+                                 "  r = LI(dense(s, 4))\n"
+                                 "  output readout = last(r)\n"
+                                 "  output spikes = sequence(s)\n"
+                                 "}\n";
+
+static void
+test_model(void)
+{
+    Module *m = fe_load_text("tiny.snn", model_text, strlen(model_text), NULL);
+    CHECK(m != NULL);
+    if (!m) return;
+    CHECK(weights_bind(m, NULL));
+    KProgram *p = kir_lower(m);
+    CHECK(p != NULL);
+    if (!p) {
+        module_free(m);
+        return;
+    }
+    enum { BATCH = 5 };
+    const int64_t sb = 3;
+    char err[512] = "";
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CgLlvm *cg = cg_llvm_compile(p, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK(cg != NULL);
+    if (!cg)
+        fprintf(stderr, "model: compile: %s\n", err);
+    else
+        printf("model tiny: %d kernels, compiled in %.1f ms\n", p->nkernels,
+               (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    float *in[4] = {0}, *got[4] = {0}, *ref[4] = {0};
+    size_t n_in[4], n_out[4];
+    for (int i = 0; i < m->ninputs; i++) {
+        const Node *nd = &m->nodes[m->inputs[i]];
+        n_in[i] = (size_t)BATCH * (size_t)type_numel(&nd->type) *
+                  (nd->type.has_time ? (size_t)m->timesteps : 1);
+        in[i] = malloc(n_in[i] * sizeof(float));
+        for (size_t j = 0; j < n_in[i]; j++)
+            in[i][j] = (float)((j * 2654435761u) % 1000) / 500.0f;
+    }
+    for (int i = 0; i < m->noutputs; i++) {
+        const Node *nd = &m->nodes[m->outputs[i]];
+        n_out[i] = (size_t)BATCH * (size_t)type_numel(&nd->type) *
+                   (nd->type.has_time ? (size_t)m->timesteps : 1);
+        got[i] = calloc(n_out[i], sizeof(float));
+        ref[i] = calloc(n_out[i], sizeof(float));
+    }
+    InterpOptions opt = {INTERP_F32, -1};
+    CHECK(interp_run(m, &opt, BATCH, sb, (const float *const *)in, ref, NULL, err, sizeof err));
+    if (cg) {
+        bool is_ok = cg_llvm_run(cg, BATCH, sb, (const float *const *)in, got, err, sizeof err);
+        CHECK(is_ok);
+        if (!is_ok) fprintf(stderr, "model: run: %s\n", err);
+        for (int i = 0; i < m->noutputs && is_ok; i++)
+            CHECK(same_bits("model vs interp_run", got[i], ref[i], n_out[i]));
+    }
+    for (int i = 0; i < 4; i++) {
+        free(in[i]);
+        free(got[i]);
+        free(ref[i]);
+    }
+    cg_llvm_free(cg);
+    kir_free(p);
+    module_free(m);
+}
+#endif
+
+int
+main(void)
+{
+    test_unary();
+    test_binary();
+    test_integers();
+    test_matvec();
+    test_steps();
+    test_uniform();
+    test_errors();
+    test_module_text();
+#ifdef SNN_HAVE_KIR
+    test_model();
+#endif
+    printf("%d passed, %d failed\n", npass, nfail);
+    return nfail ? 1 : 0;
+}
