@@ -37,10 +37,10 @@ Outputs: a table on stdout; bench/cpu/peers.json (machine, versions, date, comma
 one); the peers' outputs under bench/cpu/out/ (git-ignored): MLP predictions (uint8 [10000]) and
 rates, conv rates ([1024, 10] f32), packed LIF spikes.
 
-The snnc side is `run_snnc()`: it runs `build-rel/driver/snnc --run ... --report=json` and compares
-its outputs with the peers'. Today that is the reference interpreter (--backend=interp, a
-correctness oracle, not a performance backend); switch SNNC_BACKEND to "cpu" when the CPU backend
-exists.
+The snnc side is `run_snnc()`: it runs `build-rel/driver/snnc --run ... --report=json` for each
+backend and compares its outputs with the peers'. Backends: $SNNC_BACKENDS (comma list), else the
+reference interpreter (--backend=interp: a correctness oracle, NOT a performance backend, its
+rows are labelled so) plus the LLVM CPU backend (--backend=cpu) when the build has it.
 
 No framework code is copied here: the networks are built with the frameworks' public APIs.
 """
@@ -100,8 +100,8 @@ OUT = HERE / "out"
 DATA = Path(os.environ.get("SNN_DATA_DIR", "/usr/share/datasets/fashion-mnist"))
 
 SNNC = ROOT / "build-rel" / "driver" / "snnc"
-# >>> switch to "cpu" when snnc's CPU backend exists (the interpreter is the reference oracle) <<<
-SNNC_BACKEND = os.environ.get("SNNC_BACKEND", "interp")
+# snnc backends run by run_snnc(): $SNNC_BACKENDS, else "interp" (reference oracle) + "cpu" when
+# the build has it (see snnc_backends())
 
 MLP_T, CONV_T, LIF_T = 8, 4, 8
 LIF_N = 1 << 20
@@ -554,101 +554,142 @@ def bench_lif(cfg) -> dict:
 # snnc (today the reference interpreter; later --backend=cpu)
 # ------------------------------------------------------------------------------------------------
 
-def snnc_cmd(model: Path, extra: list[str]) -> list[str]:
-    return [str(SNNC), "--run", str(model), f"--backend={SNNC_BACKEND}", "--precision=f32",
-            "--report=json", "-q", *extra]
+def snnc_backends() -> list[str]:
+    """The backends to run: $SNNC_BACKENDS (comma list) if set, else the reference interpreter
+    plus the CPU backend when this snnc build has it (`snnc --help` lists --backend=cpu)."""
+    if os.environ.get("SNNC_BACKENDS"):
+        return [b.strip() for b in os.environ["SNNC_BACKENDS"].split(",") if b.strip()]
+    try:
+        helptext = subprocess.run([str(SNNC), "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        helptext = ""
+    return ["interp"] + (["cpu"] if "--backend=cpu" in helptext else [])
+
+
+def snnc_cmd(backend: str, model: Path, extra: list[str]) -> list[str]:
+    prec = ["--precision=f32"] if backend == "interp" else []  # compiled backends are f32
+    return [str(SNNC), "--run", str(model), f"--backend={backend}", *prec, "--report=json", "-q", *extra]
 
 
 def snnc_exec(cmd: list[str]) -> tuple[dict, float]:
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    """Run one snnc command; retried when the binary is being relinked by a concurrent build."""
+    for attempt in range(4):
+        try:
+            t0 = time.perf_counter()
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            break
+        except OSError as e:  # EACCES / ETXTBSY while the linker rewrites the file
+            if attempt == 3:
+                raise
+            print(f"  snnc: {e}; retrying in 20 s", flush=True)
+            time.sleep(20)
     if r.returncode != 0:
         raise RuntimeError(f"{shlex.join(cmd)} failed ({r.returncode}): {r.stdout[-2000:]} {r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1]), wall
 
 
-def run_snnc(cfg, peers: dict, labels, lif_x, lif_spikes) -> dict:
+def run_snnc(cfg, backend: str, peers: dict, labels, lif_x, lif_spikes) -> dict:
     """=== THE snnc SIDE ===
-    Runs build-rel/driver/snnc --run ... --report=json on the same weights and inputs as the
-    peers and compares its outputs with theirs. SNNC_BACKEND is "interp" today: the reference
-    interpreter, a correctness oracle, NOT a performance backend; its numbers are recorded so the
-    plumbing is exercised, not as snnc's performance. Set SNNC_BACKEND=cpu when the CPU backend
-    exists and these become the figures compared with the peers.
-    Images/s come from snnc's own report (seconds inside the run, start-up and weight loading
-    excluded); the process wall time is recorded too. Batch-1 latency is the mean per-image time
-    of a --batch=1 run (snnc reports totals, not per-image times)."""
-    res = {"backend": SNNC_BACKEND,
+    Runs build-rel/driver/snnc --run MODEL --backend=BACKEND --report=json on the same weights
+    and inputs as the peers and compares its outputs with theirs.
+    backend "interp" is the reference interpreter: a correctness oracle, NOT a performance
+    backend; its numbers are recorded (and labelled so) to check the outputs, not as snnc's
+    performance. backend "cpu" is the LLVM CPU backend (one thread so far): its rows are the
+    comparison with the peers.
+    Images/s come from snnc's own report (seconds of the run loop: start-up, weight loading and
+    compilation excluded; one pass, no warm-up pass, median of the repeated processes); the
+    process wall time is recorded too. Batch-1 latency is the mean per-image time of a
+    --batch=1 run (snnc reports totals, not per-image times)."""
+    res = {"backend": backend,
            "label": ("reference interpreter (correctness oracle, not a performance backend)"
-                     if SNNC_BACKEND == "interp" else f"snnc --backend={SNNC_BACKEND}"),
-           "binary": str(SNNC.relative_to(ROOT)), "commands": []}
+                     if backend == "interp" else f"snnc --backend={backend}"),
+           "binary": str(SNNC.relative_to(ROOT)), "commands": [], "errors": []}
     if not SNNC.exists():
         res["skipped"] = f"{SNNC} not built (cmake --build build-rel)"
         return res
+    interp = backend == "interp"
+    repeats = 1 if interp else cfg.snnc_repeats  # the interpreter's figures are not performance
+    tag = "snnc" if interp else f"snnc_{backend}"
 
     def go(cmd):
         res["commands"].append(shlex.join(cmd).replace(str(ROOT) + "/", ""))
         return snnc_exec(cmd)
 
-    def best(cmd, n):  # median of n runs by the report's seconds
-        runs = [go(cmd) for _ in range(n)]
-        runs.sort(key=lambda r: r[0]["seconds"])
+    def median_run(cmd, n):  # the run with the median report seconds, and all of them
+        runs = sorted((go(cmd) for _ in range(n)), key=lambda r: r[0]["seconds"])
         return runs[len(runs) // 2], [r[0]["seconds"] for r in runs]
 
-    # MLP: outputs over the 10,000 images (compared with the peers), throughput at batch 256
-    if "mlp" in peers:
-        out = OUT / "mlp_rate_snnc.npy"
+    def section(name, fn):
+        try:
+            res[name] = fn()
+        except Exception as e:  # keep the peers' figures and the other sections
+            res["errors"].append(f"{name}: {e}")
+            print(f"  snnc {backend} {name}: FAILED: {e}", flush=True)
+
+    mlp_model, conv_model = ROOT / "examples/fmnist_mlp.snn", ROOT / "examples/fmnist_conv.snn"
+
+    def mlp():
+        out = OUT / f"mlp_rate_{tag}.npy"
         n = cfg.snnc_mlp_images
-        (rep, wall), secs = best(snnc_cmd(ROOT / "examples/fmnist_mlp.snn",
-                                          ["--data=fashion-mnist", "--batch=256", f"--limit={n}",
-                                           f"--output={out}"]), cfg.snnc_repeats)
-        p = argmax_first(np.load(out))
-        np.save(OUT / "mlp_pred_snnc.npy", p)
-        (rep1, _), _ = best(snnc_cmd(ROOT / "examples/fmnist_mlp.snn",
-                                     ["--data=fashion-mnist", "--batch=1", f"--limit={cfg.lat_runs}"]), 1)
-        res["mlp"] = {"images": n, "images_per_s_b256": rep["images_per_second"],
-                      "run_seconds": secs, "process_wall_s": round(wall, 3),
-                      "mean_latency_b1_ms": round(1e3 * rep1["seconds"] / rep1["images"], 4),
-                      "accuracy": round(float((p == labels[:n]).mean()), 4),
-                      "agreement_with_spikingjelly": agreement(p, np.load(OUT / "mlp_pred_spikingjelly.npy")),
-                      "agreement_with_snntorch": agreement(p, np.load(OUT / "mlp_pred_snntorch.npy")),
-                      "rate_agreement_with_spikingjelly": rate_agreement(
-                          np.load(out), np.load(OUT / "mlp_rate_spikingjelly.npy")),
-                      "firing_rates": rep.get("firing_rates")}
-    # conv: the bench weights, rates compared with the peers'
-    if "conv" in peers:
+        (rep, wall), secs = median_run(snnc_cmd(backend, mlp_model, [
+            "--data=fashion-mnist", "--batch=256", f"--limit={n}", f"--output={out}"]), repeats)
+        rate = np.load(out)
+        p = argmax_first(rate)
+        np.save(OUT / f"mlp_pred_{tag}.npy", p)
+        (rep1, _), _ = median_run(snnc_cmd(backend, mlp_model, [
+            "--data=fashion-mnist", "--batch=1", f"--limit={cfg.lat_runs}"]), 1)
+        return {"images": n, "images_per_s_b256": rep["images_per_second"],
+                "run_seconds": secs, "process_wall_s": round(wall, 3),
+                "mean_latency_b1_ms": round(1e3 * rep1["seconds"] / rep1["images"], 4),
+                "latency_images": rep1["images"],
+                "accuracy": round(float((p == labels[:n]).mean()), 4),
+                "agreement_with_spikingjelly": agreement(p, np.load(OUT / "mlp_pred_spikingjelly.npy")),
+                "agreement_with_snntorch": agreement(p, np.load(OUT / "mlp_pred_snntorch.npy")),
+                "rate_agreement_with_spikingjelly": rate_agreement(
+                    rate, np.load(OUT / "mlp_rate_spikingjelly.npy")),
+                "firing_rates": rep.get("firing_rates")}
+
+    def conv():
         wpath = Path(peers["conv"]["weights_file"])
-        out = OUT / "conv_rate_snnc.npy"
-        n = cfg.snnc_conv_images
-        (rep, wall), secs = best(snnc_cmd(ROOT / "examples/fmnist_conv.snn",
-                                          ["--data=fashion-mnist", "--batch=64", f"--limit={n}",
-                                           f"--weights={wpath}", f"--output={out}"]), 1)
+        out = OUT / f"conv_rate_{tag}.npy"
+        n = cfg.snnc_conv_images if interp else cfg.conv_tp_images
+        (rep, wall), secs = median_run(snnc_cmd(backend, conv_model, [
+            "--data=fashion-mnist", "--batch=64", f"--limit={n}", f"--weights={wpath}",
+            f"--output={out}"]), repeats)
         r = np.load(out)
-        (rep1, _), _ = best(snnc_cmd(ROOT / "examples/fmnist_conv.snn",
-                                     ["--data=fashion-mnist", "--batch=1", f"--limit={cfg.snnc_conv_lat}",
-                                      f"--weights={wpath}"]), 1)
-        res["conv"] = {"images": n, "images_per_s_b64": rep["images_per_second"], "run_seconds": secs,
-                       "process_wall_s": round(wall, 3),
-                       "mean_latency_b1_ms": round(1e3 * rep1["seconds"] / rep1["images"], 4),
-                       "latency_images": rep1["images"],
-                       "rate_agreement_with_spikingjelly": rate_agreement(
-                           r, np.load(OUT / "conv_rate_spikingjelly.npy")),
-                       "rate_agreement_with_snntorch": rate_agreement(r, np.load(OUT / "conv_rate_snntorch.npy")),
-                       "firing_rates": rep.get("firing_rates")}
-    # LIF layer: [1, T, N] input .npy, spikes compared with the peers'
-    if "lif" in peers:
+        (rep1, _), _ = median_run(snnc_cmd(backend, conv_model, [
+            "--data=fashion-mnist", "--batch=1", f"--limit={cfg.snnc_conv_lat if interp else cfg.conv_lat_runs}",
+            f"--weights={wpath}"]), 1)
+        return {"images": n, "images_per_s_b64": rep["images_per_second"], "run_seconds": secs,
+                "process_wall_s": round(wall, 3),
+                "mean_latency_b1_ms": round(1e3 * rep1["seconds"] / rep1["images"], 4),
+                "latency_images": rep1["images"],
+                "rate_agreement_with_spikingjelly": rate_agreement(r, np.load(OUT / "conv_rate_spikingjelly.npy")),
+                "rate_agreement_with_snntorch": rate_agreement(r, np.load(OUT / "conv_rate_snntorch.npy")),
+                "firing_rates": rep.get("firing_rates")}
+
+    def lif():
         xin = OUT / "lif_input.npy"
         np.save(xin, lif_x.numpy()[None])
-        out = OUT / "lif_spikes_snnc.npy"
-        (rep, wall), secs = best(snnc_cmd(ROOT / "examples/lif_layer.snn",
-                                          [f"--input={xin}", f"--output={out}"]), cfg.snnc_repeats)
+        out = OUT / f"lif_spikes_{tag}.npy"
+        (rep, wall), secs = median_run(snnc_cmd(backend, ROOT / "examples/lif_layer.snn", [
+            f"--input={xin}", f"--output={out}"]), repeats if interp else cfg.lif_repeats)
         s = np.load(out)[0].astype(bool)  # [1, T, N] -> [T, N]
-        ms = 1e3 * rep["seconds"]
-        res["lif"] = {"median_ms": round(ms, 3), "run_seconds": secs, "process_wall_s": round(wall, 3),
-                      "GB_per_s": round(peers["lif"]["bytes_moved"] / ms / 1e6, 3),
-                      "spike_agreement_with_spikingjelly": round(float((s == lif_spikes["spikingjelly"]).mean()), 8),
-                      "spike_agreement_with_snntorch": round(float((s == lif_spikes["snntorch"]).mean()), 8)}
         out.unlink(missing_ok=True)  # 32 MiB; the input stays for re-runs by hand
+        ms = 1e3 * rep["seconds"]
+        return {"median_ms": round(ms, 3), "run_seconds": secs, "process_wall_s": round(wall, 3),
+                "GB_per_s": round(peers["lif"]["bytes_moved"] / ms / 1e6, 3),
+                "pct_of_copy": round(100 * peers["lif"]["copy_yardstick"]["ms"] / ms, 1),
+                "spike_agreement_with_spikingjelly": round(float((s == lif_spikes["spikingjelly"]).mean()), 8),
+                "spike_agreement_with_snntorch": round(float((s == lif_spikes["snntorch"]).mean()), 8)}
+
+    for name, fn in (("mlp", mlp), ("conv", conv), ("lif", lif)):
+        if name in peers:
+            print(f"  snnc {backend} {name} ...", flush=True)
+            section(name, fn)
+    if not res["errors"]:
+        del res["errors"]
     return res
 
 
@@ -675,8 +716,11 @@ def machine() -> dict:
 
 def table(res: dict) -> str:
     rows = [("workload", "framework", "throughput", "batch-1 latency", "agreement")]
-    sn = res.get("snnc", {})
-    lab = f"snnc {sn.get('backend', '')}" + (" (reference interp.)" if sn.get("backend") == "interp" else "")
+    snnc = res.get("snnc", {})
+
+    def label(b):
+        return "snnc interp (reference oracle)" if b == "interp" else f"snnc {b} (1 thread)"
+
     if "mlp" in res:
         m = res["mlp"]
         for k in ("spikingjelly", "snntorch"):
@@ -684,12 +728,13 @@ def table(res: dict) -> str:
             rows.append(("MLP T=8", k, f"{m[k]['throughput_b256']['images_per_s']:,.0f} img/s (b256)",
                          f"{m[k]['latency_b1']['median_ms']:.3f} ms (p10 {m[k]['latency_b1']['p10_ms']:.3f})",
                          f"acc {m[k]['accuracy']:.4f}" + (f", pred = SJ {100 * a:.2f}%" if a is not None else "")))
-        if "mlp" in sn:
-            s = sn["mlp"]
-            rows.append(("MLP T=8", lab, f"{s['images_per_s_b256']:,.0f} img/s (b256)",
-                         f"{s['mean_latency_b1_ms']:.3f} ms (mean)",
-                         f"acc {s['accuracy']:.4f}, pred = SJ {100 * s['agreement_with_spikingjelly']:.2f}%, "
-                         f"= snnTorch {100 * s['agreement_with_snntorch']:.2f}%"))
+        for b, sn in snnc.items():
+            if "mlp" in sn:
+                s = sn["mlp"]
+                rows.append(("MLP T=8", label(b), f"{s['images_per_s_b256']:,.0f} img/s (b256)",
+                             f"{s['mean_latency_b1_ms']:.3f} ms (mean)",
+                             f"acc {s['accuracy']:.4f}, pred = SJ {100 * s['agreement_with_spikingjelly']:.2f}%, "
+                             f"= snnTorch {100 * s['agreement_with_snntorch']:.2f}%"))
     if "conv" in res:
         c = res["conv"]
         for k in ("spikingjelly", "snntorch"):
@@ -697,11 +742,12 @@ def table(res: dict) -> str:
             rows.append(("conv T=4", k, f"{c[k]['throughput_b64']['images_per_s']:,.1f} img/s (b64)",
                          f"{c[k]['latency_b1']['median_ms']:.2f} ms (p10 {c[k]['latency_b1']['p10_ms']:.2f})",
                          f"out rate {c[k]['mean_output_rate']:.4f}" + (f", rates = SJ {100 * a:.2f}%" if a is not None else "")))
-        if "conv" in sn:
-            s = sn["conv"]
-            rows.append(("conv T=4", lab, f"{s['images_per_s_b64']:,.1f} img/s (b64)",
-                         f"{s['mean_latency_b1_ms']:.2f} ms (mean)",
-                         f"rates = SJ {100 * s['rate_agreement_with_spikingjelly']:.2f}% of {s['images']}"))
+        for b, sn in snnc.items():
+            if "conv" in sn:
+                s = sn["conv"]
+                rows.append(("conv T=4", label(b), f"{s['images_per_s_b64']:,.1f} img/s (b64)",
+                             f"{s['mean_latency_b1_ms']:.2f} ms (mean)",
+                             f"rates = SJ {100 * s['rate_agreement_with_spikingjelly']:.2f}% of {s['images']}"))
     if "lif" in res:
         l_ = res["lif"]
         rows.append(("LIF 2^20 T=8", "copy yardstick", f"{l_['copy_yardstick']['GB_per_s']:.2f} GB/s",
@@ -711,12 +757,20 @@ def table(res: dict) -> str:
             rows.append(("LIF 2^20 T=8", k, f"{l_[k]['GB_per_s']:.2f} GB/s ({l_[k]['pct_of_copy']:.0f}% of copy)",
                          f"{l_[k]['median_ms']:.2f} ms", f"rate {l_[k]['spike_rate']:.4f}"
                          + (f", spikes = SJ {100 * a:.4f}%" if a is not None else "")))
-        if "lif" in sn:
-            s = sn["lif"]
-            rows.append(("LIF 2^20 T=8", lab, f"{s['GB_per_s']:.3f} GB/s", f"{s['median_ms']:.1f} ms",
-                         f"spikes = SJ {100 * s['spike_agreement_with_spikingjelly']:.4f}%"))
+        for b, sn in snnc.items():
+            if "lif" in sn:
+                s = sn["lif"]
+                rows.append(("LIF 2^20 T=8", label(b),
+                             f"{s['GB_per_s']:.2f} GB/s ({s['pct_of_copy']:.0f}% of copy)",
+                             f"{s['median_ms']:.2f} ms",
+                             f"spikes = SJ {100 * s['spike_agreement_with_spikingjelly']:.4f}%"))
+    for b, sn in snnc.items():
+        for e in sn.get("errors", []):
+            rows.append(("ERROR", label(b), e[:60], "", ""))
+        if "skipped" in sn:
+            rows.append(("skipped", label(b), sn["skipped"][:60], "", ""))
     w = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = [" | ".join(c.ljust(w[i]) for i, c in enumerate(r)) for r in rows]
+    lines = [" | ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
     lines.insert(1, "-+-".join("-" * x for x in w))
     return "\n".join(lines)
 
@@ -776,8 +830,10 @@ def main():
         print("LIF layer ...", flush=True)
         res["lif"], lif_x, lif_spikes = bench_lif(cfg)
     if not args.no_snnc:
-        print(f"snnc ({SNNC_BACKEND}) ...", flush=True)
-        res["snnc"] = run_snnc(cfg, res, labels, lif_x, lif_spikes)
+        res["snnc"] = {}
+        for backend in snnc_backends():
+            print(f"snnc --backend={backend} ...", flush=True)
+            res["snnc"][backend] = run_snnc(cfg, backend, res, labels, lif_x, lif_spikes)
     res["load_avg_end"] = load_avg()
     res["elapsed_s"] = round(time.time() - t0, 1)
     print()

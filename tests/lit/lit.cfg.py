@@ -22,3 +22,9 @@ for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "SNN_DATA_DIR", "HOME"):
         config.environment[var] = os.environ[var]
 if os.path.isdir("/usr/share/datasets/fashion-mnist") or os.environ.get("SNN_DATA_DIR"):
     config.available_features.add("fmnist")
+import subprocess
+try:
+    if "--backend=cpu" in subprocess.run([config.snnc_path, "--help"], capture_output=True, text=True).stdout:
+        config.available_features.add("llvm")
+except OSError:
+    pass
