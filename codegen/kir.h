@@ -126,6 +126,15 @@ typedef struct Kernel {
     int nnodes;
 } Kernel;
 
+/* Spike statistics: neuron layer `value` (an OP_NEURON node without an output expression, the layers
+ * interp_run counts) leaves its per-neuron spike counts of the batch, sum over t of |spike|, in
+ * KB_TEMP buffer `buf` (i64 [B*n], written by the layer's kernel: once after its t loop, or at every
+ * step in a recurrent region). The run functions add the sum of each buffer to spike_counts[value]. */
+typedef struct KStat {
+    ValueId value;
+    int buf;
+} KStat;
+
 /* The schedule: kernels in order; kernels with is_step run in the step loop t = 0..T-1, in order, and
  * consecutive step kernels share one loop (a recurrent region). */
 typedef struct KProgram {
@@ -137,6 +146,8 @@ typedef struct KProgram {
     int nbufs;
     Kernel *kernels;
     int nkernels;
+    KStat *stats;
+    int nstats;
 } KProgram;
 
 /* kir_lower.c: graph IR (verified, typed, weights bound or not) → kernel IR. Returns NULL after reporting
@@ -149,10 +160,15 @@ int64_t ksize_eval(KSize s, int64_t batch);
 void kir_print(FILE *f, const KProgram *p);
 
 /* kir_eval.c: run a program on the CPU by walking the IR (slow; the check that lowering is correct).
- * Same calling convention as interp_run: sample-major inputs and outputs, sample_base for Poisson keys.
+ * Same calling convention as interp_run: sample-major inputs and outputs, sample_base for Poisson keys,
+ * spike_counts (NULL, or m->nnodes entries) accumulating the batch's spikes per counted neuron layer.
  * Weights come from p->m->weights[].data. Returns false with a message on failure. */
 bool kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *inputs,
-              float *const *outputs, char *err, size_t errlen);
+              float *const *outputs, double *spike_counts, char *err, size_t errlen);
+/* Add the spikes of the program's stats buffers (p->stats; mem[i] the memory of buffer i, of a batch
+ * of `batch`) to spike_counts[value]: each buffer summed in index order in double (exact: counts are
+ * integers). Shared by kir_eval and the compiled backends so that they count alike. */
+void kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, double *spike_counts);
 
 /* builders (kir_lower.c) */
 KExpr *kx_const(KProgram *p, KType t, double v);

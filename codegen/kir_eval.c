@@ -315,9 +315,25 @@ ktype_size(KType t)
     }
 }
 
+void
+kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, double *spike_counts)
+{
+    if (!spike_counts)
+        return;
+    for (int s = 0; s < p->nstats; s++) {
+        const KStat *st = &p->stats[s];
+        const int64_t *c = mem[st->buf];
+        int64_t n = ksize_eval(p->bufs[st->buf].size, batch);
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++)
+            sum += (double)c[i];
+        spike_counts[st->value] += sum;
+    }
+}
+
 bool
 kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *inputs,
-         float *const *outputs, char *err, size_t errlen)
+         float *const *outputs, double *spike_counts, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = 0;
@@ -386,6 +402,7 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
                     run_kernel(ev, &p->kernels[k]);
             i = j;
         }
+        kir_add_spike_counts(p, batch, ev->mem, spike_counts);
     } else {
         ok = false;
         free(ev->locals);

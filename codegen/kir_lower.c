@@ -1259,6 +1259,40 @@ find_probes(Lower *lw, ValueId v, const NLower *nl, ValueId *probe, int *probe_l
     return n;
 }
 
+/* Per-neuron spike counts of layer v for the firing rates (KProgram.stats): a local counter of
+ * |spike| over the steps, stored to an i64 [B*n] buffer once after the t loop ft, or, in a recurrent
+ * region (ft NULL), reloaded and stored at every step (zero at step 0). Counts are at most T, so the
+ * sums the run functions take are exact in any order. */
+static void
+count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr *spike)
+{
+    KProgram *p = lw->p;
+    int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)), KT_I64,
+                      (KSize){lw->vs[v].numel, 0}, KB_TEMP, -1, -1);
+    int cnt = local(lw, "nspikes", KT_I64);
+    p->stats = arena_grow(&p->arena, p->stats, (size_t)p->nstats * sizeof *p->stats,
+                          (size_t)(p->nstats + 1) * sizeof *p->stats);
+    p->stats[p->nstats++] = (KStat){v, buf};
+    if (ft) {
+        /* before the t loop: c's last statement is ft */
+        KStmt *init = st_new(lw, KS_ASSIGN);
+        init->var = cnt;
+        init->a = ci(lw, 0);
+        (*c.arr)[*c.n - 1] = init;
+        put(lw, c, ft);
+    } else {
+        KStmt *first = s_if(lw, c, bin(lw, KB_EQ, kx_kind(p, KX_STEP), ci(lw, 0)));
+        s_assign(lw, body(first), cnt, ci(lw, 0));
+        s_assign(lw, els(first), cnt, kx_load(p, buf, jv));
+        /* the reload must come before the step's statements: move the if to the front of c */
+        KStmt **arr = *c.arr;
+        memmove(arr + 1, arr, (size_t)(*c.n - 1) * sizeof *arr);
+        arr[0] = first;
+    }
+    s_assign(lw, step, cnt, bin(lw, KB_ADD, var(lw, cnt), to(lw, KT_I64, kx_un(p, KU_ABS, spike))));
+    s_store(lw, c, buf, jv, var(lw, cnt));
+}
+
 /* A neuron layer: parallel over the B*numel neurons. Outside a recurrent region the T steps run in
  * one loop with the state in locals; inside one, one step per launch with the state kept in
  * KB_TEMP buffers between steps (initialised at step 0). */
@@ -1329,6 +1363,7 @@ lower_neuron(Lower *lw, ValueId v)
     ps.j = jv;
     ps.jn = numel;
     Cur step;
+    KStmt *ft = NULL; /* the t loop (outside recurrent regions) */
     int *sbuf = NULL;
     if (is_step) {
         sbuf = arena_alloc(&p->arena, (size_t)ncarry * sizeof *sbuf);
@@ -1346,7 +1381,7 @@ lower_neuron(Lower *lw, ValueId v)
         for (int k = 0; k < ncarry; k++)
             s_assign(lw, c, carry[k], init[k]);
         KExpr *tv;
-        KStmt *ft = loop(lw, c, "t", ci(lw, lw->T), false, &tv);
+        ft = loop(lw, c, "t", ci(lw, lw->T), false, &tv);
         ps.t = tv;
         step = body(ft);
     }
@@ -1358,6 +1393,8 @@ lower_neuron(Lower *lw, ValueId v)
     if (is_step)
         for (int k = 0; k < ncarry; k++)
             s_store(lw, c, sbuf[k], jv, var(lw, carry[k]));
+    if (!has_output)
+        count_spikes(lw, v, c, step, ft, jv, var(lw, nl.spike));
     /* the kernel computes its probes too */
     lw->k.nodes = arena_grow(&p->arena, lw->k.nodes, sizeof *lw->k.nodes,
                              (size_t)(1 + nprobes) * sizeof *lw->k.nodes);

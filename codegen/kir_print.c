@@ -332,6 +332,9 @@ kir_print(FILE *f, const KProgram *p)
         fprintf(f, "] %s", kinds[kb->kind]);
         if (kb->kind != KB_TEMP)
             fprintf(f, " %d", kb->io);
+        for (int s = 0; s < p->nstats; s++)
+            if (p->stats[s].buf == b)
+                fprintf(f, " spikes %d", (int)p->stats[s].value);
         fputc('\n', f);
     }
     for (int i = 0; i < p->nkernels;) {

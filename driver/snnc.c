@@ -42,6 +42,7 @@ typedef struct Options {
     const char *weights;
     bool quiet;
     int opt_level;
+    int threads; /* CPU backend: threads running each kernel (default: online CPUs) */
 } Options;
 
 static void
@@ -61,7 +62,9 @@ usage(FILE *f)
           "  --run                   run the model on the data and report accuracy, images/s, firing rates\n"
           "  --backend=interp        the reference interpreter (default; the semantic oracle)\n"
           "  --backend=cpu, --jit    compile with LLVM for this CPU and run (float32 semantics,\n"
-          "                          equal to --precision=f32 bit for bit; one thread for now)\n"
+          "                          equal to --precision=f32 bit for bit)\n"
+          "  --threads=N             threads of the CPU backend (default: the online CPUs; results\n"
+          "                          are the same for every N)\n"
           "  --precision=f64|f32     interpreter arithmetic: double (default) or float32 like PyTorch\n"
           "  --data=fashion-mnist[:DIR]  the Fashion-MNIST test set (IDX files; default directory\n"
           "                          $SNN_DATA_DIR, then /usr/share/datasets/fashion-mnist)\n"
@@ -102,14 +105,14 @@ typedef struct Backend {
     const char *name;
     bool counts_spikes; /* fills per-layer spike counts for firing rates */
     bool is_f32;        /* computes float32 whatever --precision says */
-    void *(*prepare)(Module *m, char *err, size_t errlen);
+    void *(*prepare)(Module *m, const Options *o, char *err, size_t errlen);
     bool (*run)(void *state, const Module *m, const InterpOptions *io, int batch, int64_t sample_base,
                 const float *const *in, float *const *out, double *counts, char *err, size_t errlen);
     void (*release)(void *state);
 } Backend;
 
 static void *
-interp_prepare(Module *m, char *err, size_t errlen)
+interp_prepare(Module *m, const Options *o, char *err, size_t errlen)
 {
     return m;
 }
@@ -127,7 +130,7 @@ no_release(void *state)
 }
 
 static void *
-kir_prepare(Module *m, char *err, size_t errlen)
+kir_prepare(Module *m, const Options *o, char *err, size_t errlen)
 {
     KProgram *p = kir_lower(m);
     if (!p)
@@ -139,7 +142,7 @@ static bool
 kir_backend_run(void *state, const Module *m, const InterpOptions *io, int batch, int64_t base,
                 const float *const *in, float *const *out, double *counts, char *err, size_t errlen)
 {
-    return kir_eval(state, batch, base, in, out, err, errlen);
+    return kir_eval(state, batch, base, in, out, counts, err, errlen);
 }
 
 static void
@@ -165,7 +168,7 @@ cpu_release(void *state)
 }
 
 static void *
-cpu_prepare(Module *m, char *err, size_t errlen)
+cpu_prepare(Module *m, const Options *o, char *err, size_t errlen)
 {
     CpuState *st = calloc(1, sizeof *st);
     if (!st)
@@ -180,6 +183,7 @@ cpu_prepare(Module *m, char *err, size_t errlen)
         free(st);
         return NULL;
     }
+    cg_llvm_set_threads(st->cg, o->threads);
     return st;
 }
 
@@ -187,16 +191,16 @@ static bool
 cpu_backend_run(void *state, const Module *m, const InterpOptions *io, int batch, int64_t base,
                 const float *const *in, float *const *out, double *counts, char *err, size_t errlen)
 {
-    return cg_llvm_run(((CpuState *)state)->cg, batch, base, in, out, err, errlen);
+    return cg_llvm_run(((CpuState *)state)->cg, batch, base, in, out, counts, err, errlen);
 }
 #endif
 
 static const Backend backends[] = {
     {"interp", true, false, interp_prepare, interp_backend_run, no_release},
     /* kir (not listed in --help): the kernel-IR evaluator, the check of lowering against interp */
-    {"kir", false, true, kir_prepare, kir_backend_run, kir_release},
+    {"kir", true, true, kir_prepare, kir_backend_run, kir_release},
 #ifdef SNN_HAVE_LLVM
-    {"cpu", false, true, cpu_prepare, cpu_backend_run, cpu_release},
+    {"cpu", true, true, cpu_prepare, cpu_backend_run, cpu_release},
 #endif
 };
 
@@ -225,7 +229,7 @@ static void
 parse_options(int argc, char **argv, Options *o)
 {
     enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
-           O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT };
+           O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -236,13 +240,16 @@ parse_options(int argc, char **argv, Options *o)
         {"model", required_argument, 0, O_MODEL},     {"help-ops", no_argument, 0, O_HELP_OPS},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, O_VERSION},
         {"quiet", no_argument, 0, 'q'},
-        {"jit", no_argument, 0, O_JIT},               {0, 0, 0, 0},
+        {"jit", no_argument, 0, O_JIT},               {"threads", required_argument, 0, O_THREADS},
+        {0, 0, 0, 0},
     };
     o->batch = 64;
     o->opt_level = 2;
     o->limit = -1;
     o->seed = -1;
     o->backend = "interp";
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = ncpu < 1 ? 1 : ncpu > 1024 ? 1024 : (int)ncpu;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":o:hqO:", longopts, NULL)) != -1) {
@@ -282,6 +289,7 @@ parse_options(int argc, char **argv, Options *o)
                 usage_error("too many --input options");
             o->input_args[o->ninput_args++] = optarg;
             break;
+        case O_THREADS: o->threads = (int)parse_int("--threads", optarg, 1, 1024); break;
         case O_BATCH: o->batch = (int)parse_int("--batch", optarg, 1, 1 << 20); break;
         case O_LIMIT: o->limit = parse_int("--limit", optarg, 1, INT64_MAX / 2); break;
         case O_SEED: o->seed = parse_int("--seed", optarg, 0, (int64_t)1 << 53); break;
@@ -696,7 +704,7 @@ run(Module *m, const Options *o)
     if (be->prepare != interp_prepare && o->seed >= 0)
         m->seed = o->seed; /* compiled code bakes the Poisson seed in */
     double tc = now_seconds();
-    void *state = rc == 0 ? be->prepare(m, err, sizeof err) : NULL;
+    void *state = rc == 0 ? be->prepare(m, o, err, sizeof err) : NULL;
     double compile_secs = now_seconds() - tc;
     if (rc == 0 && !state) {
         fprintf(stderr, "snnc: error: %s\n", err);
@@ -741,8 +749,11 @@ run(Module *m, const Options *o)
         }
         char label[96];
         if (!o->quiet) {
-            printf("model %s: %lld samples, T = %d, backend %s (%s), batch %d\n", m->name,
+            printf("model %s: %lld samples, T = %d, backend %s (%s), batch %d", m->name,
                    (long long)n, m->timesteps, o->backend, prec, batch);
+            if (strcmp(be->name, "cpu") == 0)
+                printf(", %d thread%s", o->threads, o->threads == 1 ? "" : "s");
+            printf("\n");
             if (accuracy >= 0)
                 printf("accuracy: %.4f (%lld/%lld)\n", accuracy, (long long)correct, (long long)n);
             else if (d.labels)

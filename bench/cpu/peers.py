@@ -554,21 +554,32 @@ def bench_lif(cfg) -> dict:
 # snnc (today the reference interpreter; later --backend=cpu)
 # ------------------------------------------------------------------------------------------------
 
+def snnc_help() -> str:
+    try:
+        return subprocess.run([str(SNNC), "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def snnc_backends() -> list[str]:
     """The backends to run: $SNNC_BACKENDS (comma list) if set, else the reference interpreter
     plus the CPU backend when this snnc build has it (`snnc --help` lists --backend=cpu)."""
     if os.environ.get("SNNC_BACKENDS"):
         return [b.strip() for b in os.environ["SNNC_BACKENDS"].split(",") if b.strip()]
-    try:
-        helptext = subprocess.run([str(SNNC), "--help"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        helptext = ""
-    return ["interp"] + (["cpu"] if "--backend=cpu" in helptext else [])
+    return ["interp"] + (["cpu"] if "--backend=cpu" in snnc_help() else [])
 
 
-def snnc_cmd(backend: str, model: Path, extra: list[str]) -> list[str]:
-    prec = ["--precision=f32"] if backend == "interp" else []  # compiled backends are f32
-    return [str(SNNC), "--run", str(model), f"--backend={backend}", *prec, "--report=json", "-q", *extra]
+def snnc_threads(backend: str, want: int) -> int | None:
+    """Threads given to a compiled backend: the peers' count when snnc has --threads, None when
+    it has no such option (then it runs on one thread)."""
+    return want if backend != "interp" and "--threads=" in snnc_help() else None
+
+
+def snnc_cmd(backend: str, model: Path, extra: list[str], threads: int | None = None) -> list[str]:
+    opt = ["--precision=f32"] if backend == "interp" else []  # compiled backends are f32
+    if threads is not None:
+        opt.append(f"--threads={threads}")
+    return [str(SNNC), "--run", str(model), f"--backend={backend}", *opt, "--report=json", "-q", *extra]
 
 
 def snnc_exec(cmd: list[str]) -> tuple[dict, float]:
@@ -595,13 +606,14 @@ def run_snnc(cfg, backend: str, peers: dict, labels, lif_x, lif_spikes) -> dict:
     and inputs as the peers and compares its outputs with theirs.
     backend "interp" is the reference interpreter: a correctness oracle, NOT a performance
     backend; its numbers are recorded (and labelled so) to check the outputs, not as snnc's
-    performance. backend "cpu" is the LLVM CPU backend (one thread so far): its rows are the
-    comparison with the peers.
+    performance. backend "cpu" is the LLVM CPU backend: its rows are the comparison with the
+    peers; it gets the peers' thread count (--threads=N) when the build has that option.
     Images/s come from snnc's own report (seconds of the run loop: start-up, weight loading and
     compilation excluded; one pass, no warm-up pass, median of the repeated processes); the
     process wall time is recorded too. Batch-1 latency is the mean per-image time of a
     --batch=1 run (snnc reports totals, not per-image times)."""
-    res = {"backend": backend,
+    threads = snnc_threads(backend, cfg.threads)
+    res = {"backend": backend, "threads": threads if threads is not None else 1,
            "label": ("reference interpreter (correctness oracle, not a performance backend)"
                      if backend == "interp" else f"snnc --backend={backend}"),
            "binary": str(SNNC.relative_to(ROOT)), "commands": [], "errors": []}
@@ -611,6 +623,9 @@ def run_snnc(cfg, backend: str, peers: dict, labels, lif_x, lif_spikes) -> dict:
     interp = backend == "interp"
     repeats = 1 if interp else cfg.snnc_repeats  # the interpreter's figures are not performance
     tag = "snnc" if interp else f"snnc_{backend}"
+
+    def cmd_(model, extra):
+        return snnc_cmd(backend, model, extra, threads)
 
     def go(cmd):
         res["commands"].append(shlex.join(cmd).replace(str(ROOT) + "/", ""))
@@ -632,12 +647,12 @@ def run_snnc(cfg, backend: str, peers: dict, labels, lif_x, lif_spikes) -> dict:
     def mlp():
         out = OUT / f"mlp_rate_{tag}.npy"
         n = cfg.snnc_mlp_images
-        (rep, wall), secs = median_run(snnc_cmd(backend, mlp_model, [
+        (rep, wall), secs = median_run(cmd_(mlp_model, [
             "--data=fashion-mnist", "--batch=256", f"--limit={n}", f"--output={out}"]), repeats)
         rate = np.load(out)
         p = argmax_first(rate)
         np.save(OUT / f"mlp_pred_{tag}.npy", p)
-        (rep1, _), _ = median_run(snnc_cmd(backend, mlp_model, [
+        (rep1, _), _ = median_run(cmd_(mlp_model, [
             "--data=fashion-mnist", "--batch=1", f"--limit={cfg.lat_runs}"]), 1)
         return {"images": n, "images_per_s_b256": rep["images_per_second"],
                 "run_seconds": secs, "process_wall_s": round(wall, 3),
@@ -654,11 +669,11 @@ def run_snnc(cfg, backend: str, peers: dict, labels, lif_x, lif_spikes) -> dict:
         wpath = Path(peers["conv"]["weights_file"])
         out = OUT / f"conv_rate_{tag}.npy"
         n = cfg.snnc_conv_images if interp else cfg.conv_tp_images
-        (rep, wall), secs = median_run(snnc_cmd(backend, conv_model, [
+        (rep, wall), secs = median_run(cmd_(conv_model, [
             "--data=fashion-mnist", "--batch=64", f"--limit={n}", f"--weights={wpath}",
             f"--output={out}"]), repeats)
         r = np.load(out)
-        (rep1, _), _ = median_run(snnc_cmd(backend, conv_model, [
+        (rep1, _), _ = median_run(cmd_(conv_model, [
             "--data=fashion-mnist", "--batch=1", f"--limit={cfg.snnc_conv_lat if interp else cfg.conv_lat_runs}",
             f"--weights={wpath}"]), 1)
         return {"images": n, "images_per_s_b64": rep["images_per_second"], "run_seconds": secs,
@@ -673,7 +688,7 @@ def run_snnc(cfg, backend: str, peers: dict, labels, lif_x, lif_spikes) -> dict:
         xin = OUT / "lif_input.npy"
         np.save(xin, lif_x.numpy()[None])
         out = OUT / f"lif_spikes_{tag}.npy"
-        (rep, wall), secs = median_run(snnc_cmd(backend, ROOT / "examples/lif_layer.snn", [
+        (rep, wall), secs = median_run(cmd_(ROOT / "examples/lif_layer.snn", [
             f"--input={xin}", f"--output={out}"]), repeats if interp else cfg.lif_repeats)
         s = np.load(out)[0].astype(bool)  # [1, T, N] -> [T, N]
         out.unlink(missing_ok=True)  # 32 MiB; the input stays for re-runs by hand
@@ -697,6 +712,17 @@ def run_snnc(cfg, backend: str, peers: dict, labels, lif_x, lif_spikes) -> dict:
 # report
 # ------------------------------------------------------------------------------------------------
 
+def project_info() -> dict:
+    def out(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"git_commit": out(["git", "rev-parse", "HEAD"]),
+            "git_dirty": bool(out(["git", "status", "--porcelain", "--untracked-files=no"])),
+            "snnc_version": out([str(SNNC), "--version"]) if SNNC.exists() else None}
+
+
 def machine() -> dict:
     model = "unknown"
     try:
@@ -719,7 +745,8 @@ def table(res: dict) -> str:
     snnc = res.get("snnc", {})
 
     def label(b):
-        return "snnc interp (reference oracle)" if b == "interp" else f"snnc {b} (1 thread)"
+        n = snnc[b].get("threads", 1)
+        return "snnc interp (reference oracle)" if b == "interp" else f"snnc {b} ({n} thread{'s' * (n > 1)})"
 
     if "mlp" in res:
         m = res["mlp"]
@@ -813,7 +840,7 @@ def main():
            "versions": {p: version(p) for p in ("torch", "spikingjelly", "snntorch", "numpy", "safetensors")},
            "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *[a if not a.startswith(str(ROOT)) else
                                                                      a[len(str(ROOT)) + 1:] for a in sys.argv]]),
-           "config": vars(cfg), "load_avg_start": load_avg(),
+           "config": vars(cfg), "project": project_info(), "load_avg_start": load_avg(),
            "notes": ["torch.set_num_threads(2) for every peer; torch.no_grad(); eval mode",
                      "timings are medians of repeated whole passes after a warm-up pass",
                      "snnc's figures come from its own --report=json"]}

@@ -15,12 +15,17 @@ typedef struct CgLlvm CgLlvm; /* a compiled program: the JIT, its code and its e
  * (cg_llvm_run reads its buffers and weights). Returns NULL with LLVM's own message in err. */
 CgLlvm *cg_llvm_compile(const KProgram *p, char *err, size_t errlen);
 /* Same calling convention as kir_eval and interp_run: one batch, sample-major inputs and outputs,
- * sample_base the global index of the batch's first sample; caller buffers must be f32 and weights
- * bound, as for kir_eval. The KB_TEMP buffers are calloc'ed and freed on each call for now (a
- * per-session arena comes with threading), so concurrent calls on one CgLlvm are safe. Indices are
- * not checked. */
+ * sample_base the global index of the batch's first sample, spike_counts (NULL, or m->nnodes
+ * entries) accumulating spikes per counted neuron layer; caller buffers must be f32 and weights
+ * bound, as for kir_eval. The KB_TEMP buffers live in the CgLlvm (grown for a larger batch, zeroed
+ * on every call). A run holds the CgLlvm's lock from start to end: concurrent calls on one CgLlvm
+ * are safe and run one after the other. Indices are not checked. */
 bool cg_llvm_run(CgLlvm *cg, int batch, int64_t sample_base, const float *const *inputs,
-                 float *const *outputs, char *err, size_t errlen);
+                 float *const *outputs, double *spike_counts, char *err, size_t errlen);
+/* Run the kernels' outermost parallel loops on nthreads threads (the caller and nthreads - 1
+ * persistent workers, started by the next run and joined by cg_llvm_free); 1, the default, starts
+ * none. Results are identical for every thread count. */
+void cg_llvm_set_threads(CgLlvm *cg, int nthreads);
 void cg_llvm_free(CgLlvm *cg);
 /* The generated module as text (--emit=llvm), before or after "default<O3>"; malloc'ed, or NULL
  * with a message in err. */

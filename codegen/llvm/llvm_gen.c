@@ -23,6 +23,7 @@ typedef struct Gen {
     LLVMModuleRef mod;
     LLVMBuilderRef b;
     LLVMTypeRef t_void, t_i1, t_i8, t_i32, t_i64, t_f32, t_f64, t_i8p, t_bufs;
+    LLVMTypeRef t_chunk, t_par; /* LlvmChunkFn and LlvmRt.parallel_for (llvm_gen.h) */
     LLVMAttributeRef a_nobuiltin, a_noalias, a_nounwind, a_alwaysinline, a_noinline, a_readnone;
     /* the kernel being generated */
     const Kernel *k;
@@ -31,6 +32,9 @@ typedef struct Gen {
     LLVMValueRef *local;   /* [nlocals] alloca */
     LLVMValueRef *loopval; /* [nlocals] the induction phi while inside its loop, else NULL */
     LLVMValueRef batch, step, sample_base;
+    /* a threaded kernel's chunk: its outermost parallel loop runs over [range_lo, range_hi) */
+    const KStmt *range_loop;
+    LLVMValueRef range_lo, range_hi;
     int parallel_depth;           /* is_parallel loops around the code being generated */
     LLVMMetadataRef access_group; /* tags every load and store inside them; NULL: none to be had */
     unsigned md_access_group, md_loop;
@@ -552,7 +556,14 @@ gen_for(Gen *g, const KStmt *s)
         return;
     }
     LLVMBuilderRef b = g->b;
-    LLVMValueRef lo = gen_expr_as(g, s->lo, KT_I64), hi = gen_expr_as(g, s->hi, KT_I64);
+    LLVMValueRef lo, hi;
+    if (s == g->range_loop) {
+        lo = g->range_lo;
+        hi = g->range_hi;
+    } else {
+        lo = gen_expr_as(g, s->lo, KT_I64);
+        hi = gen_expr_as(g, s->hi, KT_I64);
+    }
     const char *name = g->k->locals[s->var].name ? g->k->locals[s->var].name : "i";
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
     LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "for.body");
@@ -681,19 +692,42 @@ sanitise(char *s)
             *s = '_';
 }
 
-/* Kernel ki as two functions: an internal always-inline body whose buffers are separate noalias
- * parameters (so, once inlined, LLVM knows distinct buffers never overlap and vectorises without
- * run-time checks), and the external kernel_N(bufs, B, t, sample_base) that loads them from the
- * array. */
+/* A kernel whose body is one parallel loop with bounds computed from B, t and sample_base alone
+ * runs on the thread pool: its iterations are split into chunks. */
+static bool
+is_pure_bound(const KExpr *e)
+{
+    if (!e) return true;
+    if (e->kind == KX_LOAD || e->kind == KX_VAR || e->kind == KX_UNIFORM) return false;
+    return is_pure_bound(e->a) && is_pure_bound(e->b) && is_pure_bound(e->c);
+}
+
+static const KStmt *
+threaded_loop(const Kernel *k)
+{
+    if (k->nbody != 1 || !k->body[0]) return NULL;
+    const KStmt *s = k->body[0];
+    if (s->kind != KS_FOR || !s->is_parallel || !is_pure_bound(s->lo) || !is_pure_bound(s->hi))
+        return NULL;
+    return s;
+}
+
+/* Kernel ki's code as two functions: an internal always-inline body whose buffers are separate
+ * noalias parameters (so, once inlined, LLVM knows distinct buffers never overlap and vectorises
+ * without run-time checks), and the external `name`(ptr bufs, i64 B, i64 t, i64 sample_base, ...)
+ * that loads them from the array. With range_loop (the kernel's outermost parallel loop) both take
+ * i64 lo, i64 hi after sample_base and that loop runs over [lo, hi) only: the chunk function the
+ * thread pool calls. Else the external function takes ptr rt last (unused). */
 static LLVMValueRef
-gen_kernel(Gen *g, int ki)
+gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
 {
     const KProgram *p = g->p;
     const Kernel *k = &p->kernels[ki];
     g->k = k;
+    int nscalar = range_loop ? 5 : 3; /* B, t, sample_base[, lo, hi] */
     bool *used = calloc((size_t)p->nbufs + 1, sizeof *used);
     int *param_buf = calloc((size_t)p->nbufs + 1, sizeof *param_buf);
-    LLVMTypeRef *pt = calloc((size_t)p->nbufs + 3, sizeof *pt);
+    LLVMTypeRef *pt = calloc((size_t)p->nbufs + 5, sizeof *pt);
     g->bufptr = calloc((size_t)p->nbufs + 1, sizeof *g->bufptr);
     g->local = calloc((size_t)k->nlocals + 1, sizeof *g->local);
     g->loopval = calloc((size_t)k->nlocals + 1, sizeof *g->loopval);
@@ -705,13 +739,15 @@ gen_kernel(Gen *g, int ki)
             param_buf[np] = i;
             pt[np++] = LLVMPointerType(mem_type(g, p->bufs[i].type), 0);
         }
-    pt[np] = pt[np + 1] = pt[np + 2] = g->t_i64;
+    for (int i = 0; i < nscalar; i++)
+        pt[np + i] = g->t_i64;
 
-    char name[160];
-    snprintf(name, sizeof name, "k%d.%s", ki, k->name ? k->name : "kernel");
-    sanitise(name);
-    LLVMTypeRef body_ty = LLVMFunctionType(g->t_void, pt, (unsigned)np + 3, 0);
-    LLVMValueRef body = LLVMAddFunction(g->mod, name, body_ty);
+    char bname[160];
+    snprintf(bname, sizeof bname, "k%d.%s%s", ki, k->name ? k->name : "kernel",
+             range_loop ? ".chunk" : "");
+    sanitise(bname);
+    LLVMTypeRef body_ty = LLVMFunctionType(g->t_void, pt, (unsigned)(np + nscalar), 0);
+    LLVMValueRef body = LLVMAddFunction(g->mod, bname, body_ty);
     LLVMSetLinkage(body, LLVMInternalLinkage);
     LLVMAddAttributeAtIndex(body, LLVMAttributeFunctionIndex, g->a_alwaysinline);
     LLVMAddAttributeAtIndex(body, LLVMAttributeFunctionIndex, g->a_nounwind);
@@ -728,6 +764,13 @@ gen_kernel(Gen *g, int ki)
     LLVMSetValueName2(g->batch, "B", 1);
     LLVMSetValueName2(g->step, "t", 1);
     LLVMSetValueName2(g->sample_base, "sample_base", 11);
+    g->range_loop = range_loop;
+    if (range_loop) {
+        g->range_lo = LLVMGetParam(body, (unsigned)np + 3);
+        g->range_hi = LLVMGetParam(body, (unsigned)np + 4);
+        LLVMSetValueName2(g->range_lo, "lo", 2);
+        LLVMSetValueName2(g->range_hi, "hi", 2);
+    }
     g->fn = body;
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, body, "entry");
     LLVMPositionBuilderAtEnd(g->b, entry);
@@ -738,18 +781,19 @@ gen_kernel(Gen *g, int ki)
     }
     gen_stmts(g, k->body, k->nbody);
     LLVMBuildRetVoid(g->b);
+    g->range_loop = NULL;
 
-    /* kernel_N(ptr bufs, i64 B, i64 t, i64 sample_base) */
-    snprintf(name, sizeof name, "kernel_%d", ki);
-    LLVMTypeRef wpt[4] = {g->t_bufs, g->t_i64, g->t_i64, g->t_i64};
-    LLVMTypeRef wty = LLVMFunctionType(g->t_void, wpt, 4, 0);
+    /* name(ptr bufs, i64 B, i64 t, i64 sample_base, i64 lo, i64 hi) or (..., ptr rt) */
+    LLVMTypeRef wpt[6] = {g->t_bufs, g->t_i64, g->t_i64, g->t_i64, g->t_i64, g->t_i64};
+    if (!range_loop) wpt[4] = g->t_i8p;
+    LLVMTypeRef wty = LLVMFunctionType(g->t_void, wpt, range_loop ? 6 : 5, 0);
     LLVMValueRef w = LLVMAddFunction(g->mod, name, wty);
     LLVMAddAttributeAtIndex(w, LLVMAttributeFunctionIndex, g->a_nounwind);
     /* snn_run calls it (once per step at most): inlined there, each kernel would be compiled twice
      */
     LLVMAddAttributeAtIndex(w, LLVMAttributeFunctionIndex, g->a_noinline);
     LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, w, "entry"));
-    LLVMValueRef *args = calloc((size_t)np + 3, sizeof *args);
+    LLVMValueRef *args = calloc((size_t)(np + nscalar), sizeof *args);
     if (!args) die("out of memory");
     for (int i = 0; i < np; i++) {
         LLVMValueRef idx = LLVMConstInt(g->t_i64, (unsigned long long)param_buf[i], 0);
@@ -757,9 +801,9 @@ gen_kernel(Gen *g, int ki)
         LLVMValueRef base = LLVMBuildLoad2(g->b, g->t_i8p, slot, "");
         args[i] = LLVMBuildBitCast(g->b, base, pt[i], "");
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < nscalar; i++)
         args[np + i] = LLVMGetParam(w, (unsigned)i + 1);
-    LLVMBuildCall2(g->b, body_ty, body, args, (unsigned)np + 3, "");
+    LLVMBuildCall2(g->b, body_ty, body, args, (unsigned)(np + nscalar), "");
     LLVMBuildRetVoid(g->b);
 
     free(args);
@@ -773,26 +817,69 @@ gen_kernel(Gen *g, int ki)
     return w;
 }
 
+/* kernel_N(ptr bufs, i64 B, i64 t, i64 sample_base, ptr rt). A threaded kernel computes its loop's
+ * bounds and hands kernel_N.chunk to rt->parallel_for, which splits them among the pool's threads
+ * and returns when every chunk is done; any other kernel runs whole on the calling thread. */
+static LLVMValueRef
+gen_kernel(Gen *g, int ki)
+{
+    const Kernel *k = &g->p->kernels[ki];
+    const KStmt *loop = threaded_loop(k);
+    char name[64];
+    snprintf(name, sizeof name, "kernel_%d", ki);
+    if (!loop) return gen_code(g, ki, name, NULL);
+    snprintf(name, sizeof name, "kernel_%d.chunk", ki);
+    LLVMValueRef chunk = gen_code(g, ki, name, loop);
+    if (g->has_failed) return chunk;
+
+    snprintf(name, sizeof name, "kernel_%d", ki);
+    LLVMTypeRef wpt[5] = {g->t_bufs, g->t_i64, g->t_i64, g->t_i64, g->t_i8p};
+    LLVMValueRef w = LLVMAddFunction(g->mod, name, LLVMFunctionType(g->t_void, wpt, 5, 0));
+    LLVMAddAttributeAtIndex(w, LLVMAttributeFunctionIndex, g->a_nounwind);
+    LLVMAddAttributeAtIndex(w, LLVMAttributeFunctionIndex, g->a_noinline);
+    LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, w, "entry"));
+    /* the bounds read only B, t and sample_base (threaded_loop) */
+    g->k = k;
+    g->fn = w;
+    g->batch = LLVMGetParam(w, 1);
+    g->step = LLVMGetParam(w, 2);
+    g->sample_base = LLVMGetParam(w, 3);
+    LLVMValueRef lo = gen_expr_as(g, loop->lo, KT_I64), hi = gen_expr_as(g, loop->hi, KT_I64);
+    LLVMValueRef rt = LLVMGetParam(w, 4);
+    /* rt points at an LlvmRt, whose first member is parallel_for (casts: typed pointers, LLVM 14) */
+    LLVMValueRef slot = LLVMBuildBitCast(g->b, rt, LLVMPointerType(g->t_i8p, 0), "");
+    LLVMValueRef par = LLVMBuildBitCast(g->b, LLVMBuildLoad2(g->b, g->t_i8p, slot, ""),
+                                        LLVMPointerType(g->t_par, 0), "parallel_for");
+    LLVMValueRef args[8] = {rt, chunk, LLVMGetParam(w, 0), g->batch, g->step, g->sample_base,
+                            lo, hi};
+    LLVMBuildCall2(g->b, g->t_par, par, args, 8, "");
+    LLVMBuildRetVoid(g->b);
+    return w;
+}
+
 /* snn_run(bufs, B, sample_base): the schedule. Consecutive step kernels share one loop over t. */
 static void
 gen_driver(Gen *g, LLVMValueRef *kernels)
 {
     const KProgram *p = g->p;
-    LLVMTypeRef pt[3] = {g->t_bufs, g->t_i64, g->t_i64};
-    LLVMValueRef f = LLVMAddFunction(g->mod, LLVM_GEN_ENTRY, LLVMFunctionType(g->t_void, pt, 3, 0));
+    LLVMTypeRef pt[4] = {g->t_bufs, g->t_i64, g->t_i64, g->t_i8p};
+    LLVMValueRef f = LLVMAddFunction(g->mod, LLVM_GEN_ENTRY, LLVMFunctionType(g->t_void, pt, 4, 0));
     LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, g->a_nounwind);
     LLVMValueRef bufs = LLVMGetParam(f, 0), batch = LLVMGetParam(f, 1), sb = LLVMGetParam(f, 2);
+    LLVMValueRef rt = LLVMGetParam(f, 3);
     LLVMSetValueName2(bufs, "bufs", 4);
     LLVMSetValueName2(batch, "B", 1);
     LLVMSetValueName2(sb, "sample_base", 11);
-    LLVMTypeRef kpt[4] = {g->t_bufs, g->t_i64, g->t_i64, g->t_i64};
-    LLVMTypeRef kty = LLVMFunctionType(g->t_void, kpt, 4, 0);
+    LLVMSetValueName2(rt, "rt", 2);
+    LLVMTypeRef kpt[5] = {g->t_bufs, g->t_i64, g->t_i64, g->t_i64, g->t_i8p};
+    LLVMTypeRef kty = LLVMFunctionType(g->t_void, kpt, 5, 0);
     LLVMBuilderRef b = g->b;
     LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(g->ctx, f, "entry"));
     for (int i = 0; i < p->nkernels;) {
         if (!p->kernels[i].is_step) {
             LLVMBuildCall2(b, kty, kernels[i],
-                           (LLVMValueRef[]){bufs, batch, LLVMConstInt(g->t_i64, 0, 0), sb}, 4, "");
+                           (LLVMValueRef[]){bufs, batch, LLVMConstInt(g->t_i64, 0, 0), sb, rt}, 5,
+                           "");
             i++;
             continue;
         }
@@ -807,7 +894,7 @@ gen_driver(Gen *g, LLVMValueRef *kernels)
             LLVMPositionBuilderAtEnd(b, body);
             LLVMValueRef t = LLVMBuildPhi(b, g->t_i64, "t");
             for (int q = i; q < j; q++)
-                LLVMBuildCall2(b, kty, kernels[q], (LLVMValueRef[]){bufs, batch, t, sb}, 4, "");
+                LLVMBuildCall2(b, kty, kernels[q], (LLVMValueRef[]){bufs, batch, t, sb, rt}, 5, "");
             LLVMValueRef next = LLVMBuildNSWAdd(b, t, LLVMConstInt(g->t_i64, 1, 0), "");
             LLVMBuildCondBr(
                 b,
@@ -849,6 +936,11 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, char *err, size_t errlen)
     g.t_f64 = LLVMDoubleTypeInContext(ctx);
     g.t_i8p = LLVMPointerType(g.t_i8, 0);
     g.t_bufs = LLVMPointerType(g.t_i8p, 0);
+    LLVMTypeRef cpt[6] = {g.t_bufs, g.t_i64, g.t_i64, g.t_i64, g.t_i64, g.t_i64};
+    g.t_chunk = LLVMFunctionType(g.t_void, cpt, 6, 0);
+    LLVMTypeRef ppt[8] = {g.t_i8p, LLVMPointerType(g.t_chunk, 0), g.t_bufs, g.t_i64,
+                          g.t_i64, g.t_i64, g.t_i64, g.t_i64};
+    g.t_par = LLVMFunctionType(g.t_void, ppt, 8, 0);
     g.a_nobuiltin = enum_attr(ctx, "nobuiltin", 0);
     g.a_noalias = enum_attr(ctx, "noalias", 0);
     g.a_nounwind = enum_attr(ctx, "nounwind", 0);

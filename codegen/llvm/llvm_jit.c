@@ -1,7 +1,9 @@
 /* The LLVM backend's driver: host target machine, "default<O3>", ORC LLJIT, and running a compiled
- * program on one batch (buffers bound, KB_TEMP allocated, snn_run called). Every LLVM error is
+ * program on one batch (buffers bound, KB_TEMP kept and cleared, snn_run called with the thread
+ * pool of llvm_pool.c). Every LLVM error is
  * checked where it happens and reported with LLVM's own message; nothing here prints. Must not
  * change what a program computes: that is llvm_gen.c's contract with kir_eval. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,14 @@ struct CgLlvm {
     const KProgram *p;
     LLVMOrcLLJITRef jit;
     LlvmEntryFn run;
+    /* Run state, all under `lock` (cg_llvm_run holds it throughout, so concurrent calls on one
+     * CgLlvm are safe and take turns): */
+    pthread_mutex_t lock;
+    int nthreads;   /* wanted; the pool is (re)started by the next run */
+    LlvmPool *pool; /* NULL until a run needs it */
+    void **bufs;    /* [nbufs] bound per run */
+    void **temp;    /* [nbufs] KB_TEMP memory, kept between runs */
+    size_t *temp_bytes; /* [nbufs] its size */
 };
 
 static void
@@ -139,6 +149,12 @@ cg_llvm_compile(const KProgram *p, char *err, size_t errlen)
     if (!cg) die("out of memory");
     cg->p = p;
     cg->jit = jit;
+    cg->nthreads = 1;
+    pthread_mutex_init(&cg->lock, NULL);
+    cg->bufs = calloc((size_t)p->nbufs + 1, sizeof *cg->bufs);
+    cg->temp = calloc((size_t)p->nbufs + 1, sizeof *cg->temp);
+    cg->temp_bytes = calloc((size_t)p->nbufs + 1, sizeof *cg->temp_bytes);
+    if (!cg->bufs || !cg->temp || !cg->temp_bytes) die("out of memory");
 
     /* expf, logf, tanhf, powf, ... resolve to the process's own libm (the one kir_eval calls) */
     LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
@@ -178,79 +194,115 @@ cg_llvm_free(CgLlvm *cg)
         LLVMErrorRef e = LLVMOrcDisposeLLJIT(cg->jit);
         if (e) LLVMConsumeError(e);
     }
+    llvm_pool_free(cg->pool);
+    for (int i = 0; i < cg->p->nbufs; i++)
+        free(cg->temp[i]);
+    free(cg->temp);
+    free(cg->temp_bytes);
+    free(cg->bufs);
+    pthread_mutex_destroy(&cg->lock);
     free(cg);
 }
 
+void
+cg_llvm_set_threads(CgLlvm *cg, int nthreads)
+{
+    pthread_mutex_lock(&cg->lock);
+    cg->nthreads = nthreads < 1 ? 1 : nthreads;
+    pthread_mutex_unlock(&cg->lock);
+}
+
 /* Bind every buffer to memory as kir_eval does: the caller's f32 arrays and the module's weights in
- * place, fresh zeroed KB_TEMP buffers (malloc'ed per call for now). */
-bool
-cg_llvm_run(CgLlvm *cg, int batch, int64_t sample_base, const float *const *inputs,
-            float *const *outputs, char *err, size_t errlen)
+ * place, KB_TEMP buffers zeroed (kept between calls, grown for a larger batch). Called with the
+ * lock held. */
+static bool
+bind_buffers(CgLlvm *cg, int batch, const float *const *inputs, float *const *outputs, char *err,
+             size_t errlen)
 {
     const KProgram *p = cg->p;
     const Module *m = p->m;
-    if (err && errlen) err[0] = 0;
-    if (batch <= 0 || p->timesteps <= 0) return true;
-    void **bufs = calloc((size_t)p->nbufs + 1, sizeof *bufs);
-    bool *is_owned = calloc((size_t)p->nbufs + 1, sizeof *is_owned);
-    if (!bufs || !is_owned) die("out of memory");
-    bool is_ok = true;
-    for (int i = 0; i < p->nbufs && is_ok; i++) {
+    void **bufs = cg->bufs;
+    for (int i = 0; i < p->nbufs; i++) {
         const KBuf *kb = &p->bufs[i];
         int64_t n = kb->size.per_batch * batch + kb->size.fixed;
+        bufs[i] = NULL;
         if (n < 0) {
             set_err(err, errlen, "buffer '%s': negative size %lld", kb->name, (long long)n);
-            is_ok = false;
-            break;
+            return false;
         }
         if ((kb->kind == KB_INPUT || kb->kind == KB_OUTPUT) && kb->type != KT_F32) {
             set_err(err, errlen, "caller buffer '%s' is not f32", kb->name);
-            is_ok = false;
-            break;
+            return false;
         }
         switch (kb->kind) {
         case KB_INPUT:
             if (!m || kb->io < 0 || kb->io >= m->ninputs || !inputs || !inputs[kb->io]) {
                 set_err(err, errlen, "buffer '%s': no input %d", kb->name, kb->io);
-                is_ok = false;
-                break;
+                return false;
             }
             bufs[i] = (void *)inputs[kb->io]; /* read-only: llvm_gen refuses stores to inputs */
             break;
         case KB_OUTPUT:
             if (!m || kb->io < 0 || kb->io >= m->noutputs || !outputs || !outputs[kb->io]) {
                 set_err(err, errlen, "buffer '%s': no output %d", kb->name, kb->io);
-                is_ok = false;
-                break;
+                return false;
             }
             bufs[i] = outputs[kb->io];
             break;
         case KB_WEIGHT:
             if (!m || kb->io < 0 || kb->io >= m->nweights || !m->weights[kb->io].data) {
                 set_err(err, errlen, "weight '%s' is not bound", kb->name);
-                is_ok = false;
-                break;
+                return false;
             }
             if (m->weights[kb->io].numel != n) {
                 set_err(err, errlen, "weight '%s' has %lld elements, the program wants %lld",
                         kb->name, (long long)m->weights[kb->io].numel, (long long)n);
-                is_ok = false;
-                break;
+                return false;
             }
             bufs[i] = m->weights[kb->io].data;
             break;
-        case KB_TEMP:
-            bufs[i] = calloc(n ? (size_t)n : 1, llvm_gen_elem_size(kb->type));
-            if (!bufs[i]) die("out of memory");
-            is_owned[i] = true;
+        case KB_TEMP: {
+            size_t bytes = (n ? (size_t)n : 1) * llvm_gen_elem_size(kb->type);
+            if (bytes > cg->temp_bytes[i]) {
+                free(cg->temp[i]);
+                cg->temp[i] = calloc(bytes, 1);
+                if (!cg->temp[i]) die("out of memory");
+                cg->temp_bytes[i] = bytes;
+            } else {
+                /* the kernel IR's temporaries start at zero, as kir_eval's */
+                memset(cg->temp[i], 0, bytes);
+            }
+            bufs[i] = cg->temp[i];
             break;
         }
+        }
     }
-    if (is_ok) cg->run(bufs, batch, sample_base);
-    for (int i = 0; i < p->nbufs; i++)
-        if (is_owned[i]) free(bufs[i]);
-    free(is_owned);
-    free(bufs);
+    return true;
+}
+
+bool
+cg_llvm_run(CgLlvm *cg, int batch, int64_t sample_base, const float *const *inputs,
+            float *const *outputs, double *spike_counts, char *err, size_t errlen)
+{
+    const KProgram *p = cg->p;
+    if (err && errlen) err[0] = 0;
+    if (batch <= 0 || p->timesteps <= 0) return true;
+    pthread_mutex_lock(&cg->lock);
+    bool is_ok = true;
+    if (cg->pool && cg->nthreads != llvm_pool_nthreads(cg->pool)) {
+        llvm_pool_free(cg->pool);
+        cg->pool = NULL;
+    }
+    if (!cg->pool) {
+        cg->pool = llvm_pool_new(cg->nthreads, err, errlen);
+        is_ok = cg->pool != NULL;
+    }
+    if (is_ok) is_ok = bind_buffers(cg, batch, inputs, outputs, err, errlen);
+    if (is_ok) {
+        cg->run(cg->bufs, batch, sample_base, llvm_pool_rt(cg->pool));
+        kir_add_spike_counts(p, batch, cg->bufs, spike_counts);
+    }
+    pthread_mutex_unlock(&cg->lock);
     return is_ok;
 }
 

@@ -100,14 +100,26 @@ same_as_interp(const char *text, int batch, int64_t sample_base, char **printed)
     }
     InterpOptions io = {INTERP_F32, -1};
     char err[256];
-    bool ok = interp_run(m, &io, batch, sample_base, (const float *const *)in, a, NULL, err,
+    /* spike counts too: they start at 1 to check that both add to what is there */
+    double *ca = malloc((size_t)m->nnodes * sizeof *ca), *cb = malloc((size_t)m->nnodes * sizeof *cb);
+    for (int v = 0; v < m->nnodes; v++)
+        ca[v] = cb[v] = 1;
+    bool ok = interp_run(m, &io, batch, sample_base, (const float *const *)in, a, ca, err,
                          sizeof err);
     if (!ok)
         fprintf(stderr, "interp: %s\n", err);
-    if (ok && !kir_eval(p, batch, sample_base, (const float *const *)in, b, err, sizeof err)) {
+    if (ok && !kir_eval(p, batch, sample_base, (const float *const *)in, b, cb, err, sizeof err)) {
         fprintf(stderr, "kir_eval: %s\n", err);
         ok = false;
     }
+    for (int v = 0; ok && v < m->nnodes; v++)
+        if (ca[v] != cb[v]) {
+            fprintf(stderr, "spike count of node %d: interp %.17g, kernel IR %.17g\n", v, ca[v],
+                    cb[v]);
+            ok = false;
+        }
+    free(ca);
+    free(cb);
     for (int k = 0; ok && k < m->noutputs; k++) {
         int64_t n = output_numel(m, k) * batch;
         for (int64_t i = 0; i < n; i++)
@@ -249,7 +261,7 @@ test_eval_errors(void)
         float *outs[1] = {out};
         const float *ins[1] = {in};
         char err[256];
-        CHECK(!kir_eval(p, 2, 0, ins, outs, err, sizeof err));
+        CHECK(!kir_eval(p, 2, 0, ins, outs, NULL, err, sizeof err));
         CHECK(strstr(err, "out of bounds") != NULL);
         kir_free(p);
     }

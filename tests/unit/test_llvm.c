@@ -313,7 +313,7 @@ check_run(const char *what, TestProg *tp, int batch, int64_t sample_base,
             got[o] = malloc(n[o] * sizeof(float) + 1);
             memset(got[o], 0xA5, n[o] * sizeof(float)); /* garbage: the program must write it all */
         }
-    bool is_ok = cg_llvm_run(cg, batch, sample_base, inputs, got, err, sizeof err);
+    bool is_ok = cg_llvm_run(cg, batch, sample_base, inputs, got, NULL, err, sizeof err);
     CHECK(is_ok);
     if (!is_ok) fprintf(stderr, "%s: run: %s\n", what, err);
     for (int o = 0; o < nout && is_ok; o++) {
@@ -325,7 +325,7 @@ check_run(const char *what, TestProg *tp, int batch, int64_t sample_base,
     float *ev[8];
     for (int o = 0; o < nout; o++)
         ev[o] = calloc(n[o] + 1, sizeof(float));
-    bool is_eval_ok = kir_eval(&tp->p, batch, sample_base, inputs, ev, err, sizeof err);
+    bool is_eval_ok = kir_eval(&tp->p, batch, sample_base, inputs, ev, NULL, err, sizeof err);
     CHECK(is_eval_ok);
     if (!is_eval_ok) fprintf(stderr, "%s: kir_eval: %s\n", what, err);
     for (int o = 0; o < nout && is_ok && is_eval_ok; o++) {
@@ -859,7 +859,7 @@ test_errors(void)
     float out[4];
     float *outs[] = {out};
     err[0] = 0;
-    CHECK(cg && !cg_llvm_run(cg, 1, 0, NULL, outs, err, sizeof err));
+    CHECK(cg && !cg_llvm_run(cg, 1, 0, NULL, outs, NULL, err, sizeof err));
     CHECK(strstr(err, "not bound") != NULL);
     cg_llvm_free(cg);
     free_prog(tp);
@@ -964,14 +964,22 @@ test_model(void)
         ref[i] = calloc(n_out[i], sizeof(float));
     }
     InterpOptions opt = {INTERP_F32, -1};
-    CHECK(interp_run(m, &opt, BATCH, sb, (const float *const *)in, ref, NULL, err, sizeof err));
+    double *cref = calloc((size_t)m->nnodes, sizeof *cref), *cgot = calloc((size_t)m->nnodes, sizeof *cgot);
+    CHECK(interp_run(m, &opt, BATCH, sb, (const float *const *)in, ref, cref, err, sizeof err));
     if (cg) {
-        bool is_ok = cg_llvm_run(cg, BATCH, sb, (const float *const *)in, got, err, sizeof err);
+        bool is_ok = cg_llvm_run(cg, BATCH, sb, (const float *const *)in, got, cgot, err, sizeof err);
         CHECK(is_ok);
         if (!is_ok) fprintf(stderr, "model: run: %s\n", err);
         for (int i = 0; i < m->noutputs && is_ok; i++)
             CHECK(same_bits("model vs interp_run", got[i], ref[i], n_out[i]));
+        bool is_same = true;
+        for (int v = 0; v < m->nnodes && is_ok; v++)
+            is_same = is_same && cgot[v] == cref[v];
+        CHECK(is_same);
+        if (!is_same) fprintf(stderr, "model: spike counts differ from interp_run\n");
     }
+    free(cref);
+    free(cgot);
     for (int i = 0; i < 4; i++) {
         free(in[i]);
         free(got[i]);
