@@ -959,85 +959,6 @@ lower_delay(Lower *lw, ValueId v)
 
 /* ---- neurons ---- */
 
-/* NaN-propagating min and max, like the interpreter's */
-static double
-min_nan(double a, double b)
-{
-    return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
-}
-
-static double
-max_nan(double a, double b)
-{
-    return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
-}
-
-static int
-nx_arity(const NExpr *e)
-{
-    switch (e->kind) {
-    case NX_NEG:
-    case NX_NOT: return 1;
-    case NX_BIN: return 2;
-    case NX_COND: return 3;
-    case NX_CALL: return nfunc_arity((NFunc)e->op);
-    default: return 0;
-    }
-}
-
-/* A parameter-only expression in double: the interpreter's fold, operation for operation. */
-static double
-fold(const NExpr *e, const double *params)
-{
-    double a[3];
-    switch (e->kind) {
-    case NX_NUM: return e->num;
-    case NX_PARAM: return params[e->idx];
-    case NX_NEG: return -fold(e->args[0], params);
-    case NX_NOT: return fold(e->args[0], params) == 0;
-    case NX_BIN: {
-        double x = fold(e->args[0], params), y = fold(e->args[1], params);
-        switch ((NxBin)e->op) {
-        case NB_ADD: return x + y;
-        case NB_SUB: return x - y;
-        case NB_MUL: return x * y;
-        case NB_DIV: return x / y;
-        case NB_LT: return x < y;
-        case NB_LE: return x <= y;
-        case NB_GT: return x > y;
-        case NB_GE: return x >= y;
-        case NB_EQ: return x == y;
-        case NB_NE: return x != y;
-        case NB_AND: return x != 0 && y != 0;
-        case NB_OR: return x != 0 || y != 0;
-        }
-        unreachable();
-    }
-    case NX_COND:
-        return fold(e->args[0], params) != 0 ? fold(e->args[1], params) : fold(e->args[2], params);
-    case NX_CALL:
-        for (int i = 0; i < nx_arity(e); i++)
-            a[i] = fold(e->args[i], params);
-        switch ((NFunc)e->op) {
-        case NF_EXP: return exp(a[0]);
-        case NF_LOG: return log(a[0]);
-        case NF_SQRT: return sqrt(a[0]);
-        case NF_TANH: return tanh(a[0]);
-        case NF_SIGMOID: return 1.0 / (1.0 + exp(-a[0]));
-        case NF_ABS: return fabs(a[0]);
-        case NF_FLOOR: return floor(a[0]);
-        case NF_MIN: return min_nan(a[0], a[1]);
-        case NF_MAX: return max_nan(a[0], a[1]);
-        case NF_POW: return pow(a[0], a[1]);
-        case NF_CLAMP: return min_nan(max_nan(a[0], a[1]), a[2]);
-        case NF_SELECT: return a[0] != 0 ? a[1] : a[2];
-        case NF_COUNT_: break;
-        }
-        unreachable();
-    default: break;
-    }
-    die("kir: neuron expression of kind %d is not parameter-only", (int)e->kind);
-}
 
 /* what a neuron program's names are in the kernel */
 typedef struct NLower {
@@ -1072,14 +993,14 @@ static NT
 nlower(Lower *lw, const NLower *nl, const NExpr *e)
 {
     NT a[3];
-    int na = nx_arity(e);
+    int na = nexpr_arity(e);
     bool all_folded = true;
     for (int i = 0; i < na; i++) {
         a[i] = nlower(lw, nl, e->args[i]);
         all_folded = all_folded && a[i].is_folded;
     }
     if (e->kind == NX_NUM || e->kind == NX_PARAM || (na > 0 && all_folded))
-        return (NT){kx_const(lw->p, KT_F32, fold(e, nl->params)), true};
+        return (NT){kx_const(lw->p, KT_F32, nexpr_fold(e, nl->params)), true};
     KProgram *p = lw->p;
     KExpr *r = NULL;
     switch (e->kind) {
@@ -1342,7 +1263,7 @@ lower_neuron(Lower *lw, ValueId v)
     for (int k = 0; k < nd->nstates; k++) {
         const NExpr *ie = nd->states[k].init;
         carry[nc] = nl.state[k];
-        init[nc++] = kx_const(p, KT_F32, ie ? fold(ie, nl.params) : 0.0);
+        init[nc++] = kx_const(p, KT_F32, ie ? nexpr_fold(ie, nl.params) : 0.0);
     }
     for (int k = 0; k < nd->nlocals; k++) {
         carry[nc] = nl.let[k];

@@ -140,109 +140,6 @@ weight(const Interp *ip, const Node *n, int slot)
 
 /* ---- neuron expressions ---- */
 
-/* NaN-propagating min and max, like torch.minimum/maximum and torch.clamp */
-static double
-min_nan(double a, double b)
-{
-    return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
-}
-
-static double
-max_nan(double a, double b)
-{
-    return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
-}
-
-/* One binary operation. With is_f32 the arithmetic result is rounded to float: exact for + - * / on
- * float operands computed in double. Comparisons and logic give 1.0 or 0.0. */
-static double
-apply_bin(NxBin op, double a, double b, bool is_f32)
-{
-    double r;
-    switch (op) {
-    case NB_ADD: r = a + b; break;
-    case NB_SUB: r = a - b; break;
-    case NB_MUL: r = a * b; break;
-    case NB_DIV: r = a / b; break;
-    case NB_LT: return a < b;
-    case NB_LE: return a <= b;
-    case NB_GT: return a > b;
-    case NB_GE: return a >= b;
-    case NB_EQ: return a == b;
-    case NB_NE: return a != b;
-    case NB_AND: return a != 0 && b != 0;
-    case NB_OR: return a != 0 || b != 0;
-    default: unreachable();
-    }
-    return is_f32 ? (double)(float)r : r;
-}
-
-/* One call over nfuncs.def. With is_f32 the transcendental functions are the float ones (expf, ...)
- * on float arguments, and sqrt is rounded once (exact); the others return an operand or an integer.
- */
-static double
-apply_call(NFunc f, const double *a, bool is_f32)
-{
-    switch (f) {
-    case NF_EXP: return is_f32 ? (double)expf((float)a[0]) : exp(a[0]);
-    case NF_LOG: return is_f32 ? (double)logf((float)a[0]) : log(a[0]);
-    case NF_SQRT: return is_f32 ? (double)(float)sqrt(a[0]) : sqrt(a[0]);
-    case NF_TANH: return is_f32 ? (double)tanhf((float)a[0]) : tanh(a[0]);
-    case NF_SIGMOID:
-        if (is_f32)
-            return (double)(1.0f / (1.0f + expf(-(float)a[0])));
-        return 1.0 / (1.0 + exp(-a[0]));
-    case NF_ABS: return fabs(a[0]);
-    case NF_FLOOR: return floor(a[0]);
-    case NF_MIN: return min_nan(a[0], a[1]);
-    case NF_MAX: return max_nan(a[0], a[1]);
-    case NF_POW: return is_f32 ? (double)powf((float)a[0], (float)a[1]) : pow(a[0], a[1]);
-    case NF_CLAMP: return min_nan(max_nan(a[0], a[1]), a[2]);
-    case NF_SELECT: return a[0] != 0 ? a[1] : a[2];
-    default: unreachable();
-    }
-}
-
-/* operands by kind (not e->nargs, so hand-built expressions need not set it) */
-static int
-nexpr_arity(const NExpr *e)
-{
-    switch (e->kind) {
-    case NX_NEG:
-    case NX_NOT: return 1;
-    case NX_BIN: return 2;
-    case NX_COND: return 3;
-    case NX_CALL: return nfunc_arity((NFunc)e->op);
-    default: return 0;
-    }
-}
-
-/* A parameter-only expression in double (the caller rounds it once in F32 mode). */
-static double
-fold(const NExpr *e, const double *params)
-{
-    double a[3];
-    switch (e->kind) {
-    case NX_NUM: return e->num;
-    case NX_PARAM: return params[e->idx];
-    case NX_NEG: return -fold(e->args[0], params);
-    case NX_NOT: return fold(e->args[0], params) == 0;
-    case NX_BIN:
-        return apply_bin((NxBin)e->op, fold(e->args[0], params), fold(e->args[1], params), false);
-    case NX_COND:
-        return fold(e->args[0], params) != 0 ? fold(e->args[1], params) : fold(e->args[2], params);
-    case NX_CALL:
-        for (int i = 0; i < nexpr_arity(e); i++)
-            a[i] = fold(e->args[i], params);
-        return apply_call((NFunc)e->op, a, false);
-    case NX_STATE:
-    case NX_LOCAL:
-    case NX_INPUT:
-    case NX_SPIKE: break;
-    }
-    die("interp: neuron expression of kind %d is not parameter-only", (int)e->kind);
-}
-
 static int
 count_nexpr(const NExpr *e)
 {
@@ -292,7 +189,7 @@ compile_expr(Compiler *c, const NExpr *e)
     }
     if (is_param_only) {
         /* fold the original tree in double: children's float roundings must not leak in */
-        double x = fold(e, c->params);
+        double x = nexpr_fold(e, c->params);
         ce->kind = NX_NUM;
         ce->nargs = 0;
         ce->num = c->is_f32 ? (double)(float)x : x;
@@ -322,12 +219,12 @@ ceval(const CExpr *e, const NCtx *c)
     case NX_NOT: return ceval(e->args[0], c) == 0;
     case NX_BIN:
         /* && and || evaluate both sides: expressions have no side effects */
-        return apply_bin((NxBin)e->op, ceval(e->args[0], c), ceval(e->args[1], c), c->is_f32);
+        return nexpr_apply_bin((NxBin)e->op, ceval(e->args[0], c), ceval(e->args[1], c), c->is_f32);
     case NX_COND: return ceval(e->args[0], c) != 0 ? ceval(e->args[1], c) : ceval(e->args[2], c);
     case NX_CALL:
         for (int i = 0; i < e->nargs; i++)
             a[i] = ceval(e->args[i], c);
-        return apply_call((NFunc)e->op, a, c->is_f32);
+        return nexpr_apply_call((NFunc)e->op, a, c->is_f32);
     }
     unreachable();
 }
@@ -385,7 +282,7 @@ setup_neuron(Interp *ip, ValueId v)
     }
     for (int k = 0; k < nd->nstates; k++) {
         const NExpr *init = nd->states[k].init;
-        nr->init[k] = init ? rnd(ip, fold(init, params)) : 0.0;
+        nr->init[k] = init ? rnd(ip, nexpr_fold(init, params)) : 0.0;
     }
     free(defaults);
 

@@ -295,6 +295,14 @@ void print_double(char *buf, size_t n, double x);
  * mis-shaped are errors) or from the seeded PyTorch-default initialisation. */
 bool weights_bind(Module *m, const char *override_path);
 
+/* nexpr.c: the arithmetic of neuron equations, shared by the interpreter and every lowering.
+ * is_f32: round like float32 (float functions on float arguments); otherwise double. */
+int nexpr_arity(const NExpr *e);
+double nexpr_apply_bin(NxBin op, double a, double b, bool is_f32);
+double nexpr_apply_call(NFunc f, const double *a, bool is_f32);
+/* a parameter-only expression in double (dies on state, input, spike or local references) */
+double nexpr_fold(const NExpr *e, const double *params);
+
 /* interp.c: the reference interpreter (the semantic oracle every backend is tested against). */
 typedef enum { INTERP_F64, INTERP_F32 } InterpPrecision;
 typedef struct InterpRun InterpRun;
