@@ -183,7 +183,7 @@ typedef struct Lower {
     const Module *m;
     int T;
     VStore *vs;      /* per node */
-    bool *is_static; /* per node, as ir/interp.c decides it */
+    bool *is_static; /* per node: ir_fill_static */
     int *region;     /* per node: recurrent component id, or -1 */
     uint32_t *stream;
     Kernel k;        /* the kernel being built */
@@ -1412,36 +1412,6 @@ lower_sequence(Lower *lw, ValueId x, int obuf, bool has_time)
 
 /* ---- analysis: static values, recurrent regions, kernel order ---- */
 
-static void
-find_static(Lower *lw, const ValueId *order)
-{
-    const Module *m = lw->m;
-    for (int k = 0; k < m->nnodes; k++) {
-        const Node *n = &m->nodes[order[k]];
-        bool s = false;
-        switch (n->op) {
-        case OP_INPUT: s = !n->is_per_step_input; break;
-        case OP_DENSE:
-        case OP_CONV2D:
-        case OP_MAXPOOL2D:
-        case OP_AVGPOOL2D:
-        case OP_SUMPOOL2D:
-        case OP_FLATTEN:
-        case OP_BATCHNORM:
-        case OP_ADD:
-        case OP_SUB:
-        case OP_MUL:
-        case OP_SCALE:
-            s = true;
-            for (int a = 0; a < n->nargs; a++)
-                s = s && lw->is_static[n->args[a]];
-            break;
-        default: break;
-        }
-        lw->is_static[order[k]] = s;
-    }
-}
-
 /* Tarjan's strongly connected components over all edges (delay edges included), iteratively. */
 typedef struct Scc {
     const Module *m;
@@ -1672,7 +1642,7 @@ kir_lower(const Module *m)
             lw.stream[v] = s >= 0 ? (uint32_t)s : npoisson;
             npoisson++;
         }
-    find_static(&lw, topo);
+    ir_fill_static(lw.m, topo, lw.is_static);
     int norder = schedule_order(&lw, topo, order);
     plan_buffers(&lw);
     resolve_aliases(&lw, topo);

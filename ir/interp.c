@@ -814,31 +814,16 @@ setup(Interp *ip)
     }
     for (int k = 0; k < m->ninputs; k++)
         ip->nodes[m->inputs[k]].input_index = k;
-    /* static values: in topological order, operands are classified before their users */
-    for (int k = 0; k < m->nnodes; k++) {
-        const Node *n = &m->nodes[ip->order[k]];
-        bool is_static = false;
-        switch (n->op) {
-        case OP_INPUT: is_static = !n->is_per_step_input; break;
-        case OP_DENSE:
-        case OP_CONV2D:
-        case OP_MAXPOOL2D:
-        case OP_AVGPOOL2D:
-        case OP_SUMPOOL2D:
-        case OP_FLATTEN:
-        case OP_BATCHNORM:
-        case OP_ADD:
-        case OP_SUB:
-        case OP_MUL:
-        case OP_SCALE:
-            is_static = true;
-            for (int a = 0; a < n->nargs; a++)
-                is_static = is_static && ip->nodes[n->args[a]].is_static;
-            break;
-        default: break; /* stateful, random or time-indexed */
-        }
-        ip->nodes[ip->order[k]].is_static = is_static;
+    /* static values (the same at every step) are computed once, at t = 0 */
+    bool *is_static = calloc((size_t)m->nnodes + 1, sizeof *is_static);
+    if (!is_static) {
+        fail(ip, "interpreter: out of memory");
+        return false;
     }
+    ir_fill_static(m, ip->order, is_static);
+    for (ValueId v = 0; v < m->nnodes; v++)
+        ip->nodes[v].is_static = is_static[v];
+    free(is_static);
     /* a delay by s steps needs s + 1 steps of its operand (fewer when s >= T: it reads nothing) */
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];

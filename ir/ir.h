@@ -282,6 +282,9 @@ bool ir_verify(Module *m);
 bool neuron_analyse(NeuronDef *nd);
 /* Nodes in an order where every operand except delay inputs comes first; returns count (== nnodes) */
 int ir_topo_order(const Module *m, ValueId *order);
+/* is_static[v]: v is the same at every step (a static input, or stateless per-step layers over static
+ * values only), so backends compute it once per sample instead of T times. order: ir_topo_order's. */
+void ir_fill_static(const Module *m, const ValueId *order, bool *is_static);
 
 /* print.c: the textual IR. Deterministic and canonical: print(parse(print(m))) == print(m). */
 void ir_print(FILE *f, const Module *m);

@@ -62,6 +62,35 @@ ir_topo_order(const Module *m, ValueId *order)
     return count;
 }
 
+void
+ir_fill_static(const Module *m, const ValueId *order, bool *is_static)
+{
+    for (int k = 0; k < m->nnodes; k++) {
+        const Node *n = &m->nodes[order[k]];
+        bool s = false;
+        switch (n->op) {
+        case OP_INPUT: s = !n->is_per_step_input; break;
+        case OP_DENSE:
+        case OP_CONV2D:
+        case OP_MAXPOOL2D:
+        case OP_AVGPOOL2D:
+        case OP_SUMPOOL2D:
+        case OP_FLATTEN:
+        case OP_BATCHNORM:
+        case OP_ADD:
+        case OP_SUB:
+        case OP_MUL:
+        case OP_SCALE:
+            s = true;
+            for (int a = 0; a < n->nargs; a++)
+                s = s && is_static[n->args[a]];
+            break;
+        default: break; /* stateful, random or time-indexed */
+        }
+        is_static[order[k]] = s;
+    }
+}
+
 static bool
 check_attrs(const Module *m, const Node *n)
 {
