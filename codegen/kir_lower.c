@@ -468,17 +468,6 @@ vstore(Lower *lw, Cur c, ValueId v, Pos *ps, KExpr *e)
     s_store(lw, c, lw->vs[v].buf, vindex(lw, v, ps), e);
 }
 
-static int
-attr_i(const Node *n, const char *name, int k)
-{
-    return (int)n->attrs[op_attr_index(n->op, name)].i[k];
-}
-
-static double
-attr_f(const Node *n, const char *name)
-{
-    return n->attrs[op_attr_index(n->op, name)].f;
-}
 
 static int
 wbuf(Lower *lw, const Node *n, int slot)
@@ -558,7 +547,7 @@ lower_elementwise(Lower *lw, ValueId v)
     case OP_MUL: y = bin(lw, KB_MUL, a, to(lw, KT_F32, vload(lw, n->args[1], &ps))); break;
     case OP_SCALE: {
         /* a Python-float factor: rounded to float once; x / k keeps its division */
-        float factor = (float)attr_f(n, "factor"), divisor = (float)attr_f(n, "divisor");
+        float factor = (float)node_attr_f(n, "factor"), divisor = (float)node_attr_f(n, "divisor");
         y = factor == 1 ? a : bin(lw, KB_MUL, kx_const(lw->p, KT_F32, factor), a);
         if (divisor != 1)
             y = bin(lw, KB_DIV, y, kx_const(lw->p, KT_F32, divisor));
@@ -617,7 +606,7 @@ lower_dense_events(Lower *lw, ValueId v)
     KStmt *f0 = loop(lw, c, "o", ci(lw, out), false, &o2);
     int o2v = f0->var;
     s_store(lw, body(f0), acc, bin(lw, KB_ADD, row, o2),
-            attr_i(n, "bias", 0) ? to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o2))
+            (int)node_attr_i(n, "bias", 0) ? to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o2))
                                  : kx_const(lw->p, KT_F64, 0));
     KStmt *fk = loop(lw, c, "k", ci(lw, in), false, &k);
     Pos px = ps;
@@ -647,11 +636,11 @@ lower_conv2d_events(Lower *lw, ValueId v)
     const Type *xt = &lw->m->nodes[x].type;
     int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
     int64_t O = n->type.dims[0], OH = n->type.dims[1], OW = n->type.dims[2];
-    int64_t KH = attr_i(n, "kernel", 0), KW = attr_i(n, "kernel", 1);
-    int64_t SH = attr_i(n, "stride", 0), SW = attr_i(n, "stride", 1);
-    int64_t PH = attr_i(n, "pad", 0), PW = attr_i(n, "pad", 1);
-    int64_t DH = attr_i(n, "dilation", 0), DW = attr_i(n, "dilation", 1);
-    int64_t G = attr_i(n, "groups", 0), Cg = C / G, Og = O / G, N = O * OH * OW;
+    int64_t KH = (int)node_attr_i(n, "kernel", 0), KW = (int)node_attr_i(n, "kernel", 1);
+    int64_t SH = (int)node_attr_i(n, "stride", 0), SW = (int)node_attr_i(n, "stride", 1);
+    int64_t PH = (int)node_attr_i(n, "pad", 0), PW = (int)node_attr_i(n, "pad", 1);
+    int64_t DH = (int)node_attr_i(n, "dilation", 0), DW = (int)node_attr_i(n, "dilation", 1);
+    int64_t G = (int)node_attr_i(n, "groups", 0), Cg = C / G, Og = O / G, N = O * OH * OW;
     Pos ps;
     Cur c = open_rows(lw, v, &ps);
     KExpr *row, *pp, *g, *cg, *ih, *iw, *kh, *kw, *og;
@@ -714,7 +703,7 @@ lower_conv2d_events(Lower *lw, ValueId v)
     KStmt *fq = loop(lw, body(fo), "q", ci(lw, OH * OW), false, &q);
     KExpr *yi = bin(lw, KB_ADD, bin(lw, KB_MUL, o2, ci(lw, OH * OW)), q);
     KExpr *y = kx_load(lw->p, acc, bin(lw, KB_ADD, row, yi));
-    if (attr_i(n, "bias", 0))
+    if ((int)node_attr_i(n, "bias", 0))
         y = bin(lw, KB_ADD, y, to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o2)));
     Pos py = ps;
     py.i = yi;
@@ -734,7 +723,7 @@ lower_dense(Lower *lw, ValueId v)
     KStmt *fo = loop(lw, c, "o", ci(lw, out), false, &o);
     int acc = local(lw, "acc", KT_F64);
     s_assign(lw, body(fo), acc,
-             attr_i(n, "bias", 0) ? to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o))
+             (int)node_attr_i(n, "bias", 0) ? to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o))
                                   : kx_const(lw->p, KT_F64, 0));
     KStmt *fk = loop(lw, body(fo), "k", ci(lw, in), false, &k);
     Pos px = ps;
@@ -756,11 +745,11 @@ lower_conv2d(Lower *lw, ValueId v)
     const Type *xt = &lw->m->nodes[x].type;
     int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
     int64_t O = n->type.dims[0], OH = n->type.dims[1], OW = n->type.dims[2];
-    int64_t KH = attr_i(n, "kernel", 0), KW = attr_i(n, "kernel", 1);
-    int64_t SH = attr_i(n, "stride", 0), SW = attr_i(n, "stride", 1);
-    int64_t PH = attr_i(n, "pad", 0), PW = attr_i(n, "pad", 1);
-    int64_t DH = attr_i(n, "dilation", 0), DW = attr_i(n, "dilation", 1);
-    int64_t G = attr_i(n, "groups", 0), Cg = C / G, Og = O / G;
+    int64_t KH = (int)node_attr_i(n, "kernel", 0), KW = (int)node_attr_i(n, "kernel", 1);
+    int64_t SH = (int)node_attr_i(n, "stride", 0), SW = (int)node_attr_i(n, "stride", 1);
+    int64_t PH = (int)node_attr_i(n, "pad", 0), PW = (int)node_attr_i(n, "pad", 1);
+    int64_t DH = (int)node_attr_i(n, "dilation", 0), DW = (int)node_attr_i(n, "dilation", 1);
+    int64_t G = (int)node_attr_i(n, "groups", 0), Cg = C / G, Og = O / G;
     Pos ps;
     Cur c = open_rows(lw, v, &ps);
     KExpr *g, *og, *o, *oh, *ow, *cc, *kh, *kw;
@@ -805,7 +794,7 @@ lower_conv2d(Lower *lw, ValueId v)
     accumulate(lw, body(ifw), acc, vload(lw, x, &px), kx_load(lw->p, wbuf(lw, n, 0), wi),
                is_spike_value(lw, x));
     KExpr *y = var(lw, acc);
-    if (attr_i(n, "bias", 0))
+    if ((int)node_attr_i(n, "bias", 0))
         y = bin(lw, KB_ADD, y, to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o)));
     Pos py = ps;
     py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, OH)), oh),
@@ -823,9 +812,9 @@ lower_pool(Lower *lw, ValueId v)
     const Type *xt = &lw->m->nodes[x].type;
     int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
     int64_t OH = n->type.dims[1], OW = n->type.dims[2];
-    int64_t KH = attr_i(n, "kernel", 0), KW = attr_i(n, "kernel", 1);
-    int64_t SH = attr_i(n, "stride", 0), SW = attr_i(n, "stride", 1);
-    int64_t PH = attr_i(n, "pad", 0), PW = attr_i(n, "pad", 1);
+    int64_t KH = (int)node_attr_i(n, "kernel", 0), KW = (int)node_attr_i(n, "kernel", 1);
+    int64_t SH = (int)node_attr_i(n, "stride", 0), SW = (int)node_attr_i(n, "stride", 1);
+    int64_t PH = (int)node_attr_i(n, "pad", 0), PW = (int)node_attr_i(n, "pad", 1);
     if (SH == 0)
         SH = KH;
     if (SW == 0)
@@ -895,7 +884,7 @@ lower_batchnorm(Lower *lw, ValueId v)
     for (int s = 0; s < 4; s++)
         w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
     KExpr *sd = kx_un(lw->p, KU_SQRT,
-                      bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, attr_f(n, "eps"))));
+                      bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
     KExpr *xv = to(lw, KT_F64, vload(lw, n->args[0], &ps));
     KExpr *y = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, bin(lw, KB_SUB, xv, w[2]), sd), w[0]),
                    w[1]);
@@ -914,7 +903,7 @@ lower_poisson(Lower *lw, ValueId v)
     KStmt *fi = loop(lw, c, "i", ci(lw, numel), false, &iv);
     ps.i = iv;
     int p = local(lw, "p", KT_F32);
-    float gain = (float)attr_f(n, "gain");
+    float gain = (float)node_attr_f(n, "gain");
     s_assign(lw, body(fi), p,
              bin(lw, KB_MUL, kx_const(lw->p, KT_F32, gain),
                  to(lw, KT_F32, vload(lw, n->args[0], &ps))));
@@ -940,7 +929,7 @@ static void
 lower_delay(Lower *lw, ValueId v)
 {
     const Node *n = &lw->m->nodes[v];
-    int64_t steps = attr_i(n, "steps", 0);
+    int64_t steps = (int)node_attr_i(n, "steps", 0);
     Pos ps;
     Cur c = open_rows(lw, v, &ps);
     KExpr *iv;

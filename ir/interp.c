@@ -112,17 +112,6 @@ rnd(const Interp *ip, double x)
     return ip->is_f32 ? (double)(float)x : x;
 }
 
-static int
-attr_i(const Node *n, const char *name, int k)
-{
-    return (int)n->attrs[op_attr_index(n->op, name)].i[k];
-}
-
-static double
-attr_f(const Node *n, const char *name)
-{
-    return n->attrs[op_attr_index(n->op, name)].f;
-}
 
 /* The value of node v at step t: [nb][numel] */
 static double *
@@ -396,7 +385,7 @@ eval_dense(Interp *ip, ValueId v, int t)
     const Node *n = &ip->m->nodes[v];
     const NodeRun *r = &ip->nodes[v];
     int64_t in = ip->nodes[n->args[0]].numel, out = r->numel;
-    const float *bias = attr_i(n, "bias", 0) ? weight(ip, n, 1)->data : NULL;
+    const float *bias = (int)node_attr_i(n, "bias", 0) ? weight(ip, n, 1)->data : NULL;
     const double *x = val(ip, n->args[0], t);
     double *y = val(ip, v, t);
     double *acc = ip->scratch;
@@ -434,15 +423,15 @@ conv_geometry(const Interp *ip, const Node *n)
     g.O = n->type.dims[0];
     g.OH = n->type.dims[1];
     g.OW = n->type.dims[2];
-    g.KH = attr_i(n, "kernel", 0);
-    g.KW = attr_i(n, "kernel", 1);
-    g.SH = attr_i(n, "stride", 0);
-    g.SW = attr_i(n, "stride", 1);
-    g.PH = attr_i(n, "pad", 0);
-    g.PW = attr_i(n, "pad", 1);
-    g.DH = attr_i(n, "dilation", 0);
-    g.DW = attr_i(n, "dilation", 1);
-    g.G = attr_i(n, "groups", 0);
+    g.KH = (int)node_attr_i(n, "kernel", 0);
+    g.KW = (int)node_attr_i(n, "kernel", 1);
+    g.SH = (int)node_attr_i(n, "stride", 0);
+    g.SW = (int)node_attr_i(n, "stride", 1);
+    g.PH = (int)node_attr_i(n, "pad", 0);
+    g.PW = (int)node_attr_i(n, "pad", 1);
+    g.DH = (int)node_attr_i(n, "dilation", 0);
+    g.DW = (int)node_attr_i(n, "dilation", 1);
+    g.G = (int)node_attr_i(n, "groups", 0);
     return g;
 }
 
@@ -458,7 +447,7 @@ eval_conv2d(Interp *ip, ValueId v, int t)
     const NodeRun *r = &ip->nodes[v];
     Conv g = conv_geometry(ip, n);
     int64_t Cg = g.C / g.G, Og = g.O / g.G;
-    const float *bias = attr_i(n, "bias", 0) ? weight(ip, n, 1)->data : NULL;
+    const float *bias = (int)node_attr_i(n, "bias", 0) ? weight(ip, n, 1)->data : NULL;
     const double *x = val(ip, n->args[0], t);
     double *y = val(ip, v, t);
     double *acc = ip->scratch;
@@ -511,9 +500,9 @@ eval_pool(Interp *ip, ValueId v, int t)
     const Type *xt = &ip->m->nodes[n->args[0]].type;
     int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
     int64_t OH = n->type.dims[1], OW = n->type.dims[2];
-    int KH = attr_i(n, "kernel", 0), KW = attr_i(n, "kernel", 1);
-    int SH = attr_i(n, "stride", 0), SW = attr_i(n, "stride", 1);
-    int PH = attr_i(n, "pad", 0), PW = attr_i(n, "pad", 1);
+    int KH = (int)node_attr_i(n, "kernel", 0), KW = (int)node_attr_i(n, "kernel", 1);
+    int SH = (int)node_attr_i(n, "stride", 0), SW = (int)node_attr_i(n, "stride", 1);
+    int PH = (int)node_attr_i(n, "pad", 0), PW = (int)node_attr_i(n, "pad", 1);
     if (SH == 0)
         SH = KH;
     if (SW == 0)
@@ -560,7 +549,7 @@ eval_batchnorm(Interp *ip, ValueId v, int t)
     int64_t inner = C ? r->numel / C : 0;
     const float *w = weight(ip, n, 0)->data, *bias = weight(ip, n, 1)->data;
     const float *mean = weight(ip, n, 2)->data, *var = weight(ip, n, 3)->data;
-    double eps = attr_f(n, "eps");
+    double eps = node_attr_f(n, "eps");
     const double *x = val(ip, n->args[0], t);
     double *y = val(ip, v, t);
     for (int b = 0; b < ip->nb; b++)
@@ -582,8 +571,8 @@ eval_elementwise(Interp *ip, ValueId v, int t)
     const double *b = n->nargs > 1 ? val(ip, n->args[1], t) : NULL;
     double *y = val(ip, v, t);
     /* a constant factor is a Python float in PyTorch: rounded to float32 once, then multiplied */
-    double factor = n->op == OP_SCALE ? rnd(ip, attr_f(n, "factor")) : 0;
-    double divisor = n->op == OP_SCALE ? rnd(ip, attr_f(n, "divisor")) : 1;
+    double factor = n->op == OP_SCALE ? rnd(ip, node_attr_f(n, "factor")) : 0;
+    double divisor = n->op == OP_SCALE ? rnd(ip, node_attr_f(n, "divisor")) : 1;
     for (size_t j = 0; j < nj; j++) {
         double r;
         switch (n->op) {
@@ -627,7 +616,7 @@ eval_poisson(Interp *ip, ValueId v, int t)
     const NodeRun *r = &ip->nodes[v];
     int64_t node_seed = n->attrs[op_attr_index(OP_POISSON, "seed")].i[0];
     uint64_t seed = node_seed >= 0 ? (uint64_t)node_seed : ip->seed;
-    double gain = rnd(ip, attr_f(n, "gain"));
+    double gain = rnd(ip, node_attr_f(n, "gain"));
     const double *x = val(ip, n->args[0], t);
     double *y = val(ip, v, t);
     size_t numel = (size_t)r->numel;
@@ -718,7 +707,7 @@ eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
     case OP_MUL:
     case OP_SCALE: eval_elementwise(ip, v, t); break;
     case OP_DELAY: {
-        int steps = attr_i(n, "steps", 0);
+        int steps = (int)node_attr_i(n, "steps", 0);
         size_t nbytes = (size_t)ip->nb * (size_t)ip->nodes[v].numel * sizeof(double);
         if (t >= steps && steps >= 0)
             memcpy(val(ip, v, t), val(ip, n->args[0], t - steps), nbytes);
@@ -829,7 +818,7 @@ setup(Interp *ip)
         const Node *n = &m->nodes[v];
         if (n->op != OP_DELAY)
             continue;
-        int steps = attr_i(n, "steps", 0);
+        int steps = (int)node_attr_i(n, "steps", 0);
         NodeRun *a = &ip->nodes[n->args[0]];
         if (steps >= 0 && steps < ip->T && steps + 1 > a->hist)
             a->hist = steps + 1;
@@ -855,7 +844,7 @@ setup(Interp *ip)
         if (n->op == OP_INPUT && r->input_index < 0)
             fail(ip, "interpreter: input node %d is not in the module's input list", (int)v);
         if (op_info(n->op)->nweights > 0) {
-            int nslots = n->op == OP_BATCHNORM ? 4 : attr_i(n, "bias", 0) ? 2 : 1;
+            int nslots = n->op == OP_BATCHNORM ? 4 : (int)node_attr_i(n, "bias", 0) ? 2 : 1;
             if (n->first_weight < 0 || n->first_weight + nslots > m->nweights) {
                 fail(ip, "interpreter: layer '%s' has no weight slots", node_layer_name(m, n));
                 break;
@@ -874,7 +863,7 @@ setup(Interp *ip)
         if (n->op == OP_DENSE) {
             int64_t in = ip->nodes[n->args[0]].numel, out = r->numel;
             const Weight *w = weight(ip, n, 0);
-            if (w->numel != in * out || (attr_i(n, "bias", 0) && weight(ip, n, 1)->numel != out)) {
+            if (w->numel != in * out || ((int)node_attr_i(n, "bias", 0) && weight(ip, n, 1)->numel != out)) {
                 fail(ip, "interpreter: weights of '%s' do not match its shape",
                      node_layer_name(m, n));
                 break;
@@ -893,7 +882,7 @@ setup(Interp *ip)
             const Weight *w = weight(ip, n, 0);
             bool ok = g.G > 0 && g.C % g.G == 0 && g.O % g.G == 0 && g.SH > 0 && g.SW > 0 &&
                       w->numel == g.O * (g.C / g.G) * g.KH * g.KW &&
-                      (!attr_i(n, "bias", 0) || weight(ip, n, 1)->numel == g.O);
+                      (!(int)node_attr_i(n, "bias", 0) || weight(ip, n, 1)->numel == g.O);
             if (!ok) {
                 fail(ip, "interpreter: conv2d '%s' has inconsistent shapes", node_layer_name(m, n));
                 break;

@@ -267,6 +267,9 @@ ValueId module_find_value(const Module *m, const char *name);
 int module_find_weight(const Module *m, const char *name);
 /* The layer name that prefixes a node's weights ("fc1"): its name attribute. */
 const char *node_layer_name(const Module *m, const Node *n);
+/* A node's attribute by its ops.def name (the name must exist for the op: a wrong name is a bug). */
+int64_t node_attr_i(const Node *n, const char *name, int k);
+double node_attr_f(const Node *n, const char *name);
 /* How messages name a node's op: the neuron's name for neuron layers ("LIF"), else the op ("dense"). */
 const char *node_op_name(const Module *m, const Node *n);
 NExpr *nexpr_new(Arena *a, NxKind kind);

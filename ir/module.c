@@ -344,6 +344,27 @@ module_find_weight(const Module *m, const char *name)
     return -1;
 }
 
+static int
+attr_slot(const Node *n, const char *name)
+{
+    int a = op_attr_index(n->op, name);
+    if (a < 0)
+        die("op %s has no attribute '%s'", op_info(n->op)->name, name);
+    return a;
+}
+
+int64_t
+node_attr_i(const Node *n, const char *name, int k)
+{
+    return n->attrs[attr_slot(n, name)].i[k];
+}
+
+double
+node_attr_f(const Node *n, const char *name)
+{
+    return n->attrs[attr_slot(n, name)].f;
+}
+
 const char *
 node_op_name(const Module *m, const Node *n)
 {
