@@ -1167,6 +1167,10 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         case MST_OUTPUT: {
             if (!name_ok(L, st))
                 return false;
+            if (st->has_loc && (st->at.line < 1 || st->at.col < 1)) {
+                diag_error(st->loc, "a loc annotation counts lines and columns from 1");
+                return false;
+            }
             int first = m->nnodes;
             L->binding = st->name;
             L->nested_count = 0;
