@@ -38,6 +38,11 @@ typedef struct KBuf {
     KBufKind kind;
     int io;     /* KB_INPUT/KB_OUTPUT: index into Module.inputs / outputs; KB_WEIGHT: weight index */
     ValueId value; /* the graph value it holds, or -1 */
+    /* KB_WEIGHT: nperm 0 = the weight as stored; otherwise the buffer holds the weight transposed
+     * (NumPy's transpose made contiguous): buffer dims are weight dims[perm[0]], dims[perm[1]], ...
+     * (nperm == the weight's rank). Whoever binds weights packs them (runtime/layout.h). */
+    int nperm;
+    int perm[IR_MAX_RANK];
 } KBuf;
 
 typedef enum {
@@ -169,6 +174,11 @@ bool kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *co
  * of `batch`) to spike_counts[value]: each buffer summed in index order in double (exact: counts are
  * integers). Shared by kir_eval and the compiled backends so that they count alike. */
 void kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, double *spike_counts);
+
+/* The memory weight buffer b binds to: the module's weight data itself (nperm 0; *packed NULL), or
+ * a malloc'ed copy packed by the buffer's transpose (returned and left in *packed for the caller to
+ * free). NULL with a message in err if the weight is unbound or not of the program's size. */
+const float *kir_bind_weight(const KProgram *p, int b, float **packed, char *err, size_t errlen);
 
 /* builders (kir_lower.c) */
 KExpr *kx_const(KProgram *p, KType t, double v);

@@ -3,6 +3,7 @@
  * operation). It is the check that lowering is right, compared bit for bit with ir/interp.c; it
  * must stay obvious and never be clever about speed. Every index is bounds-checked. */
 #include "codegen/kir.h"
+#include "runtime/layout.h"
 #include "runtime/philox.h"
 
 #include <math.h>
@@ -315,6 +316,33 @@ ktype_size(KType t)
     }
 }
 
+const float *
+kir_bind_weight(const KProgram *p, int b, float **packed, char *err, size_t errlen)
+{
+    const KBuf *kb = &p->bufs[b];
+    *packed = NULL;
+    const Weight *w = kb->io >= 0 && kb->io < p->m->nweights ? &p->m->weights[kb->io] : NULL;
+    if (!w || !w->data) {
+        snprintf(err, errlen, "weight '%s' is not bound", kb->name);
+        return NULL;
+    }
+    if (w->numel != kb->size.fixed || kb->size.per_batch != 0) {
+        snprintf(err, errlen, "weight '%s' has %lld elements, the program wants %lld", kb->name,
+                 (long long)w->numel, (long long)kb->size.fixed);
+        return NULL;
+    }
+    if (kb->nperm == 0) return w->data;
+    if (kb->nperm != w->rank) {
+        snprintf(err, errlen, "weight '%s': a transpose of rank %d for a weight of rank %d",
+                 kb->name, kb->nperm, w->rank);
+        return NULL;
+    }
+    *packed = malloc((size_t)(w->numel ? w->numel : 1) * sizeof **packed);
+    if (!*packed) die("out of memory");
+    rt_transpose_f32(w->data, w->rank, w->dims, kb->perm, *packed);
+    return *packed;
+}
+
 void
 kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, double *spike_counts)
 {
@@ -370,14 +398,14 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
             switch (kb->kind) {
             case KB_INPUT: ev->mem[b] = (void *)inputs[kb->io]; break;
             case KB_OUTPUT: ev->mem[b] = outputs[kb->io]; break;
-            case KB_WEIGHT:
-                ev->mem[b] = p->m->weights[kb->io].data;
-                if (!ev->mem[b])
-                    efail(ev, "kernel IR: weight '%s' is not bound", kb->name);
-                if (p->m->weights[kb->io].numel != ev->len[b])
-                    efail(ev, "kernel IR: weight '%s' has %lld elements, the program wants %lld",
-                          kb->name, (long long)p->m->weights[kb->io].numel, (long long)ev->len[b]);
+            case KB_WEIGHT: {
+                char msg[256];
+                float *packed;
+                ev->mem[b] = (void *)kir_bind_weight(p, b, &packed, msg, sizeof msg);
+                owned[b] = packed != NULL;
+                if (!ev->mem[b]) efail(ev, "kernel IR: %s", msg);
                 break;
+            }
             case KB_TEMP:
                 ev->mem[b] = calloc((size_t)(ev->len[b] ? ev->len[b] : 1), ktype_size(kb->type));
                 owned[b] = true;

@@ -334,7 +334,7 @@ add_buf(Lower *lw, const char *name, KType t, KSize size, KBufKind kind, int io,
     /* buffers are added before any kernel refers to them by index, in a few rounds: grow by one */
     p->bufs = arena_grow(&p->arena, p->bufs, (size_t)p->nbufs * sizeof *p->bufs,
                          (size_t)(p->nbufs + 1) * sizeof *p->bufs);
-    p->bufs[p->nbufs] = (KBuf){arena_strdup(&p->arena, name), t, size, kind, io, v};
+    p->bufs[p->nbufs] = (KBuf){arena_strdup(&p->arena, name), t, size, kind, io, v, 0, {0}};
     return p->nbufs++;
 }
 

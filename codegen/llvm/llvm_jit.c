@@ -33,6 +33,8 @@ struct CgLlvm {
     void **bufs;    /* [nbufs] bound per run */
     void **temp;    /* [nbufs] KB_TEMP memory, kept between runs */
     size_t *temp_bytes; /* [nbufs] its size */
+    float **packed;     /* [nbufs] transposed weights (KBuf.nperm), packed by the first run */
+    const float **packed_from; /* [nbufs] the weight data each was packed from */
 };
 
 static void
@@ -154,7 +156,10 @@ cg_llvm_compile(const KProgram *p, char *err, size_t errlen)
     cg->bufs = calloc((size_t)p->nbufs + 1, sizeof *cg->bufs);
     cg->temp = calloc((size_t)p->nbufs + 1, sizeof *cg->temp);
     cg->temp_bytes = calloc((size_t)p->nbufs + 1, sizeof *cg->temp_bytes);
-    if (!cg->bufs || !cg->temp || !cg->temp_bytes) die("out of memory");
+    cg->packed = calloc((size_t)p->nbufs + 1, sizeof *cg->packed);
+    cg->packed_from = calloc((size_t)p->nbufs + 1, sizeof *cg->packed_from);
+    if (!cg->bufs || !cg->temp || !cg->temp_bytes || !cg->packed || !cg->packed_from)
+        die("out of memory");
 
     /* expf, logf, tanhf, powf, ... resolve to the process's own libm (the one kir_eval calls) */
     LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
@@ -195,8 +200,12 @@ cg_llvm_free(CgLlvm *cg)
         if (e) LLVMConsumeError(e);
     }
     llvm_pool_free(cg->pool);
-    for (int i = 0; i < cg->p->nbufs; i++)
+    for (int i = 0; i < cg->p->nbufs; i++) {
         free(cg->temp[i]);
+        free(cg->packed[i]);
+    }
+    free(cg->packed);
+    free(cg->packed_from);
     free(cg->temp);
     free(cg->temp_bytes);
     free(cg->bufs);
@@ -249,18 +258,19 @@ bind_buffers(CgLlvm *cg, int batch, const float *const *inputs, float *const *ou
             }
             bufs[i] = outputs[kb->io];
             break;
-        case KB_WEIGHT:
-            if (!m || kb->io < 0 || kb->io >= m->nweights || !m->weights[kb->io].data) {
-                set_err(err, errlen, "weight '%s' is not bound", kb->name);
-                return false;
+        case KB_WEIGHT: {
+            /* packed weights are kept while the module's weight data stays where it was */
+            const float *data = kb->io >= 0 && kb->io < m->nweights ? m->weights[kb->io].data : NULL;
+            if (kb->nperm && cg->packed[i] && data && cg->packed_from[i] == data) {
+                bufs[i] = cg->packed[i];
+                break;
             }
-            if (m->weights[kb->io].numel != n) {
-                set_err(err, errlen, "weight '%s' has %lld elements, the program wants %lld",
-                        kb->name, (long long)m->weights[kb->io].numel, (long long)n);
-                return false;
-            }
-            bufs[i] = m->weights[kb->io].data;
+            free(cg->packed[i]);
+            bufs[i] = (void *)kir_bind_weight(p, i, &cg->packed[i], err, errlen);
+            cg->packed_from[i] = data;
+            if (!bufs[i]) return false;
             break;
+        }
         case KB_TEMP: {
             size_t bytes = (n ? (size_t)n : 1) * llvm_gen_elem_size(kb->type);
             if (bytes > cg->temp_bytes[i]) {
