@@ -180,6 +180,10 @@ void kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, do
  * free). NULL with a message in err if the weight is unbound or not of the program's size. */
 const float *kir_bind_weight(const KProgram *p, int b, float **packed, char *err, size_t errlen);
 
+/* kir_meta.c: the program described for model.so (the text runtime/session.c reads: inputs,
+ * outputs, weights, counted layers, every buffer in order); malloc'ed. */
+char *kir_describe(const KProgram *p);
+
 /* builders (kir_lower.c) */
 KExpr *kx_const(KProgram *p, KType t, double v);
 KExpr *kx_var(KProgram *p, const Kernel *k, int var);

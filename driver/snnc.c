@@ -4,6 +4,7 @@
 #include "codegen/kir.h"
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
+#include "driver/link.h"
 #endif
 #include "frontend/frontend.h"
 #include "ir/ir.h"
@@ -43,6 +44,8 @@ typedef struct Options {
     bool quiet;
     int opt_level;
     int threads; /* CPU backend: threads running each kernel (default: online CPUs) */
+    bool no_embed_weights; /* model.so: leave the weights out */
+    const char *cpu;       /* model.so / --emit=obj: LLVM CPU name; NULL = this machine's */
 } Options;
 
 static void
@@ -56,7 +59,15 @@ usage(FILE *f)
           "  --emit=ir               print the graph IR (to stdout, or to the file given by -o)\n"
           "  --emit=kernel           print the kernel IR the code generators start from\n"
           "  --emit=llvm             print the LLVM IR of the CPU backend (-O0: before optimisation)\n"
-          "  -o FILE                 where --emit writes\n"
+          "  --emit=obj              write the CPU backend's object file (needs -o)\n"
+          "  --emit=weights          write the weights the model runs with (--weights, the model's\n"
+          "                          file, or its seeded initialisation) as f32 safetensors (needs -o)\n"
+          "  -o FILE                 where --emit writes; without --emit, build a shared library\n"
+          "                          (model.so: generated code, runtime and weights, C ABI snn.h)\n"
+          "  --no-embed-weights      model.so without weights (load them with\n"
+          "                          snn_session_load_weights_file)\n"
+          "  --cpu=NAME              model.so / --emit=obj for another CPU: an LLVM CPU name\n"
+          "                          (x86-64-v2, x86-64-v3, znver4, ...; default: this machine's)\n"
           "\n"
           "Running:\n"
           "  --run                   run the model on the data and report accuracy, images/s, firing rates\n"
@@ -229,7 +240,7 @@ static void
 parse_options(int argc, char **argv, Options *o)
 {
     enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
-           O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS };
+           O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -241,6 +252,7 @@ parse_options(int argc, char **argv, Options *o)
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, O_VERSION},
         {"quiet", no_argument, 0, 'q'},
         {"jit", no_argument, 0, O_JIT},               {"threads", required_argument, 0, O_THREADS},
+        {"no-embed-weights", no_argument, 0, O_NO_EMBED}, {"cpu", required_argument, 0, O_CPU},
         {0, 0, 0, 0},
     };
     o->batch = 64;
@@ -256,9 +268,11 @@ parse_options(int argc, char **argv, Options *o)
         switch (c) {
         case O_EMIT:
             if (strcmp(optarg, "ir") != 0 && strcmp(optarg, "kernel") != 0 &&
-                (strcmp(optarg, "llvm") != 0 || !find_backend("cpu")))
-                usage_error("--emit=%s is not available (this build emits: ir, kernel%s)", optarg,
-                            find_backend("cpu") ? ", llvm" : "");
+                strcmp(optarg, "weights") != 0 &&
+                ((strcmp(optarg, "llvm") != 0 && strcmp(optarg, "obj") != 0) ||
+                 !find_backend("cpu")))
+                usage_error("--emit=%s is not available (this build emits: ir, kernel, weights%s)", optarg,
+                            find_backend("cpu") ? ", llvm, obj" : "");
             o->emit = optarg;
             break;
         case 'O':
@@ -305,6 +319,8 @@ parse_options(int argc, char **argv, Options *o)
         case 'h': usage(stdout); exit(0);
         case O_VERSION: printf("snnc %s\n", SNNC_VERSION); exit(0);
         case 'q': o->quiet = true; break;
+        case O_NO_EMBED: o->no_embed_weights = true; break;
+        case O_CPU: o->cpu = optarg; break;
         case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
         default:
             if (optopt >= 256)
@@ -321,11 +337,16 @@ parse_options(int argc, char **argv, Options *o)
     if (optind + 1 < argc)
         usage_error("one model file at a time (got '%s' and '%s')", argv[optind], argv[optind + 1]);
     o->path = argv[optind];
-    if (!o->emit && !o->run)
-        usage_error("nothing to do: give --run or --emit=ir%s",
-                    o->out ? " (building a model.so needs the CPU backend, not in this build)" : "");
-    if (o->out && !o->emit)
-        usage_error("-o names the file --emit writes; outputs of --run go to --output=FILE");
+    if (!o->emit && !o->run && !o->out)
+        usage_error("nothing to do: give --run, --emit=ir or -o MODEL.so");
+    if (o->out && !o->emit && !find_backend("cpu"))
+        usage_error("building a shared library needs the CPU backend, not in this build");
+    if (o->emit && (strcmp(o->emit, "obj") == 0 || strcmp(o->emit, "weights") == 0) && !o->out)
+        usage_error("--emit=%s needs -o FILE", o->emit);
+    if (o->no_embed_weights && (!o->out || o->emit))
+        usage_error("--no-embed-weights is for building a shared library (-o MODEL.so)");
+    if (o->cpu && (!o->out || (o->emit && strcmp(o->emit, "obj") != 0)))
+        usage_error("--cpu is for building a shared library (-o MODEL.so) or --emit=obj");
     if (!o->run && (o->data || o->ninput_args || o->output || o->report_json || o->limit >= 0))
         usage_error("--data, --input, --output, --limit and --report need --run");
     if (o->data && o->ninput_args)
@@ -511,7 +532,7 @@ load_inputs(const Module *m, const Options *o, Data *d)
                 const char *name = m->nodes[m->inputs[k]].name;
                 RtTensor *t = NULL;
                 for (int i = 0; i < set.ntensors; i++)
-                    if (strcmp(set.tensors[i].name, name) == 0)
+                    if (set.tensors[i].name && strcmp(set.tensors[i].name, name) == 0)
                         t = &set.tensors[i];
                 if (!t) {
                     diag_file_error(file, "has no array named '%s' (one per model input)", name);
@@ -827,6 +848,40 @@ emit_llvm(FILE *f, const KProgram *kp, bool optimised)
 #endif
 }
 
+/* --emit=weights: the bound weights as f32 safetensors */
+static int
+write_weights(const Module *m, const char *path)
+{
+    RtTensor *ts = weights_as_tensors(m);
+    char msg[512];
+    int rc = 0;
+    if (rt_safetensors_write(path, ts, m->nweights, RT_F32, msg, sizeof msg) != 0) {
+        diag_reader_error(path, msg);
+        rc = 1;
+    }
+    free(ts);
+    return rc;
+}
+
+/* --emit=obj -o FILE, or -o MODEL.so */
+static int
+build_binary(Module *m, const Options *o)
+{
+#ifdef SNN_HAVE_LLVM
+    bool embed = !o->no_embed_weights;
+    if (embed && !weights_bind(m, o->weights)) return 1;
+    KProgram *kp = kir_lower(m);
+    if (!kp) return 1;
+    bool is_ok = o->emit ? link_emit_object(kp, o->cpu, o->out, embed)
+                         : link_shared_library(kp, o->cpu, o->out, embed);
+    kir_free(kp);
+    return is_ok ? 0 : 1;
+#else
+    (void)m, (void)o;
+    unreachable();
+#endif
+}
+
 int
 main(int argc, char **argv)
 {
@@ -838,7 +893,9 @@ main(int argc, char **argv)
         return 1;
     }
     int rc = 0;
-    if (o.emit) {
+    if (o.emit && strcmp(o.emit, "weights") == 0) {
+        rc = weights_bind(m, o.weights) ? write_weights(m, o.out) : 1;
+    } else if (o.emit && strcmp(o.emit, "obj") != 0) {
         FILE *f = o.out ? fopen(o.out, "w") : stdout;
         if (!f) {
             diag_file_error(o.out, "cannot write: %s", strerror(errno));
@@ -861,6 +918,8 @@ main(int argc, char **argv)
                 rc = 1;
             }
         }
+    } else if (o.out) {
+        rc = build_binary(m, &o);
     }
     if (rc == 0 && o.run) {
         if (!weights_bind(m, o.weights))

@@ -300,6 +300,10 @@ void print_double(char *buf, size_t n, double x);
 /* weights.c: bind weight data from a safetensors file (checking names, shapes, dtypes: missing, extra,
  * mis-shaped are errors) or from the seeded PyTorch-default initialisation. */
 bool weights_bind(Module *m, const char *override_path);
+/* The module's weights as tensors viewing their data (name and data borrowed, dtype f32), for
+ * writers; free the array only. */
+struct RtTensor;
+struct RtTensor *weights_as_tensors(const Module *m);
 
 /* nexpr.c: the arithmetic of neuron equations, shared by the interpreter and every lowering.
  * is_f32: round like float32 (float functions on float arguments); otherwise double. */

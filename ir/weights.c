@@ -9,6 +9,7 @@
 #include "runtime/tensor_io.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { MAX_LISTED_WEIGHTS = 8 };
@@ -156,4 +157,18 @@ weights_bind(Module *m, const char *override_path)
         }
     rt_tensorset_free(&set);
     return ok;
+}
+
+RtTensor *
+weights_as_tensors(const Module *m)
+{
+    RtTensor *ts = calloc((size_t)m->nweights + 1, sizeof *ts);
+    if (!ts) die("out of memory");
+    for (int i = 0; i < m->nweights; i++) {
+        const Weight *w = &m->weights[i];
+        ts[i] = (RtTensor){(char *)w->name, RT_F32, w->rank, {0}, w->numel, w->data};
+        for (int d = 0; d < w->rank; d++)
+            ts[i].dims[d] = w->dims[d];
+    }
+    return ts;
 }

@@ -14,7 +14,7 @@ typedef enum { RT_F32, RT_F16, RT_BF16, RT_F64, RT_U8, RT_I8, RT_I32, RT_I64, RT
 /* largest element count any reader accepts; larger claims are errors, never allocations */
 #define RT_MAX_NUMEL ((int64_t)1 << 34)
 
-typedef struct {
+typedef struct RtTensor {
     char *name;    /* owned; NULL for npy */
     RtDType dtype; /* the dtype as stored in the file */
     int rank;

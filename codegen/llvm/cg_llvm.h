@@ -30,5 +30,13 @@ void cg_llvm_free(CgLlvm *cg);
 /* The generated module as text (--emit=llvm), before or after "default<O3>"; malloc'ed, or NULL
  * with a message in err. */
 char *cg_llvm_module_text(const KProgram *p, bool optimised, char *err, size_t errlen);
+/* The program as a relocatable object for model.so (position-independent, for `cpu`: an LLVM CPU
+ * name such as "x86-64-v3", or NULL/"native" for the host CPU and its features): the
+ * schedule snnk_run (runtime/kernel_abi.h), and the constants the runtime reads, snnk_meta (meta,
+ * NUL-terminated: kir_describe), snnk_weights (weights_len bytes of safetensors; 0: none) and
+ * snnk_weights_size. Returns false with a message in err. */
+bool cg_llvm_write_object(const KProgram *p, const char *cpu, const char *meta,
+                          const void *weights, size_t weights_len, const char *path, char *err,
+                          size_t errlen);
 
 #endif

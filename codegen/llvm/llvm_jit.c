@@ -1,5 +1,5 @@
 /* The LLVM backend's driver: host target machine, "default<O3>", ORC LLJIT, and running a compiled
- * program on one batch (buffers bound, KB_TEMP kept and cleared, snn_run called with the thread
+ * program on one batch (buffers bound, KB_TEMP kept and cleared, snnk_run called with the thread
  * pool of llvm_pool.c). Every LLVM error is
  * checked where it happens and reported with LLVM's own message; nothing here prints. Must not
  * change what a program computes: that is llvm_gen.c's contract with kir_eval. */
@@ -20,6 +20,7 @@
 
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/llvm/llvm_gen.h"
+#include "runtime/pool.h"
 
 struct CgLlvm {
     const KProgram *p;
@@ -29,7 +30,7 @@ struct CgLlvm {
      * CgLlvm are safe and take turns): */
     pthread_mutex_t lock;
     int nthreads;   /* wanted; the pool is (re)started by the next run */
-    LlvmPool *pool; /* NULL until a run needs it */
+    RtPool *pool; /* NULL until a run needs it */
     void **bufs;    /* [nbufs] bound per run */
     void **temp;    /* [nbufs] KB_TEMP memory, kept between runs */
     size_t *temp_bytes; /* [nbufs] its size */
@@ -71,6 +72,12 @@ init_native(void)
 LLVMTargetMachineRef
 llvm_host_target_machine(char *err, size_t errlen)
 {
+    return llvm_target_machine(NULL, err, errlen);
+}
+
+LLVMTargetMachineRef
+llvm_target_machine(const char *cpu_name, char *err, size_t errlen)
+{
     init_native();
     char *triple = LLVMGetDefaultTargetTriple();
     char *msg = NULL;
@@ -81,13 +88,21 @@ llvm_host_target_machine(char *err, size_t errlen)
         LLVMDisposeMessage(triple);
         return NULL;
     }
-    char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
+    bool is_host = !cpu_name || !strcmp(cpu_name, "native");
+    char *cpu = is_host ? LLVMGetHostCPUName() : strdup(cpu_name);
+    char *features = is_host ? LLVMGetHostCPUFeatures() : strdup("");
+    if (!cpu || !features) die("out of memory");
     LLVMTargetMachineRef tm =
         LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelAggressive,
                                 LLVMRelocPIC, LLVMCodeModelJITDefault);
     if (!tm) set_err(err, errlen, "LLVM: cannot create a target machine for %s (%s)", triple, cpu);
-    LLVMDisposeMessage(cpu);
-    LLVMDisposeMessage(features);
+    if (is_host) {
+        LLVMDisposeMessage(cpu);
+        LLVMDisposeMessage(features);
+    } else {
+        free(cpu);
+        free(features);
+    }
     LLVMDisposeMessage(triple);
     return tm;
 }
@@ -199,7 +214,7 @@ cg_llvm_free(CgLlvm *cg)
         LLVMErrorRef e = LLVMOrcDisposeLLJIT(cg->jit);
         if (e) LLVMConsumeError(e);
     }
-    llvm_pool_free(cg->pool);
+    rt_pool_free(cg->pool);
     for (int i = 0; i < cg->p->nbufs; i++) {
         free(cg->temp[i]);
         free(cg->packed[i]);
@@ -299,17 +314,17 @@ cg_llvm_run(CgLlvm *cg, int batch, int64_t sample_base, const float *const *inpu
     if (batch <= 0 || p->timesteps <= 0) return true;
     pthread_mutex_lock(&cg->lock);
     bool is_ok = true;
-    if (cg->pool && cg->nthreads != llvm_pool_nthreads(cg->pool)) {
-        llvm_pool_free(cg->pool);
+    if (cg->pool && cg->nthreads != rt_pool_nthreads(cg->pool)) {
+        rt_pool_free(cg->pool);
         cg->pool = NULL;
     }
     if (!cg->pool) {
-        cg->pool = llvm_pool_new(cg->nthreads, err, errlen);
+        cg->pool = rt_pool_new(cg->nthreads, err, errlen);
         is_ok = cg->pool != NULL;
     }
     if (is_ok) is_ok = bind_buffers(cg, batch, inputs, outputs, err, errlen);
     if (is_ok) {
-        cg->run(cg->bufs, batch, sample_base, llvm_pool_rt(cg->pool));
+        cg->run(cg->bufs, batch, sample_base, rt_pool_rt(cg->pool));
         kir_add_spike_counts(p, batch, cg->bufs, spike_counts);
     }
     pthread_mutex_unlock(&cg->lock);
@@ -343,4 +358,54 @@ cg_llvm_module_text(const KProgram *p, bool optimised, char *err, size_t errlen)
     LLVMContextDispose(ctx);
     LLVMDisposeTargetMachine(tm);
     return text;
+}
+
+/* a constant global byte array `name` holding data (external linkage: the runtime refers to it) */
+static void
+add_bytes(LLVMModuleRef mod, const char *name, const void *data, size_t len, unsigned align)
+{
+    LLVMContextRef ctx = LLVMGetModuleContext(mod);
+    LLVMValueRef init = LLVMConstStringInContext(ctx, data, (unsigned)len, 1);
+    LLVMValueRef g = LLVMAddGlobal(mod, LLVMTypeOf(init), name);
+    LLVMSetInitializer(g, init);
+    LLVMSetGlobalConstant(g, 1);
+    LLVMSetAlignment(g, align);
+}
+
+bool
+cg_llvm_write_object(const KProgram *p, const char *cpu, const char *meta, const void *weights,
+                     size_t weights_len, const char *path, char *err, size_t errlen)
+{
+    if (weights_len >= (size_t)1 << 32) {
+        set_err(err, errlen, "the weights take %zu bytes; at most 4 GiB can be embedded (use "
+                "--no-embed-weights)", weights_len);
+        return false;
+    }
+    LLVMTargetMachineRef tm = llvm_target_machine(cpu, err, errlen);
+    if (!tm) return false;
+    LLVMContextRef ctx = LLVMContextCreate();
+    LLVMModuleRef mod = llvm_gen_module(p, ctx, err, errlen);
+    bool is_ok = mod != NULL;
+    if (is_ok) {
+        add_bytes(mod, "snnk_meta", meta, strlen(meta) + 1, 1);
+        static const unsigned char none = 0;
+        add_bytes(mod, "snnk_weights", weights_len ? weights : &none, weights_len ? weights_len : 1,
+                  64);
+        LLVMValueRef size = LLVMAddGlobal(mod, LLVMInt64TypeInContext(ctx), "snnk_weights_size");
+        LLVMSetInitializer(size, LLVMConstInt(LLVMInt64TypeInContext(ctx), weights_len, 0));
+        LLVMSetGlobalConstant(size, 1);
+        is_ok = llvm_optimise(mod, tm, err, errlen);
+    }
+    if (is_ok) {
+        char *msg = NULL;
+        if (LLVMTargetMachineEmitToFile(tm, mod, (char *)path, LLVMObjectFile, &msg)) {
+            set_err(err, errlen, "LLVM: cannot write '%s': %s", path, msg ? msg : "?");
+            is_ok = false;
+        }
+        LLVMDisposeMessage(msg);
+    }
+    if (mod) LLVMDisposeModule(mod);
+    LLVMContextDispose(ctx);
+    LLVMDisposeTargetMachine(tm);
+    return is_ok;
 }

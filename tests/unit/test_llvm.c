@@ -896,7 +896,7 @@ test_module_text(void)
     char err[256];
     char *raw = cg_llvm_module_text(&tp->p, false, err, sizeof err);
     char *opt = cg_llvm_module_text(&tp->p, true, err, sizeof err);
-    CHECK(raw && strstr(raw, "define void @snn_run") && strstr(raw, "@expf"));
+    CHECK(raw && strstr(raw, "define void @snnk_run") && strstr(raw, "@expf"));
     CHECK(raw && strstr(raw, "llvm.loop.parallel_accesses") && strstr(raw, "!llvm.access.group"));
     CHECK(opt && strstr(opt, "define void @kernel_0"));
     CHECK(opt && strstr(opt, "x float>")); /* vectorised */

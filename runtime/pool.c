@@ -1,5 +1,5 @@
-/* The CPU backend's thread pool: persistent pthreads that run the chunks of a kernel's outermost
- * parallel loop (LlvmRt.parallel_for, called by generated code). The split is contiguous and
+/* pool.c: the CPU thread pool (pool.h): persistent pthreads that run the chunks of a kernel's
+ * outermost parallel loop (SnnkRt.parallel_for, called by generated code). The split is contiguous and
  * depends only on the range and the thread count, and chunks write disjoint data, so results never
  * depend on timing. Nothing here allocates per call or knows what a kernel computes. */
 #include <pthread.h>
@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/llvm/llvm_gen.h"
+#include "runtime/pool.h"
 
-struct LlvmPool {
-    LlvmRt rt; /* first: generated code is handed &pool->rt */
+struct RtPool {
+    SnnkRt rt; /* first: generated code is handed &pool->rt */
     int nthreads; /* workers + the caller */
     int nworkers; /* started */
     pthread_t *workers;
@@ -21,20 +21,20 @@ struct LlvmPool {
     int pending;         /* workers that have not finished the current job */
     bool is_stopping;
     /* the current job */
-    LlvmChunkFn fn;
+    SnnkChunkFn fn;
     void **bufs;
     int64_t batch, step, sample_base, lo, hi;
     int nchunks;
 };
 
 typedef struct Worker {
-    LlvmPool *pool;
+    RtPool *pool;
     int index; /* chunk index: 1..nthreads-1 (the caller runs chunk 0) */
 } Worker;
 
 /* chunk c of n of [lo, hi): contiguous, sizes differing by at most one */
 static void
-run_chunk(const LlvmPool *p, int c)
+run_chunk(const RtPool *p, int c)
 {
     int64_t trip = p->hi - p->lo;
     int64_t a = p->lo + trip * c / p->nchunks, b = p->lo + trip * (c + 1) / p->nchunks;
@@ -45,7 +45,7 @@ static void *
 worker_main(void *arg)
 {
     Worker *w = arg;
-    LlvmPool *p = w->pool;
+    RtPool *p = w->pool;
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -66,10 +66,10 @@ worker_main(void *arg)
 }
 
 static void
-pool_parallel_for(LlvmRt *rt, LlvmChunkFn fn, void **bufs, int64_t batch, int64_t step,
+pool_parallel_for(SnnkRt *rt, SnnkChunkFn fn, void **bufs, int64_t batch, int64_t step,
                   int64_t sample_base, int64_t lo, int64_t hi)
 {
-    LlvmPool *p = (LlvmPool *)rt;
+    RtPool *p = (RtPool *)rt;
     if (hi <= lo) return;
     int64_t trip = hi - lo;
     if (p->nworkers == 0 || trip < 2) {
@@ -96,23 +96,26 @@ pool_parallel_for(LlvmRt *rt, LlvmChunkFn fn, void **bufs, int64_t batch, int64_
     pthread_mutex_unlock(&p->mu);
 }
 
-LlvmRt *
-llvm_pool_rt(LlvmPool *pool)
+SnnkRt *
+rt_pool_rt(RtPool *pool)
 {
     return &pool->rt;
 }
 
 int
-llvm_pool_nthreads(const LlvmPool *pool)
+rt_pool_nthreads(const RtPool *pool)
 {
     return pool->nthreads;
 }
 
-LlvmPool *
-llvm_pool_new(int nthreads, char *err, size_t errlen)
+RtPool *
+rt_pool_new(int nthreads, char *err, size_t errlen)
 {
-    LlvmPool *p = calloc(1, sizeof *p);
-    if (!p) die("out of memory");
+    RtPool *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "out of memory for a thread pool");
+        return NULL;
+    }
     p->rt.parallel_for = pool_parallel_for;
     p->nthreads = nthreads < 1 ? 1 : nthreads;
     pthread_mutex_init(&p->mu, NULL);
@@ -120,10 +123,18 @@ llvm_pool_new(int nthreads, char *err, size_t errlen)
     pthread_cond_init(&p->done, NULL);
     if (p->nthreads == 1) return p;
     p->workers = calloc((size_t)p->nthreads, sizeof *p->workers);
-    if (!p->workers) die("out of memory");
+    if (!p->workers) {
+        snprintf(err, errlen, "out of memory for %d threads", p->nthreads);
+        rt_pool_free(p);
+        return NULL;
+    }
     for (int i = 1; i < p->nthreads; i++) {
         Worker *w = malloc(sizeof *w);
-        if (!w) die("out of memory");
+        if (!w) {
+            snprintf(err, errlen, "out of memory for %d threads", p->nthreads);
+            rt_pool_free(p);
+            return NULL;
+        }
         w->pool = p;
         w->index = i;
         int rc = pthread_create(&p->workers[p->nworkers], NULL, worker_main, w);
@@ -131,7 +142,7 @@ llvm_pool_new(int nthreads, char *err, size_t errlen)
             free(w);
             snprintf(err, errlen, "cannot start thread %d of %d: %s", i + 1, p->nthreads,
                      strerror(rc));
-            llvm_pool_free(p);
+            rt_pool_free(p);
             return NULL;
         }
         p->nworkers++;
@@ -140,7 +151,7 @@ llvm_pool_new(int nthreads, char *err, size_t errlen)
 }
 
 void
-llvm_pool_free(LlvmPool *p)
+rt_pool_free(RtPool *p)
 {
     if (!p) return;
     pthread_mutex_lock(&p->mu);

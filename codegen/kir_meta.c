@@ -1,0 +1,97 @@
+/* kir_meta.c: the description of a program that a model.so carries (kir_describe), in the text
+ * format runtime/session.c reads (see the comment at its top). Kept next to the kernel IR, not in
+ * a code generator, because every device's model.so carries the same description. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/kir.h"
+#include "runtime/kernel_abi.h"
+
+typedef struct Text {
+    char *s;
+    size_t len, cap;
+} Text;
+
+static void
+put(Text *t, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) die("kir_describe: formatting failed");
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        t->cap = (t->cap + (size_t)n + 1) * 2;
+        t->s = realloc(t->s, t->cap);
+        if (!t->s) die("out of memory");
+    }
+}
+
+static const char *
+node_name(const Module *m, ValueId v, char *buf, size_t n)
+{
+    if (m->nodes[v].name) return m->nodes[v].name;
+    snprintf(buf, n, "v%d", (int)v);
+    return buf;
+}
+
+static void
+put_dims(Text *t, int rank, const int64_t *dims)
+{
+    put(t, " %d", rank);
+    for (int d = 0; d < rank; d++)
+        put(t, " %lld", (long long)dims[d]);
+}
+
+char *
+kir_describe(const KProgram *p)
+{
+    const Module *m = p->m;
+    Text t = {malloc(4096), 0, 4096};
+    if (!t.s) die("out of memory");
+    char buf[32];
+    int nstatic = 0, nstep = 0;
+    for (int k = 0; k < p->nkernels; k++)
+        p->kernels[k].is_step ? nstep++ : nstatic++;
+    put(&t, "snnc-model %d\nname %s\ntimesteps %d\ndevices cpu\nkernels %d %d\n", SNNK_ABI_VERSION,
+        m->name, p->timesteps, nstatic, nstep);
+    for (int i = 0; i < m->ninputs; i++) {
+        const Node *n = &m->nodes[m->inputs[i]];
+        put(&t, "input %s %d", node_name(m, m->inputs[i], buf, sizeof buf),
+            n->is_per_step_input ? 1 : 0);
+        put_dims(&t, n->type.rank, n->type.dims);
+        put(&t, "\n");
+    }
+    for (int i = 0; i < m->noutputs; i++) {
+        const Node *n = &m->nodes[m->outputs[i]];
+        put(&t, "output %s %d", node_name(m, m->outputs[i], buf, sizeof buf),
+            n->type.has_time ? 1 : 0);
+        put_dims(&t, n->type.rank, n->type.dims);
+        put(&t, "\n");
+    }
+    for (int i = 0; i < m->nweights; i++) {
+        put(&t, "weight %s", m->weights[i].name);
+        put_dims(&t, m->weights[i].rank, m->weights[i].dims);
+        put(&t, "\n");
+    }
+    for (int i = 0; i < p->nstats; i++)
+        put(&t, "layer %s %d\n", node_name(m, p->stats[i].value, buf, sizeof buf),
+            p->stats[i].buf);
+    static const char *const kinds[] = {"input", "output", "weight", "temp"};
+    for (int i = 0; i < p->nbufs; i++) {
+        const KBuf *b = &p->bufs[i];
+        put(&t, "buf %s %s %s %lld %lld %d %d", b->name, kinds[b->kind], ktype_name(b->type),
+            (long long)b->size.per_batch, (long long)b->size.fixed, b->io, b->nperm);
+        for (int d = 0; d < b->nperm; d++)
+            put(&t, " %d", b->perm[d]);
+        put(&t, "\n");
+    }
+    put(&t, "end\n");
+    return t.s;
+}

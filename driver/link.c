@@ -1,0 +1,163 @@
+/* link.c: building model.so. The generated object (codegen/llvm: snnk_run, the program's
+ * description, the weights as safetensors bytes) is linked by the system's C compiler driver ($CC,
+ * else cc) with the model runtime archive (runtime/CMakeLists.txt: snnrt_model) into a shared
+ * library that exports only snn_* (a version script) and needs nothing but libc, libm and
+ * libpthread at run time. */
+#include "driver/link.h"
+
+#include "codegen/llvm/cg_llvm.h"
+#include "runtime/tensor_io.h"
+
+#include <errno.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+enum { MAX_ARGS = 32 };
+
+static bool
+is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The runtime archive: $SNN_RUNTIME_ARCHIVE, ../lib/snnc/ beside this executable, the build tree. */
+static bool
+find_runtime(char *path, size_t n)
+{
+    const char *env = getenv("SNN_RUNTIME_ARCHIVE");
+    if (env && *env) {
+        snprintf(path, n, "%s", env);
+        if (is_file(path)) return true;
+        diag_file_error(env, "SNN_RUNTIME_ARCHIVE names no file");
+        return false;
+    }
+    char exe[2048];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(path, n, "%s/../lib/snnc/libsnnrt_model.a", exe);
+            if (is_file(path)) return true;
+        }
+    }
+    snprintf(path, n, "%s", SNN_RUNTIME_ARCHIVE);
+    if (is_file(path)) return true;
+    diag_error((Loc){0}, "cannot find the model runtime (libsnnrt_model.a): set "
+                            "SNN_RUNTIME_ARCHIVE, or install it beside snnc in ../lib/snnc/");
+    return false;
+}
+
+/* The bound weights as safetensors bytes (f32: exactly the values the model computes with). */
+static bool
+encode_weights(const Module *m, unsigned char **buf, size_t *len)
+{
+    RtTensor *ts = weights_as_tensors(m);
+    char msg[512];
+    bool is_ok = rt_safetensors_encode(ts, m->nweights, RT_F32, buf, len, msg, sizeof msg) == 0;
+    if (!is_ok) diag_error((Loc){0}, "encoding the weights: %s", msg);
+    free(ts);
+    return is_ok;
+}
+
+/* Run argv, waiting for it; false after reporting if it could not start or failed. */
+static bool
+run_command(char *const *argv, const char *what)
+{
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
+    if (rc != 0) {
+        diag_error((Loc){0}, "%s: cannot run '%s': %s (a C compiler driver links model.so: "
+                                "apt-get install gcc, or set CC)", what, argv[0], strerror(rc));
+        return false;
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) {
+            diag_error((Loc){0}, "%s: waiting for '%s': %s", what, argv[0], strerror(errno));
+            return false;
+        }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+    diag_error((Loc){0}, "%s: '%s' failed (%s %d)", what, argv[0],
+               WIFEXITED(status) ? "exit status" : "signal",
+               WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    return false;
+}
+
+bool
+link_emit_object(const KProgram *kp, const char *cpu, const char *path, bool embed_weights)
+{
+    const Module *m = kp->m;
+    unsigned char *weights = NULL;
+    size_t wlen = 0;
+    if (embed_weights && !encode_weights(m, &weights, &wlen)) return false;
+    char *meta = kir_describe(kp);
+    char err[1024];
+    bool is_ok = cg_llvm_write_object(kp, cpu, meta, weights, wlen, path, err, sizeof err);
+    if (!is_ok) diag_error((Loc){0}, "%s", err);
+    free(meta);
+    free(weights);
+    return is_ok;
+}
+
+bool
+link_shared_library(const KProgram *kp, const char *cpu, const char *out, bool embed_weights)
+{
+    char runtime[4096];
+    if (!find_runtime(runtime, sizeof runtime)) return false;
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/snnc-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        diag_file_error(dir, "cannot make a temporary directory: %s", strerror(errno));
+        return false;
+    }
+    char obj[4200], map[4200];
+    snprintf(obj, sizeof obj, "%s/model.o", dir);
+    snprintf(map, sizeof map, "%s/exports.map", dir);
+    bool is_ok = link_emit_object(kp, cpu, obj, embed_weights);
+    if (is_ok) {
+        static const char script[] = "{\n  global: snn_*;\n  local: *;\n};\n";
+        char msg[512];
+        is_ok = rt_write_file(map, script, sizeof script - 1, msg, sizeof msg) == 0;
+        if (!is_ok) diag_error((Loc){0}, "%s", msg);
+    }
+    if (is_ok) {
+        char vs[4300], flags[] = SNN_RUNTIME_LINK_FLAGS;
+        snprintf(vs, sizeof vs, "-Wl,--version-script=%s", map);
+        const char *cc = getenv("CC");
+        char *argv[MAX_ARGS];
+        int n = 0;
+        argv[n++] = (char *)(cc && *cc ? cc : "cc");
+        argv[n++] = "-shared";
+        argv[n++] = "-o";
+        argv[n++] = (char *)out;
+        argv[n++] = obj;
+        argv[n++] = "-Wl,--whole-archive"; /* nothing in the object calls snn_*: keep them all */
+        argv[n++] = runtime;
+        argv[n++] = "-Wl,--no-whole-archive";
+        argv[n++] = "-Wl,--gc-sections";
+        argv[n++] = vs;
+        argv[n++] = "-Wl,--no-undefined";
+        argv[n++] = "-Wl,-z,noexecstack";
+        for (char *f = strtok(flags, " "); f && n < MAX_ARGS - 4; f = strtok(NULL, " "))
+            argv[n++] = f;
+        argv[n++] = "-lm";
+        argv[n++] = "-lpthread";
+        argv[n] = NULL;
+        is_ok = run_command(argv, "linking model.so");
+    }
+    unlink(obj);
+    unlink(map);
+    rmdir(dir);
+    return is_ok;
+}

@@ -1,0 +1,122 @@
+/* snn.h: the C ABI of a compiled spiking network (a model.so made by `snnc model.snn -o model.so`).
+ * C99; documented in docs/api.md. Everything a model.so exports is declared here and starts with
+ * snn_. The library never prints, exits or aborts: every function that can fail returns an
+ * snn_status and leaves a message for snn_last_error().
+ *
+ *   const snn_model *m = snn_model_get();
+ *   snn_session *s;
+ *   if (snn_session_create(m, "cpu", 256, 0, &s) != SNN_OK) puts(snn_last_error());
+ *   const float *in[] = {images};  float *out[] = {scores};
+ *   snn_run(s, 0, 256, in, out);
+ *   snn_session_destroy(s);
+ *
+ * Arrays are sample-major float32, as snnc's --input/--output files are: input i of a batch of B is
+ * B * info.numel floats, sample after sample ([B, T, ...] for an input or output with per_step).
+ * Thread safety: model functions may be called from any thread; sessions are independent of each
+ * other, and calls on one session from several threads take turns (a session holds a lock while it
+ * runs). */
+#ifndef SNN_H
+#define SNN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on any incompatible change of this header; snn_abi_version() says what a library was
+ * built with. */
+#define SNN_ABI_VERSION 1
+#define SNN_MAX_RANK 8
+
+typedef enum snn_status {
+    SNN_OK = 0,
+    SNN_ERR_ARGUMENT = 1, /* a NULL pointer, a batch out of range, an index out of range */
+    SNN_ERR_DEVICE = 2,   /* the device string names no device this library can run on */
+    SNN_ERR_WEIGHTS = 3,  /* a weights file or buffer that is unreadable or does not fit the model */
+    SNN_ERR_STATE = 4,    /* the session cannot run yet (no weights loaded) */
+    SNN_ERR_MEMORY = 5,   /* out of memory, or a thread could not be started */
+    SNN_ERR_IO = 6,       /* a file could not be read */
+} snn_status;
+
+typedef enum snn_dtype { SNN_F32 = 0 } snn_dtype;
+
+typedef struct snn_model snn_model;     /* the model a library holds: static, never freed */
+typedef struct snn_session snn_session; /* memory, threads and weights for running it */
+
+typedef struct snn_tensor_info {
+    const char *name;            /* as in the model source ("image", "rate", "fc1.weight") */
+    snn_dtype dtype;             /* SNN_F32: what callers pass and receive */
+    int per_step;                /* 1: one slice per timestep, the sample is [T, dims...] */
+    int rank;                    /* rank of one sample (one step), 0..SNN_MAX_RANK */
+    int64_t dims[SNN_MAX_RANK];  /* dims of one sample (one step); weights: the tensor's shape */
+    int64_t numel;               /* floats per sample (T * prod(dims) when per_step) */
+} snn_tensor_info;
+
+typedef struct snn_stats {
+    int64_t runs;            /* successful snn_run calls since the session began or stats reset */
+    int64_t samples;         /* samples they ran */
+    int64_t kernel_launches; /* kernels run: each kernel once per run, step kernels once per step */
+    double seconds;          /* wall-clock time inside those runs */
+    double last_seconds;     /* of the last run */
+} snn_stats;
+
+/* ABI version the library was built with (SNN_ABI_VERSION of its header). */
+uint32_t snn_abi_version(void);
+/* The message of the last failed call on this thread ("" if none). Valid until the next call on
+ * this thread. */
+const char *snn_last_error(void);
+/* A name for a status ("SNN_ERR_ARGUMENT"). */
+const char *snn_status_name(snn_status status);
+
+/* ---- the model ---- */
+const snn_model *snn_model_get(void);
+const char *snn_model_name(const snn_model *m);   /* NULL if m is NULL */
+int snn_model_timesteps(const snn_model *m);      /* T; -1 if m is NULL */
+int snn_model_num_inputs(const snn_model *m);     /* -1 if m is NULL */
+int snn_model_num_outputs(const snn_model *m);
+int snn_model_num_weights(const snn_model *m);
+/* Spiking layers whose spikes are counted (snn_session_spike_counts), in model order. */
+int snn_model_num_layers(const snn_model *m);
+const char *snn_model_layer_name(const snn_model *m, int i); /* NULL if out of range */
+snn_status snn_model_input(const snn_model *m, int i, snn_tensor_info *info);
+snn_status snn_model_output(const snn_model *m, int i, snn_tensor_info *info);
+snn_status snn_model_weight(const snn_model *m, int i, snn_tensor_info *info);
+/* 1 if the library carries weights (a session then starts with them), 0 if not. */
+int snn_model_has_weights(const snn_model *m);
+/* The device kinds compiled in, comma-separated ("cpu"). */
+const char *snn_model_devices(const snn_model *m);
+
+/* ---- sessions ---- */
+/* A session on `device` ("cpu"; NULL, "" or "auto" for the best available) for batches of at most
+ * max_batch samples, running on `threads` threads (0: one per online core). All memory a run needs
+ * is allocated here, once: runs allocate nothing. The session starts with the library's weights
+ * if it carries any. */
+snn_status snn_session_create(const snn_model *m, const char *device, int max_batch, int threads,
+                              snn_session **out);
+void snn_session_destroy(snn_session *s); /* NULL is fine */
+/* Replace every weight from safetensors data (a file, or `size` bytes in memory): tensors named as
+ * the model's weights (snn_model_weight), float32, float16 or bfloat16, of exactly their shapes;
+ * a missing, extra or mis-shaped tensor is an error and leaves the session's weights as they were. */
+snn_status snn_session_load_weights_file(snn_session *s, const char *path);
+snn_status snn_session_load_weights(snn_session *s, const void *data, size_t size);
+/* Run a batch of `batch` samples (1..max_batch): inputs[i] and outputs[i] as described above, for
+ * every input and output of the model. first_sample is the global index of the batch's first
+ * sample: it keys the Poisson encoder, so a data set split into batches gives the same spikes as
+ * one run over all of it (pass 0 when that does not matter). */
+snn_status snn_run(snn_session *s, int64_t first_sample, int batch, const float *const *inputs,
+                   float *const *outputs);
+/* Spikes each counted layer emitted (sum over samples, steps and neurons of |spike|) since the
+ * session began or the last reset: counts[i] for layer i, n entries (snn_model_num_layers). */
+snn_status snn_session_spike_counts(snn_session *s, double *counts, int n);
+snn_status snn_session_stats(snn_session *s, snn_stats *stats);
+snn_status snn_session_reset_stats(snn_session *s);
+int snn_session_threads(const snn_session *s); /* -1 if s is NULL */
+const char *snn_session_device(const snn_session *s); /* "cpu"; NULL if s is NULL */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

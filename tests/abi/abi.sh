@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The C ABI of model.so, end to end: build tests/abi/abi_model.snn into a model.so (weights embedded)
+# and one without weights, check what it exports and links against, run abi_test (every error path,
+# threads, concurrent sessions, weight reloads) and compare its outputs bit for bit with snnc's own
+# run of the same inputs (interpreter, float32). Under valgrind too when it is installed and the
+# build is not sanitized.
+# Usage: abi.sh SNNC ABI_TEST NPYCMP SOURCE_ROOT WORK_DIR [sanitized]
+set -eu
+snnc=$1 abi_test=$2 npycmp=$3 root=$4 work=$5 sanitized=${6:-}
+mkdir -p "$work"
+cd "$work"
+model=$root/tests/abi/abi_model.snn
+inputs=$root/tests/lit/Inputs
+
+"$snnc" "$model" -o abi.so
+"$snnc" "$model" --no-embed-weights -o abi_noweights.so
+"$snnc" --emit=weights "$model" -o abi.safetensors
+
+# only snn_* is exported, and nothing of LLVM or snnc is needed at run time
+bad=$(nm -D --defined-only abi.so | awk '{print $3}' | grep -v '^snn_' || true)
+if [ -n "$bad" ]; then echo "FAIL: abi.so exports more than snn_*: $bad"; exit 1; fi
+nm -D --defined-only abi.so | grep -q ' snn_run$' || { echo "FAIL: snn_run not exported"; exit 1; }
+if ldd abi.so | grep -Eiq 'llvm|snn|libz'; then
+  echo "FAIL: abi.so depends on:"; ldd abi.so; exit 1
+fi
+
+# 11 samples: batches of 3 leave a short one; values in [0, 1] for the Poisson encoder
+python3 "$inputs/mknpy.py" a.npy --shape 11,2,5,5 --values 0.9,0.1,0.7,0.3,1.0,0.55,0.2,0.8,0.05
+python3 "$inputs/mknpy.py" b.npy --shape 11,5,4 --values 1.5,-0.5,2.5,0.25,0.0,3.0,-1.0
+python3 - <<'PY'
+import zipfile
+with zipfile.ZipFile("inputs.npz", "w", zipfile.ZIP_STORED) as z:
+    z.write("a.npy", "a.npy")
+    z.write("b.npy", "b.npy")
+PY
+
+"$snnc" --run -q --backend=interp --precision=f32 "$model" --input=inputs.npz --batch=3 \
+  --output=ref.npz
+run=("$abi_test" ./abi.so ./abi_noweights.so abi.safetensors inputs.npz out.npz)
+"${run[@]}"
+"$npycmp" --exact '*' out.npz ref.npz
+
+# valgrind does not know AVX-512: the library under it is built for a CPU without
+if [ -z "$sanitized" ] && command -v valgrind > /dev/null; then
+  "$snnc" "$model" --cpu=x86-64-v2 -o abi_v2.so
+  "$snnc" "$model" --cpu=x86-64-v2 --no-embed-weights -o abi_v2_noweights.so
+  run=("$abi_test" ./abi_v2.so ./abi_v2_noweights.so abi.safetensors inputs.npz out_v2.npz)
+  valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+    "${run[@]}" > valgrind.log 2>&1 || { cat valgrind.log; echo "FAIL: valgrind"; exit 1; }
+  echo "valgrind: no errors, no leaks"
+  "$npycmp" --exact '*' out_v2.npz ref.npz
+fi
+echo "PASS"
