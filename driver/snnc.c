@@ -94,7 +94,8 @@ usage(FILE *f)
           "  --help-ops              list the layer ops and their attributes\n"
           "  --help, --version\n"
           "\n"
-          "Environment: SNN_DATA_DIR (where Fashion-MNIST lives).\n",
+          "Environment: SNN_DATA_DIR (where Fashion-MNIST lives); SNN_CACHE_DIR (compiled code of\n"
+          "the CPU backend, default ~/.cache/snnc; \"off\" for none); CC (links model.so).\n",
           f);
 }
 
@@ -120,6 +121,8 @@ typedef struct Backend {
     bool (*run)(void *state, const Module *m, const InterpOptions *io, int batch, int64_t sample_base,
                 const float *const *in, float *const *out, double *counts, char *err, size_t errlen);
     void (*release)(void *state);
+    /* compiled-code cache: "hit", "miss" or "off"; NULL for backends that compile nothing */
+    const char *(*cache)(void *state);
 } Backend;
 
 static void *
@@ -167,7 +170,32 @@ kir_release(void *state)
 typedef struct CpuState {
     KProgram *p;
     CgLlvm *cg;
+    bool is_cached; /* a cache directory was in use */
 } CpuState;
+
+/* Where compiled code is cached: $SNN_CACHE_DIR ("" or "off": nowhere), else $XDG_CACHE_HOME/snnc,
+ * else ~/.cache/snnc; written into buf, or "" for no cache. */
+static const char *
+cache_dir(char *buf, size_t n)
+{
+    const char *env = getenv("SNN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    buf[0] = 0;
+    if (env)
+        snprintf(buf, n, "%s", strcmp(env, "off") == 0 ? "" : env);
+    else if (xdg && *xdg)
+        snprintf(buf, n, "%s/snnc", xdg);
+    else if (home && *home)
+        snprintf(buf, n, "%s/.cache/snnc", home);
+    return buf;
+}
+
+static const char *
+cpu_cache(void *state)
+{
+    const CpuState *st = state;
+    return !st->is_cached ? "off" : cg_llvm_cache_hit(st->cg) ? "hit" : "miss";
+}
 
 static void
 cpu_release(void *state)
@@ -187,8 +215,11 @@ cpu_prepare(Module *m, const Options *o, char *err, size_t errlen)
     st->p = kir_lower(m);
     if (!st->p)
         snprintf(err, errlen, "lowering to the kernel IR failed");
-    else
-        st->cg = cg_llvm_compile(st->p, err, errlen);
+    else {
+        char dir[4096];
+        st->is_cached = cache_dir(dir, sizeof dir)[0] != 0;
+        st->cg = cg_llvm_compile_cached(st->p, dir, err, errlen);
+    }
     if (!st->cg) {
         kir_free(st->p);
         free(st);
@@ -207,11 +238,11 @@ cpu_backend_run(void *state, const Module *m, const InterpOptions *io, int batch
 #endif
 
 static const Backend backends[] = {
-    {"interp", true, false, interp_prepare, interp_backend_run, no_release},
+    {"interp", true, false, interp_prepare, interp_backend_run, no_release, NULL},
     /* kir (not listed in --help): the kernel-IR evaluator, the check of lowering against interp */
-    {"kir", true, true, kir_prepare, kir_backend_run, kir_release},
+    {"kir", true, true, kir_prepare, kir_backend_run, kir_release, NULL},
 #ifdef SNN_HAVE_LLVM
-    {"cpu", true, true, cpu_prepare, cpu_backend_run, cpu_release},
+    {"cpu", true, true, cpu_prepare, cpu_backend_run, cpu_release, cpu_cache},
 #endif
 };
 
@@ -782,7 +813,8 @@ run(Module *m, const Options *o)
                        out0->name ? out0->name : "?");
             printf("time: %.3f s, %.1f samples/s", secs, secs > 0 ? (double)n / secs : 0.0);
             if (be->prepare != interp_prepare)
-                printf(" (compile %.3f s)", compile_secs);
+                printf(" (compile %.3f s%s)", compile_secs,
+                       be->cache && !strcmp(be->cache(state), "hit") ? ", cached" : "");
             printf("\n");
             if (!be->counts_spikes)
                 printf("firing rates: not counted by backend %s yet\n", be->name);
@@ -803,6 +835,9 @@ run(Module *m, const Options *o)
                 printf("%.6f", accuracy);
             else
                 printf("null");
+            if (be->prepare != interp_prepare)
+                printf(", \"compile_seconds\": %.6f", compile_secs);
+            if (be->cache) printf(", \"cache\": \"%s\"", be->cache(state));
             printf(", \"firing_rates\": {");
             const char *sep = "";
             for (int v = 0; v < m->nnodes; v++) {

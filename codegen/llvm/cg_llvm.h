@@ -14,6 +14,14 @@ typedef struct CgLlvm CgLlvm; /* a compiled program: the JIT, its code and its e
 /* Compile p for the host CPU (host CPU name and features, "default<O3>"). p must outlive the result
  * (cg_llvm_run reads its buffers and weights). Returns NULL with LLVM's own message in err. */
 CgLlvm *cg_llvm_compile(const KProgram *p, char *err, size_t errlen);
+/* The same with a cache of compiled code in cache_dir (NULL or "": none; created if missing): the
+ * object file is kept under a hash of the unoptimised module, the target (triple, CPU, features)
+ * and the LLVM and kernel ABI versions, so a program compiled before loads without optimisation or
+ * code generation. A cache that cannot be written is not an error. */
+CgLlvm *cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err,
+                               size_t errlen);
+/* Whether cg's code came from the cache. */
+bool cg_llvm_cache_hit(const CgLlvm *cg);
 /* Same calling convention as kir_eval and interp_run: one batch, sample-major inputs and outputs,
  * sample_base the global index of the batch's first sample, spike_counts (NULL, or m->nnodes
  * entries) accumulating spikes per counted neuron layer; caller buffers must be f32 and weights

@@ -3,8 +3,10 @@
  * pool of llvm_pool.c). Every LLVM error is
  * checked where it happens and reported with LLVM's own message; nothing here prints. Must not
  * change what a program computes: that is llvm_gen.c's contract with kir_eval. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/llvm/llvm_gen.h"
 #include "runtime/pool.h"
+#include "runtime/tensor_io.h"
 
 struct CgLlvm {
     const KProgram *p;
@@ -36,6 +39,7 @@ struct CgLlvm {
     size_t *temp_bytes; /* [nbufs] its size */
     float **packed;     /* [nbufs] transposed weights (KBuf.nperm), packed by the first run */
     const float **packed_from; /* [nbufs] the weight data each was packed from */
+    bool is_cache_hit;  /* the code came from the cache */
 };
 
 static void
@@ -122,44 +126,140 @@ llvm_optimise(LLVMModuleRef mod, LLVMTargetMachineRef tm, char *err, size_t errl
     return !llvm_failed(e, "LLVM default<O3>", err, errlen);
 }
 
-/* A thread-safe context and its LLVMContext. LLVM 21 removed LLVMOrcThreadSafeContextGetContext:
- * there the context is created first and wrapped. */
-static LLVMOrcThreadSafeContextRef
-new_context(LLVMContextRef *ctx)
+/* ---- the compiled-code cache ---- */
+
+/* Two 64-bit FNV-1a hashes with different offset bases over the same bytes: a 128-bit content key.
+ * Not cryptographic: the cache trusts its directory, it only must not confuse two programs. */
+typedef struct Hash {
+    uint64_t a, b;
+} Hash;
+
+static void
+hash_bytes(Hash *h, const void *data, size_t n)
 {
-#if LLVM_VERSION_MAJOR >= 21
-    *ctx = LLVMContextCreate();
-    return LLVMOrcCreateNewThreadSafeContextFromLLVMContext(*ctx);
-#else
-    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
-    *ctx = LLVMOrcThreadSafeContextGetContext(tsc);
-    return tsc;
-#endif
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h->a = (h->a ^ p[i]) * 0x100000001b3ull;
+        h->b = (h->b ^ p[i]) * 0x100000001b3ull;
+        h->b ^= h->b >> 29;
+    }
+}
+
+static void
+hash_str(Hash *h, const char *s)
+{
+    hash_bytes(h, s, strlen(s) + 1); /* the NUL separates fields */
+}
+
+/* The key of a module for a target machine: its unoptimised IR, the target (triple, CPU, features),
+ * LLVM's version, and the kernel ABI and cache format versions. */
+static Hash
+cache_key(LLVMModuleRef mod, LLVMTargetMachineRef tm)
+{
+    Hash h = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+    char *ir = LLVMPrintModuleToString(mod);
+    char *triple = LLVMGetTargetMachineTriple(tm), *cpu = LLVMGetTargetMachineCPU(tm);
+    char *features = LLVMGetTargetMachineFeatureString(tm);
+    char versions[64];
+    snprintf(versions, sizeof versions, "llvm %d.%d kernel-abi %d cache 1", LLVM_VERSION_MAJOR,
+             LLVM_VERSION_MINOR, SNNK_ABI_VERSION);
+    hash_str(&h, ir);
+    hash_str(&h, triple);
+    hash_str(&h, cpu);
+    hash_str(&h, features);
+    hash_str(&h, versions);
+    LLVMDisposeMessage(ir);
+    LLVMDisposeMessage(triple);
+    LLVMDisposeMessage(cpu);
+    LLVMDisposeMessage(features);
+    return h;
+}
+
+/* mkdir -p; false if the directory cannot be had */
+static bool
+make_dirs(const char *path)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return false;
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(buf, 0777);
+            *p = '/';
+        }
+    return mkdir(buf, 0777) == 0 || errno == EEXIST;
+}
+
+/* A cached object, if there is one that looks like an object file (ELF); else NULL. */
+static LLVMMemoryBufferRef
+cache_read(const char *path)
+{
+    unsigned char *buf;
+    size_t len;
+    char msg[256];
+    if (rt_read_file(path, &buf, &len, msg, sizeof msg) != 0) return NULL;
+    LLVMMemoryBufferRef mb = NULL;
+    if (len > 64 && !memcmp(buf, "\177ELF", 4))
+        mb = LLVMCreateMemoryBufferWithMemoryRangeCopy((const char *)buf, len, path);
+    free(buf);
+    return mb;
 }
 
 CgLlvm *
 cg_llvm_compile(const KProgram *p, char *err, size_t errlen)
 {
+    return cg_llvm_compile_cached(p, NULL, err, errlen);
+}
+
+CgLlvm *
+cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err, size_t errlen)
+{
     LLVMTargetMachineRef tm = llvm_host_target_machine(err, errlen);
     if (!tm) return NULL;
-    LLVMContextRef ctx;
-    LLVMOrcThreadSafeContextRef tsc = new_context(&ctx);
+    LLVMContextRef ctx = LLVMContextCreate();
     LLVMModuleRef mod = llvm_gen_module(p, ctx, err, errlen);
-    if (!mod || !llvm_optimise(mod, tm, err, errlen)) {
-        if (mod) LLVMDisposeModule(mod);
-        LLVMOrcDisposeThreadSafeContext(tsc);
+    if (!mod) {
+        LLVMContextDispose(ctx);
         LLVMDisposeTargetMachine(tm);
         return NULL;
     }
+    /* the object: from the cache, or optimised and generated now (and then cached) */
+    char path[4200] = "";
+    LLVMMemoryBufferRef obj = NULL;
+    if (cache_dir && *cache_dir) {
+        Hash h = cache_key(mod, tm);
+        snprintf(path, sizeof path, "%s/%016llx%016llx.o", cache_dir, (unsigned long long)h.a,
+                 (unsigned long long)h.b);
+        obj = cache_read(path);
+    }
+    bool is_hit = obj != NULL;
+    if (!obj) {
+        char *msg = NULL;
+        if (!llvm_optimise(mod, tm, err, errlen) ||
+            LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) {
+            if (msg) set_err(err, errlen, "LLVM code generation: %s", msg);
+            LLVMDisposeMessage(msg);
+            LLVMDisposeModule(mod);
+            LLVMContextDispose(ctx);
+            LLVMDisposeTargetMachine(tm);
+            return NULL;
+        }
+        /* a cache that cannot be written is no error: the next run compiles again */
+        char ignored[256];
+        if (path[0] && make_dirs(cache_dir))
+            rt_write_file(path, LLVMGetBufferStart(obj), LLVMGetBufferSize(obj), ignored,
+                          sizeof ignored);
+    }
+    LLVMDisposeModule(mod);
+    LLVMContextDispose(ctx);
 
-    /* The JIT generates code with the same target machine (it takes ownership of tm). */
+    /* The JIT links the object for the same target machine (it takes ownership of tm). */
     LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
     LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(
         jb, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(tm));
     LLVMOrcLLJITRef jit = NULL;
     if (llvm_failed(LLVMOrcCreateLLJIT(&jit, jb), "LLVM LLJIT", err, errlen)) {
-        LLVMDisposeModule(mod);
-        LLVMOrcDisposeThreadSafeContext(tsc);
+        LLVMDisposeMemoryBuffer(obj);
         return NULL;
     }
     CgLlvm *cg = calloc(1, sizeof *cg);
@@ -167,6 +267,7 @@ cg_llvm_compile(const KProgram *p, char *err, size_t errlen)
     cg->p = p;
     cg->jit = jit;
     cg->nthreads = 1;
+    cg->is_cache_hit = is_hit;
     pthread_mutex_init(&cg->lock, NULL);
     cg->bufs = calloc((size_t)p->nbufs + 1, sizeof *cg->bufs);
     cg->temp = calloc((size_t)p->nbufs + 1, sizeof *cg->temp);
@@ -182,28 +283,33 @@ cg_llvm_compile(const KProgram *p, char *err, size_t errlen)
     if (llvm_failed(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(
                         &gen, LLVMOrcLLJITGetGlobalPrefix(jit), NULL, NULL),
                     "LLVM process symbols", err, errlen)) {
-        LLVMDisposeModule(mod);
-        LLVMOrcDisposeThreadSafeContext(tsc);
+        LLVMDisposeMemoryBuffer(obj);
         cg_llvm_free(cg);
         return NULL;
     }
     LLVMOrcJITDylibAddGenerator(jd, gen);
-
-    /* the module and the context go to the JIT (the module always, even on error) */
-    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
-    LLVMOrcDisposeThreadSafeContext(tsc);
-    if (llvm_failed(LLVMOrcLLJITAddLLVMIRModule(jit, jd, tsm), "LLVM JIT add module", err,
+    /* the object goes to the JIT (always, even on error) */
+    if (llvm_failed(LLVMOrcLLJITAddObjectFile(jit, jd, obj), "LLVM JIT add object", err,
                     errlen)) {
         cg_llvm_free(cg);
         return NULL;
     }
     LLVMOrcExecutorAddress addr = 0;
     if (llvm_failed(LLVMOrcLLJITLookup(jit, &addr, LLVM_GEN_ENTRY), "LLVM JIT", err, errlen)) {
+        if (is_hit)
+            snprintf(err + strlen(err), errlen - strlen(err), " (compiled code from the cache: "
+                     "delete %s)", path);
         cg_llvm_free(cg);
         return NULL;
     }
     cg->run = (LlvmEntryFn)(uintptr_t)addr;
     return cg;
+}
+
+bool
+cg_llvm_cache_hit(const CgLlvm *cg)
+{
+    return cg->is_cache_hit;
 }
 
 void
