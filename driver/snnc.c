@@ -71,12 +71,14 @@ usage(FILE *f)
           "\n"
           "Running:\n"
           "  --run                   run the model on the data and report accuracy, images/s, firing rates\n"
-          "  --backend=interp        the reference interpreter (default; the semantic oracle)\n"
-          "  --backend=cpu, --jit    compile with LLVM for this CPU and run (float32 semantics,\n"
-          "                          equal to --precision=f32 bit for bit)\n"
+          "  --backend=cpu, --jit    compile with LLVM for this CPU and run (the default; float32\n"
+          "                          semantics, equal to the interpreter's --precision=f32 bit for bit)\n"
+          "  --backend=interp        the reference interpreter (the semantic oracle; the default\n"
+          "                          with --precision=f64)\n"
           "  --threads=N             threads of the CPU backend (default: the online CPUs; results\n"
           "                          are the same for every N)\n"
-          "  --precision=f64|f32     interpreter arithmetic: double (default) or float32 like PyTorch\n"
+          "  --precision=f64|f32     interpreter arithmetic: double (its default) or float32 like\n"
+          "                          PyTorch\n"
           "  --data=fashion-mnist[:DIR]  the Fashion-MNIST test set (IDX files; default directory\n"
           "                          $SNN_DATA_DIR, then /usr/share/datasets/fashion-mnist)\n"
           "  --input=FILE.npy        input samples, sample-major [N, ...]; NAME=FILE.npy for one of\n"
@@ -290,7 +292,8 @@ parse_options(int argc, char **argv, Options *o)
     o->opt_level = 2;
     o->limit = -1;
     o->seed = -1;
-    o->backend = "interp";
+    o->backend = NULL; /* chosen after the options: see below */
+    bool is_f64_asked = false;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu < 1 ? 1 : ncpu > 1024 ? 1024 : (int)ncpu;
     opterr = 0;
@@ -321,8 +324,10 @@ parse_options(int argc, char **argv, Options *o)
             o->backend = optarg;
             break;
         case O_PRECISION:
-            if (strcmp(optarg, "f64") == 0)
+            if (strcmp(optarg, "f64") == 0) {
                 o->precision = INTERP_F64;
+                is_f64_asked = true;
+            }
             else if (strcmp(optarg, "f32") == 0)
                 o->precision = INTERP_F32;
             else
@@ -363,6 +368,13 @@ parse_options(int argc, char **argv, Options *o)
             usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
+    /* The default backend is the compiled CPU code when this build has it: unless double precision
+     * is asked for, which only the interpreter computes. */
+    if (!o->backend)
+        o->backend = find_backend("cpu") && !is_f64_asked ? "cpu" : "interp";
+    if (is_f64_asked && find_backend(o->backend)->is_f32)
+        usage_error("--precision=f64 is computed by the interpreter only (--backend=interp); "
+                    "backend %s computes float32", o->backend);
     if (optind >= argc)
         usage_error("no input file");
     if (optind + 1 < argc)
