@@ -582,12 +582,13 @@ def snnc_cmd(backend: str, model: Path, extra: list[str], threads: int | None = 
     return [str(SNNC), "--run", str(model), f"--backend={backend}", *opt, "--report=json", "-q", *extra]
 
 
-def snnc_exec(cmd: list[str]) -> tuple[dict, float]:
+def snnc_exec(cmd: list[str], env: dict | None = None) -> tuple[dict, float]:
     """Run one snnc command; retried when the binary is being relinked by a concurrent build."""
     for attempt in range(4):
         try:
             t0 = time.perf_counter()
-            r = subprocess.run(cmd, capture_output=True, text=True)
+            r = subprocess.run(cmd, capture_output=True, text=True,
+                               env=None if env is None else {**os.environ, **env})
             wall = time.perf_counter() - t0
             break
         except OSError as e:  # EACCES / ETXTBSY while the linker rewrites the file
@@ -699,10 +700,44 @@ def run_snnc(cfg, backend: str, peers: dict, labels, lif_x, lif_spikes) -> dict:
                 "spike_agreement_with_spikingjelly": round(float((s == lif_spikes["spikingjelly"]).mean()), 8),
                 "spike_agreement_with_snntorch": round(float((s == lif_spikes["snntorch"]).mean()), 8)}
 
+    def compile_time():
+        """compile_seconds of each example, cold (an empty SNN_CACHE_DIR: lowering, LLVM O3 and
+        code generation) and cached (the same directory again: lowering and loading the object),
+        median of 3 each; and the time to build a model.so (snnc -o, process wall time)."""
+        import tempfile
+        out = {}
+        for name in ("fmnist_mlp", "fmnist_conv", "lif_layer"):
+            model = ROOT / "examples" / f"{name}.snn"
+            cold, warm = [], []
+            for _ in range(3):
+                with tempfile.TemporaryDirectory() as d:
+                    cmd = [str(SNNC), "--run", str(model), "--report=json", "-q",
+                           "--data=fashion-mnist" if name != "lif_layer" else f"--input={OUT / 'lif_input.npy'}",
+                           "--limit=1"]
+                    if name == "fmnist_conv":
+                        cmd.append(f"--weights={peers['conv']['weights_file']}")
+                    res["commands"].append("SNN_CACHE_DIR=TMP " + shlex.join(cmd).replace(str(ROOT) + "/", ""))
+                    r1, _ = snnc_exec(cmd, {"SNN_CACHE_DIR": d})
+                    r2, _ = snnc_exec(cmd, {"SNN_CACHE_DIR": d})
+                    assert r1.get("cache") == "miss" and r2.get("cache") == "hit", (r1, r2)
+                    cold.append(r1["compile_seconds"])
+                    warm.append(r2["compile_seconds"])
+            with tempfile.TemporaryDirectory() as d:
+                t0 = time.perf_counter()
+                subprocess.run([str(SNNC), str(model), "-o", f"{d}/m.so"], check=True)
+                so_s = time.perf_counter() - t0
+            out[name] = {"cold_s": round(statistics.median(cold), 4),
+                         "cached_s": round(statistics.median(warm), 4),
+                         "model_so_build_s": round(so_s, 3)}
+        return out
+
     for name, fn in (("mlp", mlp), ("conv", conv), ("lif", lif)):
         if name in peers:
             print(f"  snnc {backend} {name} ...", flush=True)
             section(name, fn)
+    if backend == "cpu" and "lif" in peers:
+        print(f"  snnc {backend} compile times ...", flush=True)
+        section("compile", compile_time)
     if not res["errors"]:
         del res["errors"]
     return res
