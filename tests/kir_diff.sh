@@ -32,7 +32,7 @@ check() { # NAME MODEL INPUT [extra args...]
   if ! "$snnc" --emit=kernel "$model" -o "$work/$name.kir.txt" 2>"$work/$name.log"; then
     echo "FAIL (--emit=kernel): $name"; cat "$work/$name.log"; fail=$((fail + 1)); return
   fi
-  if ! "$snnc" --run "$model" --input="$input" --precision=f32 --output="$a" -q "$@" 2>>"$work/$name.log"; then
+  if ! "$snnc" --run --backend=interp "$model" --input="$input" --precision=f32 --output="$a" -q "$@" 2>>"$work/$name.log"; then
     echo "FAIL (interp): $name"; cat "$work/$name.log"; fail=$((fail + 1)); return
   fi
   for be in "${backends[@]}"; do
