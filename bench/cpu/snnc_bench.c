@@ -1,0 +1,154 @@
+/* snnc_bench: times a model.so through its C ABI the way the peers are timed (bench/cpu/peers.py):
+ * one session, a warm-up pass, then the median of repeated passes; and batch-1 latency as the
+ * median of single-sample runs. This is the deployment path: what a user of model.so gets.
+ *
+ *   snnc_bench MODEL.so (--fmnist | --input=X.npy) [--batch=B] [--limit=N] [--repeats=R]
+ *              [--threads=T] [--latency-runs=L] [--output=OUT.npy]
+ *
+ * Prints one JSON object: images, batch, threads, pass times (s), images_per_s (median pass),
+ * latency_b1_ms (median; only with --latency-runs), and writes the first output of the last pass
+ * (all samples) to --output. Models with one input and one output. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/snn.h"
+#include "runtime/tensor_io.h"
+
+#define SNN_FUNCTIONS(X)                                                                          \
+    X(snn_last_error) X(snn_model_get) X(snn_model_input) X(snn_model_output)                     \
+    X(snn_session_create) X(snn_session_destroy) X(snn_run) X(snn_model_timesteps)
+#define DECLARE(f) static __typeof__(f) *p_##f;
+SNN_FUNCTIONS(DECLARE)
+
+static double
+now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double
+median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static _Noreturn void
+fail(const char *what, const char *msg)
+{
+    fprintf(stderr, "snnc_bench: %s: %s\n", what, msg);
+    exit(1);
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *lib = NULL, *input = NULL, *output = NULL;
+    int is_fmnist = 0;
+    long batch = 256, limit = -1, repeats = 5, threads = 2, lat_runs = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strncmp(a, "--input=", 8)) input = a + 8;
+        else if (!strcmp(a, "--fmnist")) is_fmnist = 1;
+        else if (!strncmp(a, "--batch=", 8)) batch = strtol(a + 8, NULL, 10);
+        else if (!strncmp(a, "--limit=", 8)) limit = strtol(a + 8, NULL, 10);
+        else if (!strncmp(a, "--repeats=", 10)) repeats = strtol(a + 10, NULL, 10);
+        else if (!strncmp(a, "--threads=", 10)) threads = strtol(a + 10, NULL, 10);
+        else if (!strncmp(a, "--latency-runs=", 15)) lat_runs = strtol(a + 15, NULL, 10);
+        else if (!strncmp(a, "--output=", 9)) output = a + 9;
+        else if (!lib && a[0] != '-') lib = a;
+        else fail(a, "unknown option");
+    }
+    if (!lib || (!input == !is_fmnist) || batch < 1 || repeats < 1 || threads < 0)
+        fail("usage", "snnc_bench MODEL.so (--fmnist | --input=X.npy) [--batch=B] [--limit=N] "
+                      "[--repeats=R] [--threads=T] [--latency-runs=L] [--output=OUT.npy]");
+
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) fail(lib, dlerror());
+#define LOOKUP(f)                                                                                 \
+    if (!(*(void **)&p_##f = dlsym(h, #f))) fail(lib, "missing " #f);
+    SNN_FUNCTIONS(LOOKUP)
+    const snn_model *m = p_snn_model_get();
+    if (!m) fail(lib, p_snn_last_error());
+    snn_tensor_info in_info, out_info;
+    if (p_snn_model_input(m, 0, &in_info) || p_snn_model_output(m, 0, &out_info))
+        fail(lib, p_snn_last_error());
+
+    RtTensor x, labels;
+    char msg[512];
+    if (is_fmnist ? rt_fmnist_load(NULL, 0, &x, &labels, msg, sizeof msg)
+                  : rt_npy_read(input, &x, msg, sizeof msg))
+        fail(is_fmnist ? "fashion-mnist" : input, msg);
+    long n = x.rank ? (long)x.dims[0] : 0;
+    if (limit >= 0 && limit < n) n = limit;
+    if (n < 1 || x.numel != x.dims[0] * in_info.numel)
+        fail("input", "no samples, or not of the model's input shape");
+    if (batch > n) batch = n;
+
+    snn_session *s;
+    if (p_snn_session_create(m, "cpu", (int)batch, (int)threads, &s)) fail(lib, p_snn_last_error());
+    float *y = malloc((size_t)n * (size_t)out_info.numel * sizeof *y);
+    if (!y) fail("memory", "out of memory");
+    double *pass = calloc((size_t)repeats, sizeof *pass);
+    for (long r = -1; r < repeats; r++) { /* r = -1: the warm-up pass, not timed */
+        double t0 = now();
+        for (long b0 = 0; b0 < n; b0 += batch) {
+            int nb = (int)(n - b0 < batch ? n - b0 : batch);
+            const float *ins[] = {x.data + b0 * in_info.numel};
+            float *outs[] = {y + b0 * out_info.numel};
+            if (p_snn_run(s, b0, nb, ins, outs)) fail("snn_run", p_snn_last_error());
+        }
+        if (r >= 0) pass[r] = now() - t0;
+    }
+    double pass_s = median(pass, (int)repeats);
+    printf("{\"images\": %ld, \"batch\": %ld, \"threads\": %ld, \"repeats\": %ld, "
+           "\"pass_seconds\": [", n, batch, threads, repeats);
+    for (long r = 0; r < repeats; r++)
+        printf("%s%.6f", r ? ", " : "", pass[r]);
+    printf("], \"median_pass_s\": %.6f, \"images_per_s\": %.1f", pass_s, (double)n / pass_s);
+    if (lat_runs > 0) {
+        snn_session *s1;
+        if (p_snn_session_create(m, "cpu", 1, (int)threads, &s1)) fail(lib, p_snn_last_error());
+        double *lat = calloc((size_t)lat_runs, sizeof *lat);
+        for (long i = -5; i < lat_runs; i++) { /* five warm-up runs */
+            long k = (i < 0 ? -i : i) % n;
+            const float *ins[] = {x.data + k * in_info.numel};
+            float *outs[] = {y + k * out_info.numel};
+            double t0 = now();
+            if (p_snn_run(s1, k, 1, ins, outs)) fail("snn_run", p_snn_last_error());
+            if (i >= 0) lat[i] = now() - t0;
+        }
+        printf(", \"latency_b1_ms\": %.4f, \"latency_runs\": %ld", 1e3 * median(lat, (int)lat_runs),
+               lat_runs);
+        free(lat);
+        p_snn_session_destroy(s1);
+    }
+    printf("}\n");
+    if (output) {
+        int64_t dims[RT_MAX_RANK] = {n};
+        int rank = 1;
+        if (out_info.per_step) dims[rank++] = p_snn_model_timesteps(m);
+        for (int d = 0; d < out_info.rank; d++)
+            dims[rank++] = out_info.dims[d];
+        if (rt_npy_write(output, RT_F32, rank, dims, y, msg, sizeof msg)) fail(output, msg);
+    }
+    p_snn_session_destroy(s);
+    free(pass);
+    free(y);
+    rt_tensor_free(&x);
+    if (is_fmnist) rt_tensor_free(&labels);
+    dlclose(h);
+    return 0;
+}
