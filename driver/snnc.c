@@ -71,10 +71,15 @@ usage(FILE *f)
           "\n"
           "Running:\n"
           "  --run                   run the model on the data and report accuracy, images/s, firing rates\n"
+#ifdef SNN_HAVE_LLVM
           "  --backend=cpu, --jit    compile with LLVM for this CPU and run (the default; float32\n"
           "                          semantics, equal to the interpreter's --precision=f32 bit for bit)\n"
           "  --backend=interp        the reference interpreter (the semantic oracle; the default\n"
           "                          with --precision=f64)\n"
+#else
+          "  --backend=interp        the reference interpreter (the only backend of this build, which\n"
+          "                          has no LLVM)\n"
+#endif
           "  --threads=N             threads of the CPU backend (default: the online CPUs; results\n"
           "                          are the same for every N)\n"
           "  --precision=f64|f32     interpreter arithmetic: double (its default) or float32 like\n"

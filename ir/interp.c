@@ -666,7 +666,9 @@ eval_readout(Interp *ip, ValueId v, int t)
         double *a = &r->acc[j];
         switch (n->op) {
         case OP_COUNT:
-        case OP_MEAN: *a = t == 0 ? x[j] : *a + x[j]; break;
+        case OP_MEAN: /* from +0, as torch's sum: all -0 steps sum to +0 */
+            *a = (t == 0 ? 0.0 : *a) + x[j];
+            break;
         case OP_LAST: *a = x[j]; break;
         case OP_MAX:
             if (t == 0 || x[j] > *a || isnan(x[j]))
