@@ -99,7 +99,21 @@ typedef enum {
     KS_ASSIGN, /* locals[var] = a */
     KS_STORE,  /* buf[index] = a */
     KS_IF,     /* if a: body else els */
+    /* Tile statements: var is a tile local (KLocal.lanes = n > 0), l runs over [0, n). */
+    KS_VSET,   /* var[l] = a (f64) */
+    KS_VLOAD,  /* var[l] = f64(buf[index + l]) (buf f32 or f64) */
+    KS_VFMA,   /* var[l] = fma(a, f64(buf[index + l]), var[l]) (a f64; buf f32 or f64);
+                * is_sparse: var is left as it is where a == 0 (spike inputs skip zeros) */
+    KS_VSTORE, /* buf[index + l*stride] = (buf type) var[l] (buf f32 or f64) */
 } KsKind;
+
+/* Tiles are how dense and convolution layers keep a row of accumulators in registers: a tile is a
+ * local of `lanes` f64 values (a compile-time count) that only the KS_V* statements read and write,
+ * whole, so a code generator can hold it in vector registers across the loop around them (the
+ * lowering picks lane counts and blockings that fit a register file). KS_VFMA rounds once, like
+ * C's fma(): where a and the buffer element are both float values (layers: the input and the
+ * weight), the product is exact in double and fma(a, w, acc) == acc + a*w, so tiles accumulate
+ * exactly as the interpreter's scalar loops do. Every lane's load is in bounds whatever a is. */
 
 typedef struct KStmt KStmt;
 struct KStmt {
@@ -107,9 +121,11 @@ struct KStmt {
     int var;
     int buf;
     KExpr *lo, *hi; /* KS_FOR */
-    KExpr *index;   /* KS_STORE */
-    KExpr *a;       /* KS_ASSIGN, KS_STORE value, KS_IF condition (bool) */
+    KExpr *index;   /* KS_STORE, KS_VLOAD, KS_VFMA, KS_VSTORE (the first lane's element) */
+    KExpr *a;       /* KS_ASSIGN, KS_STORE value, KS_IF condition (bool), KS_VSET/KS_VFMA (f64) */
+    int64_t stride; /* KS_VSTORE: elements between lanes (>= 1) */
     bool is_parallel;
+    bool is_sparse; /* KS_VFMA */
     int nbody, nels;
     KStmt **body, **els;
 };
@@ -117,6 +133,7 @@ struct KStmt {
 typedef struct KLocal {
     const char *name;
     KType type;
+    int lanes; /* 0: a scalar; > 0: a tile of `lanes` f64 values (type KT_F64), KS_V* only */
 } KLocal;
 
 typedef struct Kernel {
@@ -171,8 +188,8 @@ void kir_print(FILE *f, const KProgram *p);
 bool kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *inputs,
               float *const *outputs, double *spike_counts, char *err, size_t errlen);
 /* Add the spikes of the program's stats buffers (p->stats; mem[i] the memory of buffer i, of a batch
- * of `batch`) to spike_counts[value]: each buffer summed in index order in double (exact: counts are
- * integers). Shared by kir_eval and the compiled backends so that they count alike. */
+ * of `batch`) to spike_counts[value]: each buffer summed as integers, then added as a double (exact:
+ * counts are integers). Shared by kir_eval and the compiled backends so that they count alike. */
 void kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, double *spike_counts);
 
 /* The memory weight buffer b binds to: the module's weight data itself (nperm 0; *packed NULL), or

@@ -23,6 +23,9 @@ typedef struct Eval {
     void **mem;     /* per buffer */
     int64_t *len;   /* elements per buffer */
     KVal *locals;   /* of the running kernel */
+    double **tiles; /* of the running kernel: per local, its lanes (tile locals) or NULL */
+    int *lanes;     /* of the running kernel: per local, KLocal.lanes */
+    int nlocals;
     char *err;
     size_t errlen;
     jmp_buf fail;
@@ -230,7 +233,10 @@ eval(Eval *ev, const KExpr *e)
     case KX_BATCH: r.i = ev->batch; return r;
     case KX_STEP: r.i = ev->step; return r;
     case KX_SAMPLE_BASE: r.i = ev->sample_base; return r;
-    case KX_VAR: return ev->locals[e->var];
+    case KX_VAR:
+        if (ev->tiles[e->var])
+            efail(ev, "kernel IR: tile local %d read as a scalar", e->var);
+        return ev->locals[e->var];
     case KX_LOAD: return load(ev, e);
     case KX_UN: return eval_un(ev, e);
     case KX_BIN: return eval_bin(ev, e);
@@ -246,6 +252,80 @@ eval(Eval *ev, const KExpr *e)
 }
 
 static void exec(Eval *ev, KStmt *const *s, int n);
+
+/* the f64 value of buf[i] (tile statements read f32 and f64 buffers only) */
+static double
+load_f64(Eval *ev, int buf, int64_t i)
+{
+    KVal ix = {.i = i};
+    i = index_of(ev, buf, ix);
+    switch (ev->p->bufs[buf].type) {
+    case KT_F32: return ((const float *)ev->mem[buf])[i];
+    case KT_F64: return ((const double *)ev->mem[buf])[i];
+    default:
+        efail(ev, "kernel IR: tile access to %s buffer '%s'", ktype_name(ev->p->bufs[buf].type),
+              ev->p->bufs[buf].name);
+    }
+}
+
+static double *
+tile_of(Eval *ev, const KStmt *s)
+{
+    double *t = ev->tiles[s->var];
+    if (!t)
+        efail(ev, "kernel IR: local %d is not a tile", s->var);
+    return t;
+}
+
+/* KS_VSET, KS_VLOAD, KS_VFMA, KS_VSTORE (kir.h), lane by lane in order */
+static void
+exec_tile(Eval *ev, const KStmt *s)
+{
+    double *t = tile_of(ev, s);
+    int n = ev->lanes[s->var];
+    if (s->kind == KS_VSET) {
+        double a = eval(ev, s->a).f;
+        for (int l = 0; l < n; l++)
+            t[l] = a;
+        return;
+    }
+    int64_t base = eval(ev, s->index).i;
+    switch (s->kind) {
+    case KS_VLOAD:
+        for (int l = 0; l < n; l++)
+            t[l] = load_f64(ev, s->buf, base + l);
+        return;
+    case KS_VFMA: {
+        double a = eval(ev, s->a).f;
+        for (int l = 0; l < n; l++) {
+            double w = load_f64(ev, s->buf, base + l); /* in bounds whatever a is */
+            if (a != 0 || !s->is_sparse)
+                t[l] = fma(a, w, t[l]);
+        }
+        return;
+    }
+    case KS_VSTORE: {
+        const KBuf *kb = &ev->p->bufs[s->buf];
+        if (kb->kind == KB_INPUT || kb->kind == KB_WEIGHT)
+            efail(ev, "kernel IR: store to read-only buffer '%s'", kb->name);
+        if (s->stride < 1)
+            efail(ev, "kernel IR: tile store with stride %lld", (long long)s->stride);
+        for (int l = 0; l < n; l++) {
+            KVal ix = {.i = base + l * s->stride};
+            int64_t i = index_of(ev, s->buf, ix);
+            if (kb->type == KT_F32)
+                ((float *)ev->mem[s->buf])[i] = (float)t[l];
+            else if (kb->type == KT_F64)
+                ((double *)ev->mem[s->buf])[i] = t[l];
+            else
+                efail(ev, "kernel IR: tile store to %s buffer '%s'", ktype_name(kb->type),
+                      kb->name);
+        }
+        return;
+    }
+    default: unreachable();
+    }
+}
 
 static void
 store(Eval *ev, const KStmt *s)
@@ -277,7 +357,11 @@ exec(Eval *ev, KStmt *const *ss, int n)
             }
             break;
         }
-        case KS_ASSIGN: ev->locals[s->var] = eval(ev, s->a); break;
+        case KS_ASSIGN:
+            if (ev->tiles[s->var])
+                efail(ev, "kernel IR: assignment to tile local %d", s->var);
+            ev->locals[s->var] = eval(ev, s->a);
+            break;
         case KS_STORE:
             if (ev->p->bufs[s->buf].kind == KB_INPUT || ev->p->bufs[s->buf].kind == KB_WEIGHT)
                 efail(ev, "kernel IR: store to read-only buffer '%s'", ev->p->bufs[s->buf].name);
@@ -289,20 +373,51 @@ exec(Eval *ev, KStmt *const *ss, int n)
             else
                 exec(ev, s->els, s->nels);
             break;
+        case KS_VSET:
+        case KS_VLOAD:
+        case KS_VFMA:
+        case KS_VSTORE: exec_tile(ev, s); break;
         }
     }
 }
 
 static void
+free_kernel_state(Eval *ev, int nlocals)
+{
+    if (ev->tiles)
+        for (int v = 0; v < nlocals; v++)
+            free(ev->tiles[v]);
+    free(ev->tiles);
+    free(ev->lanes);
+    free(ev->locals);
+    ev->tiles = NULL;
+    ev->lanes = NULL;
+    ev->locals = NULL;
+}
+
+static void
 run_kernel(Eval *ev, const Kernel *k)
 {
-    KVal *locals = calloc((size_t)k->nlocals + 1, sizeof *locals);
-    if (!locals)
+    /* in ev, so that a failure (longjmp) finds and frees them */
+    ev->nlocals = k->nlocals;
+    ev->locals = calloc((size_t)k->nlocals + 1, sizeof *ev->locals);
+    ev->tiles = calloc((size_t)k->nlocals + 1, sizeof *ev->tiles);
+    ev->lanes = calloc((size_t)k->nlocals + 1, sizeof *ev->lanes);
+    if (!ev->locals || !ev->tiles || !ev->lanes)
         efail(ev, "kernel IR: out of memory");
-    ev->locals = locals;
+    for (int v = 0; v < k->nlocals; v++) {
+        int n = k->locals[v].lanes;
+        if (n <= 0)
+            continue;
+        if (k->locals[v].type != KT_F64)
+            efail(ev, "kernel IR: tile %s is not f64", k->locals[v].name);
+        ev->lanes[v] = n;
+        ev->tiles[v] = calloc((size_t)n, sizeof **ev->tiles);
+        if (!ev->tiles[v])
+            efail(ev, "kernel IR: out of memory");
+    }
     exec(ev, k->body, k->nbody);
-    ev->locals = NULL;
-    free(locals);
+    free_kernel_state(ev, k->nlocals);
 }
 
 static size_t
@@ -352,10 +467,12 @@ kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, double 
         const KStat *st = &p->stats[s];
         const int64_t *c = mem[st->buf];
         int64_t n = ksize_eval(p->bufs[st->buf].size, batch);
-        double sum = 0;
+        /* as integers: exact in any order, so the loop vectorises (a layer of a conv net holds
+         * millions of counters per batch); the double sum of them in index order is the same */
+        int64_t sum = 0;
         for (int64_t i = 0; i < n; i++)
-            sum += (double)c[i];
-        spike_counts[st->value] += sum;
+            sum += c[i];
+        spike_counts[st->value] += (double)sum;
     }
 }
 
@@ -433,7 +550,7 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
         kir_add_spike_counts(p, batch, ev->mem, spike_counts);
     } else {
         ok = false;
-        free(ev->locals);
+        free_kernel_state(ev, ev->nlocals);
     }
     for (int b = 0; b < p->nbufs; b++)
         if (owned[b])

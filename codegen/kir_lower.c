@@ -251,7 +251,7 @@ local(Lower *lw, const char *name, KType t)
                                (size_t)cap * sizeof *k->locals);
         lw->caplocals = cap;
     }
-    k->locals[k->nlocals] = (KLocal){arena_strdup(&lw->p->arena, name), t};
+    k->locals[k->nlocals] = (KLocal){arena_strdup(&lw->p->arena, name), t, 0};
     return k->nlocals++;
 }
 
@@ -565,19 +565,6 @@ is_spike_value(Lower *lw, ValueId v)
     return dt == DT_SPIKE || dt == DT_I8;
 }
 
-/* acc = acc + f64(x) * f64(w), skipping zero spikes (exact) */
-static void
-accumulate(Lower *lw, Cur c, int acc, KExpr *x, KExpr *w, bool is_spike)
-{
-    if (is_spike) {
-        KStmt *s = s_if(lw, c, bin(lw, KB_NE, x, kx_const(lw->p, x->type, 0)));
-        c = body(s);
-    }
-    s_assign(lw, c, acc,
-             bin(lw, KB_ADD, var(lw, acc),
-                 bin(lw, KB_MUL, to(lw, KT_F64, x), to(lw, KT_F64, w))));
-}
-
 /* Layers fed by spikes accumulate event by event, as the interpreter does: each nonzero input adds
  * its weights into an f64 accumulator row (a KB_TEMP buffer, one row per kernel row, so rows stay
  * independent); every output still sums its terms in the same order. Returns the accumulator
@@ -592,215 +579,559 @@ acc_rows(Lower *lw, ValueId v, const Pos *ps, int64_t width, KExpr **row)
     return buf;
 }
 
-/* dense over spikes: acc[o] = bias[o]; for each k with x[k] != 0: acc[o] += x[k] W[o][k] */
+/* ---- dense and conv2d ----
+ * Layers sum in f64 and round to f32 once (ir/interp.c). Their inner loops run over output
+ * neurons or channels, which transposed weight buffers (KBuf.perm) hold contiguously, into tiles
+ * (kir.h): rows of f64 accumulators that the CPU backend keeps in vector registers, multiplied
+ * and added with one rounding (exact: a product of two floats is exact in double).
+ *   dense, weight [out][in] -> [in][out]:
+ *     real-valued input: a register-blocked GEMM, one parallel loop over (output tile, row block)
+ *       pairs; DENSE_MR rows times DENSE_NT outputs accumulate over k (innermost) from the bias,
+ *       each weight vector loaded once for the block. Terms in k order: the interpreter's sum.
+ *     spikes, at most DENSE_SPIKE_TILE outputs: the same blocks with all outputs in one tile,
+ *       zero inputs skipped lane-wise (fma_nz, no branch to mispredict on dense spike trains).
+ *     spikes, more outputs: event-driven, one scan of the input per row; each spike adds its
+ *       contiguous weight row into the row's f64 accumulators in memory (L1-resident), tile by
+ *       tile. Terms in k order.
+ *   conv2d, weight [out][in/g][kh][kw] -> [in/g][kh][kw][out], output NCHW as before (a tile is
+ *     stored channel by channel, OH*OW apart):
+ *     real-valued input: per channel tile (outer: its weights stay in cache), per output pixel,
+ *       a tile gathers over (c, kh, kw) in the interpreter's order; padding is skipped by bounds
+ *       checks, never added.
+ *     spikes: per row, the spiking channels of every input pixel (count and list, in channel
+ *       order); per output pixel, its terms gathered from its taps' lists into one list of
+ *       (weight row, input) pairs, in (kh, kw, c) order; then every channel tile runs one loop
+ *       over that list. This is the one reordered sum: spike terms are weights (times 0/1 or
+ *       +-1), whose f64 sum is exact, so order-free, unless n terms span more than about
+ *       2^(29 - log2 n) in magnitude; and even then the f32 result changes only if the last f64
+ *       bit moves it across an f32 rounding boundary.
+ * Block sizes fit AVX2's sixteen 256-bit registers (4 f64 lanes each): a dense block holds
+ * DENSE_MR * DENSE_NT / 4 = 12 accumulators, a weight vector and the broadcast inputs; a conv
+ * tile 8 accumulators. */
+enum {
+    DENSE_MR = 3,          /* real-valued input: rows per register block */
+    SPIKE_MR = 3,          /* spike input: rows per register block */
+    DENSE_NT = 16,         /* outputs per dense tile */
+    DENSE_SPIKE_TILE = 32, /* most outputs a spike-fed dense layer keeps in one tile */
+    SCATTER_NT = 32,       /* lanes per step of the event-driven dense scatter */
+    CONV_NT = 32,          /* channels per conv tile */
+};
+
+static bool
+has_bias(const Node *n)
+{
+    return (int)node_attr_i(n, "bias", 0) != 0;
+}
+
+/* weight slot `slot` of n, held transposed by perm (each weight belongs to one node, so it has
+ * one layout) */
+static int
+wbuf_transposed(Lower *lw, const Node *n, int slot, int rank, const int *perm)
+{
+    int b = wbuf(lw, n, slot);
+    KBuf *kb = &lw->p->bufs[b];
+    if (lw->m->weights[kb->io].rank != rank)
+        die("kir: weight '%s' of rank %d, not %d", kb->name, lw->m->weights[kb->io].rank, rank);
+    kb->nperm = rank;
+    memcpy(kb->perm, perm, (size_t)rank * sizeof *perm);
+    return b;
+}
+
+/* the rows of a stateless kernel (see open_rows) and the position of one */
+static KExpr *
+rows_of(Lower *lw, ValueId v)
+{
+    KExpr *B = kx_kind(lw->p, KX_BATCH);
+    return ctx_of(lw, v) == CTX_BATCHED ? bin(lw, KB_MUL, ci(lw, lw->T), B) : B;
+}
+
+static Pos
+row_pos(Lower *lw, ValueId v, KExpr *row, KExpr *i)
+{
+    Pos ps;
+    memset(&ps, 0, sizeof ps);
+    Ctx c = ctx_of(lw, v);
+    if (c == CTX_BATCHED) {
+        ps.r = row;
+    } else {
+        ps.b = row;
+        if (c == CTX_STEP)
+            ps.t = kx_kind(lw->p, KX_STEP);
+    }
+    ps.i = i;
+    return ps;
+}
+
+/* the row variable open_rows made */
+static KExpr *
+row_of(const Pos *ps)
+{
+    return ps->r ? ps->r : ps->b;
+}
+
+/* a tile local of `lanes` f64 values */
+static int
+tile(Lower *lw, const char *name, int lanes)
+{
+    int t = local(lw, name, KT_F64);
+    lw->k.locals[t].lanes = lanes;
+    return t;
+}
+
+static KStmt *
+s_tile(Lower *lw, Cur c, KsKind kind, int t, int buf, KExpr *index, KExpr *a)
+{
+    KStmt *s = st_new(lw, kind);
+    s->var = t;
+    s->buf = buf;
+    s->index = index;
+    s->a = a ? to(lw, KT_F64, a) : NULL;
+    s->stride = 1;
+    return put(lw, c, s);
+}
+
+/* t = bias[o0 + l] (f64), or 0 without a bias */
+static void
+tile_init(Lower *lw, Cur c, int t, int bias, KExpr *o0)
+{
+    if (bias >= 0)
+        s_tile(lw, c, KS_VLOAD, t, bias, o0, NULL);
+    else
+        s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+}
+
+/* t += a * w[index + l] */
+static void
+tile_fma(Lower *lw, Cur c, int t, KExpr *a, int w, KExpr *index, bool is_sparse)
+{
+    s_tile(lw, c, KS_VFMA, t, w, index, a)->is_sparse = is_sparse;
+}
+
+/* value v at (row position ps with i = the first lane's element) + l*stride = t */
+static void
+tile_store(Lower *lw, Cur c, ValueId v, Pos *ps, int64_t stride, int t)
+{
+    KStmt *s = s_tile(lw, c, KS_VSTORE, t, lw->vs[v].buf, vindex(lw, v, ps), NULL);
+    s->stride = stride;
+}
+
+/* body(o0, lanes) for the tiles of [0, n): a loop over the full tiles of nt lanes, then the
+ * n % nt left over */
+typedef void TileBody(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx);
+
+static void
+for_tiles(Lower *lw, Cur c, int64_t n, int nt, TileBody *fn, const void *ctx)
+{
+    int64_t nfull = n / nt, tail = n % nt;
+    if (nfull == 1) {
+        fn(lw, c, ci(lw, 0), nt, ctx);
+    } else if (nfull > 1) {
+        KExpr *ot;
+        KStmt *f = loop(lw, c, "ot", ci(lw, nfull), false, &ot);
+        fn(lw, body(f), bin(lw, KB_MUL, ot, ci(lw, nt)), nt, ctx);
+    }
+    if (tail)
+        fn(lw, c, ci(lw, nfull * nt), (int)tail, ctx);
+}
+
+/* ---- dense ---- */
+
+typedef struct Dense {
+    ValueId v, x;
+    int64_t K, O;
+    int w, bias;    /* weight [K][O]; bias or -1 */
+    bool is_sparse; /* x is spikes: zeros are skipped */
+    int mr;         /* rows per block */
+    KExpr *r0, *R;  /* the block's first row; rows */
+} Dense;
+
+/* m rows from r0 times the outputs [o0, o0 + lanes): tiles from the bias, k innermost */
+static void
+dense_micro(Lower *lw, Cur c, const Dense *d, KExpr *r0, int m, KExpr *o0, int lanes)
+{
+    int t[DENSE_MR > SPIKE_MR ? DENSE_MR : SPIKE_MR];
+    for (int i = 0; i < m; i++) {
+        t[i] = tile(lw, "acc", lanes);
+        tile_init(lw, c, t[i], d->bias, o0);
+    }
+    KExpr *k;
+    KStmt *fk = loop(lw, c, "k", ci(lw, d->K), false, &k);
+    KExpr *wi = bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, d->O)), o0);
+    for (int i = 0; i < m; i++) {
+        Pos px = row_pos(lw, d->v, bin(lw, KB_ADD, r0, ci(lw, i)), k);
+        tile_fma(lw, body(fk), t[i], to(lw, KT_F64, vload(lw, d->x, &px)), d->w, wi,
+                 d->is_sparse);
+    }
+    for (int i = 0; i < m; i++) {
+        Pos py = row_pos(lw, d->v, bin(lw, KB_ADD, r0, ci(lw, i)), o0);
+        tile_store(lw, c, d->v, &py, 1, t[i]);
+    }
+}
+
+/* one (output tile, row block): DENSE_MR rows at once, or a short last block row by row */
+static void
+dense_block(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Dense *d = ctx;
+    KStmt *full =
+        s_if(lw, c, bin(lw, KB_LE, bin(lw, KB_ADD, d->r0, ci(lw, d->mr)), d->R));
+    dense_micro(lw, body(full), d, d->r0, d->mr, o0, lanes);
+    int rv = local(lw, "r", KT_I64);
+    KStmt *fr = s_for(lw, els(full), rv, d->r0, d->R, false);
+    dense_micro(lw, body(fr), d, var(lw, rv), 1, o0, lanes);
+}
+
+/* y[r][o] = (f32)(bias[o] + sum_k x[r][k] W[o][k]) with the sum in k order, as the interpreter;
+ * one parallel loop over (output tile, row block) pairs, the output tile outer so that a
+ * thread's chunk of pairs reuses one panel of weights [K][DENSE_NT] from cache. */
+static void
+lower_dense(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    Dense d = {v, n->args[0], lw->vs[n->args[0]].numel, lw->vs[v].numel, 0, -1,
+               is_spike_value(lw, n->args[0]), 0, NULL, NULL};
+    d.mr = d.is_sparse ? SPIKE_MR : DENSE_MR;
+    d.w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
+    d.bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
+    /* spikes: all outputs in one tile (they are few, see kir_lower's dispatch) */
+    int nt = d.O < DENSE_NT || d.is_sparse ? (int)d.O : DENSE_NT;
+    int64_t nfull = d.O / nt, tail = d.O % nt, ntiles = nfull + (tail > 0);
+    d.R = rows_of(lw, v);
+    KExpr *nrb = bin(lw, KB_DIV, bin(lw, KB_ADD, d.R, ci(lw, d.mr - 1)), ci(lw, d.mr));
+    KExpr *q;
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, ci(lw, ntiles), nrb), true, &q);
+    Cur c = body(fq);
+    int ot = local(lw, "ot", KT_I64), r0 = local(lw, "r0", KT_I64);
+    s_assign(lw, c, ot, bin(lw, KB_DIV, q, nrb));
+    s_assign(lw, c, r0, bin(lw, KB_MUL, bin(lw, KB_REM, q, nrb), ci(lw, d.mr)));
+    d.r0 = var(lw, r0);
+    KExpr *o0 = bin(lw, KB_MUL, var(lw, ot), ci(lw, nt));
+    if (!tail) {
+        dense_block(lw, c, o0, nt, &d);
+        return;
+    }
+    KStmt *i = s_if(lw, c, bin(lw, KB_LT, var(lw, ot), ci(lw, nfull)));
+    dense_block(lw, body(i), o0, nt, &d);
+    dense_block(lw, els(i), ci(lw, nfull * nt), (int)tail, &d);
+}
+
+typedef struct Scatter {
+    int acc, w, bias;
+    KExpr *row, *k, *x; /* acc row's first element; k and x (in the event loop) */
+    int64_t O;
+} Scatter;
+
+static void
+scatter_init(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Scatter *s = ctx;
+    int t = tile(lw, "acc", lanes);
+    tile_init(lw, c, t, s->bias, o0);
+    s_tile(lw, c, KS_VSTORE, t, s->acc, bin(lw, KB_ADD, s->row, o0), NULL);
+}
+
+static void
+scatter_add(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Scatter *s = ctx;
+    int t = tile(lw, "acc", lanes);
+    KExpr *ai = bin(lw, KB_ADD, s->row, o0);
+    s_tile(lw, c, KS_VLOAD, t, s->acc, ai, NULL);
+    tile_fma(lw, c, t, s->x, s->w, bin(lw, KB_ADD, bin(lw, KB_MUL, s->k, ci(lw, s->O)), o0), false);
+    s_tile(lw, c, KS_VSTORE, t, s->acc, ai, NULL);
+}
+
+/* dense over spikes: acc[o] = bias[o], then for each k with x[k] != 0, acc[o] += x[k] W[o][k] */
 static void
 lower_dense_events(Lower *lw, ValueId v)
 {
     const Node *n = &lw->m->nodes[v];
     ValueId x = n->args[0];
-    int64_t in = lw->vs[x].numel, out = lw->vs[v].numel;
+    int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
+    int w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
+    int bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
     Pos ps;
     Cur c = open_rows(lw, v, &ps);
-    KExpr *row, *o2, *k;
-    int acc = acc_rows(lw, v, &ps, out, &row);
-    KStmt *f0 = loop(lw, c, "o", ci(lw, out), false, &o2);
-    int o2v = f0->var;
-    s_store(lw, body(f0), acc, bin(lw, KB_ADD, row, o2),
-            (int)node_attr_i(n, "bias", 0) ? to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o2))
-                                 : kx_const(lw->p, KT_F64, 0));
-    KStmt *fk = loop(lw, c, "k", ci(lw, in), false, &k);
+    KExpr *k;
+    int xv = local(lw, "x", KT_F64);
+    KExpr *row;
+    Scatter s = {acc_rows(lw, v, &ps, O, &row), w, bias, row, NULL, NULL, O};
+    for_tiles(lw, c, O, SCATTER_NT, scatter_init, &s);
+    KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
     Pos px = ps;
     px.i = k;
-    int xv = local(lw, "x", KT_F64);
     s_assign(lw, body(fk), xv, to(lw, KT_F64, vload(lw, x, &px)));
     KStmt *nz = s_if(lw, body(fk), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
-    KStmt *fo = s_for(lw, body(nz), o2v, ci(lw, 0), ci(lw, out), false);
-    KExpr *ai = bin(lw, KB_ADD, row, o2);
-    KExpr *w = kx_load(lw->p, wbuf(lw, n, 0), bin(lw, KB_ADD, bin(lw, KB_MUL, o2, ci(lw, in)), k));
-    s_store(lw, body(fo), acc, ai,
-            bin(lw, KB_ADD, kx_load(lw->p, acc, ai), bin(lw, KB_MUL, var(lw, xv), to(lw, KT_F64, w))));
-    KStmt *f1 = s_for(lw, c, o2v, ci(lw, 0), ci(lw, out), false);
-    Pos py = ps;
-    py.i = o2;
-    vstore(lw, body(f1), v, &py, kx_load(lw->p, acc, bin(lw, KB_ADD, row, o2)));
-}
-
-/* conv2d over spikes, scattered like the interpreter: each nonzero input pixel (c, ih, iw) adds
- * into the outputs (o, oh, ow) with oh*SH = ih + PH - kh*DH (and the same for w); each output's
- * terms arrive in (c, kh, kw) order, as in the gathered form. Then + bias, rounded once. */
-static void
-lower_conv2d_events(Lower *lw, ValueId v)
-{
-    const Node *n = &lw->m->nodes[v];
-    ValueId x = n->args[0];
-    const Type *xt = &lw->m->nodes[x].type;
-    int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
-    int64_t O = n->type.dims[0], OH = n->type.dims[1], OW = n->type.dims[2];
-    int64_t KH = (int)node_attr_i(n, "kernel", 0), KW = (int)node_attr_i(n, "kernel", 1);
-    int64_t SH = (int)node_attr_i(n, "stride", 0), SW = (int)node_attr_i(n, "stride", 1);
-    int64_t PH = (int)node_attr_i(n, "pad", 0), PW = (int)node_attr_i(n, "pad", 1);
-    int64_t DH = (int)node_attr_i(n, "dilation", 0), DW = (int)node_attr_i(n, "dilation", 1);
-    int64_t G = (int)node_attr_i(n, "groups", 0), Cg = C / G, Og = O / G, N = O * OH * OW;
-    Pos ps;
-    Cur c = open_rows(lw, v, &ps);
-    KExpr *row, *pp, *g, *cg, *ih, *iw, *kh, *kw, *og;
-    int acc = acc_rows(lw, v, &ps, N, &row);
-    KStmt *f0 = loop(lw, c, "p", ci(lw, N), false, &pp);
-    s_store(lw, body(f0), acc, bin(lw, KB_ADD, row, pp), kx_const(lw->p, KT_F64, 0));
-    KStmt *fg = loop(lw, c, "g", ci(lw, G), false, &g);
-    KStmt *fc = loop(lw, body(fg), "c", ci(lw, Cg), false, &cg);
-    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, g, ci(lw, Cg)), cg);
-    KStmt *fih = loop(lw, body(fc), "ih", ci(lw, H), false, &ih);
-    KStmt *fiw = loop(lw, body(fih), "iw", ci(lw, W), false, &iw);
-    Pos px = ps;
-    px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, H)), ih),
-                                ci(lw, W)),
-               iw);
-    int xv = local(lw, "x", KT_F64);
-    s_assign(lw, body(fiw), xv, to(lw, KT_F64, vload(lw, x, &px)));
-    KStmt *nz = s_if(lw, body(fiw), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
-    int hn = local(lw, "hn", KT_I64), wn = local(lw, "wn", KT_I64);
-    KStmt *fkh = loop(lw, body(nz), "kh", ci(lw, KH), false, &kh);
-    s_assign(lw, body(fkh), hn,
-             bin(lw, KB_SUB, bin(lw, KB_ADD, ih, ci(lw, PH)), bin(lw, KB_MUL, kh, ci(lw, DH))));
-    /* hn = oh * SH: the remainder is taken only of a non-negative hn */
-    KStmt *h0 = s_if(lw, body(fkh), bin(lw, KB_GE, var(lw, hn), ci(lw, 0)));
-    KExpr *oh = bin(lw, KB_DIV, var(lw, hn), ci(lw, SH));
-    KStmt *h1 = s_if(lw, body(h0),
-                     bin(lw, KB_AND,
-                         bin(lw, KB_EQ, bin(lw, KB_REM, var(lw, hn), ci(lw, SH)), ci(lw, 0)),
-                         bin(lw, KB_LT, oh, ci(lw, OH))));
-    KStmt *fkw = loop(lw, body(h1), "kw", ci(lw, KW), false, &kw);
-    s_assign(lw, body(fkw), wn,
-             bin(lw, KB_SUB, bin(lw, KB_ADD, iw, ci(lw, PW)), bin(lw, KB_MUL, kw, ci(lw, DW))));
-    KStmt *w0 = s_if(lw, body(fkw), bin(lw, KB_GE, var(lw, wn), ci(lw, 0)));
-    KExpr *ow = bin(lw, KB_DIV, var(lw, wn), ci(lw, SW));
-    KStmt *w1 = s_if(lw, body(w0),
-                     bin(lw, KB_AND,
-                         bin(lw, KB_EQ, bin(lw, KB_REM, var(lw, wn), ci(lw, SW)), ci(lw, 0)),
-                         bin(lw, KB_LT, ow, ci(lw, OW))));
-    KStmt *fog = loop(lw, body(w1), "og", ci(lw, Og), false, &og);
-    KExpr *o = bin(lw, KB_ADD, bin(lw, KB_MUL, g, ci(lw, Og)), og);
-    KExpr *ai = bin(lw, KB_ADD, row,
-                    bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, OH)), oh),
-                                        ci(lw, OW)),
-                        ow));
-    /* W[o][cg][kh][kw] */
-    KExpr *wi = bin(lw, KB_ADD,
-                    bin(lw, KB_MUL,
-                        bin(lw, KB_ADD,
-                            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, Cg)), cg),
-                                ci(lw, KH)),
-                            kh),
-                        ci(lw, KW)),
-                    kw);
-    s_store(lw, body(fog), acc, ai,
-            bin(lw, KB_ADD, kx_load(lw->p, acc, ai),
-                bin(lw, KB_MUL, var(lw, xv), to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 0), wi)))));
-    /* y[o][p] = acc + bias[o] */
-    KExpr *o2, *q;
-    KStmt *fo = loop(lw, c, "o", ci(lw, O), false, &o2);
-    KStmt *fq = loop(lw, body(fo), "q", ci(lw, OH * OW), false, &q);
-    KExpr *yi = bin(lw, KB_ADD, bin(lw, KB_MUL, o2, ci(lw, OH * OW)), q);
-    KExpr *y = kx_load(lw->p, acc, bin(lw, KB_ADD, row, yi));
-    if ((int)node_attr_i(n, "bias", 0))
-        y = bin(lw, KB_ADD, y, to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o2)));
-    Pos py = ps;
-    py.i = yi;
-    vstore(lw, body(fq), v, &py, y);
-}
-
-/* y[o] = (f32)(bias[o] + sum_k x[k] W[o][k]) summed in f64 in k order, like the interpreter */
-static void
-lower_dense(Lower *lw, ValueId v)
-{
-    const Node *n = &lw->m->nodes[v];
-    ValueId x = n->args[0];
-    int64_t in = lw->vs[x].numel, out = lw->vs[v].numel;
-    Pos ps;
-    Cur c = open_rows(lw, v, &ps);
-    KExpr *o, *k;
-    KStmt *fo = loop(lw, c, "o", ci(lw, out), false, &o);
-    int acc = local(lw, "acc", KT_F64);
-    s_assign(lw, body(fo), acc,
-             (int)node_attr_i(n, "bias", 0) ? to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o))
-                                  : kx_const(lw->p, KT_F64, 0));
-    KStmt *fk = loop(lw, body(fo), "k", ci(lw, in), false, &k);
-    Pos px = ps;
-    px.i = k;
-    KExpr *w = kx_load(lw->p, wbuf(lw, n, 0), bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, in)), k));
-    accumulate(lw, body(fk), acc, vload(lw, x, &px), w, is_spike_value(lw, x));
+    s.k = k;
+    s.x = var(lw, xv);
+    for_tiles(lw, body(nz), O, SCATTER_NT, scatter_add, &s);
+    KExpr *o;
+    KStmt *fo = loop(lw, c, "o", ci(lw, O), false, &o);
     Pos py = ps;
     py.i = o;
-    vstore(lw, body(fo), v, &py, var(lw, acc));
+    vstore(lw, body(fo), v, &py, kx_load(lw->p, s.acc, bin(lw, KB_ADD, row, o)));
 }
 
-/* PyTorch Conv2d gathered per output: acc = sum over c of the group, kh, kw (the interpreter's
- * scatter adds in the same order), then + bias, rounded once */
+/* ---- conv2d ---- */
+
+typedef struct Conv {
+    ValueId v, x;
+    int64_t C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, G, Cg, Og;
+    int w, bias; /* weight [Cg][KH][KW][O]; bias or -1 */
+    int list, count; /* spike lists: buffers, or -1 */
+    int tap_w, tap_x;  /* an output pixel's terms: weight rows, inputs */
+    Pos ps;            /* the row */
+    KExpr *g;          /* group */
+    KExpr *oh, *ow, *nterms, *terms; /* the output pixel, its term count and first term */
+} Conv;
+
+static Conv
+conv_geometry(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    Conv cv;
+    memset(&cv, 0, sizeof cv);
+    cv.v = v;
+    cv.x = n->args[0];
+    const Type *xt = &lw->m->nodes[cv.x].type;
+    cv.C = xt->dims[0];
+    cv.H = xt->dims[1];
+    cv.W = xt->dims[2];
+    cv.O = n->type.dims[0];
+    cv.OH = n->type.dims[1];
+    cv.OW = n->type.dims[2];
+    cv.KH = node_attr_i(n, "kernel", 0);
+    cv.KW = node_attr_i(n, "kernel", 1);
+    cv.SH = node_attr_i(n, "stride", 0);
+    cv.SW = node_attr_i(n, "stride", 1);
+    cv.PH = node_attr_i(n, "pad", 0);
+    cv.PW = node_attr_i(n, "pad", 1);
+    cv.DH = node_attr_i(n, "dilation", 0);
+    cv.DW = node_attr_i(n, "dilation", 1);
+    cv.G = node_attr_i(n, "groups", 0);
+    cv.Cg = cv.C / cv.G;
+    cv.Og = cv.O / cv.G;
+    /* W[o][cg][kh][kw] → [cg][kh][kw][o]: a row of output channels per (cg, kh, kw); one
+     * channel's taps are neighbours, as neighbouring output pixels use them */
+    cv.w = wbuf_transposed(lw, n, 0, 4, (const int[]){1, 2, 3, 0});
+    cv.bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
+    cv.list = cv.count = cv.tap_w = cv.tap_x = -1;
+    return cv;
+}
+
+/* the input tap of output position (oh, ow): ih = oh*SH - PH + kh*DH; body runs if it is inside
+ * (padding is skipped, never added); *ih and *iw are its locals */
+static Cur
+conv_taps(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr **kh, KExpr **kw,
+          KExpr **ih, KExpr **iw)
+{
+    int ihv = local(lw, "ih", KT_I64), iwv = local(lw, "iw", KT_I64);
+    KStmt *fkh = loop(lw, c, "kh", ci(lw, cv->KH), false, kh);
+    s_assign(lw, body(fkh), ihv,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, cv->SH)), ci(lw, cv->PH)),
+                 bin(lw, KB_MUL, *kh, ci(lw, cv->DH))));
+    *ih = var(lw, ihv);
+    KStmt *ifh = s_if(lw, body(fkh),
+                      bin(lw, KB_AND, bin(lw, KB_GE, *ih, ci(lw, 0)),
+                          bin(lw, KB_LT, *ih, ci(lw, cv->H))));
+    KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, cv->KW), false, kw);
+    s_assign(lw, body(fkw), iwv,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow, ci(lw, cv->SW)), ci(lw, cv->PW)),
+                 bin(lw, KB_MUL, *kw, ci(lw, cv->DW))));
+    *iw = var(lw, iwv);
+    KStmt *ifw = s_if(lw, body(fkw),
+                      bin(lw, KB_AND, bin(lw, KB_GE, *iw, ci(lw, 0)),
+                          bin(lw, KB_LT, *iw, ci(lw, cv->W))));
+    return body(ifw);
+}
+
+/* x at channel (g*Cg + cg), pixel (ih, iw) of the row, as f64 */
+static KExpr *
+conv_input(Lower *lw, const Conv *cv, KExpr *cg, KExpr *ih, KExpr *iw)
+{
+    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->Cg)), cg);
+    Pos px = cv->ps;
+    px.i = bin(lw, KB_ADD,
+               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, cv->H)), ih),
+                   ci(lw, cv->W)),
+               iw);
+    return to(lw, KT_F64, vload(lw, cv->x, &px));
+}
+
+/* the element of W[o0 + l][cg][kh][kw] in [cg][kh][kw][o] (o0 counts from the group's first) */
+static KExpr *
+conv_weight(Lower *lw, const Conv *cv, KExpr *cg, KExpr *kh, KExpr *kw, KExpr *o0)
+{
+    KExpr *tap = bin(lw, KB_ADD,
+                     bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg, ci(lw, cv->KH)), kh),
+                         ci(lw, cv->KW)),
+                     kw);
+    return bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, cv->O)),
+               bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->Og)), o0));
+}
+
+/* the count of spiking channels at pixel q of group g, of this row */
+static KExpr *
+conv_count_index(Lower *lw, const Conv *cv, KExpr *q)
+{
+    KExpr *base = bin(lw, KB_MUL, row_of(&cv->ps), ci(lw, cv->G * cv->H * cv->W));
+    return bin(lw, KB_ADD, base, bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->H * cv->W)), q));
+}
+
+/* acc + bias (the interpreter's order: 1 * bias is exact), stored to the output pixel (oh, ow)
+ * of channels [o0, o0 + lanes) of group g: one channel apart is OH*OW elements apart (NCHW) */
+static void
+conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, int t)
+{
+    KExpr *o = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->Og)), o0);
+    if (cv->bias >= 0)
+        tile_fma(lw, c, t, kx_const(lw->p, KT_F64, 1), cv->bias, o, false);
+    Pos py = cv->ps;
+    py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, cv->OH * cv->OW)),
+               bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, cv->OW)), ow));
+    tile_store(lw, c, cv->v, &py, cv->OH * cv->OW, t);
+}
+
+/* real-valued input: one tile of output channels [o0, o0 + lanes) of group g at every output
+ * pixel, summed over (c, kh, kw) in the interpreter's order (the tile outer: its weights stay in
+ * cache over the pixels) */
+static void
+conv_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Conv *cv = ctx;
+    KExpr *oh, *ow, *kh, *kw, *ih, *iw, *cg;
+    KStmt *foh = loop(lw, c, "oh", ci(lw, cv->OH), false, &oh);
+    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->OW), false, &ow);
+    Cur px = body(fow);
+    int t = tile(lw, "acc", lanes);
+    s_tile(lw, px, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    KStmt *fc = loop(lw, px, "c", ci(lw, cv->Cg), false, &cg);
+    Cur in = conv_taps(lw, body(fc), cv, oh, ow, &kh, &kw, &ih, &iw);
+    tile_fma(lw, in, t, conv_input(lw, cv, cg, ih, iw), cv->w, conv_weight(lw, cv, cg, kh, kw, o0),
+             false);
+    conv_store(lw, px, cv, oh, ow, o0, t);
+}
+
+/* spikes: one tile of the output pixel's channels over the pixel's term list */
+static void
+conv_term_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Conv *cv = ctx;
+    int t = tile(lw, "acc", lanes);
+    s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    KExpr *j;
+    KStmt *fj = loop(lw, c, "j", cv->nterms, false, &j);
+    KExpr *ti = bin(lw, KB_ADD, cv->terms, j);
+    tile_fma(lw, body(fj), t, kx_load(lw->p, cv->tap_x, ti), cv->w,
+             bin(lw, KB_ADD, kx_load(lw->p, cv->tap_w, ti), o0), false);
+    conv_store(lw, c, cv, cv->oh, cv->ow, o0, t);
+}
+
+/* spikes: per output pixel, its terms in (kh, kw, spiking c in channel order): the listed
+ * channels of each tap's input pixel become (weight row, input value) pairs, which every channel
+ * tile then sums in one loop (one short loop per tap and tile would cost a mispredicted exit
+ * each) */
+static void
+conv_event_pixels(Lower *lw, Cur c, Conv *cv)
+{
+    KExpr *oh, *ow, *kh, *kw, *ih, *iw;
+    KStmt *foh = loop(lw, c, "oh", ci(lw, cv->OH), false, &oh);
+    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->OW), false, &ow);
+    Cur px = body(fow);
+    int nv = local(lw, "nterms", KT_I64), qv = local(lw, "qi", KT_I64);
+    int cgv = local(lw, "cg", KT_I64);
+    s_assign(lw, px, nv, ci(lw, 0));
+    Cur in = conv_taps(lw, px, cv, oh, ow, &kh, &kw, &ih, &iw);
+    s_assign(lw, in, qv,
+             conv_count_index(lw, cv, bin(lw, KB_ADD, bin(lw, KB_MUL, ih, ci(lw, cv->W)), iw)));
+    KExpr *e;
+    KStmt *fe = loop(lw, in, "e", kx_load(lw->p, cv->count, var(lw, qv)), false, &e);
+    s_assign(lw, body(fe), cgv,
+             kx_load(lw->p, cv->list,
+                     bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->Cg)), e)));
+    KExpr *cg = var(lw, cgv), *ti = bin(lw, KB_ADD, cv->terms, var(lw, nv));
+    s_store(lw, body(fe), cv->tap_w, ti, conv_weight(lw, cv, cg, kh, kw, ci(lw, 0)));
+    s_store(lw, body(fe), cv->tap_x, ti, conv_input(lw, cv, cg, ih, iw));
+    s_assign(lw, body(fe), nv, bin(lw, KB_ADD, var(lw, nv), ci(lw, 1)));
+    cv->oh = oh;
+    cv->ow = ow;
+    cv->nterms = var(lw, nv);
+    for_tiles(lw, px, cv->Og, CONV_NT, conv_term_tile, cv);
+}
+
+static void
+conv_groups(Lower *lw, Cur c, Conv *cv)
+{
+    if (cv->G > 1) {
+        KStmt *fg = loop(lw, c, "g", ci(lw, cv->G), false, &cv->g);
+        c = body(fg);
+    } else {
+        cv->g = ci(lw, 0);
+    }
+    if (cv->list < 0)
+        for_tiles(lw, c, cv->Og, CONV_NT, conv_tile, cv);
+    else
+        conv_event_pixels(lw, c, cv);
+}
+
+/* PyTorch Conv2d gathered per output pixel and channel tile: acc = sum over c of the group, kh,
+ * kw (the interpreter's order), then + bias, rounded once */
 static void
 lower_conv2d(Lower *lw, ValueId v)
 {
-    const Node *n = &lw->m->nodes[v];
-    ValueId x = n->args[0];
-    const Type *xt = &lw->m->nodes[x].type;
-    int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
-    int64_t O = n->type.dims[0], OH = n->type.dims[1], OW = n->type.dims[2];
-    int64_t KH = (int)node_attr_i(n, "kernel", 0), KW = (int)node_attr_i(n, "kernel", 1);
-    int64_t SH = (int)node_attr_i(n, "stride", 0), SW = (int)node_attr_i(n, "stride", 1);
-    int64_t PH = (int)node_attr_i(n, "pad", 0), PW = (int)node_attr_i(n, "pad", 1);
-    int64_t DH = (int)node_attr_i(n, "dilation", 0), DW = (int)node_attr_i(n, "dilation", 1);
-    int64_t G = (int)node_attr_i(n, "groups", 0), Cg = C / G, Og = O / G;
-    Pos ps;
-    Cur c = open_rows(lw, v, &ps);
-    KExpr *g, *og, *o, *oh, *ow, *cc, *kh, *kw;
-    KStmt *fg = loop(lw, c, "g", ci(lw, G), false, &g);
-    KStmt *fog = loop(lw, body(fg), "og", ci(lw, Og), false, &og);
-    o = bin(lw, KB_ADD, bin(lw, KB_MUL, g, ci(lw, Og)), og);
-    KStmt *foh = loop(lw, body(fog), "oh", ci(lw, OH), false, &oh);
-    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, OW), false, &ow);
-    int acc = local(lw, "acc", KT_F64);
-    s_assign(lw, body(fow), acc, kx_const(lw->p, KT_F64, 0));
-    KStmt *fc = loop(lw, body(fow), "c", ci(lw, Cg), false, &cc);
-    KStmt *fkh = loop(lw, body(fc), "kh", ci(lw, KH), false, &kh);
-    int ih = local(lw, "ih", KT_I64), iw = local(lw, "iw", KT_I64);
-    s_assign(lw, body(fkh), ih,
-             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, SH)), ci(lw, PH)),
-                 bin(lw, KB_MUL, kh, ci(lw, DH))));
-    KStmt *ifh = s_if(lw, body(fkh),
-                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, ih), ci(lw, 0)),
-                          bin(lw, KB_LT, var(lw, ih), ci(lw, H))));
-    KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, KW), false, &kw);
-    s_assign(lw, body(fkw), iw,
-             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow, ci(lw, SW)), ci(lw, PW)),
-                 bin(lw, KB_MUL, kw, ci(lw, DW))));
-    KStmt *ifw = s_if(lw, body(fkw),
-                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, iw), ci(lw, 0)),
-                          bin(lw, KB_LT, var(lw, iw), ci(lw, W))));
-    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, g, ci(lw, Cg)), cc);
-    Pos px = ps;
-    px.i = bin(lw, KB_ADD,
-               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, H)), var(lw, ih)),
-                   ci(lw, W)),
-               var(lw, iw));
-    /* W[o][c][kh][kw] */
-    KExpr *wi = bin(lw, KB_ADD,
-                    bin(lw, KB_MUL,
-                        bin(lw, KB_ADD,
-                            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, Cg)), cc),
-                                ci(lw, KH)),
-                            kh),
-                        ci(lw, KW)),
-                    kw);
-    accumulate(lw, body(ifw), acc, vload(lw, x, &px), kx_load(lw->p, wbuf(lw, n, 0), wi),
-               is_spike_value(lw, x));
-    KExpr *y = var(lw, acc);
-    if ((int)node_attr_i(n, "bias", 0))
-        y = bin(lw, KB_ADD, y, to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, 1), o)));
-    Pos py = ps;
-    py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, OH)), oh),
-                                ci(lw, OW)),
-               ow);
-    vstore(lw, body(fow), v, &py, y);
+    Conv cv = conv_geometry(lw, v);
+    Cur c = open_rows(lw, v, &cv.ps);
+    conv_groups(lw, c, &cv);
+}
+
+/* conv2d over spikes: each row first lists, for every input pixel and group, the channels that
+ * spike there (count[g][q], list[g][q][n] = cg), then gathers each output pixel over its taps and
+ * their listed channels only */
+static void
+lower_conv2d_events(Lower *lw, ValueId v)
+{
+    Conv cv = conv_geometry(lw, v);
+    bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
+    int64_t HW = cv.H * cv.W, rows = is_batched ? lw->T : 1;
+    const char *vn = value_name(lw, v);
+    /* channel numbers in bytes where they fit: the list is as large as the input */
+    cv.list = add_buf(lw, arena_printf(&lw->p->arena, "%s.spikes", vn),
+                      cv.Cg <= 256 ? KT_U8 : KT_I64, (KSize){cv.C * HW * rows, 0}, KB_TEMP, -1,
+                      -1);
+    cv.count = add_buf(lw, arena_printf(&lw->p->arena, "%s.nspiking", vn), KT_I64,
+                       (KSize){cv.G * HW * rows, 0}, KB_TEMP, -1, -1);
+    int64_t nterms = cv.KH * cv.KW * cv.Cg; /* at most, per output pixel */
+    cv.tap_w = add_buf(lw, arena_printf(&lw->p->arena, "%s.term_w", vn), KT_I64,
+                       (KSize){nterms * rows, 0}, KB_TEMP, -1, -1);
+    cv.tap_x = add_buf(lw, arena_printf(&lw->p->arena, "%s.term_x", vn), KT_F64,
+                       (KSize){nterms * rows, 0}, KB_TEMP, -1, -1);
+    Cur c = open_rows(lw, v, &cv.ps);
+    KExpr *row = row_of(&cv.ps), *z, *cg, *q;
+    cv.terms = bin(lw, KB_MUL, row, ci(lw, nterms));
+    KStmt *fz = loop(lw, c, "z", ci(lw, cv.G * HW), false, &z);
+    s_store(lw, body(fz), cv.count, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, cv.G * HW)), z),
+            ci(lw, 0));
+    Cur cl = c;
+    if (cv.G == 1) {
+        cv.g = ci(lw, 0);
+    } else {
+        KStmt *fg = loop(lw, c, "g", ci(lw, cv.G), false, &cv.g);
+        cl = body(fg);
+    }
+    KStmt *fc = loop(lw, cl, "c", ci(lw, cv.Cg), false, &cg);
+    KStmt *fq = loop(lw, body(fc), "q", ci(lw, HW), false, &q);
+    int xv = local(lw, "x", KT_F64), qv = local(lw, "qi", KT_I64), nv = local(lw, "n", KT_I64);
+    Pos px = cv.ps;
+    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.Cg)), cg);
+    px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), q);
+    s_assign(lw, body(fq), xv, to(lw, KT_F64, vload(lw, cv.x, &px)));
+    KStmt *nz = s_if(lw, body(fq), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
+    s_assign(lw, body(nz), qv, conv_count_index(lw, &cv, q));
+    s_assign(lw, body(nz), nv, kx_load(lw->p, cv.count, var(lw, qv)));
+    s_store(lw, body(nz), cv.list,
+            bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv.Cg)), var(lw, nv)), cg);
+    s_store(lw, body(nz), cv.count, var(lw, qv), bin(lw, KB_ADD, var(lw, nv), ci(lw, 1)));
+    conv_groups(lw, c, &cv);
 }
 
 /* max (NaN propagates, padding never wins), avg (count_include_pad) and sum pooling */
@@ -1647,7 +1978,7 @@ kir_lower(const Module *m)
         case OP_STATE: break; /* no kernel: caller's memory, a view, filled by the neuron kernel */
         case OP_DENSE:
             begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
-            if (is_spike_value(&lw, nd->args[0]))
+            if (is_spike_value(&lw, nd->args[0]) && lw.vs[v].numel > DENSE_SPIKE_TILE)
                 lower_dense_events(&lw, v);
             else
                 lower_dense(&lw, v);

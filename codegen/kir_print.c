@@ -244,6 +244,22 @@ indent(FILE *f, int depth)
 
 static void print_stmts(const Printer *pr, KStmt *const *s, int n, int depth);
 
+/* the elements a tile statement touches: @buf[index + lanes(n)], or [index + lanes(n) * stride] */
+static void
+print_lanes(const Printer *pr, const KStmt *s)
+{
+    FILE *f = pr->f;
+    fprintf(f, "@%s[", pr->p->bufs[s->buf].name);
+    if (!(s->index->kind == KX_CONST && s->index->num == 0)) {
+        print_operand(pr, s->index, 4);
+        fputs(" + ", f);
+    }
+    fprintf(f, "lanes(%d)", pr->k->locals[s->var].lanes);
+    if (s->kind == KS_VSTORE && s->stride != 1)
+        fprintf(f, " * %lld", (long long)s->stride);
+    fputc(']', f);
+}
+
 static void
 print_stmt(const Printer *pr, const KStmt *s, int depth)
 {
@@ -288,6 +304,35 @@ print_stmt(const Printer *pr, const KStmt *s, int depth)
         }
         fputs("}\n", f);
         return;
+    case KS_VSET:
+        print_var(pr, s->var);
+        fputs(" = splat(", f);
+        print_expr(pr, s->a);
+        fputs(")\n", f);
+        return;
+    case KS_VLOAD:
+        print_var(pr, s->var);
+        fputs(" = vload ", f);
+        print_lanes(pr, s);
+        fputc('\n', f);
+        return;
+    case KS_VFMA:
+        print_var(pr, s->var);
+        fputs(s->is_sparse ? " = fma_nz(" : " = fma(", f);
+        print_expr(pr, s->a);
+        fputs(", ", f);
+        print_lanes(pr, s);
+        fputs(", ", f);
+        print_var(pr, s->var);
+        fputs(")\n", f);
+        return;
+    case KS_VSTORE:
+        fputs("vstore ", f);
+        print_lanes(pr, s);
+        fputs(" = ", f);
+        print_var(pr, s->var);
+        fputc('\n', f);
+        return;
     }
 }
 
@@ -312,6 +357,8 @@ print_kernel(FILE *f, const KProgram *p, const Kernel *k, int depth)
         fputs(v ? ", " : " ", f);
         print_var(&pr, v);
         fprintf(f, ": %s", ktype_name(k->locals[v].type));
+        if (k->locals[v].lanes > 0)
+            fprintf(f, "x%d", k->locals[v].lanes);
     }
     fputc('\n', f);
     print_stmts(&pr, k->body, k->nbody, depth + 1);
@@ -332,6 +379,10 @@ kir_print(FILE *f, const KProgram *p)
         fprintf(f, "] %s", kinds[kb->kind]);
         if (kb->kind != KB_TEMP)
             fprintf(f, " %d", kb->io);
+        for (int d = 0; d < kb->nperm; d++)
+            fprintf(f, "%s%d", d ? ", " : " transposed(", kb->perm[d]);
+        if (kb->nperm)
+            fputc(')', f);
         for (int s = 0; s < p->nstats; s++)
             if (p->stats[s].buf == b)
                 fprintf(f, " spikes %d", (int)p->stats[s].value);

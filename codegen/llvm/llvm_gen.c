@@ -29,7 +29,8 @@ typedef struct Gen {
     const Kernel *k;
     LLVMValueRef fn;
     LLVMValueRef *bufptr;  /* [nbufs] typed base address, NULL when the kernel does not touch it */
-    LLVMValueRef *local;   /* [nlocals] alloca */
+    LLVMValueRef *local;   /* [nlocals] alloca (tile locals: NULL) */
+    LLVMValueRef **tile;   /* [nlocals] a tile local's pieces (allocas, see tile_pieces), or NULL */
     LLVMValueRef *loopval; /* [nlocals] the induction phi while inside its loop, else NULL */
     LLVMValueRef batch, step, sample_base;
     /* a threaded kernel's chunk: its outermost parallel loop runs over [range_lo, range_hi) */
@@ -507,6 +508,11 @@ gen_expr(Gen *g, const KExpr *e)
             gen_fail(g, "kernel %s: local %d out of range", g->k->name, e->var);
             return LLVMGetUndef(val_type(g, e->type));
         }
+        if (g->tile[e->var]) {
+            gen_fail(g, "kernel %s: tile %s read as a scalar", g->k->name,
+                     g->k->locals[e->var].name);
+            return LLVMGetUndef(val_type(g, e->type));
+        }
         KType lt = g->k->locals[e->var].type;
         LLVMValueRef v = g->loopval[e->var];
         if (!v)
@@ -551,8 +557,8 @@ gen_expr(Gen *g, const KExpr *e)
 static void
 gen_for(Gen *g, const KStmt *s)
 {
-    if (s->var < 0 || s->var >= g->k->nlocals) {
-        gen_fail(g, "kernel %s: loop variable %d out of range", g->k->name, s->var);
+    if (s->var < 0 || s->var >= g->k->nlocals || g->tile[s->var]) {
+        gen_fail(g, "kernel %s: loop variable %d out of range or a tile", g->k->name, s->var);
         return;
     }
     LLVMBuilderRef b = g->b;
@@ -588,6 +594,184 @@ gen_for(Gen *g, const KStmt *s)
     LLVMPositionBuilderAtEnd(b, exit);
 }
 
+/* ---- tiles (KS_VSET, KS_VLOAD, KS_VFMA, KS_VSTORE) ----
+ * A tile of n lanes lives in pieces of 8, then 4, 2, 1 lanes: one alloca of <len x double> each
+ * (a double when len is 1). Every statement reads and writes whole pieces, so SROA turns them into
+ * SSA values and a tile stays in vector registers across the loops around it; pieces of 8 split
+ * into two AVX2 registers or fill one AVX-512 register. */
+enum { TILE_PIECE = 8, MAX_PIECES = 64 }; /* a tile has at most MAX_PIECES pieces */
+
+static int
+tile_pieces(int lanes, int *off, int *len)
+{
+    int n = 0;
+    for (int o = 0, w = TILE_PIECE; o < lanes; w /= 2)
+        while (w > 0 && lanes - o >= w) {
+            if (off) off[n] = o;
+            if (len) len[n] = w;
+            n++;
+            o += w;
+        }
+    return n;
+}
+
+static LLVMTypeRef
+piece_type(Gen *g, LLVMTypeRef elem, int len)
+{
+    return len == 1 ? elem : LLVMVectorType(elem, (unsigned)len);
+}
+
+/* a scalar in every lane of a piece */
+static LLVMValueRef
+splat(Gen *g, LLVMValueRef x, int len)
+{
+    if (len == 1) return x;
+    LLVMTypeRef vt = LLVMVectorType(LLVMTypeOf(x), (unsigned)len);
+    LLVMValueRef v = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), x,
+                                            LLVMConstInt(g->t_i32, 0, 0), "");
+    return LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(vt),
+                                  LLVMConstNull(LLVMVectorType(g->t_i32, (unsigned)len)), "splat");
+}
+
+/* the tile local s->var's pieces, or NULL after reporting */
+static LLVMValueRef *
+tile_of(Gen *g, const KStmt *s)
+{
+    if (s->var < 0 || s->var >= g->k->nlocals || !g->tile[s->var]) {
+        gen_fail(g, "kernel %s: local %d is not a tile", g->k->name, s->var);
+        return NULL;
+    }
+    return g->tile[s->var];
+}
+
+/* buf[index + off .. + len) as <len x double> (f32 elements converted exactly) */
+static LLVMValueRef
+load_piece(Gen *g, int buf, LLVMValueRef index, int off, int len)
+{
+    KType bt = g->p->bufs[buf].type;
+    LLVMTypeRef et = val_type(g, bt);
+    LLVMValueRef i = LLVMBuildAdd(g->b, index, LLVMConstInt(g->t_i64, (unsigned)off, 0), "");
+    LLVMValueRef ptr = LLVMBuildInBoundsGEP2(g->b, et, g->bufptr[buf], &i, 1, "");
+    LLVMTypeRef pt = piece_type(g, et, len);
+    ptr = LLVMBuildBitCast(g->b, ptr, LLVMPointerType(pt, 0), "");
+    LLVMValueRef v = tag_access(g, LLVMBuildLoad2(g->b, pt, ptr, ""));
+    LLVMSetAlignment(v, (unsigned)llvm_gen_elem_size(bt));
+    return bt == KT_F32 ? LLVMBuildFPExt(g->b, v, piece_type(g, g->t_f64, len), "") : v;
+}
+
+static LLVMValueRef
+fma_piece(Gen *g, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c, int len)
+{
+    char name[32];
+    if (len == 1)
+        snprintf(name, sizeof name, "llvm.fma.f64");
+    else
+        snprintf(name, sizeof name, "llvm.fma.v%df64", len);
+    LLVMTypeRef ty = piece_type(g, g->t_f64, len);
+    LLVMTypeRef args[3] = {ty, ty, ty};
+    LLVMTypeRef fty = LLVMFunctionType(ty, args, 3, 0);
+    LLVMValueRef f = LLVMGetNamedFunction(g->mod, name);
+    if (!f) f = LLVMAddFunction(g->mod, name, fty);
+    return LLVMBuildCall2(g->b, fty, f, (LLVMValueRef[]){a, b, c}, 3, "fma");
+}
+
+static bool
+is_tile_buffer(Gen *g, const KStmt *s, bool is_store)
+{
+    if (s->buf < 0 || s->buf >= g->p->nbufs || !g->bufptr[s->buf]) {
+        gen_fail(g, "kernel %s: buffer %d out of range", g->k->name, s->buf);
+        return false;
+    }
+    const KBuf *kb = &g->p->bufs[s->buf];
+    if (kb->type != KT_F32 && kb->type != KT_F64) {
+        gen_fail(g, "kernel %s: tile access to %s buffer '%s'", g->k->name, ktype_name(kb->type),
+                 kb->name);
+        return false;
+    }
+    if (is_store && (kb->kind == KB_INPUT || kb->kind == KB_WEIGHT)) {
+        gen_fail(g, "kernel %s: store to read-only buffer '%s'", g->k->name, kb->name);
+        return false;
+    }
+    if (is_store && s->stride < 1) {
+        gen_fail(g, "kernel %s: tile store with stride %lld", g->k->name, (long long)s->stride);
+        return false;
+    }
+    return true;
+}
+
+static void
+gen_tile(Gen *g, const KStmt *s)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef *t = tile_of(g, s);
+    if (!t) return;
+    int off[MAX_PIECES], len[MAX_PIECES];
+    int np = tile_pieces(g->k->locals[s->var].lanes, off, len);
+    if (s->kind == KS_VSET) {
+        LLVMValueRef a = gen_expr_as(g, s->a, KT_F64);
+        for (int i = 0; i < np; i++)
+            LLVMBuildStore(b, splat(g, a, len[i]), t[i]);
+        return;
+    }
+    if (!is_tile_buffer(g, s, s->kind == KS_VSTORE)) return;
+    LLVMValueRef index = gen_expr_as(g, s->index, KT_I64);
+    switch (s->kind) {
+    case KS_VLOAD:
+        for (int i = 0; i < np; i++)
+            LLVMBuildStore(b, load_piece(g, s->buf, index, off[i], len[i]), t[i]);
+        return;
+    case KS_VFMA: {
+        /* fused: one rounding, as kir_eval's fma() */
+        LLVMValueRef a = gen_expr_as(g, s->a, KT_F64);
+        for (int i = 0; i < np; i++) {
+            LLVMTypeRef pt = piece_type(g, g->t_f64, len[i]);
+            LLVMValueRef acc = LLVMBuildLoad2(b, pt, t[i], "");
+            LLVMValueRef w = load_piece(g, s->buf, index, off[i], len[i]);
+            LLVMValueRef va = splat(g, a, len[i]);
+            /* is_sparse, without a branch (spike trains defeat branch prediction) and off the
+             * accumulator's dependency chain: where a == 0 the weight becomes -a, and
+             * a * -a = -0 whatever a's sign, and acc + -0 == acc for every acc (-0 included);
+             * -a is finite where w may not be. Where a != 0 (NaN too, as kir_eval's test),
+             * fma(a, w, acc). */
+            if (s->is_sparse)
+                w = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, va, LLVMConstNull(pt), ""), w,
+                                    LLVMBuildFNeg(b, va, ""), "");
+            LLVMBuildStore(b, fma_piece(g, va, w, acc, len[i]), t[i]);
+        }
+        return;
+    }
+    case KS_VSTORE: {
+        KType bt = g->p->bufs[s->buf].type;
+        LLVMTypeRef et = val_type(g, bt);
+        for (int i = 0; i < np; i++) {
+            LLVMValueRef v = LLVMBuildLoad2(b, piece_type(g, g->t_f64, len[i]), t[i], "");
+            if (bt == KT_F32) v = LLVMBuildFPTrunc(b, v, piece_type(g, et, len[i]), "");
+            if (s->stride == 1) {
+                LLVMValueRef ix =
+                    LLVMBuildAdd(b, index, LLVMConstInt(g->t_i64, (unsigned)off[i], 0), "");
+                LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, et, g->bufptr[s->buf], &ix, 1, "");
+                ptr = LLVMBuildBitCast(b, ptr, LLVMPointerType(piece_type(g, et, len[i]), 0), "");
+                LLVMValueRef st = tag_access(g, LLVMBuildStore(b, v, ptr));
+                LLVMSetAlignment(st, (unsigned)llvm_gen_elem_size(bt));
+                continue;
+            }
+            for (int l = 0; l < len[i]; l++) {
+                LLVMValueRef x = v;
+                if (len[i] > 1)
+                    x = LLVMBuildExtractElement(b, v, LLVMConstInt(g->t_i32, (unsigned)l, 0), "");
+                LLVMValueRef ix = LLVMBuildAdd(
+                    b, index,
+                    LLVMConstInt(g->t_i64, (unsigned long long)((off[i] + l) * s->stride), 0), "");
+                LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, et, g->bufptr[s->buf], &ix, 1, "");
+                tag_access(g, LLVMBuildStore(b, x, ptr));
+            }
+        }
+        return;
+    }
+    default: unreachable();
+    }
+}
+
 static void
 gen_stmt(Gen *g, const KStmt *s)
 {
@@ -601,9 +785,9 @@ gen_stmt(Gen *g, const KStmt *s)
             gen_fail(g, "kernel %s: local %d out of range", g->k->name, s->var);
             return;
         }
-        if (g->loopval[s->var]) {
-            gen_fail(g, "kernel %s: assignment to loop variable %s", g->k->name,
-                     g->k->locals[s->var].name);
+        if (g->loopval[s->var] || g->tile[s->var]) {
+            gen_fail(g, "kernel %s: assignment to %s %s", g->k->name,
+                     g->tile[s->var] ? "tile" : "loop variable", g->k->locals[s->var].name);
             return;
         }
         LLVMBuildStore(b, gen_expr_as(g, s->a, g->k->locals[s->var].type), g->local[s->var]);
@@ -641,6 +825,12 @@ gen_stmt(Gen *g, const KStmt *s)
         LLVMPositionBuilderAtEnd(b, bb_j);
         return;
     }
+    case KS_VSET:
+    case KS_VLOAD:
+    case KS_VFMA:
+    case KS_VSTORE:
+        gen_tile(g, s);
+        return;
     }
     gen_fail(g, "kernel %s: unknown statement kind %d", g->k->name, (int)s->kind);
 }
@@ -673,7 +863,9 @@ mark_stmts(KStmt *const *s, int n, bool *used, int nbufs)
 {
     for (int i = 0; i < n; i++) {
         if (!s[i]) continue;
-        if (s[i]->kind == KS_STORE && s[i]->buf >= 0 && s[i]->buf < nbufs) used[s[i]->buf] = true;
+        bool has_buf = s[i]->kind == KS_STORE || s[i]->kind == KS_VLOAD ||
+                       s[i]->kind == KS_VFMA || s[i]->kind == KS_VSTORE;
+        if (has_buf && s[i]->buf >= 0 && s[i]->buf < nbufs) used[s[i]->buf] = true;
         mark_expr(s[i]->lo, used, nbufs);
         mark_expr(s[i]->hi, used, nbufs);
         mark_expr(s[i]->index, used, nbufs);
@@ -712,6 +904,59 @@ threaded_loop(const Kernel *k)
     return s;
 }
 
+/* ---- how much work a parallel loop's iteration is ----
+ * Handing a loop to the thread pool costs a wake-up and a barrier (microseconds); a small loop
+ * (a layer at batch 1) runs faster on the calling thread. The estimate counts statements, loads
+ * and tile lanes, times constant trip counts (TRIPS_UNKNOWN for a bound known only at run time:
+ * a batch remainder, a spike count); it only picks where the same chunks run, never what they
+ * compute. */
+enum { TRIPS_UNKNOWN = 4, PARALLEL_MIN_WORK = 50000 };
+
+static double
+expr_cost(const KExpr *e)
+{
+    if (!e) return 0;
+    double c = e->kind == KX_LOAD || e->kind == KX_UN || e->kind == KX_BIN ? 1
+               : e->kind == KX_UNIFORM                                     ? 40
+                                                                           : 0;
+    return c + expr_cost(e->a) + expr_cost(e->b) + expr_cost(e->c);
+}
+
+static double
+stmts_cost(const Kernel *k, KStmt *const *s, int n)
+{
+    double c = 0;
+    for (int i = 0; i < n; i++) {
+        const KStmt *st = s[i];
+        if (!st) continue;
+        switch (st->kind) {
+        case KS_FOR: {
+            double trips = TRIPS_UNKNOWN;
+            if (st->lo && st->hi && st->lo->kind == KX_CONST && st->hi->kind == KX_CONST)
+                trips = st->hi->num > st->lo->num ? st->hi->num - st->lo->num : 0;
+            c += 1 + trips * stmts_cost(k, st->body, st->nbody);
+            break;
+        }
+        case KS_IF: {
+            double a = stmts_cost(k, st->body, st->nbody), b = stmts_cost(k, st->els, st->nels);
+            c += 1 + expr_cost(st->a) + (a > b ? a : b);
+            break;
+        }
+        case KS_ASSIGN:
+        case KS_STORE: c += 1 + expr_cost(st->a) + expr_cost(st->index); break;
+        case KS_VSET:
+        case KS_VLOAD:
+        case KS_VFMA:
+        case KS_VSTORE: {
+            int lanes = st->var >= 0 && st->var < k->nlocals ? k->locals[st->var].lanes : 1;
+            c += 1 + expr_cost(st->a) + expr_cost(st->index) + (lanes + 3) / 4;
+            break;
+        }
+        }
+    }
+    return c;
+}
+
 /* Kernel ki's code as two functions: an internal always-inline body whose buffers are separate
  * noalias parameters (so, once inlined, LLVM knows distinct buffers never overlap and vectorises
  * without run-time checks), and the external `name`(ptr bufs, i64 B, i64 t, i64 sample_base, ...)
@@ -730,8 +975,10 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     LLVMTypeRef *pt = calloc((size_t)p->nbufs + 5, sizeof *pt);
     g->bufptr = calloc((size_t)p->nbufs + 1, sizeof *g->bufptr);
     g->local = calloc((size_t)k->nlocals + 1, sizeof *g->local);
+    g->tile = calloc((size_t)k->nlocals + 1, sizeof *g->tile);
     g->loopval = calloc((size_t)k->nlocals + 1, sizeof *g->loopval);
-    if (!used || !param_buf || !pt || !g->bufptr || !g->local || !g->loopval) die("out of memory");
+    if (!used || !param_buf || !pt || !g->bufptr || !g->local || !g->tile || !g->loopval)
+        die("out of memory");
     mark_stmts(k->body, k->nbody, used, p->nbufs);
     int np = 0;
     for (int i = 0; i < p->nbufs; i++)
@@ -775,6 +1022,24 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, body, "entry");
     LLVMPositionBuilderAtEnd(g->b, entry);
     for (int i = 0; i < k->nlocals; i++) {
+        if (k->locals[i].lanes > 0) {
+            int len[MAX_PIECES], npieces = tile_pieces(k->locals[i].lanes, NULL, NULL);
+            if (k->locals[i].type != KT_F64 || npieces > MAX_PIECES) {
+                gen_fail(g, "kernel %s: tile %s of %d %s lanes", k->name, k->locals[i].name,
+                         k->locals[i].lanes, ktype_name(k->locals[i].type));
+                continue;
+            }
+            tile_pieces(k->locals[i].lanes, NULL, len);
+            g->tile[i] = calloc((size_t)npieces, sizeof **g->tile);
+            if (!g->tile[i]) die("out of memory");
+            const char *tn = k->locals[i].name ? k->locals[i].name : "";
+            for (int j = 0; j < npieces; j++) {
+                LLVMTypeRef ty = piece_type(g, g->t_f64, len[j]);
+                g->tile[i][j] = LLVMBuildAlloca(g->b, ty, tn);
+                LLVMBuildStore(g->b, LLVMConstNull(ty), g->tile[i][j]);
+            }
+            continue;
+        }
         LLVMTypeRef lt = val_type(g, k->locals[i].type);
         g->local[i] = LLVMBuildAlloca(g->b, lt, k->locals[i].name ? k->locals[i].name : "");
         LLVMBuildStore(g->b, LLVMConstNull(lt), g->local[i]);
@@ -811,9 +1076,13 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     free(param_buf);
     free(pt);
     free(g->bufptr);
+    for (int i = 0; i < k->nlocals; i++)
+        free(g->tile[i]);
+    free(g->tile);
     free(g->local);
     free(g->loopval);
     g->bufptr = g->local = g->loopval = NULL;
+    g->tile = NULL;
     return w;
 }
 
@@ -846,6 +1115,21 @@ gen_kernel(Gen *g, int ki)
     g->sample_base = LLVMGetParam(w, 3);
     LLVMValueRef lo = gen_expr_as(g, loop->lo, KT_I64), hi = gen_expr_as(g, loop->hi, KT_I64);
     LLVMValueRef rt = LLVMGetParam(w, 4);
+    /* too little work for the pool: the whole range on this thread (the same chunks' work) */
+    double cost = stmts_cost(k, loop->body, loop->nbody);
+    int64_t min_trips = (int64_t)(PARALLEL_MIN_WORK / (cost > 1 ? cost : 1)) + 1;
+    LLVMBasicBlockRef inline_bb = LLVMAppendBasicBlockInContext(g->ctx, w, "inline");
+    LLVMBasicBlockRef pool_bb = LLVMAppendBasicBlockInContext(g->ctx, w, "pool");
+    LLVMValueRef trips = LLVMBuildSub(g->b, hi, lo, "trips");
+    LLVMBuildCondBr(g->b,
+                    LLVMBuildICmp(g->b, LLVMIntSLT, trips,
+                                  LLVMConstInt(g->t_i64, (unsigned long long)min_trips, 0), ""),
+                    inline_bb, pool_bb);
+    LLVMPositionBuilderAtEnd(g->b, inline_bb);
+    LLVMValueRef cargs[6] = {LLVMGetParam(w, 0), g->batch, g->step, g->sample_base, lo, hi};
+    LLVMBuildCall2(g->b, g->t_chunk, chunk, cargs, 6, "");
+    LLVMBuildRetVoid(g->b);
+    LLVMPositionBuilderAtEnd(g->b, pool_bb);
     /* rt points at an LlvmRt, whose first member is parallel_for (casts: typed pointers, LLVM 14) */
     LLVMValueRef slot = LLVMBuildBitCast(g->b, rt, LLVMPointerType(g->t_i8p, 0), "");
     LLVMValueRef par = LLVMBuildBitCast(g->b, LLVMBuildLoad2(g->b, g->t_i8p, slot, ""),

@@ -191,6 +191,86 @@ test_conv(void)
     CHECK(same_as_interp(text, 2, 0, NULL));
 }
 
+/* Dense and conv2d as tiles (kir.h KS_V*): the register-blocked GEMM with output tiles that do and
+ * do not divide the layer and row blocks that do and do not divide the batch; spike tiles (fma_nz)
+ * over u8 and i8 spikes; the event-driven scatter; gathered convolutions with groups, strides,
+ * dilation and padding; spike-list convolutions; static, per-step and recurrent rows */
+static void
+test_layers(void)
+{
+    static const char neuron[] = "neuron Bip(th = 0.5) {\n state v = 0.0\n v = v + I\n"
+                                 " fire v >= th\n fire down v <= -th\n v = v - spike * th\n}\n";
+    static const char dense[] =
+        "model dense_layers {\n timesteps 3\n input x : f32[T, 37]\n input u : f32[19]\n"
+        " h = dense(x, 45)\n s = LIF(h, tau = 2.0, v_th = 0.3)\n"
+        " a = dense(s, 7, bias = false)\n b = dense(s, 40)\n c = dense(u, 3)\n"
+        " q = Bip(h)\n d = dense(q, 70, bias = false)\n e = dense(q, 9)\n"
+        " r = LIF(dense(x, 17) + dense(prev(r), 17, bias = false), tau = 2.0, v_th = 0.2)\n"
+        " output oh = sequence(h)\n output oa = sequence(a)\n output ob = sequence(b)\n"
+        " output oc = last(c)\n output od = sequence(d)\n output oe = max(e)\n"
+        " output orr = count(r)\n}\n";
+    static const char conv[] =
+        "model conv_layers {\n timesteps 2\n input x : f32[T, 4, 11, 10]\n input u : f32[3, 7, 6]\n"
+        " c1 = conv2d(x, 36, kernel = 3, stride = 2, pad = 1, groups = 2)\n"
+        " s1 = IF(c1, v_th = 0.3)\n"
+        " c2 = conv2d(s1, 70, kernel = (2, 3), pad = (1, 2), dilation = (2, 1), stride = (1, 2),"
+        " bias = false)\n"
+        " s2 = IF(c2, v_th = 0.2)\n c3 = conv2d(s2, 6, kernel = 1, groups = 2)\n"
+        " c4 = conv2d(u, 5, kernel = (3, 2), pad = (2, 0), dilation = (1, 2))\n"
+        " c5 = conv2d(Bip(c1, th = 0.3), 33, kernel = 3, pad = 1, groups = 3, bias = false)\n"
+        " output o1 = sequence(c1)\n output o2 = sequence(c2)\n output o3 = sequence(c3)\n"
+        " z = IF(conv2d(x, 4, kernel = 3, pad = 1) + conv2d(prev(z), 4, kernel = 3, pad = 1,"
+        " bias = false), v_th = 0.3)\n"
+        " output o4 = last(c4)\n output o5 = sequence(c5)\n output r = mean(s2)\n"
+        " output oz = count(z)\n}\n";
+    char text[4096], *printed = NULL;
+    snprintf(text, sizeof text, "%s%s", neuron, dense);
+    CHECK(same_as_interp(text, 3, 0, &printed));
+    CHECK(same_as_interp(text, 1, 0, NULL));
+    CHECK(same_as_interp(text, 4, 0, NULL));
+    CHECK(same_as_interp(text, 7, 0, NULL));
+    /* weights transposed to [in][out]; 45 outputs: two tiles of 16 and one of 13; rows in blocks,
+     * the last block row by row; few spike-fed outputs: one tile, zeros skipped; many: scatter */
+    CHECK(printed && strstr(printed, "buffer @h.weight : f32[1665] weight 0 transposed(1, 0)"));
+    CHECK(printed && strstr(printed, "locals %q: i64, %ot: i64, %r0: i64, %acc.3: f64x16"));
+    CHECK(printed && strstr(printed, "vstore @h[%r0 * 45 + 32 + lanes(13)] = %acc"));
+    CHECK(printed && strstr(printed, "%acc.4 = fma(f64(@x[((%r0 + 1) % B * 3 + (%r0 + 1) / B) * "
+                                     "37 + %k.6]), @h.weight[%k.6 * 45 + %ot * 16 + lanes(16)], "
+                                     "%acc.4)"));
+    CHECK(printed && strstr(printed, "for %r in %r0..B {"));
+    CHECK(printed && strstr(printed, "= fma_nz(f64(@q[%r0 * 45 + %k.6]), @e.weight[%k.6 * 9"));
+    CHECK(printed && strstr(printed, "vstore @b.acc[%r * 40 + lanes(32)] = %acc"));
+    CHECK(printed && strstr(printed, "vstore @b.acc[%r * 40 + 32 + lanes(8)] = %acc"));
+    free(printed);
+    printed = NULL;
+    snprintf(text, sizeof text, "%s%s", neuron, conv);
+    CHECK(same_as_interp(text, 2, 0, &printed));
+    CHECK(same_as_interp(text, 1, 0, NULL));
+    CHECK(same_as_interp(text, 3, 0, NULL));
+    /* [c/g][kh][kw][out]; outputs stored channel by channel (NCHW) from a tile; spike lists, an
+     * output pixel's terms (weight row, input) gathered from them, tiles of 32 and 6 channels */
+    CHECK(printed &&
+          strstr(printed, "buffer @c1.weight : f32[648] weight 0 transposed(1, 2, 3, 0)"));
+    CHECK(printed && strstr(printed, "vstore @c1[%r * 1080 + (%g * 18 * 30 + (%oh * 5 + %ow)) + "
+                                     "lanes(18) * 30] = %acc"));
+    CHECK(printed && strstr(printed, "for %e in 0..@c2.nspiking[%qi.10] {"));
+    CHECK(printed && strstr(printed, "@c2.term_w[%r * 216 + %nterms] = "
+                                     "((%cg * 2 + %kh) * 3 + %kw) * 70"));
+    CHECK(printed && strstr(printed, "%acc.20 = fma(@c2.term_x[%r * 216 + %j.21], "
+                                     "@c2.weight[@c2.term_w[%r * 216 + %j.21] + 64 + lanes(6)], "
+                                     "%acc.20)"));
+    CHECK(printed && strstr(printed, "buffer @c2.spikes : u8[2160*B] temp"));
+    free(printed);
+    printed = NULL;
+    /* more than 256 channels per group: the spike lists hold i64 */
+    CHECK(same_as_interp("model wide_conv {\n timesteps 2\n input x : f32[T, 2, 3, 4]\n"
+                         " s = IF(conv2d(x, 300, kernel = 1), v_th = 0.2)\n"
+                         " c = conv2d(s, 5, kernel = 3, pad = 1)\n output o = sequence(c)\n}\n",
+                         2, 0, &printed));
+    CHECK(printed && strstr(printed, "buffer @c.spikes : i64[7200*B] temp"));
+    free(printed);
+}
+
 static void
 test_poisson(void)
 {
@@ -273,6 +353,7 @@ main(void)
 {
     test_mlp();
     test_conv();
+    test_layers();
     test_poisson();
     test_recurrent();
     test_neurons();

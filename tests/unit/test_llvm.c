@@ -825,6 +825,114 @@ test_uniform(void)
     free_prog(tp);
 }
 
+/* a tile statement (kir.h KS_V*) */
+static KStmt *
+stile(TestProg *tp, KsKind kind, int var, int buf, KExpr *index, KExpr *a, int64_t stride,
+      bool is_sparse)
+{
+    KStmt *s = s_new(tp, kind);
+    s->var = var;
+    s->buf = buf;
+    s->index = index;
+    s->a = a;
+    s->stride = stride;
+    s->is_sparse = is_sparse;
+    return s;
+}
+
+/* Tiles for lane counts that are and are not multiples of the pieces (8, 4, 2, 1): set from a
+ * scalar, loaded from an f32 weight and an f64 temporary, fused multiply-adds with and without
+ * is_sparse over awkward values (signed zeros, a zero against an infinite weight, NaN weights),
+ * stored with strides 1 and 3 to f32 and f64 buffers. The JIT, kir_eval and C's fma() agree bit
+ * for bit; a zero skipped by is_sparse leaves even a -0 accumulator as it is. */
+static void
+test_tiles(void)
+{
+    static const int lanes_of[] = {1, 2, 3, 5, 7, 8, 9, 13, 21, 32};
+    enum { K = 6, MAXN = 32 };
+    static const float xs[K] = {0.0f, -0.0f, 1.5f, -2.0f, 0.0f, 3.0f};
+    for (size_t c = 0; c < sizeof lanes_of / sizeof lanes_of[0]; c++) {
+        int n = lanes_of[c];
+        static float W[(K + 1) * MAXN];
+        for (int j = 0; j < (K + 1) * n; j++) {
+            int row = j / n, l = j % n;
+            W[j] = (float)((j * 7919) % 97 - 48) / 13.0f;
+            /* against x = 0: skipped (is_sparse) or NaN */
+            if (l % 5 == 1 && (row == 1 || row == 2 || row == 5))
+                W[j] = l % 2 ? INFINITY : -INFINITY;
+            if (l % 7 == 3 && row == 3) /* against x = 1.5 */
+                W[j] = NAN;
+        }
+        TestProg *tp = new_prog(1);
+        int bw = add_buf(tp, "W", KT_F32, 0, (K + 1) * n, KB_WEIGHT);
+        tp->weights[0].name = "W";
+        tp->weights[0].numel = (K + 1) * n;
+        tp->weights[0].data = W;
+        int bx = add_buf(tp, "x", KT_F32, 0, K, KB_INPUT);
+        int bt = add_buf(tp, "tmp", KT_F64, 0, n, KB_TEMP);
+        int by = add_buf(tp, "y", KT_F32, 0, 3 * n, KB_OUTPUT);
+        int bz = add_buf(tp, "z", KT_F32, 0, n, KB_OUTPUT);
+        Kernel *k = add_kernel(tp, "tiles", false);
+        int t0 = add_local(k, "t0", KT_F64), t1 = add_local(k, "t1", KT_F64);
+        int t2 = add_local(k, "t2", KT_F64), t3 = add_local(k, "t3", KT_F64);
+        int kk = add_local(k, "k", KT_I64);
+        k->locals[t0].lanes = k->locals[t1].lanes = k->locals[t2].lanes = k->locals[t3].lanes = n;
+        KExpr *xk = xcast(tp, KT_F64, xld(tp, bx, xv(tp, k, kk)));
+        KExpr *wrow = xbin(tp, KB_MUL, xbin(tp, KB_ADD, xv(tp, k, kk), xi(tp, 1)), xi(tp, n));
+        kbody(k, tp, stile(tp, KS_VSET, t0, -1, NULL, xc(tp, KT_F64, 0.5), 1, false),
+              stile(tp, KS_VLOAD, t1, bw, xi(tp, 0), NULL, 1, false),
+              stile(tp, KS_VSET, t2, -1, NULL, xc(tp, KT_F64, -0.0), 1, false),
+              sfor(tp, kk, xi(tp, 0), xi(tp, K), stile(tp, KS_VFMA, t1, bw, wrow, xk, 1, false),
+                   stile(tp, KS_VFMA, t2, bw, wrow, xk, 1, true), NULL),
+              stile(tp, KS_VSTORE, t1, bt, xi(tp, 0), NULL, 1, false),
+              stile(tp, KS_VLOAD, t3, bt, xi(tp, 0), NULL, 1, false),
+              stile(tp, KS_VFMA, t3, bt, xi(tp, 0), xc(tp, KT_F64, -1.0), 1, false),
+              stile(tp, KS_VSTORE, t1, by, xi(tp, 0), NULL, 3, false),
+              stile(tp, KS_VSTORE, t2, by, xi(tp, 1), NULL, 3, false),
+              stile(tp, KS_VSTORE, t3, by, xi(tp, 2), NULL, 3, false),
+              stile(tp, KS_VSTORE, t0, bz, xi(tp, 0), NULL, 1, false), NULL);
+        float want_y[3 * MAXN], want_z[MAXN];
+        for (int l = 0; l < n; l++) {
+            double a1 = W[l], a2 = -0.0;
+            for (int j = 0; j < K; j++) {
+                double w = W[(j + 1) * n + l];
+                a1 = fma(xs[j], w, a1);
+                if (xs[j] != 0) a2 = fma(xs[j], w, a2);
+            }
+            want_y[3 * l] = (float)a1;
+            want_y[3 * l + 1] = (float)a2;
+            want_y[3 * l + 2] = (float)fma(-1.0, a1, a1);
+            want_z[l] = 0.5f;
+        }
+        const float *in[] = {xs};
+        float *w[] = {want_y, want_z};
+        char what[32];
+        snprintf(what, sizeof what, "tiles of %d", n);
+        check_run(what, tp, 1, 0, in, w);
+        if (n == 13) { /* the module: fused, vector-wide, nothing left in memory */
+            char err[256];
+            char *opt = cg_llvm_module_text(&tp->p, true, err, sizeof err);
+            CHECK(opt && strstr(opt, "@llvm.fma.v8f64") && strstr(opt, "@llvm.fma.v4f64") &&
+                  strstr(opt, "@llvm.fma.f64"));
+            CHECK(opt && !strstr(opt, "alloca"));
+            free(opt);
+        }
+        free_prog(tp);
+    }
+    /* a tile is not a scalar */
+    TestProg *tp = new_prog(1);
+    int bf = add_buf(tp, "o", KT_F32, 0, 1, KB_OUTPUT);
+    Kernel *k = add_kernel(tp, "bad", false);
+    int t = add_local(k, "t", KT_F64);
+    k->locals[t].lanes = 4;
+    kbody(k, tp, stile(tp, KS_VSET, t, -1, NULL, xc(tp, KT_F64, 1), 1, false),
+          sstore(tp, bf, xi(tp, 0), xcast(tp, KT_F32, xv(tp, k, t))), NULL);
+    char err[256] = "";
+    CHECK(cg_llvm_compile(&tp->p, err, sizeof err) == NULL);
+    CHECK(strstr(err, "tile") != NULL);
+    free_prog(tp);
+}
+
 /* errors come back as messages, never crashes: a bad local, a missing input, an unbound weight */
 static void
 test_errors(void)
@@ -989,6 +1097,120 @@ test_model(void)
     kir_free(p);
     module_free(m);
 }
+/* Dense and conv2d layers as kir_lower tiles them (register-blocked GEMM, spike tiles, the
+ * event-driven scatter, gathered and spike-list convolutions): sizes that are not multiples of
+ * the tiles or the row blocks, static, per-step and recurrent (step kernel) rows, biases or none,
+ * groups, strides, dilation and padding, u8 and i8 spikes; batches 1, 3, 4 and 7 on 1 and 3
+ * threads. The JIT's outputs and spike counts are interp_run's in f32 mode, bit for bit. */
+#define BIPOLAR_NEURON                                                                             \
+    "neuron Bip(th = 0.5) {\n state v = 0.0\n v = v + I\n fire v >= th\n"                      \
+    " fire down v <= -th\n v = v - spike * th\n}\n"
+static const char *const layer_models[] = {
+    BIPOLAR_NEURON
+    "model dense_layers {\n timesteps 3\n input x : f32[T, 37]\n input u : f32[19]\n"
+    " h = dense(x, 45)\n s = LIF(h, tau = 2.0, v_th = 0.3)\n"
+    " a = dense(s, 7, bias = false)\n b = dense(s, 40)\n c = dense(u, 3)\n"
+    " q = Bip(h)\n d = dense(q, 70, bias = false)\n e = dense(q, 33)\n f = dense(q, 9)\n"
+    " r = LIF(dense(x, 17) + dense(prev(r), 17, bias = false), tau = 2.0, v_th = 0.2)\n"
+    " output oh = sequence(h)\n output oa = sequence(a)\n output ob = sequence(b)\n"
+    " output oc = last(c)\n output od = sequence(d)\n output oe = max(e)\n"
+    " output orr = count(r)\n output of = mean(f)\n}\n",
+    BIPOLAR_NEURON
+    "model conv_layers {\n timesteps 2\n input x : f32[T, 4, 11, 10]\n input u : f32[3, 7, 6]\n"
+    " c1 = conv2d(x, 36, kernel = 3, stride = 2, pad = 1, groups = 2)\n"
+    " s1 = IF(c1, v_th = 0.3)\n"
+    " c2 = conv2d(s1, 70, kernel = (2, 3), pad = (1, 2), dilation = (2, 1), stride = (1, 2), "
+    "bias = false)\n"
+    " s2 = IF(c2, v_th = 0.2)\n c3 = conv2d(s2, 6, kernel = 1, groups = 2)\n"
+    " c4 = conv2d(u, 5, kernel = (3, 2), pad = (2, 0), dilation = (1, 2))\n"
+    " q = Bip(c1, th = 0.3)\n"
+    " c5 = conv2d(q, 33, kernel = 3, pad = 1, groups = 3, bias = false)\n"
+    " output o1 = sequence(c1)\n output o2 = sequence(c2)\n output o3 = sequence(c3)\n"
+    " z = IF(conv2d(x, 4, kernel = 3, pad = 1) + conv2d(prev(z), 4, kernel = 3, pad = 1,"
+    " bias = false), v_th = 0.3)\n"
+    " output o4 = last(c4)\n output o5 = sequence(c5)\n output r = mean(s2)\n"
+    " output oz = count(z)\n}\n",
+    /* more than 256 channels per group: the spike lists hold i64, not bytes */
+    "model wide_conv {\n timesteps 2\n input x : f32[T, 2, 3, 4]\n"
+    " s = IF(conv2d(x, 300, kernel = 1), v_th = 0.2)\n c = conv2d(s, 5, kernel = 3, pad = 1)\n"
+    " output o = sequence(c)\n}\n",
+};
+
+static void
+test_layers(void)
+{
+    static const int batches[] = {1, 3, 4, 7};
+    for (size_t mi = 0; mi < sizeof layer_models / sizeof layer_models[0]; mi++) {
+        const char *text = layer_models[mi];
+        Module *m = fe_load_text("layers.snn", text, strlen(text), NULL);
+        CHECK(m != NULL);
+        if (!m) continue;
+        CHECK(weights_bind(m, NULL));
+        KProgram *p = kir_lower(m);
+        CHECK(p != NULL);
+        char err[512] = "";
+        CgLlvm *cg = p ? cg_llvm_compile(p, err, sizeof err) : NULL;
+        CHECK(cg != NULL);
+        if (!cg) fprintf(stderr, "%s: compile: %s\n", m->name, err);
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0] && cg; bi++) {
+            int batch = batches[bi];
+            float *in[4] = {0}, *got[8] = {0}, *ref[8] = {0};
+            size_t n_out[8];
+            for (int i = 0; i < m->ninputs; i++) {
+                const Node *nd = &m->nodes[m->inputs[i]];
+                size_t n = (size_t)batch * (size_t)type_numel(&nd->type) *
+                           (nd->is_per_step_input ? (size_t)m->timesteps : 1);
+                in[i] = malloc(n * sizeof(float));
+                /* zeros, negatives, values above threshold */
+                for (size_t j = 0; j < n; j++)
+                    in[i][j] = (float)((j * 2654435761u + 977 * (unsigned)i) % 1000) / 400.0f -
+                               0.6f;
+            }
+            for (int i = 0; i < m->noutputs; i++) {
+                const Node *nd = &m->nodes[m->outputs[i]];
+                n_out[i] = (size_t)batch * (size_t)type_numel(&nd->type) *
+                           (nd->type.has_time ? (size_t)m->timesteps : 1);
+                got[i] = calloc(n_out[i], sizeof(float));
+                ref[i] = calloc(n_out[i], sizeof(float));
+            }
+            InterpOptions opt = {INTERP_F32, -1};
+            double *cref = calloc((size_t)m->nnodes, sizeof *cref);
+            double *cgot = calloc((size_t)m->nnodes, sizeof *cgot);
+            CHECK(interp_run(m, &opt, batch, 0, (const float *const *)in, ref, cref, err,
+                             sizeof err));
+            for (int nthreads = 1; nthreads <= 3; nthreads += 2) {
+                cg_llvm_set_threads(cg, nthreads);
+                for (int v = 0; v < m->nnodes; v++)
+                    cgot[v] = 0;
+                bool is_ok = cg_llvm_run(cg, batch, 0, (const float *const *)in, got, cgot, err,
+                                         sizeof err);
+                CHECK(is_ok);
+                if (!is_ok) fprintf(stderr, "%s: run: %s\n", m->name, err);
+                for (int i = 0; i < m->noutputs && is_ok; i++) {
+                    char label[96];
+                    snprintf(label, sizeof label, "%s batch %d threads %d output %d", m->name,
+                             batch, nthreads, i);
+                    CHECK(same_bits(label, got[i], ref[i], n_out[i]));
+                }
+                bool is_same = true;
+                for (int v = 0; v < m->nnodes && is_ok; v++)
+                    is_same = is_same && cgot[v] == cref[v];
+                CHECK(is_same);
+            }
+            free(cref);
+            free(cgot);
+            for (int i = 0; i < 8; i++) {
+                free(got[i]);
+                free(ref[i]);
+            }
+            for (int i = 0; i < 4; i++)
+                free(in[i]);
+        }
+        cg_llvm_free(cg);
+        kir_free(p);
+        module_free(m);
+    }
+}
 #endif
 
 int
@@ -999,11 +1221,13 @@ main(void)
     test_integers();
     test_matvec();
     test_steps();
+    test_tiles();
     test_uniform();
     test_errors();
     test_module_text();
 #ifdef SNN_HAVE_KIR
     test_model();
+    test_layers();
 #endif
     printf("%d passed, %d failed\n", npass, nfail);
     return nfail ? 1 : 0;
