@@ -876,7 +876,7 @@ lower_dense_events(Lower *lw, ValueId v)
 
 typedef struct Conv {
     ValueId v, x;
-    int64_t C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, G, Cg, Og;
+    ConvGeom d;  /* sizes, kernel, stride, pad, dilation, groups */
     int w, bias; /* weight [Cg][KH][KW][O]; bias or -1 */
     int list, count; /* spike lists: buffers, or -1 */
     int tap_w, tap_x;  /* an output pixel's terms: weight rows, inputs */
@@ -893,24 +893,7 @@ conv_geometry(Lower *lw, ValueId v)
     memset(&cv, 0, sizeof cv);
     cv.v = v;
     cv.x = n->args[0];
-    const Type *xt = &lw->m->nodes[cv.x].type;
-    cv.C = xt->dims[0];
-    cv.H = xt->dims[1];
-    cv.W = xt->dims[2];
-    cv.O = n->type.dims[0];
-    cv.OH = n->type.dims[1];
-    cv.OW = n->type.dims[2];
-    cv.KH = node_attr_i(n, "kernel", 0);
-    cv.KW = node_attr_i(n, "kernel", 1);
-    cv.SH = node_attr_i(n, "stride", 0);
-    cv.SW = node_attr_i(n, "stride", 1);
-    cv.PH = node_attr_i(n, "pad", 0);
-    cv.PW = node_attr_i(n, "pad", 1);
-    cv.DH = node_attr_i(n, "dilation", 0);
-    cv.DW = node_attr_i(n, "dilation", 1);
-    cv.G = node_attr_i(n, "groups", 0);
-    cv.Cg = cv.C / cv.G;
-    cv.Og = cv.O / cv.G;
+    cv.d = conv_geom(lw->m, n);
     /* W[o][cg][kh][kw] → [cg][kh][kw][o]: a row of output channels per (cg, kh, kw); one
      * channel's taps are neighbours, as neighbouring output pixels use them */
     cv.w = wbuf_transposed(lw, n, 0, 4, (const int[]){1, 2, 3, 0});
@@ -926,22 +909,22 @@ conv_taps(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr **kh, KE
           KExpr **ih, KExpr **iw)
 {
     int ihv = local(lw, "ih", KT_I64), iwv = local(lw, "iw", KT_I64);
-    KStmt *fkh = loop(lw, c, "kh", ci(lw, cv->KH), false, kh);
+    KStmt *fkh = loop(lw, c, "kh", ci(lw, cv->d.KH), false, kh);
     s_assign(lw, body(fkh), ihv,
-             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, cv->SH)), ci(lw, cv->PH)),
-                 bin(lw, KB_MUL, *kh, ci(lw, cv->DH))));
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, cv->d.SH)), ci(lw, cv->d.PH)),
+                 bin(lw, KB_MUL, *kh, ci(lw, cv->d.DH))));
     *ih = var(lw, ihv);
     KStmt *ifh = s_if(lw, body(fkh),
                       bin(lw, KB_AND, bin(lw, KB_GE, *ih, ci(lw, 0)),
-                          bin(lw, KB_LT, *ih, ci(lw, cv->H))));
-    KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, cv->KW), false, kw);
+                          bin(lw, KB_LT, *ih, ci(lw, cv->d.H))));
+    KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, cv->d.KW), false, kw);
     s_assign(lw, body(fkw), iwv,
-             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow, ci(lw, cv->SW)), ci(lw, cv->PW)),
-                 bin(lw, KB_MUL, *kw, ci(lw, cv->DW))));
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow, ci(lw, cv->d.SW)), ci(lw, cv->d.PW)),
+                 bin(lw, KB_MUL, *kw, ci(lw, cv->d.DW))));
     *iw = var(lw, iwv);
     KStmt *ifw = s_if(lw, body(fkw),
                       bin(lw, KB_AND, bin(lw, KB_GE, *iw, ci(lw, 0)),
-                          bin(lw, KB_LT, *iw, ci(lw, cv->W))));
+                          bin(lw, KB_LT, *iw, ci(lw, cv->d.W))));
     return body(ifw);
 }
 
@@ -949,11 +932,11 @@ conv_taps(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr **kh, KE
 static KExpr *
 conv_input(Lower *lw, const Conv *cv, KExpr *cg, KExpr *ih, KExpr *iw)
 {
-    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->Cg)), cg);
+    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Cg)), cg);
     Pos px = cv->ps;
     px.i = bin(lw, KB_ADD,
-               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, cv->H)), ih),
-                   ci(lw, cv->W)),
+               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, cv->d.H)), ih),
+                   ci(lw, cv->d.W)),
                iw);
     return to(lw, KT_F64, vload(lw, cv->x, &px));
 }
@@ -963,19 +946,19 @@ static KExpr *
 conv_weight(Lower *lw, const Conv *cv, KExpr *cg, KExpr *kh, KExpr *kw, KExpr *o0)
 {
     KExpr *tap = bin(lw, KB_ADD,
-                     bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg, ci(lw, cv->KH)), kh),
-                         ci(lw, cv->KW)),
+                     bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg, ci(lw, cv->d.KH)), kh),
+                         ci(lw, cv->d.KW)),
                      kw);
-    return bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, cv->O)),
-               bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->Og)), o0));
+    return bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, cv->d.O)),
+               bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Og)), o0));
 }
 
 /* the count of spiking channels at pixel q of group g, of this row */
 static KExpr *
 conv_count_index(Lower *lw, const Conv *cv, KExpr *q)
 {
-    KExpr *base = bin(lw, KB_MUL, row_of(&cv->ps), ci(lw, cv->G * cv->H * cv->W));
-    return bin(lw, KB_ADD, base, bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->H * cv->W)), q));
+    KExpr *base = bin(lw, KB_MUL, row_of(&cv->ps), ci(lw, cv->d.G * cv->d.H * cv->d.W));
+    return bin(lw, KB_ADD, base, bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.H * cv->d.W)), q));
 }
 
 /* acc + bias (the interpreter's order: 1 * bias is exact), stored to the output pixel (oh, ow)
@@ -983,13 +966,13 @@ conv_count_index(Lower *lw, const Conv *cv, KExpr *q)
 static void
 conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, int t)
 {
-    KExpr *o = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->Og)), o0);
+    KExpr *o = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Og)), o0);
     if (cv->bias >= 0)
         tile_fma(lw, c, t, kx_const(lw->p, KT_F64, 1), cv->bias, o, false);
     Pos py = cv->ps;
-    py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, cv->OH * cv->OW)),
-               bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, cv->OW)), ow));
-    tile_store(lw, c, cv->v, &py, cv->OH * cv->OW, t);
+    py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, cv->d.OH * cv->d.OW)),
+               bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, cv->d.OW)), ow));
+    tile_store(lw, c, cv->v, &py, cv->d.OH * cv->d.OW, t);
 }
 
 /* real-valued input: one tile of output channels [o0, o0 + lanes) of group g at every output
@@ -1000,12 +983,12 @@ conv_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
 {
     const Conv *cv = ctx;
     KExpr *oh, *ow, *kh, *kw, *ih, *iw, *cg;
-    KStmt *foh = loop(lw, c, "oh", ci(lw, cv->OH), false, &oh);
-    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->OW), false, &ow);
+    KStmt *foh = loop(lw, c, "oh", ci(lw, cv->d.OH), false, &oh);
+    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->d.OW), false, &ow);
     Cur px = body(fow);
     int t = tile(lw, "acc", lanes);
     s_tile(lw, px, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
-    KStmt *fc = loop(lw, px, "c", ci(lw, cv->Cg), false, &cg);
+    KStmt *fc = loop(lw, px, "c", ci(lw, cv->d.Cg), false, &cg);
     Cur in = conv_taps(lw, body(fc), cv, oh, ow, &kh, &kw, &ih, &iw);
     tile_fma(lw, in, t, conv_input(lw, cv, cg, ih, iw), cv->w, conv_weight(lw, cv, cg, kh, kw, o0),
              false);
@@ -1035,20 +1018,20 @@ static void
 conv_event_pixels(Lower *lw, Cur c, Conv *cv)
 {
     KExpr *oh, *ow, *kh, *kw, *ih, *iw;
-    KStmt *foh = loop(lw, c, "oh", ci(lw, cv->OH), false, &oh);
-    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->OW), false, &ow);
+    KStmt *foh = loop(lw, c, "oh", ci(lw, cv->d.OH), false, &oh);
+    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->d.OW), false, &ow);
     Cur px = body(fow);
     int nv = local(lw, "nterms", KT_I64), qv = local(lw, "qi", KT_I64);
     int cgv = local(lw, "cg", KT_I64);
     s_assign(lw, px, nv, ci(lw, 0));
     Cur in = conv_taps(lw, px, cv, oh, ow, &kh, &kw, &ih, &iw);
     s_assign(lw, in, qv,
-             conv_count_index(lw, cv, bin(lw, KB_ADD, bin(lw, KB_MUL, ih, ci(lw, cv->W)), iw)));
+             conv_count_index(lw, cv, bin(lw, KB_ADD, bin(lw, KB_MUL, ih, ci(lw, cv->d.W)), iw)));
     KExpr *e;
     KStmt *fe = loop(lw, in, "e", kx_load(lw->p, cv->count, var(lw, qv)), false, &e);
     s_assign(lw, body(fe), cgv,
              kx_load(lw->p, cv->list,
-                     bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->Cg)), e)));
+                     bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->d.Cg)), e)));
     KExpr *cg = var(lw, cgv), *ti = bin(lw, KB_ADD, cv->terms, var(lw, nv));
     s_store(lw, body(fe), cv->tap_w, ti, conv_weight(lw, cv, cg, kh, kw, ci(lw, 0)));
     s_store(lw, body(fe), cv->tap_x, ti, conv_input(lw, cv, cg, ih, iw));
@@ -1056,20 +1039,20 @@ conv_event_pixels(Lower *lw, Cur c, Conv *cv)
     cv->oh = oh;
     cv->ow = ow;
     cv->nterms = var(lw, nv);
-    for_tiles(lw, px, cv->Og, CONV_NT, conv_term_tile, cv);
+    for_tiles(lw, px, cv->d.Og, CONV_NT, conv_term_tile, cv);
 }
 
 static void
 conv_groups(Lower *lw, Cur c, Conv *cv)
 {
-    if (cv->G > 1) {
-        KStmt *fg = loop(lw, c, "g", ci(lw, cv->G), false, &cv->g);
+    if (cv->d.G > 1) {
+        KStmt *fg = loop(lw, c, "g", ci(lw, cv->d.G), false, &cv->g);
         c = body(fg);
     } else {
         cv->g = ci(lw, 0);
     }
     if (cv->list < 0)
-        for_tiles(lw, c, cv->Og, CONV_NT, conv_tile, cv);
+        for_tiles(lw, c, cv->d.Og, CONV_NT, conv_tile, cv);
     else
         conv_event_pixels(lw, c, cv);
 }
@@ -1092,15 +1075,15 @@ lower_conv2d_events(Lower *lw, ValueId v)
 {
     Conv cv = conv_geometry(lw, v);
     bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
-    int64_t HW = cv.H * cv.W, rows = is_batched ? lw->T : 1;
+    int64_t HW = cv.d.H * cv.d.W, rows = is_batched ? lw->T : 1;
     const char *vn = value_name(lw, v);
     /* channel numbers in bytes where they fit: the list is as large as the input */
     cv.list = add_buf(lw, arena_printf(&lw->p->arena, "%s.spikes", vn),
-                      cv.Cg <= 256 ? KT_U8 : KT_I64, (KSize){cv.C * HW * rows, 0}, KB_TEMP, -1,
+                      cv.d.Cg <= 256 ? KT_U8 : KT_I64, (KSize){cv.d.C * HW * rows, 0}, KB_TEMP, -1,
                       -1);
     cv.count = add_buf(lw, arena_printf(&lw->p->arena, "%s.nspiking", vn), KT_I64,
-                       (KSize){cv.G * HW * rows, 0}, KB_TEMP, -1, -1);
-    int64_t nterms = cv.KH * cv.KW * cv.Cg; /* at most, per output pixel */
+                       (KSize){cv.d.G * HW * rows, 0}, KB_TEMP, -1, -1);
+    int64_t nterms = cv.d.KH * cv.d.KW * cv.d.Cg; /* at most, per output pixel */
     cv.tap_w = add_buf(lw, arena_printf(&lw->p->arena, "%s.term_w", vn), KT_I64,
                        (KSize){nterms * rows, 0}, KB_TEMP, -1, -1);
     cv.tap_x = add_buf(lw, arena_printf(&lw->p->arena, "%s.term_x", vn), KT_F64,
@@ -1108,28 +1091,28 @@ lower_conv2d_events(Lower *lw, ValueId v)
     Cur c = open_rows(lw, v, &cv.ps);
     KExpr *row = row_of(&cv.ps), *z, *cg, *q;
     cv.terms = bin(lw, KB_MUL, row, ci(lw, nterms));
-    KStmt *fz = loop(lw, c, "z", ci(lw, cv.G * HW), false, &z);
-    s_store(lw, body(fz), cv.count, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, cv.G * HW)), z),
+    KStmt *fz = loop(lw, c, "z", ci(lw, cv.d.G * HW), false, &z);
+    s_store(lw, body(fz), cv.count, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, cv.d.G * HW)), z),
             ci(lw, 0));
     Cur cl = c;
-    if (cv.G == 1) {
+    if (cv.d.G == 1) {
         cv.g = ci(lw, 0);
     } else {
-        KStmt *fg = loop(lw, c, "g", ci(lw, cv.G), false, &cv.g);
+        KStmt *fg = loop(lw, c, "g", ci(lw, cv.d.G), false, &cv.g);
         cl = body(fg);
     }
-    KStmt *fc = loop(lw, cl, "c", ci(lw, cv.Cg), false, &cg);
+    KStmt *fc = loop(lw, cl, "c", ci(lw, cv.d.Cg), false, &cg);
     KStmt *fq = loop(lw, body(fc), "q", ci(lw, HW), false, &q);
     int xv = local(lw, "x", KT_F64), qv = local(lw, "qi", KT_I64), nv = local(lw, "n", KT_I64);
     Pos px = cv.ps;
-    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.Cg)), cg);
+    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.d.Cg)), cg);
     px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), q);
     s_assign(lw, body(fq), xv, to(lw, KT_F64, vload(lw, cv.x, &px)));
     KStmt *nz = s_if(lw, body(fq), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
     s_assign(lw, body(nz), qv, conv_count_index(lw, &cv, q));
     s_assign(lw, body(nz), nv, kx_load(lw->p, cv.count, var(lw, qv)));
     s_store(lw, body(nz), cv.list,
-            bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv.Cg)), var(lw, nv)), cg);
+            bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv.d.Cg)), var(lw, nv)), cg);
     s_store(lw, body(nz), cv.count, var(lw, qv), bin(lw, KB_ADD, var(lw, nv), ci(lw, 1)));
     conv_groups(lw, c, &cv);
 }

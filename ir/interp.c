@@ -407,34 +407,6 @@ eval_dense(Interp *ip, ValueId v, int t)
     }
 }
 
-typedef struct Conv {
-    int64_t C, H, W, O, OH, OW;
-    int KH, KW, SH, SW, PH, PW, DH, DW, G;
-} Conv;
-
-static Conv
-conv_geometry(const Interp *ip, const Node *n)
-{
-    const Type *xt = &ip->m->nodes[n->args[0]].type;
-    Conv g;
-    g.C = xt->dims[0];
-    g.H = xt->dims[1];
-    g.W = xt->dims[2];
-    g.O = n->type.dims[0];
-    g.OH = n->type.dims[1];
-    g.OW = n->type.dims[2];
-    g.KH = (int)node_attr_i(n, "kernel", 0);
-    g.KW = (int)node_attr_i(n, "kernel", 1);
-    g.SH = (int)node_attr_i(n, "stride", 0);
-    g.SW = (int)node_attr_i(n, "stride", 1);
-    g.PH = (int)node_attr_i(n, "pad", 0);
-    g.PW = (int)node_attr_i(n, "pad", 1);
-    g.DH = (int)node_attr_i(n, "dilation", 0);
-    g.DW = (int)node_attr_i(n, "dilation", 1);
-    g.G = (int)node_attr_i(n, "groups", 0);
-    return g;
-}
-
 /* PyTorch Conv2d: y[o][oh][ow] = b[o] + sum over c in o's group, kh, kw of
  * W[o][c - group start][kh][kw] * x[c][oh*s - p + kh*d][ow*s - p + kw*d] (zero outside).
  * Computed by scattering each input pixel (skipped when a zero spike) into a [OH][OW][O]
@@ -445,7 +417,7 @@ eval_conv2d(Interp *ip, ValueId v, int t)
 {
     const Node *n = &ip->m->nodes[v];
     const NodeRun *r = &ip->nodes[v];
-    Conv g = conv_geometry(ip, n);
+    ConvGeom g = conv_geom(ip->m, n);
     int64_t Cg = g.C / g.G, Og = g.O / g.G;
     const float *bias = (int)node_attr_i(n, "bias", 0) ? weight(ip, n, 1)->data : NULL;
     const double *x = val(ip, n->args[0], t);
@@ -880,7 +852,7 @@ setup(Interp *ip)
                 scratch = (size_t)out;
         }
         if (n->op == OP_CONV2D) {
-            Conv g = conv_geometry(ip, n);
+            ConvGeom g = conv_geom(ip->m, n);
             const Weight *w = weight(ip, n, 0);
             bool ok = g.G > 0 && g.C % g.G == 0 && g.O % g.G == 0 && g.SH > 0 && g.SW > 0 &&
                       w->numel == g.O * (g.C / g.G) * g.KH * g.KW &&

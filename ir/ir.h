@@ -270,6 +270,12 @@ const char *node_layer_name(const Module *m, const Node *n);
 /* A node's attribute by its ops.def name (the name must exist for the op: a wrong name is a bug). */
 int64_t node_attr_i(const Node *n, const char *name, int k);
 double node_attr_f(const Node *n, const char *name);
+/* The geometry of a conv2d node, as PyTorch's Conv2d: input [C, H, W], output [O, OH, OW], kernel,
+ * stride, pad, dilation (each H then W), groups G, and Cg = C / G, Og = O / G per group. */
+typedef struct ConvGeom {
+    int64_t C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, G, Cg, Og;
+} ConvGeom;
+ConvGeom conv_geom(const Module *m, const Node *n);
 /* How messages name a node's op: the neuron's name for neuron layers ("LIF"), else the op ("dense"). */
 const char *node_op_name(const Module *m, const Node *n);
 NExpr *nexpr_new(Arena *a, NxKind kind);

@@ -381,3 +381,29 @@ node_layer_name(const Module *m, const Node *n)
         return n->attrs[a].s;
     return n->name ? n->name : "?";
 }
+
+ConvGeom
+conv_geom(const Module *m, const Node *n)
+{
+    const Type *xt = &m->nodes[n->args[0]].type;
+    ConvGeom g = {
+        .C = xt->dims[0],
+        .H = xt->dims[1],
+        .W = xt->dims[2],
+        .O = n->type.dims[0],
+        .OH = n->type.dims[1],
+        .OW = n->type.dims[2],
+        .KH = node_attr_i(n, "kernel", 0),
+        .KW = node_attr_i(n, "kernel", 1),
+        .SH = node_attr_i(n, "stride", 0),
+        .SW = node_attr_i(n, "stride", 1),
+        .PH = node_attr_i(n, "pad", 0),
+        .PW = node_attr_i(n, "pad", 1),
+        .DH = node_attr_i(n, "dilation", 0),
+        .DW = node_attr_i(n, "dilation", 1),
+        .G = node_attr_i(n, "groups", 0),
+    };
+    g.Cg = g.G > 0 ? g.C / g.G : 0;
+    g.Og = g.G > 0 ? g.O / g.G : 0;
+    return g;
+}
