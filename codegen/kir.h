@@ -43,6 +43,9 @@ typedef struct KBuf {
      * (nperm == the weight's rank). Whoever binds weights packs them (runtime/layout.h). */
     int nperm;
     int perm[IR_MAX_RANK];
+    /* KB_TEMP: every element the run uses is stored before it is loaded, so the binders need not
+     * zero it before a run (the kernel IR's temporaries otherwise start at zero) */
+    bool is_written_first;
 } KBuf;
 
 typedef enum {

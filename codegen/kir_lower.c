@@ -334,7 +334,7 @@ add_buf(Lower *lw, const char *name, KType t, KSize size, KBufKind kind, int io,
     /* buffers are added before any kernel refers to them by index, in a few rounds: grow by one */
     p->bufs = arena_grow(&p->arena, p->bufs, (size_t)p->nbufs * sizeof *p->bufs,
                          (size_t)(p->nbufs + 1) * sizeof *p->bufs);
-    p->bufs[p->nbufs] = (KBuf){arena_strdup(&p->arena, name), t, size, kind, io, v, 0, {0}};
+    p->bufs[p->nbufs] = (KBuf){arena_strdup(&p->arena, name), t, size, kind, io, v, 0, {0}, false};
     return p->nbufs++;
 }
 
@@ -1493,6 +1493,8 @@ count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr 
     KProgram *p = lw->p;
     int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)), KT_I64,
                       (KSize){lw->vs[v].numel, 0}, KB_TEMP, -1, -1);
+    /* every neuron j stores its count; a recurrent region's step 0 starts from 0, not a load */
+    p->bufs[buf].is_written_first = true;
     int cnt = local(lw, "nspikes", KT_I64);
     p->stats = arena_grow(&p->arena, p->stats, (size_t)p->nstats * sizeof *p->stats,
                           (size_t)(p->nstats + 1) * sizeof *p->stats);

@@ -90,7 +90,7 @@ kir_describe(const KProgram *p)
             (long long)b->size.per_batch, (long long)b->size.fixed, b->io, b->nperm);
         for (int d = 0; d < b->nperm; d++)
             put(&t, " %d", b->perm[d]);
-        put(&t, "\n");
+        put(&t, " %d\n", b->is_written_first ? 0 : 1);
     }
     put(&t, "end\n");
     return t.s;

@@ -386,6 +386,8 @@ kir_print(FILE *f, const KProgram *p)
         for (int s = 0; s < p->nstats; s++)
             if (p->stats[s].buf == b)
                 fprintf(f, " spikes %d", (int)p->stats[s].value);
+        if (kb->is_written_first)
+            fputs(" written-first", f); /* not zeroed before a run */
         fputc('\n', f);
     }
     for (int i = 0; i < p->nkernels;) {

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#define SNNK_ABI_VERSION 1
+#define SNNK_ABI_VERSION 2
 #define SNNK_ENTRY "snnk_run"
 
 /* iterations [lo, hi) of a kernel's outermost parallel loop (at step `step` of the schedule) */

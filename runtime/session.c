@@ -9,7 +9,8 @@
  *   name NAME / timesteps T / devices LIST / kernels NSTATIC NSTEP
  *   input NAME PER_STEP RANK DIMS...   output NAME PER_STEP RANK DIMS...   weight NAME RANK DIMS...
  *   layer NAME BUF                     a counted spiking layer and its i64 spike-count buffer
- *   buf NAME KIND TYPE PER_BATCH FIXED IO NPERM PERM...   buffer i of the program, in order
+ *   buf NAME KIND TYPE PER_BATCH FIXED IO NPERM PERM... ZERO   buffer i of the program, in order;
+ *                                      ZERO 0: every element is stored before it is loaded
  *   end
  * Nothing here prints or exits; runs allocate nothing. */
 #include <errno.h>
@@ -46,6 +47,7 @@ typedef struct Buf {
     int io;             /* input/output/weight index */
     int nperm;
     int perm[SNN_MAX_RANK];
+    bool needs_zero;    /* temporaries: zeroed before every run */
 } Buf;
 
 typedef struct Layer {
@@ -220,6 +222,9 @@ parse_buf(Parser *ps, Buf *b)
     }
     for (int d = 0; d < b->nperm; d++)
         b->perm[d] = (int)number(ps);
+    int64_t zero = number(ps);
+    if (zero != 0 && zero != 1) ps->is_bad = true;
+    b->needs_zero = zero == 1;
 }
 
 static snn_model model;
@@ -715,8 +720,9 @@ snn_run(snn_session *s, int64_t first_sample, int batch, const float *const *inp
         case BK_OUTPUT: s->bufs[b] = outputs[kb->io]; break;
         case BK_WEIGHT: break;
         case BK_TEMP:
-            /* the kernels' temporaries start at zero */
-            memset(s->bufs[b], 0, (size_t)(kb->per_batch * batch + kb->fixed) * kb->elem);
+            /* the kernels' temporaries start at zero, unless always stored before loaded */
+            if (kb->needs_zero)
+                memset(s->bufs[b], 0, (size_t)(kb->per_batch * batch + kb->fixed) * kb->elem);
             break;
         }
     }

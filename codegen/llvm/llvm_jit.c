@@ -399,7 +399,7 @@ bind_buffers(CgLlvm *cg, int batch, const float *const *inputs, float *const *ou
                 cg->temp[i] = calloc(bytes, 1);
                 if (!cg->temp[i]) die("out of memory");
                 cg->temp_bytes[i] = bytes;
-            } else {
+            } else if (!kb->is_written_first) {
                 /* the kernel IR's temporaries start at zero, as kir_eval's */
                 memset(cg->temp[i], 0, bytes);
             }
