@@ -1960,71 +1960,47 @@ kir_lower(const Module *m)
         switch (nd->op) {
         case OP_INPUT:
         case OP_FLATTEN:
-        case OP_STATE: break; /* no kernel: caller's memory, a view, filled by the neuron kernel */
-        case OP_DENSE:
-            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
-            if (is_spike_value(&lw, nd->args[0]) && lw.vs[v].numel > DENSE_SPIKE_TILE)
-                lower_dense_events(&lw, v);
-            else
-                lower_dense(&lw, v);
-            end_kernel(&lw);
-            break;
-        case OP_CONV2D:
-            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
-            if (is_spike_value(&lw, nd->args[0]))
-                lower_conv2d_events(&lw, v);
-            else
-                lower_conv2d(&lw, v);
-            end_kernel(&lw);
-            break;
-        case OP_MAXPOOL2D:
-        case OP_AVGPOOL2D:
-        case OP_SUMPOOL2D:
-            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
-            lower_pool(&lw, v);
-            end_kernel(&lw);
-            break;
-        case OP_BATCHNORM:
-            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
-            lower_batchnorm(&lw, v);
-            end_kernel(&lw);
-            break;
-        case OP_ADD:
-        case OP_SUB:
-        case OP_MUL:
-        case OP_SCALE:
-            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
-            lower_elementwise(&lw, v);
-            end_kernel(&lw);
-            break;
-        case OP_POISSON:
-            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
-            lower_poisson(&lw, v);
-            end_kernel(&lw);
-            break;
-        case OP_DELAY:
-            begin_kernel(&lw, v, describe(&lw, v, ctx_what(ctx)), is_step);
-            lower_delay(&lw, v);
-            end_kernel(&lw);
-            break;
-        case OP_NEURON:
-            begin_kernel(&lw, v,
-                         describe(&lw, v,
-                                  is_step ? "neuron step of a recurrent region: B*n neurons at step "
-                                            "t, state in buffers between steps"
-                                          : "neuron scan fused over T: B*n neurons, state in "
-                                            "registers"),
-                         is_step);
-            lower_neuron(&lw, v);
-            end_kernel(&lw);
-            break;
+        case OP_STATE: /* no kernel: caller's memory, a view, filled by the neuron kernel */
         case OP_COUNT:
         case OP_MEAN:
         case OP_LAST:
         case OP_MAX:
-        case OP_SEQUENCE: break; /* outputs, below */
-        case OP_COUNT_: unreachable();
+        case OP_SEQUENCE: /* outputs, below */
+            continue;
+        default: break;
         }
+        const char *what = nd->op != OP_NEURON ? ctx_what(ctx)
+                           : is_step ? "neuron step of a recurrent region: B*n neurons at step t, "
+                                       "state in buffers between steps"
+                                     : "neuron scan fused over T: B*n neurons, state in registers";
+        begin_kernel(&lw, v, describe(&lw, v, what), is_step);
+        switch (nd->op) {
+        case OP_DENSE:
+            if (is_spike_value(&lw, nd->args[0]) && lw.vs[v].numel > DENSE_SPIKE_TILE)
+                lower_dense_events(&lw, v);
+            else
+                lower_dense(&lw, v);
+            break;
+        case OP_CONV2D:
+            if (is_spike_value(&lw, nd->args[0]))
+                lower_conv2d_events(&lw, v);
+            else
+                lower_conv2d(&lw, v);
+            break;
+        case OP_MAXPOOL2D:
+        case OP_AVGPOOL2D:
+        case OP_SUMPOOL2D: lower_pool(&lw, v); break;
+        case OP_BATCHNORM: lower_batchnorm(&lw, v); break;
+        case OP_ADD:
+        case OP_SUB:
+        case OP_MUL:
+        case OP_SCALE: lower_elementwise(&lw, v); break;
+        case OP_POISSON: lower_poisson(&lw, v); break;
+        case OP_DELAY: lower_delay(&lw, v); break;
+        case OP_NEURON: lower_neuron(&lw, v); break;
+        default: unreachable();
+        }
+        end_kernel(&lw);
     }
     /* outputs after everything: readouts reduce over t into the caller's sample-major arrays */
     for (int k = 0; k < m->noutputs; k++) {
