@@ -13,17 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int npass, nfail;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond)                                                                                  \
-            npass++;                                                                               \
-        else {                                                                                     \
-            nfail++;                                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-        }                                                                                          \
-    } while (0)
+#include "tests/unit/check.h"
 
 /* exact comparison of n float outputs against doubles rounded to float, reporting the first
  * difference */

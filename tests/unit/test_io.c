@@ -17,17 +17,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-static int npass, nfail;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond)                                                                                  \
-            npass++;                                                                               \
-        else {                                                                                     \
-            nfail++;                                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-        }                                                                                          \
-    } while (0)
+#include "tests/unit/check.h"
 
 /* the call failed and its message contains every one of the given fragments */
 #define CHECK_ERR(rc, err, ...)                                                                    \

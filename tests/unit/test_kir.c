@@ -10,17 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int npass, nfail;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond)                                                                                  \
-            npass++;                                                                               \
-        else {                                                                                     \
-            nfail++;                                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-        }                                                                                          \
-    } while (0)
+#include "tests/unit/check.h"
 
 static Module *
 load(const char *text)

@@ -17,17 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-static int npass, nfail;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond)                                                                                  \
-            npass++;                                                                               \
-        else {                                                                                     \
-            nfail++;                                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-        }                                                                                          \
-    } while (0)
+#include "tests/unit/check.h"
 
 /* bit-for-bit comparison of n floats, reporting the first difference */
 static bool

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int nfail, npass;
+#include "tests/unit/check.h"
 
 /* ---- an S-expression printer for the AST ---- */
 

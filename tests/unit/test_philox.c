@@ -7,17 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int npass, nfail;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond)                                                                                  \
-            npass++;                                                                               \
-        else {                                                                                     \
-            nfail++;                                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-        }                                                                                          \
-    } while (0)
+#include "tests/unit/check.h"
 
 /* Random123 kat_vectors, philox4x32 10: counter[4], key[2], expected[4] */
 static const uint32_t kat[3][10] = {
