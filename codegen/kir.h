@@ -162,9 +162,14 @@ typedef struct KStat {
 
 /* The schedule: kernels in order; kernels with is_step run in the step loop t = 0..T-1, in order, and
  * consecutive step kernels share one loop (a recurrent region). */
+/* What the lowering chooses kernels for: the same graph, the same results, different loop nests
+ * (the CPU's register blocks and event lists; one GPU thread per output element). */
+typedef enum { KTARGET_CPU, KTARGET_GPU } KTarget;
+
 typedef struct KProgram {
     Arena arena;
     const Module *m;
+    KTarget target;
     int timesteps;
     int64_t seed; /* the seed Poisson draws use where a node gives none (m->seed at lowering) */
     KBuf *bufs;
@@ -177,7 +182,8 @@ typedef struct KProgram {
 
 /* kir_lower.c: graph IR (verified, typed, weights bound or not) → kernel IR. Returns NULL after reporting
  * an error (none are expected for a verified module). */
-KProgram *kir_lower(const Module *m);
+KProgram *kir_lower(const Module *m); /* for KTARGET_CPU */
+KProgram *kir_lower_for(const Module *m, KTarget target);
 void kir_free(KProgram *p);
 int64_t ksize_eval(KSize s, int64_t batch);
 
@@ -201,8 +207,15 @@ void kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, do
 const float *kir_bind_weight(const KProgram *p, int b, float **packed, char *err, size_t errlen);
 
 /* kir_meta.c: the program described for model.so (the text runtime/session.c reads: inputs,
- * outputs, weights, counted layers, every buffer in order); malloc'ed. */
+ * outputs, weights, counted layers, every buffer in order); malloc'ed. kir_describe: for the CPU
+ * alone ("devices cpu"); kir_describe_with: the devices line given (comma-separated, "cpu,cuda")
+ * and `records` (whole lines, "" for none: the CUDA records of runtime/cuda_abi.h) after the
+ * buffers. */
 char *kir_describe(const KProgram *p);
+/* Its `layer` and `buf` records alone, each record name prefixed (the CUDA program's are cuda_layer
+ * and cuda_buf: it is lowered for another target, with buffers of its own); malloc'ed. */
+char *kir_describe_buffers(const KProgram *p, const char *prefix);
+char *kir_describe_with(const KProgram *p, const char *devices, const char *records);
 
 /* builders (kir_lower.c) */
 KExpr *kx_const(KProgram *p, KType t, double v);

@@ -531,14 +531,17 @@ describe(Lower *lw, ValueId v, const char *how)
 
 /* ---- stateless ops ---- */
 
+static Cur open_elements(Lower *lw, ValueId v, Pos *ps, int n, const int64_t *dims,
+                         const char *const *names, KExpr **idx);
+
 static void
 lower_elementwise(Lower *lw, ValueId v)
 {
     const Node *n = &lw->m->nodes[v];
     Pos ps;
-    Cur c = open_rows(lw, v, &ps);
     KExpr *iv;
-    KStmt *f = loop(lw, c, "i", ci(lw, lw->vs[v].numel), false, &iv);
+    Cur c = open_elements(lw, v, &ps, 1, (const int64_t[]){lw->vs[v].numel},
+                          (const char *const[]){"i"}, &iv);
     ps.i = iv;
     KExpr *a = to(lw, KT_F32, vload(lw, n->args[0], &ps)), *y = NULL;
     switch (n->op) {
@@ -555,7 +558,7 @@ lower_elementwise(Lower *lw, ValueId v)
     }
     default: unreachable();
     }
-    vstore(lw, body(f), v, &ps, y);
+    vstore(lw, c, v, &ps, y);
 }
 
 static bool
@@ -667,6 +670,39 @@ static KExpr *
 row_of(const Pos *ps)
 {
     return ps->r ? ps->r : ps->b;
+}
+
+/* The rows of v and, inside them, loops over the element indices dims[0..n) (outermost first):
+ * on the CPU the row loop is parallel and the others nested inside it; on the GPU one parallel
+ * loop walks every (row, index...) tuple, a thread per element, the last index fastest. Sets the
+ * row position *ps (element unset) and idx[d]; returns where the per-element statements go. */
+static Cur
+open_elements(Lower *lw, ValueId v, Pos *ps, int n, const int64_t *dims, const char *const *names,
+              KExpr **idx)
+{
+    if (lw->p->target != KTARGET_GPU) {
+        Cur c = open_rows(lw, v, ps);
+        for (int d = 0; d < n; d++)
+            c = body(loop(lw, c, names[d], ci(lw, dims[d]), false, &idx[d]));
+        return c;
+    }
+    int64_t per_row = 1;
+    for (int d = 0; d < n; d++)
+        per_row *= dims[d];
+    KExpr *q;
+    Cur c = body(loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, per_row)), true, &q));
+    int64_t inner = 1;
+    for (int d = n - 1; d >= 0; d--) {
+        int iv = local(lw, names[d], KT_I64);
+        KExpr *e = inner == 1 ? q : bin(lw, KB_DIV, q, ci(lw, inner));
+        s_assign(lw, c, iv, bin(lw, KB_REM, e, ci(lw, dims[d])));
+        idx[d] = var(lw, iv);
+        inner *= dims[d];
+    }
+    int rv = local(lw, "r", KT_I64);
+    s_assign(lw, c, rv, bin(lw, KB_DIV, q, ci(lw, per_row)));
+    *ps = row_pos(lw, v, var(lw, rv), NULL);
+    return c;
 }
 
 /* a tile local of `lanes` f64 values */
@@ -813,6 +849,34 @@ lower_dense(Lower *lw, ValueId v)
     KStmt *i = s_if(lw, c, bin(lw, KB_LT, var(lw, ot), ci(lw, nfull)));
     dense_block(lw, body(i), o0, nt, &d);
     dense_block(lw, els(i), ci(lw, nfull * nt), (int)tail, &d);
+}
+
+/* GPU: one thread per output element (row, o), a one-lane tile from the bias summed in k order
+ * (the interpreter's), zeros skipped for spikes. Consecutive threads take consecutive outputs, so
+ * their weight loads from W^T [K][O] coalesce and the input row is one broadcast. */
+static void
+lower_dense_flat(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
+    int w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
+    int bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
+    KExpr *q;
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, O)), true, &q);
+    Cur c = body(fq);
+    int ov = local(lw, "o", KT_I64), rv = local(lw, "r", KT_I64);
+    s_assign(lw, c, ov, bin(lw, KB_REM, q, ci(lw, O)));
+    s_assign(lw, c, rv, bin(lw, KB_DIV, q, ci(lw, O)));
+    KExpr *o = var(lw, ov), *r = var(lw, rv), *k;
+    int t = tile(lw, "acc", 1);
+    tile_init(lw, c, t, bias, o);
+    KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
+    Pos px = row_pos(lw, v, r, k);
+    tile_fma(lw, body(fk), t, to(lw, KT_F64, vload(lw, x, &px)), w,
+             bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, O)), o), is_spike_value(lw, x));
+    Pos py = row_pos(lw, v, r, o);
+    tile_store(lw, c, v, &py, 1, t);
 }
 
 typedef struct Scatter {
@@ -1067,6 +1131,38 @@ lower_conv2d(Lower *lw, ValueId v)
     conv_groups(lw, c, &cv);
 }
 
+/* GPU: one thread per output element (row, group, channel, oh, ow), ow fastest so that
+ * neighbouring threads read neighbouring inputs and store neighbouring outputs; a one-lane tile
+ * summed over (c, kh, kw), the interpreter's order, zeros skipped for spikes, then + bias. */
+static void
+lower_conv2d_flat(Lower *lw, ValueId v)
+{
+    Conv cv = conv_geometry(lw, v);
+    const ConvGeom *d = &cv.d;
+    int64_t per_row = d->G * d->Og * d->OH * d->OW;
+    KExpr *q, *kh, *kw, *ih, *iw, *cg;
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, per_row)), true, &q);
+    Cur c = body(fq);
+    int owv = local(lw, "ow", KT_I64), ohv = local(lw, "oh", KT_I64);
+    int ov = local(lw, "o", KT_I64), gv = local(lw, "g", KT_I64), rv = local(lw, "r", KT_I64);
+    s_assign(lw, c, owv, bin(lw, KB_REM, q, ci(lw, d->OW)));
+    s_assign(lw, c, ohv, bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, d->OW)), ci(lw, d->OH)));
+    s_assign(lw, c, ov,
+             bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, d->OW * d->OH)), ci(lw, d->Og)));
+    s_assign(lw, c, gv,
+             bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, d->OW * d->OH * d->Og)), ci(lw, d->G)));
+    s_assign(lw, c, rv, bin(lw, KB_DIV, q, ci(lw, per_row)));
+    cv.ps = row_pos(lw, v, var(lw, rv), NULL);
+    cv.g = var(lw, gv);
+    int t = tile(lw, "acc", 1);
+    s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    KStmt *fc = loop(lw, c, "c", ci(lw, d->Cg), false, &cg);
+    Cur in = conv_taps(lw, body(fc), &cv, var(lw, ohv), var(lw, owv), &kh, &kw, &ih, &iw);
+    tile_fma(lw, in, t, conv_input(lw, &cv, cg, ih, iw), cv.w,
+             conv_weight(lw, &cv, cg, kh, kw, var(lw, ov)), is_spike_value(lw, cv.x));
+    conv_store(lw, c, &cv, var(lw, ohv), var(lw, owv), var(lw, ov), t);
+}
+
 /* conv2d over spikes: each row first lists, for every input pixel and group, the channels that
  * spike there (count[g][q], list[g][q][n] = cg), then gathers each output pixel over its taps and
  * their listed channels only */
@@ -1135,15 +1231,14 @@ lower_pool(Lower *lw, ValueId v)
         SW = KW;
     bool is_max = n->op == OP_MAXPOOL2D;
     Pos ps;
-    Cur c = open_rows(lw, v, &ps);
-    KExpr *cc, *oh, *ow, *kh, *kw;
-    KStmt *fc = loop(lw, c, "c", ci(lw, C), false, &cc);
-    KStmt *foh = loop(lw, body(fc), "oh", ci(lw, OH), false, &oh);
-    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, OW), false, &ow);
+    KExpr *ix[3], *kh, *kw;
+    Cur px_c = open_elements(lw, v, &ps, 3, (const int64_t[]){C, OH, OW},
+                             (const char *const[]){"c", "oh", "ow"}, ix);
+    KExpr *cc = ix[0], *oh = ix[1], *ow = ix[2];
     KType at = is_max ? KT_F32 : KT_F64;
     int acc = local(lw, "acc", at);
-    s_assign(lw, body(fow), acc, kx_const(lw->p, at, is_max ? -INFINITY : 0.0));
-    KStmt *fkh = loop(lw, body(fow), "kh", ci(lw, KH), false, &kh);
+    s_assign(lw, px_c, acc, kx_const(lw->p, at, is_max ? -INFINITY : 0.0));
+    KStmt *fkh = loop(lw, px_c, "kh", ci(lw, KH), false, &kh);
     int ih = local(lw, "ih", KT_I64), iw = local(lw, "iw", KT_I64);
     s_assign(lw, body(fkh), ih,
              bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, SH)), ci(lw, PH)), kh));
@@ -1178,7 +1273,7 @@ lower_pool(Lower *lw, ValueId v)
     py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, OH)), oh),
                                 ci(lw, OW)),
                ow);
-    vstore(lw, body(fow), v, &py, to(lw, KT_F32, y));
+    vstore(lw, px_c, v, &py, to(lw, KT_F32, y));
 }
 
 /* (x - mean) / sqrt(var + eps) * weight + bias in f64, rounded once */
@@ -1189,10 +1284,10 @@ lower_batchnorm(Lower *lw, ValueId v)
     int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
     int64_t inner = C ? lw->vs[v].numel / C : 0;
     Pos ps;
-    Cur c = open_rows(lw, v, &ps);
-    KExpr *cc, *ii;
-    KStmt *fc = loop(lw, c, "c", ci(lw, C), false, &cc);
-    KStmt *fi = loop(lw, body(fc), "i", ci(lw, inner), false, &ii);
+    KExpr *ix[2];
+    Cur c = open_elements(lw, v, &ps, 2, (const int64_t[]){C, inner},
+                          (const char *const[]){"c", "i"}, ix);
+    KExpr *cc = ix[0], *ii = ix[1];
     ps.i = bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, inner)), ii);
     KExpr *w[4];
     for (int s = 0; s < 4; s++)
@@ -1202,7 +1297,7 @@ lower_batchnorm(Lower *lw, ValueId v)
     KExpr *xv = to(lw, KT_F64, vload(lw, n->args[0], &ps));
     KExpr *y = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, bin(lw, KB_SUB, xv, w[2]), sd), w[0]),
                    w[1]);
-    vstore(lw, body(fi), v, &ps, to(lw, KT_F32, y));
+    vstore(lw, c, v, &ps, to(lw, KT_F32, y));
 }
 
 /* s = u < gain*x with u keyed by (seed, stream, t, (sample_base + b) * numel + i), compared in f32 */
@@ -1212,13 +1307,12 @@ lower_poisson(Lower *lw, ValueId v)
     const Node *n = &lw->m->nodes[v];
     int64_t numel = lw->vs[v].numel;
     Pos ps;
-    Cur c = open_rows(lw, v, &ps);
     KExpr *iv;
-    KStmt *fi = loop(lw, c, "i", ci(lw, numel), false, &iv);
+    Cur c = open_elements(lw, v, &ps, 1, (const int64_t[]){numel}, (const char *const[]){"i"}, &iv);
     ps.i = iv;
     int p = local(lw, "p", KT_F32);
     float gain = (float)node_attr_f(n, "gain");
-    s_assign(lw, body(fi), p,
+    s_assign(lw, c, p,
              bin(lw, KB_MUL, kx_const(lw->p, KT_F32, gain),
                  to(lw, KT_F32, vload(lw, n->args[0], &ps))));
     int64_t node_seed = n->attrs[op_attr_index(OP_POISSON, "seed")].i[0];
@@ -1235,7 +1329,7 @@ lower_poisson(Lower *lw, ValueId v)
     KExpr *y = kx_select(lw->p, kx_un(lw->p, KU_NOT, bin(lw, KB_GT, P, zero)), zero,
                          kx_select(lw->p, bin(lw, KB_GE, P, one), one,
                                    to(lw, KT_F32, bin(lw, KB_LT, u, P))));
-    vstore(lw, body(fi), v, &ps, y);
+    vstore(lw, c, v, &ps, y);
 }
 
 /* y[t] = x[t - steps], 0 before */
@@ -1245,12 +1339,12 @@ lower_delay(Lower *lw, ValueId v)
     const Node *n = &lw->m->nodes[v];
     int64_t steps = (int)node_attr_i(n, "steps", 0);
     Pos ps;
-    Cur c = open_rows(lw, v, &ps);
     KExpr *iv;
-    KStmt *fi = loop(lw, c, "i", ci(lw, lw->vs[v].numel), false, &iv);
+    Cur c = open_elements(lw, v, &ps, 1, (const int64_t[]){lw->vs[v].numel},
+                          (const char *const[]){"i"}, &iv);
     ps.i = iv;
     KExpr *t = pos_t(lw, &ps);
-    KStmt *s = s_if(lw, body(fi), bin(lw, KB_GE, t, ci(lw, steps)));
+    KStmt *s = s_if(lw, c, bin(lw, KB_GE, t, ci(lw, steps)));
     Pos px = {0};
     px.t = bin(lw, KB_SUB, t, ci(lw, steps));
     px.b = pos_b(lw, &ps);
@@ -1695,6 +1789,24 @@ lower_sequence(Lower *lw, ValueId x, int obuf, bool has_time)
     KProgram *p = lw->p;
     int64_t numel = lw->vs[x].numel;
     KExpr *bv, *tv, *iv;
+    if (p->target == KTARGET_GPU) {
+        /* a thread per output element: (b, t, i), i fastest */
+        int64_t steps = has_time ? lw->T : 1;
+        KExpr *q;
+        Cur c = body(loop(lw, top(lw), "q",
+                          bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, steps * numel)), true, &q));
+        int iiv = local(lw, "i", KT_I64), tiv = local(lw, "t", KT_I64), biv = local(lw, "b", KT_I64);
+        s_assign(lw, c, iiv, bin(lw, KB_REM, q, ci(lw, numel)));
+        s_assign(lw, c, tiv, has_time ? bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, numel)), ci(lw, lw->T))
+                                      : ci(lw, lw->T - 1));
+        s_assign(lw, c, biv, bin(lw, KB_DIV, q, ci(lw, steps * numel)));
+        Pos ps = {0};
+        ps.b = var(lw, biv);
+        ps.t = var(lw, tiv);
+        ps.i = var(lw, iiv);
+        s_store(lw, c, obuf, q, to(lw, KT_F32, vload(lw, x, &ps)));
+        return;
+    }
     KStmt *fb = loop(lw, top(lw), "b", kx_kind(p, KX_BATCH), true, &bv);
     Cur c = body(fb);
     Pos ps = {0};
@@ -1916,10 +2028,17 @@ resolve_aliases(Lower *lw, const ValueId *topo)
 KProgram *
 kir_lower(const Module *m)
 {
+    return kir_lower_for(m, KTARGET_CPU);
+}
+
+KProgram *
+kir_lower_for(const Module *m, KTarget target)
+{
     KProgram *p = calloc(1, sizeof *p);
     if (!p)
         die("out of memory");
     p->m = m;
+    p->target = target;
     p->timesteps = m->timesteps;
     p->seed = m->seed;
     Lower lw;
@@ -1976,13 +2095,17 @@ kir_lower(const Module *m)
         begin_kernel(&lw, v, describe(&lw, v, what), is_step);
         switch (nd->op) {
         case OP_DENSE:
-            if (is_spike_value(&lw, nd->args[0]) && lw.vs[v].numel > DENSE_SPIKE_TILE)
+            if (p->target == KTARGET_GPU)
+                lower_dense_flat(&lw, v);
+            else if (is_spike_value(&lw, nd->args[0]) && lw.vs[v].numel > DENSE_SPIKE_TILE)
                 lower_dense_events(&lw, v);
             else
                 lower_dense(&lw, v);
             break;
         case OP_CONV2D:
-            if (is_spike_value(&lw, nd->args[0]))
+            if (p->target == KTARGET_GPU)
+                lower_conv2d_flat(&lw, v);
+            else if (is_spike_value(&lw, nd->args[0]))
                 lower_conv2d_events(&lw, v);
             else
                 lower_conv2d(&lw, v);

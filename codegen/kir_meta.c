@@ -50,7 +50,37 @@ put_dims(Text *t, int rank, const int64_t *dims)
 }
 
 char *
+kir_describe_buffers(const KProgram *p, const char *prefix)
+{
+    const Module *m = p->m;
+    Text t = {malloc(4096), 0, 4096};
+    if (!t.s) die("out of memory");
+    t.s[0] = 0;
+    char buf[32];
+    for (int i = 0; i < p->nstats; i++)
+        put(&t, "%slayer %s %d\n", prefix, node_name(m, p->stats[i].value, buf, sizeof buf),
+            p->stats[i].buf);
+    static const char *const kinds[] = {"input", "output", "weight", "temp"};
+    for (int i = 0; i < p->nbufs; i++) {
+        const KBuf *b = &p->bufs[i];
+        put(&t, "%sbuf %s %s %s %lld %lld %d %d", prefix, b->name, kinds[b->kind],
+            ktype_name(b->type), (long long)b->size.per_batch, (long long)b->size.fixed, b->io,
+            b->nperm);
+        for (int d = 0; d < b->nperm; d++)
+            put(&t, " %d", b->perm[d]);
+        put(&t, " %d\n", b->is_written_first ? 0 : 1);
+    }
+    return t.s;
+}
+
+char *
 kir_describe(const KProgram *p)
+{
+    return kir_describe_with(p, "cpu", "");
+}
+
+char *
+kir_describe_with(const KProgram *p, const char *devices, const char *records)
 {
     const Module *m = p->m;
     Text t = {malloc(4096), 0, 4096};
@@ -59,8 +89,8 @@ kir_describe(const KProgram *p)
     int nstatic = 0, nstep = 0;
     for (int k = 0; k < p->nkernels; k++)
         p->kernels[k].is_step ? nstep++ : nstatic++;
-    put(&t, "snnc-model %d\nname %s\ntimesteps %d\ndevices cpu\nkernels %d %d\n", SNNK_ABI_VERSION,
-        m->name, p->timesteps, nstatic, nstep);
+    put(&t, "snnc-model %d\nname %s\ntimesteps %d\ndevices %s\nkernels %d %d\n", SNNK_ABI_VERSION,
+        m->name, p->timesteps, devices, nstatic, nstep);
     for (int i = 0; i < m->ninputs; i++) {
         const Node *n = &m->nodes[m->inputs[i]];
         put(&t, "input %s %d", node_name(m, m->inputs[i], buf, sizeof buf),
@@ -80,18 +110,10 @@ kir_describe(const KProgram *p)
         put_dims(&t, m->weights[i].rank, m->weights[i].dims);
         put(&t, "\n");
     }
-    for (int i = 0; i < p->nstats; i++)
-        put(&t, "layer %s %d\n", node_name(m, p->stats[i].value, buf, sizeof buf),
-            p->stats[i].buf);
-    static const char *const kinds[] = {"input", "output", "weight", "temp"};
-    for (int i = 0; i < p->nbufs; i++) {
-        const KBuf *b = &p->bufs[i];
-        put(&t, "buf %s %s %s %lld %lld %d %d", b->name, kinds[b->kind], ktype_name(b->type),
-            (long long)b->size.per_batch, (long long)b->size.fixed, b->io, b->nperm);
-        for (int d = 0; d < b->nperm; d++)
-            put(&t, " %d", b->perm[d]);
-        put(&t, " %d\n", b->is_written_first ? 0 : 1);
-    }
+    char *bufs = kir_describe_buffers(p, "");
+    put(&t, "%s", bufs);
+    free(bufs);
+    put(&t, "%s", records);
     put(&t, "end\n");
     return t.s;
 }

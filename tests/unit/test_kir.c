@@ -62,13 +62,13 @@ input_value(uint64_t i)
     return vals[(h >> 33) % 13] * (1.0f + (float)((h >> 20) & 7) / 16.0f);
 }
 
-/* runs interp (f32) and the kernel IR on `batch` samples at sample_base; true when every output
- * is bitwise identical */
+/* runs interp (f32) and the kernel IR lowered for `target` on `batch` samples at sample_base; true
+ * when every output is bitwise identical */
 static bool
-same_as_interp(const char *text, int batch, int64_t sample_base, char **printed)
+same_on_target(const char *text, int batch, int64_t sample_base, char **printed, KTarget target)
 {
     Module *m = load(text);
-    KProgram *p = kir_lower(m);
+    KProgram *p = kir_lower_for(m, target);
     if (!p)
         return false;
     if (printed)
@@ -99,7 +99,7 @@ same_as_interp(const char *text, int batch, int64_t sample_base, char **printed)
     if (!ok)
         fprintf(stderr, "interp: %s\n", err);
     if (ok && !kir_eval(p, batch, sample_base, (const float *const *)in, b, cb, err, sizeof err)) {
-        fprintf(stderr, "kir_eval: %s\n", err);
+        fprintf(stderr, "kir_eval (%s): %s\n", target == KTARGET_GPU ? "gpu" : "cpu", err);
         ok = false;
     }
     for (int v = 0; ok && v < m->nnodes; v++)
@@ -132,6 +132,16 @@ same_as_interp(const char *text, int batch, int64_t sample_base, char **printed)
     kir_free(p);
     module_free(m);
     return ok;
+}
+
+/* the same for both targets' lowerings (printed: the CPU's kernel IR) */
+static bool
+same_as_interp(const char *text, int batch, int64_t sample_base, char **printed)
+{
+    bool cpu = same_on_target(text, batch, sample_base, printed, KTARGET_CPU);
+    bool gpu = same_on_target(text, batch, sample_base, NULL, KTARGET_GPU);
+    if (!gpu) fprintf(stderr, "  (the GPU target's lowering differs from the interpreter)\n");
+    return cpu && gpu;
 }
 
 static void
