@@ -1,8 +1,8 @@
 /* link.c: building model.so. The generated object (codegen/llvm: snnk_run, the program's
- * description, the weights as safetensors bytes) is linked by the system's C compiler driver ($CC,
- * else cc) with the model runtime archive (runtime/CMakeLists.txt: snnrt_model) into a shared
- * library that exports only snn_* (a version script) and needs nothing but libc, libm and
- * libpthread at run time. */
+ * description, the weights as safetensors bytes, the CUDA images snnc built) is linked by the
+ * system's C compiler driver ($CC, else cc) with the model runtime archive (runtime/CMakeLists.txt:
+ * snnrt_model) into a shared library that exports only snn_* (a version script) and needs nothing
+ * but libc, libm and libpthread at run time. */
 #include "driver/link.h"
 
 #include "codegen/llvm/cg_llvm.h"
@@ -94,15 +94,19 @@ run_command(char *const *argv, const char *what)
 }
 
 bool
-link_emit_object(const KProgram *kp, const char *cpu, const char *path, bool embed_weights)
+link_emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const char *path,
+                 bool embed_weights)
 {
     const Module *m = kp->m;
     unsigned char *weights = NULL;
     size_t wlen = 0;
     if (embed_weights && !encode_weights(m, &weights, &wlen)) return false;
-    char *meta = kir_describe(kp);
+    bool has_cuda = cuda && cuda->records;
+    char *meta = has_cuda ? kir_describe_with(kp, "cpu,cuda", cuda->records) : kir_describe(kp);
+    CgLlvmObjectData data = {meta, weights, wlen, has_cuda ? cuda->images : NULL,
+                             has_cuda ? cuda->images_len : 0};
     char err[1024];
-    bool is_ok = cg_llvm_write_object(kp, cpu, meta, weights, wlen, path, err, sizeof err);
+    bool is_ok = cg_llvm_write_object(kp, cpu, &data, path, err, sizeof err);
     if (!is_ok) diag_error((Loc){0}, "%s", err);
     free(meta);
     free(weights);
@@ -110,7 +114,8 @@ link_emit_object(const KProgram *kp, const char *cpu, const char *path, bool emb
 }
 
 bool
-link_shared_library(const KProgram *kp, const char *cpu, const char *out, bool embed_weights)
+link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const char *out,
+                    bool embed_weights)
 {
     char runtime[4096];
     if (!find_runtime(runtime, sizeof runtime)) return false;
@@ -124,7 +129,7 @@ link_shared_library(const KProgram *kp, const char *cpu, const char *out, bool e
     char obj[4200], map[4200];
     snprintf(obj, sizeof obj, "%s/model.o", dir);
     snprintf(map, sizeof map, "%s/exports.map", dir);
-    bool is_ok = link_emit_object(kp, cpu, obj, embed_weights);
+    bool is_ok = link_emit_object(kp, cpu, cuda, obj, embed_weights);
     if (is_ok) {
         static const char script[] = "{\n  global: snn_*;\n  local: *;\n};\n";
         char msg[512];

@@ -1,16 +1,28 @@
-/* link.h: writing the CPU backend's object file and linking model.so (link.c). Both report errors
- * through diag and return false. */
+/* link.h: writing the object file model.so is made of and linking model.so (link.c). Both report
+ * errors through diag and return false. */
 #ifndef SNN_DRIVER_LINK_H
 #define SNN_DRIVER_LINK_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "codegen/kir.h"
 
-/* The relocatable object of kp for LLVM CPU `cpu` (NULL: the host; weights embedded from kp->m if embed_weights; they must be bound). */
-bool link_emit_object(const KProgram *kp, const char *cpu, const char *path, bool embed_weights);
-/* model.so at out: the object linked with the model runtime by $CC (default cc). */
-bool link_shared_library(const KProgram *kp, const char *cpu, const char *out,
-                         bool embed_weights);
+/* The CUDA code model.so carries, built by the caller (snnc.c): the description's CUDA records
+ * (runtime/cuda_abi.h: cuda_layer, cuda_buf, cuda_kernel, cuda_image lines) and the images their
+ * cuda_image records index. records NULL: none, the model runs on the CPU only. */
+typedef struct LinkCuda {
+    const char *records;
+    const unsigned char *images;
+    size_t images_len;
+} LinkCuda;
+
+/* The relocatable object of kp for LLVM CPU `cpu` (NULL: the host), with the CUDA code of cuda
+ * (NULL: none); weights embedded from kp->m if embed_weights (they must be bound). */
+bool link_emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const char *path,
+                      bool embed_weights);
+/* model.so at out: that object linked with the model runtime by $CC (default cc). */
+bool link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda,
+                         const char *out, bool embed_weights);
 
 #endif

@@ -1,6 +1,9 @@
 /* snnc: the command-line driver. Parses options, loads a .snn/.snnir file into the graph IR, then emits
  * it or runs it on a data set (Fashion-MNIST or .npy/.npz inputs) and reports accuracy, speed and firing
  * rates. User errors exit with status 1 and a message; results go to stdout, progress to stderr. */
+#include "codegen/cache.h"
+#include "codegen/cuda/cuda_gen.h"
+#include "codegen/cuda/nvrtc.h"
 #include "codegen/kir.h"
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
@@ -8,7 +11,10 @@
 #endif
 #include "frontend/frontend.h"
 #include "ir/ir.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/f16.h"
+#include "runtime/model_parts.h"
+#include "runtime/snn.h"
 #include "runtime/tensor_io.h"
 
 #include <errno.h>
@@ -22,7 +28,7 @@
 
 #define SNNC_VERSION "0.1.0"
 
-enum { MAX_INPUT_ARGS = 16 };
+enum { MAX_INPUT_ARGS = 16, MAX_CUDA_ARCHS = 16 };
 
 typedef struct Options {
     const char *path;
@@ -46,6 +52,12 @@ typedef struct Options {
     int threads; /* CPU backend: threads running each kernel (default: online CPUs) */
     bool no_embed_weights; /* model.so: leave the weights out */
     const char *cpu;       /* model.so / --emit=obj: LLVM CPU name; NULL = this machine's */
+    const char *device;    /* --device: cpu, cuda, cuda:N or auto (NULL: auto) */
+    int cuda_ordinal;      /* N of cuda:N */
+    const char *cuda_arch; /* --cuda-arch as given; NULL: the default */
+    const char *archs[MAX_CUDA_ARCHS]; /* its entries (sm_NN, compute_NN), or "none" alone */
+    int narchs;
+    char arch_list[256];   /* where archs point */
 } Options;
 
 static void
@@ -60,6 +72,10 @@ usage(FILE *f)
           "  --emit=kernel           print the kernel IR the code generators start from\n"
           "  --emit=llvm             print the LLVM IR of the CPU backend (-O0: before optimisation)\n"
           "  --emit=obj              write the CPU backend's object file (needs -o)\n"
+          "  --emit=cuda             print the CUDA C of the CUDA backend (its records first, as\n"
+          "                          comments)\n"
+          "  --emit=ptx              compile that with NVRTC and write PTX\n"
+          "  --emit=cubin            compile that with NVRTC and write a cubin (needs -o)\n"
           "  --emit=weights          write the weights the model runs with (--weights, the model's\n"
           "                          file, or its seeded initialisation) as f32 safetensors (needs -o)\n"
           "  -o FILE                 where --emit writes; without --emit, build a shared library\n"
@@ -68,9 +84,19 @@ usage(FILE *f)
           "                          snn_session_load_weights_file)\n"
           "  --cpu=NAME              model.so / --emit=obj for another CPU: an LLVM CPU name\n"
           "                          (x86-64-v2, x86-64-v3, znver4, ...; default: this machine's)\n"
-          "\n"
-          "Running:\n"
+          "  --cuda-arch=LIST        GPU architectures, comma-separated (sm_NN, compute_NN): model.so\n"
+          "                          and --emit=obj carry a cubin per sm_NN and PTX per compute_NN\n"
+          "                          (else for compute_ of the lowest sm_NN); default sm_80,sm_90\n"
+          "                          where NVRTC is found; none: CPU code only. --emit=ptx and\n"
+          "                          --emit=cubin take one (default sm_90)\n"
+          "\n",
+          f);
+    fputs("Running:\n"
           "  --run                   run the model on the data and report accuracy, images/s, firing rates\n"
+          "  --device=DEV            where it runs: cuda, cuda:N (the CUDA backend, also\n"
+          "                          --backend=cuda), cpu, or auto (the default: CUDA when NVRTC and\n"
+          "                          a device are found, else the CPU); with --emit=kernel, cuda\n"
+          "                          prints the GPU's lowering\n"
 #ifdef SNN_HAVE_LLVM
           "  --backend=cpu, --jit    compile with LLVM for this CPU and run (the default; float32\n"
           "                          semantics, equal to the interpreter's --precision=f32 bit for bit)\n"
@@ -92,7 +118,8 @@ usage(FILE *f)
           "  --limit=N               run only the first N samples\n"
           "  --seed=S                seed for Poisson encoders (default: the model's seed)\n"
           "  --output=FILE           write the outputs: .npy (the first output) or .npz (all)\n"
-          "  --report=json           print one JSON object as the last line of stdout\n"
+          "  --report=json           print one JSON object as the last line of stdout (also for a\n"
+          "                          build: its CUDA images, their compile times and cache use)\n"
           "  --weights=FILE          a safetensors file overriding the model's weights\n"
           "  -q, --quiet             print only the report (and errors)\n"
           "\n"
@@ -102,7 +129,11 @@ usage(FILE *f)
           "  --help, --version\n"
           "\n"
           "Environment: SNN_DATA_DIR (where Fashion-MNIST lives); SNN_CACHE_DIR (compiled code of\n"
-          "the CPU backend, default ~/.cache/snnc; \"off\" for none); CC (links model.so).\n",
+          "the CPU and CUDA backends, default ~/.cache/snnc; \"off\" for none); CC (links model.so);\n"
+          "SNN_NVRTC (the NVRTC library to load, default libnvrtc.so.13, .12, libnvrtc.so);\n"
+          "SNN_CUDA_DRIVER (the CUDA driver library to load, default libcuda.so.1);\n"
+          "SNN_KERNEL_OVERRIDE (a .cu compiled in place of the generated CUDA C, or a .ptx used as\n"
+          "the PTX).\n",
           f);
 }
 
@@ -180,23 +211,6 @@ typedef struct CpuState {
     bool is_cached; /* a cache directory was in use */
 } CpuState;
 
-/* Where compiled code is cached: $SNN_CACHE_DIR ("" or "off": nowhere), else $XDG_CACHE_HOME/snnc,
- * else ~/.cache/snnc; written into buf, or "" for no cache. */
-static const char *
-cache_dir(char *buf, size_t n)
-{
-    const char *env = getenv("SNN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
-               *home = getenv("HOME");
-    buf[0] = 0;
-    if (env)
-        snprintf(buf, n, "%s", strcmp(env, "off") == 0 ? "" : env);
-    else if (xdg && *xdg)
-        snprintf(buf, n, "%s/snnc", xdg);
-    else if (home && *home)
-        snprintf(buf, n, "%s/.cache/snnc", home);
-    return buf;
-}
-
 static const char *
 cpu_cache(void *state)
 {
@@ -224,7 +238,7 @@ cpu_prepare(Module *m, const Options *o, char *err, size_t errlen)
         snprintf(err, errlen, "lowering to the kernel IR failed");
     else {
         char dir[4096];
-        st->is_cached = cache_dir(dir, sizeof dir)[0] != 0;
+        st->is_cached = cache_dir_default(dir, sizeof dir)[0] != 0;
         st->cg = cg_llvm_compile_cached(st->p, dir, err, errlen);
     }
     if (!st->cg) {
@@ -244,6 +258,14 @@ cpu_backend_run(void *state, const Module *m, const InterpOptions *io, int batch
 }
 #endif
 
+/* the CUDA backend (below, after the CUDA build functions it uses) */
+static void *cuda_prepare(Module *m, const Options *o, char *err, size_t errlen);
+static bool cuda_backend_run(void *state, const Module *m, const InterpOptions *io, int batch,
+                             int64_t base, const float *const *in, float *const *out,
+                             double *counts, char *err, size_t errlen);
+static void cuda_release(void *state);
+static const char *cuda_cache(void *state);
+
 static const Backend backends[] = {
     {"interp", true, false, interp_prepare, interp_backend_run, no_release, NULL},
     /* kir (not listed in --help): the kernel-IR evaluator, the check of lowering against interp */
@@ -251,6 +273,7 @@ static const Backend backends[] = {
 #ifdef SNN_HAVE_LLVM
     {"cpu", true, true, cpu_prepare, cpu_backend_run, cpu_release, cpu_cache},
 #endif
+    {"cuda", true, true, cuda_prepare, cuda_backend_run, cuda_release, cuda_cache},
 };
 
 static const Backend *
@@ -274,11 +297,120 @@ parse_int(const char *opt, const char *s, int64_t lo, int64_t hi)
     return v;
 }
 
+static bool
+is_emit(const Options *o, const char *what)
+{
+    return o->emit && strcmp(o->emit, what) == 0;
+}
+
+/* whether the command builds a binary: model.so, its object, PTX or a cubin */
+static bool
+is_build(const Options *o)
+{
+    return (o->out && (!o->emit || is_emit(o, "obj"))) || is_emit(o, "ptx") || is_emit(o, "cubin");
+}
+
+/* --version: snnc's, and the NVRTC it would use (tests ask it whether NVRTC is there) */
+static void
+print_version(void)
+{
+    printf("snnc %s\n", SNNC_VERSION);
+    char err[1200];
+    if (cuda_nvrtc_load(err, sizeof err)) {
+        int major, minor;
+        cuda_nvrtc_version(&major, &minor);
+        printf("nvrtc: %d.%d (%s)\n", major, minor, cuda_nvrtc_library());
+    } else {
+        printf("nvrtc: none (%s)\n", err);
+    }
+}
+
+/* --cuda-arch=LIST into o->archs, checked against what the command builds */
+static void
+parse_cuda_arch(Options *o)
+{
+    bool is_image = is_emit(o, "ptx") || is_emit(o, "cubin");
+    if (!is_image && !(o->out && (!o->emit || is_emit(o, "obj"))))
+        usage_error("--cuda-arch is for --emit=ptx, --emit=cubin, --emit=obj and building a shared "
+                    "library (-o MODEL.so)");
+    if (snprintf(o->arch_list, sizeof o->arch_list, "%s", o->cuda_arch) >= (int)sizeof o->arch_list)
+        usage_error("--cuda-arch: the list is too long");
+    char *p = o->arch_list;
+    for (;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = 0;
+        if (!*p) usage_error("--cuda-arch=%s has an empty entry", o->cuda_arch);
+        if (strcmp(p, "none") != 0 && !cuda_arch_is_valid(p))
+            usage_error("--cuda-arch: '%s' is not a CUDA architecture (sm_NN or compute_NN, e.g. "
+                        "sm_90; or none)", p);
+        bool is_dup = false;
+        for (int i = 0; i < o->narchs; i++)
+            is_dup |= strcmp(o->archs[i], p) == 0;
+        if (!is_dup) {
+            if (o->narchs == MAX_CUDA_ARCHS)
+                usage_error("--cuda-arch: at most %d architectures", MAX_CUDA_ARCHS);
+            o->archs[o->narchs++] = p;
+        }
+        if (!comma) break;
+        p = comma + 1;
+    }
+    for (int i = 0; i < o->narchs; i++) {
+        if (strcmp(o->archs[i], "none") != 0) continue;
+        if (is_image) usage_error("--emit=%s needs an architecture, not --cuda-arch=none", o->emit);
+        if (o->narchs > 1) usage_error("--cuda-arch=none means no CUDA code: it takes no other entry");
+    }
+    if (is_image && o->narchs > 1)
+        usage_error("--emit=%s builds for one architecture; --cuda-arch=%s names %d", o->emit,
+                    o->cuda_arch, o->narchs);
+    if (is_emit(o, "cubin") && !cuda_arch_is_real(o->archs[0]))
+        usage_error("--emit=cubin needs a real architecture (sm_NN); %s is virtual (--emit=ptx "
+                    "writes PTX for it)", o->archs[0]);
+}
+
+/* --device: cuda and cuda:N choose the CUDA backend, cpu the CPU's (or the interpreter where asked);
+ * without it (or with auto) a --run that names no backend runs on CUDA when NVRTC and a device are
+ * there, else on the CPU. */
+static void
+parse_device(Options *o, bool is_f64_asked)
+{
+    const char *d = o->device;
+    bool is_cuda = false;
+    if (d && (strcmp(d, "cuda") == 0 || strncmp(d, "cuda:", 5) == 0)) {
+        is_cuda = true;
+        o->cuda_ordinal = d[4] ? (int)parse_int("--device=cuda:N", d + 5, 0, 1023) : 0;
+    } else if (d && strcmp(d, "cpu") != 0 && strcmp(d, "auto") != 0) {
+        usage_error("--device expects cpu, cuda, cuda:N or auto, got '%s'", d);
+    }
+    if (o->backend && strcmp(o->backend, "cuda") == 0) {
+        if (d && !is_cuda && strcmp(d, "auto") != 0)
+            usage_error("--backend=cuda runs on a CUDA device, not --device=%s", d);
+        is_cuda = true;
+    }
+    if (is_cuda) {
+        if (o->backend && strcmp(o->backend, "cuda") != 0 && strcmp(o->backend, "cpu") != 0)
+            usage_error("--device=%s: backend %s runs on the CPU", d ? d : "cuda", o->backend);
+        if (is_f64_asked)
+            usage_error("--precision=f64 is computed by the interpreter only, on the CPU");
+        o->backend = "cuda";
+        return;
+    }
+    if (d && strcmp(d, "cpu") == 0) return;
+    /* auto: a GPU when one can run this (asked only for runs that name no backend) */
+    if (o->run && !o->backend && !is_f64_asked && !o->emit) {
+        char err[512];
+        int major, minor;
+        if (cuda_nvrtc_load(err, sizeof err) &&
+            rt_cuda_device_arch(0, &major, &minor, NULL, 0, err, sizeof err))
+            o->backend = "cuda";
+    }
+}
+
 static void
 parse_options(int argc, char **argv, Options *o)
 {
     enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
-           O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU };
+           O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU,
+           O_CUDA_ARCH, O_DEVICE };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -291,6 +423,7 @@ parse_options(int argc, char **argv, Options *o)
         {"quiet", no_argument, 0, 'q'},
         {"jit", no_argument, 0, O_JIT},               {"threads", required_argument, 0, O_THREADS},
         {"no-embed-weights", no_argument, 0, O_NO_EMBED}, {"cpu", required_argument, 0, O_CPU},
+        {"cuda-arch", required_argument, 0, O_CUDA_ARCH}, {"device", required_argument, 0, O_DEVICE},
         {0, 0, 0, 0},
     };
     o->batch = 64;
@@ -307,11 +440,12 @@ parse_options(int argc, char **argv, Options *o)
         switch (c) {
         case O_EMIT:
             if (strcmp(optarg, "ir") != 0 && strcmp(optarg, "kernel") != 0 &&
-                strcmp(optarg, "weights") != 0 &&
+                strcmp(optarg, "weights") != 0 && strcmp(optarg, "cuda") != 0 &&
+                strcmp(optarg, "ptx") != 0 && strcmp(optarg, "cubin") != 0 &&
                 ((strcmp(optarg, "llvm") != 0 && strcmp(optarg, "obj") != 0) ||
                  !find_backend("cpu")))
-                usage_error("--emit=%s is not available (this build emits: ir, kernel, weights%s)", optarg,
-                            find_backend("cpu") ? ", llvm, obj" : "");
+                usage_error("--emit=%s is not available (this build emits: ir, kernel, weights, "
+                            "cuda, ptx, cubin%s)", optarg, find_backend("cpu") ? ", llvm, obj" : "");
             o->emit = optarg;
             break;
         case 'O':
@@ -324,8 +458,8 @@ parse_options(int argc, char **argv, Options *o)
         case O_RUN: o->run = true; break;
         case O_BACKEND:
             if (!find_backend(optarg))
-                usage_error("backend '%s' is not available in this build (available: interp%s)", optarg,
-                            find_backend("cpu") ? ", cpu" : "");
+                usage_error("backend '%s' is not available in this build (available: interp%s, cuda)",
+                            optarg, find_backend("cpu") ? ", cpu" : "");
             o->backend = optarg;
             break;
         case O_PRECISION:
@@ -358,10 +492,12 @@ parse_options(int argc, char **argv, Options *o)
         case O_MODEL: o->model = optarg; break;
         case O_HELP_OPS: ops_print_help(stdout); exit(0);
         case 'h': usage(stdout); exit(0);
-        case O_VERSION: printf("snnc %s\n", SNNC_VERSION); exit(0);
+        case O_VERSION: print_version(); exit(0);
         case 'q': o->quiet = true; break;
         case O_NO_EMBED: o->no_embed_weights = true; break;
         case O_CPU: o->cpu = optarg; break;
+        case O_CUDA_ARCH: o->cuda_arch = optarg; break;
+        case O_DEVICE: o->device = optarg; break;
         case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
         default:
             if (optopt >= 256)
@@ -373,6 +509,7 @@ parse_options(int argc, char **argv, Options *o)
             usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
+    parse_device(o, is_f64_asked);
     /* The default backend is the compiled CPU code when this build has it: unless double precision
      * is asked for, which only the interpreter computes. */
     if (!o->backend)
@@ -389,13 +526,18 @@ parse_options(int argc, char **argv, Options *o)
         usage_error("nothing to do: give --run, --emit=ir or -o MODEL.so");
     if (o->out && !o->emit && !find_backend("cpu"))
         usage_error("building a shared library needs the CPU backend, not in this build");
-    if (o->emit && (strcmp(o->emit, "obj") == 0 || strcmp(o->emit, "weights") == 0) && !o->out)
+    if (o->emit && (strcmp(o->emit, "obj") == 0 || strcmp(o->emit, "weights") == 0 ||
+                    strcmp(o->emit, "cubin") == 0) && !o->out)
         usage_error("--emit=%s needs -o FILE", o->emit);
     if (o->no_embed_weights && (!o->out || o->emit))
         usage_error("--no-embed-weights is for building a shared library (-o MODEL.so)");
     if (o->cpu && (!o->out || (o->emit && strcmp(o->emit, "obj") != 0)))
         usage_error("--cpu is for building a shared library (-o MODEL.so) or --emit=obj");
-    if (!o->run && (o->data || o->ninput_args || o->output || o->report_json || o->limit >= 0))
+    if (o->cuda_arch) parse_cuda_arch(o);
+    if (o->report_json && !o->run && !is_build(o))
+        usage_error("--report=json reports a run (--run) or a build (-o MODEL.so, --emit=obj, "
+                    "--emit=ptx, --emit=cubin)");
+    if (!o->run && (o->data || o->ninput_args || o->output || o->limit >= 0))
         usage_error("--data, --input, --output, --limit and --report need --run");
     if (o->data && o->ninput_args)
         usage_error("give either --data or --input, not both");
@@ -915,6 +1057,346 @@ write_weights(const Module *m, const char *path)
     return rc;
 }
 
+/* ---- the CUDA backend's compile-time half: --emit=cuda|ptx|cubin and model.so's images ---- */
+
+enum { MAX_CUDA_IMAGES = MAX_CUDA_ARCHS + 1 };
+
+/* A CUDA build: the program lowered for the GPU, its CUDA C, SNN_KERNEL_OVERRIDE, and the images
+ * compiled so far (what --report=json lists). */
+typedef struct CudaBuild {
+    KProgram *gp;
+    char *source;
+    char name[300]; /* how NVRTC's messages name the generated source: MODEL.cu */
+    CudaOverride ov;
+    char cache[4096]; /* "" for none */
+    CudaImage images[MAX_CUDA_IMAGES];
+    int nimages;
+} CudaBuild;
+
+static void
+cuda_build_free(CudaBuild *b)
+{
+    for (int i = 0; i < b->nimages; i++)
+        cuda_image_free(&b->images[i]);
+    cuda_override_free(&b->ov);
+    free(b->source);
+    kir_free(b->gp);
+    memset(b, 0, sizeof *b);
+}
+
+/* Lower m for the GPU and generate its CUDA C; read SNN_KERNEL_OVERRIDE (saying so on stderr). */
+static bool
+cuda_build_begin(Module *m, CudaBuild *b)
+{
+    memset(b, 0, sizeof *b);
+    char err[1200];
+    if (!cuda_override_load(&b->ov, err, sizeof err)) {
+        diag_error((Loc){0}, "%s", err);
+        return false;
+    }
+    if (b->ov.path)
+        diag_note((Loc){0}, "SNN_KERNEL_OVERRIDE: %s is used in place of the generated %s",
+                  b->ov.path, b->ov.is_ptx ? "PTX" : "CUDA C");
+    b->gp = kir_lower_for(m, KTARGET_GPU);
+    if (!b->gp) return false;
+    b->source = cuda_gen_source(b->gp);
+    snprintf(b->name, sizeof b->name, "%s.cu", m->name);
+    cache_dir_default(b->cache, sizeof b->cache);
+    return true;
+}
+
+/* NVRTC's log as it wrote it, ending in a newline */
+static void
+print_log(const char *log)
+{
+    size_t n = strlen(log);
+    while (n > 0 && (log[n - 1] == '\n' || log[n - 1] == ' '))
+        n--;
+    if (n) fprintf(stderr, "%.*s\n", (int)n, log);
+}
+
+/* Compile the next image. NVRTC's log goes to stderr with an error's reasons, and with the
+ * warnings of an override (the user's code; those of generated code are not theirs to act on). */
+static CudaImage *
+cuda_build_add(CudaBuild *b, const char *arch, bool is_cubin)
+{
+    if (b->nimages == MAX_CUDA_IMAGES) die("too many CUDA images");
+    CudaImage *img = &b->images[b->nimages++];
+    char err[1200];
+    bool is_ok = cuda_build_image(b->source, b->name, &b->ov, arch, is_cubin, b->cache, img, err,
+                                  sizeof err);
+    if (!is_ok) diag_error((Loc){0}, "%s", err);
+    if (!is_ok || b->ov.path) print_log(img->log);
+    return is_ok ? img : NULL;
+}
+
+/* --report=json of a build: the output and every CUDA image with its compile time and cache use */
+static void
+cuda_build_report(const CudaBuild *b, const char *out, const char *devices)
+{
+    printf("{\"output\": ");
+    if (out)
+        json_string(stdout, out);
+    else
+        printf("null");
+    if (devices) printf(", \"devices\": \"%s\"", devices);
+    double total = 0;
+    for (int i = 0; i < b->nimages; i++)
+        total += b->images[i].seconds;
+    printf(", \"cuda_compile_seconds\": %.6f, \"cuda_images\": [", total);
+    for (int i = 0; i < b->nimages; i++) {
+        const CudaImage *img = &b->images[i];
+        const char *cache = b->ov.path && b->ov.is_ptx ? "override"
+                            : img->is_cache_hit        ? "hit"
+                            : b->cache[0]              ? "miss"
+                                                       : "off";
+        printf("%s{\"format\": \"%s\", \"arch\": \"%s\", \"bytes\": %zu, \"seconds\": %.6f, "
+               "\"cache\": \"%s\"}", i ? ", " : "", img->is_cubin ? "cubin" : "ptx", img->arch,
+               img->size, img->seconds, cache);
+    }
+    printf("]}\n");
+}
+
+/* --emit=cuda: the kernel records as comments, then the CUDA C */
+static int
+emit_cuda(FILE *f, Module *m)
+{
+    const char *ov = getenv("SNN_KERNEL_OVERRIDE");
+    if (ov && *ov)
+        diag_note((Loc){0}, "SNN_KERNEL_OVERRIDE is not applied by --emit=cuda, which prints the "
+                            "generated CUDA C");
+    KProgram *gp = kir_lower_for(m, KTARGET_GPU);
+    if (!gp) return 1;
+    char *records = cuda_gen_describe(gp), *source = cuda_gen_source(gp);
+    fprintf(f, "// snnc --emit=cuda: model %s, CUDA C for runtime/cuda_abi.h (SNN_KERNEL_OVERRIDE "
+               "compiles\n// an edited copy in its place). Its buffers and launch records:\n",
+            m->name);
+    for (const char *p = records; *p;) {
+        size_t n = strcspn(p, "\n");
+        fprintf(f, "// %.*s\n", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+    fputs(source, f);
+    free(source);
+    free(records);
+    kir_free(gp);
+    return 0;
+}
+
+/* --emit=ptx (to -o FILE or stdout) and --emit=cubin (-o FILE) for one architecture */
+static int
+emit_cuda_image(Module *m, const Options *o)
+{
+    bool is_cubin = is_emit(o, "cubin");
+    const char *arch = o->narchs ? o->archs[0] : "sm_90";
+    CudaBuild b;
+    int rc = 1;
+    CudaImage *img = cuda_build_begin(m, &b) ? cuda_build_add(&b, arch, is_cubin) : NULL;
+    if (img) {
+        size_t len = is_cubin ? img->size : img->size - 1; /* PTX files hold no NUL */
+        char msg[512];
+        if (!o->out) {
+            rc = fwrite(img->data, 1, len, stdout) == len ? 0 : 1;
+        } else if (rt_write_file(o->out, img->data, len, msg, sizeof msg) != 0) {
+            diag_reader_error(o->out, msg);
+        } else {
+            rc = 0;
+        }
+    }
+    if (rc == 0 && o->report_json && !o->run) cuda_build_report(&b, o->out, NULL);
+    cuda_build_free(&b);
+    return rc;
+}
+
+#ifdef SNN_HAVE_LLVM
+/* the number of an architecture, for ordering: sm_90a → 90 */
+static int
+arch_number(const char *arch)
+{
+    return atoi(strchr(arch, '_') + 1);
+}
+
+/* model.so's CUDA code: a cubin for each sm_NN of --cuda-arch (default sm_80,sm_90), PTX for each
+ * compute_NN or else for compute_ of the lowest, packed 64-byte aligned into *images, and the
+ * description's records for them in *records. With --cuda-arch=none, or by default where NVRTC is
+ * not found (a note says so), no CUDA code: *records NULL. */
+static bool
+cuda_model_images(Module *m, const Options *o, CudaBuild *b, char **records,
+                  unsigned char **images, size_t *images_len)
+{
+    static const char *const defaults[] = {"sm_80", "sm_90"};
+    memset(b, 0, sizeof *b);
+    *records = NULL;
+    *images = NULL;
+    *images_len = 0;
+    bool is_default = !o->cuda_arch;
+    const char *const *archs = is_default ? defaults : o->archs;
+    int narchs = is_default ? 2 : o->narchs;
+    if (narchs == 1 && strcmp(archs[0], "none") == 0) return true;
+    char err[1200];
+    if (!cuda_nvrtc_load(err, sizeof err)) {
+        if (!is_default) {
+            diag_error((Loc){0}, "%s", err);
+            return false;
+        }
+        diag_note((Loc){0}, "%s; model.so runs on the CPU only", err);
+        return true;
+    }
+    if (!cuda_build_begin(m, b)) return false;
+    const char *lowest = NULL;
+    bool has_ptx = false;
+    for (int i = 0; i < narchs; i++) {
+        if (!cuda_arch_is_real(archs[i])) {
+            has_ptx = true;
+            continue;
+        }
+        if (!lowest || arch_number(archs[i]) < arch_number(lowest)) lowest = archs[i];
+        if (!cuda_build_add(b, archs[i], true)) return false;
+    }
+    for (int i = 0; i < narchs; i++)
+        if (!cuda_arch_is_real(archs[i]) && !cuda_build_add(b, archs[i], false)) return false;
+    if (!has_ptx) {
+        char ptx_arch[32];
+        cuda_arch_virtual(lowest, ptx_arch, sizeof ptx_arch);
+        if (!cuda_build_add(b, ptx_arch, false)) return false;
+    }
+    /* the images, each at a 64-byte boundary, and a cuda_image record for each */
+    size_t total = 0;
+    for (int i = 0; i < b->nimages; i++)
+        total = (total + 63) / 64 * 64 + b->images[i].size;
+    char *kernels = cuda_gen_describe(b->gp);
+    size_t cap = strlen(kernels) + (size_t)b->nimages * 96 + 1;
+    char *rec = malloc(cap);
+    unsigned char *blob = calloc(total ? total : 1, 1);
+    if (!rec || !blob) die("out of memory");
+    size_t len = (size_t)snprintf(rec, cap, "%s", kernels), off = 0;
+    for (int i = 0; i < b->nimages; i++) {
+        const CudaImage *img = &b->images[i];
+        off = (off + 63) / 64 * 64;
+        memcpy(blob + off, img->data, img->size);
+        len += (size_t)snprintf(rec + len, cap - len, "cuda_image %s %s %zu %zu\n",
+                                img->is_cubin ? "cubin" : "ptx", img->arch, off, img->size);
+        off += img->size;
+    }
+    free(kernels);
+    *records = rec;
+    *images = blob;
+    *images_len = total;
+    return true;
+}
+#endif
+
+/* ---- the CUDA backend of --run ----
+ * The program lowered for the GPU, compiled by NVRTC into a cubin for the device's architecture
+ * and run through the model runtime (runtime/model_parts.h) as a cuda session: the same code, the
+ * same launches and graphs as a model.so's cuda session, from a description made here. */
+typedef struct CudaRun {
+    CudaBuild b;
+    snn_model *model;
+    snn_session *s;
+    double *seen; /* per counted layer: the session's counts after the last run */
+    double *now;  /* per counted layer: scratch */
+} CudaRun;
+
+static void
+cuda_release(void *state)
+{
+    CudaRun *st = state;
+    snn_session_destroy(st->s);
+    rt_model_free(st->model);
+    cuda_build_free(&st->b);
+    free(st->seen);
+    free(st->now);
+    free(st);
+}
+
+static const char *
+cuda_cache(void *state)
+{
+    const CudaRun *st = state;
+    return !st->b.cache[0] ? "off" : st->b.nimages && st->b.images[0].is_cache_hit ? "hit" : "miss";
+}
+
+static void *
+cuda_prepare(Module *m, const Options *o, char *err, size_t errlen)
+{
+    int major, minor;
+    char name[256];
+    if (!rt_cuda_device_arch(o->cuda_ordinal, &major, &minor, name, sizeof name, err, errlen))
+        return NULL;
+    if (!cuda_nvrtc_load(err, errlen)) return NULL;
+    CudaRun *st = calloc(1, sizeof *st);
+    if (!st) die("out of memory");
+    char arch[32];
+    snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+    CudaImage *img = cuda_build_begin(m, &st->b) ? cuda_build_add(&st->b, arch, true) : NULL;
+    if (!img) {
+        snprintf(err, errlen, "the CUDA code for %s (%s) could not be built", name, arch);
+        cuda_release(st);
+        return NULL;
+    }
+    char *kernels = cuda_gen_describe(st->b.gp);
+    size_t rlen = strlen(kernels) + 128;
+    char *records = malloc(rlen);
+    if (!records) die("out of memory");
+    snprintf(records, rlen, "%scuda_image cubin %s 0 %zu\n", kernels, arch, img->size);
+    char *meta = kir_describe_with(st->b.gp, "cuda", records);
+    RtTensor *ts = weights_as_tensors(m);
+    unsigned char *wbytes = NULL;
+    size_t wlen = 0;
+    char msg[512];
+    snn_status rc = SNN_ERR_WEIGHTS;
+    if (rt_safetensors_encode(ts, m->nweights, RT_F32, &wbytes, &wlen, msg, sizeof msg) != 0)
+        snprintf(err, errlen, "encoding the weights: %s", msg);
+    else if ((rc = rt_model_create(meta, NULL, wbytes, wlen, img->data, img->size, &st->model)) !=
+             SNN_OK)
+        snprintf(err, errlen, "%s", snn_last_error());
+    else if ((rc = snn_session_create(st->model, o->device && strncmp(o->device, "cuda", 4) == 0
+                                                     ? o->device
+                                                     : "cuda",
+                                      o->batch, 1, &st->s)) != SNN_OK)
+        snprintf(err, errlen, "%s", snn_last_error());
+    free(wbytes);
+    free(ts);
+    free(meta);
+    free(records);
+    free(kernels);
+    int nlayers = st->model ? snn_model_num_layers(st->model) : 0;
+    st->seen = calloc((size_t)nlayers + 1, sizeof *st->seen);
+    st->now = calloc((size_t)nlayers + 1, sizeof *st->now);
+    if (!st->seen || !st->now) die("out of memory");
+    if (rc != SNN_OK) {
+        cuda_release(st);
+        return NULL;
+    }
+    return st;
+}
+
+static bool
+cuda_backend_run(void *state, const Module *m, const InterpOptions *io, int batch, int64_t base,
+                 const float *const *in, float *const *out, double *counts, char *err,
+                 size_t errlen)
+{
+    CudaRun *st = state;
+    if (snn_run(st->s, base, batch, in, out) != SNN_OK) {
+        snprintf(err, errlen, "%s", snn_last_error());
+        return false;
+    }
+    if (!counts) return true;
+    /* the session's counts grow run by run (integers: exact in double); add this run's */
+    const KProgram *gp = st->b.gp;
+    double *now = st->now;
+    if (snn_session_spike_counts(st->s, now, gp->nstats) != SNN_OK) {
+        snprintf(err, errlen, "%s", snn_last_error());
+        return false;
+    }
+    for (int i = 0; i < gp->nstats; i++) {
+        counts[gp->stats[i].value] += now[i] - st->seen[i];
+        st->seen[i] = now[i];
+    }
+    return true;
+}
+
 /* --emit=obj -o FILE, or -o MODEL.so */
 static int
 build_binary(Module *m, const Options *o)
@@ -924,8 +1406,24 @@ build_binary(Module *m, const Options *o)
     if (embed && !weights_bind(m, o->weights)) return 1;
     KProgram *kp = kir_lower(m);
     if (!kp) return 1;
-    bool is_ok = o->emit ? link_emit_object(kp, o->cpu, o->out, embed)
-                         : link_shared_library(kp, o->cpu, o->out, embed);
+    CudaBuild b;
+    LinkCuda cuda = {0};
+    char *records = NULL;
+    unsigned char *images = NULL;
+    bool is_ok = cuda_model_images(m, o, &b, &records, &images, &cuda.images_len);
+    if (!is_ok)
+        diag_note((Loc){0}, "--cuda-arch=none builds %s for the CPU only",
+                  o->emit ? "the object" : "model.so");
+    cuda.records = records;
+    cuda.images = images;
+    if (is_ok)
+        is_ok = o->emit ? link_emit_object(kp, o->cpu, &cuda, o->out, embed)
+                        : link_shared_library(kp, o->cpu, &cuda, o->out, embed);
+    if (is_ok && o->report_json && !o->run)
+        cuda_build_report(&b, o->out, records ? "cpu,cuda" : "cpu");
+    cuda_build_free(&b);
+    free(records);
+    free(images);
     kir_free(kp);
     return is_ok ? 0 : 1;
 #else
@@ -947,6 +1445,8 @@ main(int argc, char **argv)
     int rc = 0;
     if (o.emit && strcmp(o.emit, "weights") == 0) {
         rc = weights_bind(m, o.weights) ? write_weights(m, o.out) : 1;
+    } else if (is_emit(&o, "ptx") || is_emit(&o, "cubin")) {
+        rc = emit_cuda_image(m, &o);
     } else if (o.emit && strcmp(o.emit, "obj") != 0) {
         FILE *f = o.out ? fopen(o.out, "w") : stdout;
         if (!f) {
@@ -954,7 +1454,11 @@ main(int argc, char **argv)
             rc = 1;
         } else {
             if (strcmp(o.emit, "kernel") == 0 || strcmp(o.emit, "llvm") == 0) {
-                KProgram *kp = kir_lower(m);
+                bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;
+                if (is_gpu && strcmp(o.emit, "llvm") == 0)
+                    usage_error("--emit=llvm prints the CPU backend's code, not --device=cuda's "
+                                "(see --emit=cuda)");
+                KProgram *kp = kir_lower_for(m, is_gpu ? KTARGET_GPU : KTARGET_CPU);
                 if (!kp)
                     rc = 1;
                 else if (strcmp(o.emit, "kernel") == 0)
@@ -962,6 +1466,8 @@ main(int argc, char **argv)
                 else
                     rc = emit_llvm(f, kp, o.opt_level > 0);
                 kir_free(kp);
+            } else if (strcmp(o.emit, "cuda") == 0) {
+                rc = emit_cuda(f, m);
             } else {
                 ir_print(f, m);
             }

@@ -1,19 +1,15 @@
-/* session.c: the C ABI of model.so (snn.h) on the CPU. snnc links this file, with the rest of the
- * model runtime (safetensors, layouts, the thread pool), to the generated object, which defines:
- *   snnk_run           the generated schedule (runtime/kernel_abi.h)
- *   snnk_meta          the program's description as text (format below), NUL-terminated
+/* session.c: the C ABI of model.so (snn.h): the model, sessions, weights and runs, on the CPU
+ * (the generated schedule, through runtime/kernel_abi.h) or a CUDA device (runtime/cuda_exec.c).
+ * snnc links this file, with the rest of the model runtime (model_parts.c, the CUDA driver and
+ * executor, safetensors, layouts, the thread pool), to the generated object, which defines:
+ *   snnk_run           the generated CPU schedule (runtime/kernel_abi.h)
+ *   snnk_meta          the program's description as text (format: runtime/model_parts.c)
  *   snnk_weights, snnk_weights_size   the weights as safetensors bytes (size 0: none embedded)
- * Metadata format, one record per line, fields separated by single spaces (names never hold
- * spaces):
- *   snnc-model ABI                     first line; ABI = SNNK_ABI_VERSION
- *   name NAME / timesteps T / devices LIST / kernels NSTATIC NSTEP
- *   input NAME PER_STEP RANK DIMS...   output NAME PER_STEP RANK DIMS...   weight NAME RANK DIMS...
- *   layer NAME BUF                     a counted spiking layer and its i64 spike-count buffer
- *   buf NAME KIND TYPE PER_BATCH FIXED IO NPERM PERM... ZERO   buffer i of the program, in order;
- *                                      ZERO 0: every element is stored before it is loaded
- *   end
- * Nothing here prints or exits; runs allocate nothing. */
-#include <errno.h>
+ *   snnk_cuda_images, snnk_cuda_images_size   the CUDA images its cuda_image records index (size 0:
+ *                      no CUDA code; an object from before the CUDA backend has neither)
+ * They are weak (and hidden) here, so that snnc, which links this runtime without a generated
+ * object and makes its models with rt_model_create, links too; snn_model_get() then says there is
+ * no model. Nothing here prints or exits; runs allocate nothing. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -23,63 +19,37 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/cuda_exec.h"
 #include "runtime/kernel_abi.h"
 #include "runtime/layout.h"
+#include "runtime/model_parts.h"
 #include "runtime/pool.h"
 #include "runtime/snn.h"
 #include "runtime/tensor_io.h"
 
-/* defined by the generated object */
-extern const char snnk_meta[];
-extern const unsigned char snnk_weights[];
-extern const uint64_t snnk_weights_size;
-void snnk_run(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt);
+/* defined by the generated object of a model.so; NULL (weak, undefined) elsewhere */
+#define SNNK_WEAK __attribute__((weak, visibility("hidden")))
+extern const char snnk_meta[] SNNK_WEAK;
+extern const unsigned char snnk_weights[] SNNK_WEAK;
+extern const uint64_t snnk_weights_size SNNK_WEAK;
+extern const unsigned char snnk_cuda_images[] SNNK_WEAK;
+extern const uint64_t snnk_cuda_images_size SNNK_WEAK;
+void snnk_run(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt) SNNK_WEAK;
 
-enum { MAX_NAME = 256, ARENA_ALIGN = 64 };
-
-typedef enum { BK_INPUT, BK_OUTPUT, BK_WEIGHT, BK_TEMP } BufKind;
-
-typedef struct Buf {
-    char name[MAX_NAME];
-    BufKind kind;
-    size_t elem;        /* bytes per element */
-    int64_t per_batch, fixed;
-    int io;             /* input/output/weight index */
-    int nperm;
-    int perm[SNN_MAX_RANK];
-    bool needs_zero;    /* temporaries: zeroed before every run */
-} Buf;
-
-typedef struct Layer {
-    char name[MAX_NAME];
-    int buf;
-} Layer;
-
-typedef struct Tensor {
-    char name[MAX_NAME];
-    snn_tensor_info info;
-} Tensor;
-
-struct snn_model {
-    char name[MAX_NAME];
-    char devices[64];
-    int timesteps;
-    int nstatic, nstep; /* kernels outside and inside the step loop */
-    int ninputs, noutputs, nweights, nlayers, nbufs;
-    Tensor *inputs, *outputs, *weights;
-    Layer *layers;
-    Buf *bufs;
-};
+enum { ARENA_ALIGN = 64 };
 
 struct snn_session {
     const snn_model *m;
     int max_batch;
-    RtPool *pool;
+    char device[24];        /* "cpu", "cuda:0" */
+    RtPool *pool;           /* cpu */
+    RtCudaExec *cuda;       /* cuda */
     pthread_mutex_t lock;
-    void **bufs;            /* [nbufs] what snnk_run gets */
-    unsigned char *arena;   /* every temporary buffer, sized for max_batch */
-    size_t *temp_off;       /* [nbufs] offset in the arena (temporaries) */
-    float **weight_mem;     /* [nbufs] owned weight memory (packed), NULL until loaded */
+    void **bufs;            /* [nbufs] what the CPU code gets */
+    unsigned char *arena;   /* cpu: every temporary buffer, sized for max_batch */
+    float **weight_mem;     /* [nbufs] cpu: owned weight memory (packed), NULL until loaded */
+    const void **in_ptrs;   /* [ninputs] the inputs of the run under way */
+    void **out_ptrs;        /* [noutputs] */
     bool has_weights;
     double *counts;         /* [nlayers] */
     snn_stats stats;
@@ -90,11 +60,28 @@ struct snn_session {
 static _Thread_local char last_error[512];
 
 static snn_status
+vfail(snn_status st, const char *fmt, va_list ap)
+{
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    return st;
+}
+
+static snn_status __attribute__((format(printf, 2, 3)))
 fail(snn_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vfail(st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+snn_status
+rt_fail(snn_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(st, fmt, ap);
     va_end(ap);
     return st;
 }
@@ -126,235 +113,35 @@ snn_status_name(snn_status status)
     return "SNN_ERR_UNKNOWN";
 }
 
-/* ---- the model: parsed from snnk_meta once ---- */
-
-typedef struct Parser {
-    const char *p;
-    int line;
-    bool is_bad;
-} Parser;
-
-/* the next space-separated word of the current line into buf (empty at the end of the line) */
-static void
-word(Parser *ps, char *buf, size_t n)
-{
-    size_t k = 0;
-    while (*ps->p == ' ')
-        ps->p++;
-    while (*ps->p && *ps->p != ' ' && *ps->p != '\n') {
-        if (k + 1 < n) buf[k++] = *ps->p;
-        else ps->is_bad = true;
-        ps->p++;
-    }
-    buf[k] = 0;
-}
-
-static int64_t
-number(Parser *ps)
-{
-    char buf[32], *end;
-    word(ps, buf, sizeof buf);
-    errno = 0;
-    long long v = strtoll(buf, &end, 10);
-    if (!buf[0] || *end || errno) ps->is_bad = true;
-    return v;
-}
-
-static void
-end_line(Parser *ps)
-{
-    while (*ps->p == ' ')
-        ps->p++;
-    if (*ps->p && *ps->p != '\n') ps->is_bad = true;
-    while (*ps->p && *ps->p != '\n')
-        ps->p++;
-    if (*ps->p == '\n') ps->p++;
-    ps->line++;
-}
-
-static void
-parse_tensor(Parser *ps, Tensor *t, bool has_step)
-{
-    word(ps, t->name, sizeof t->name);
-    t->info.name = t->name;
-    t->info.dtype = SNN_F32;
-    t->info.per_step = has_step ? (int)number(ps) : 0;
-    t->info.rank = (int)number(ps);
-    if (t->info.rank < 0 || t->info.rank > SNN_MAX_RANK) {
-        ps->is_bad = true;
-        return;
-    }
-    t->info.numel = 1;
-    for (int d = 0; d < t->info.rank; d++) {
-        t->info.dims[d] = number(ps);
-        if (t->info.dims[d] < 0) ps->is_bad = true;
-        t->info.numel *= t->info.dims[d];
-    }
-}
-
-static const struct {
-    const char *name;
-    size_t size;
-} elem_types[] = {{"f32", 4}, {"f64", 8}, {"i64", 8}, {"u8", 1}, {"i8", 1}, {"bool", 1}};
-
-static void
-parse_buf(Parser *ps, Buf *b)
-{
-    static const char *const kinds[] = {"input", "output", "weight", "temp"};
-    char kind[16], type[16];
-    word(ps, b->name, sizeof b->name);
-    word(ps, kind, sizeof kind);
-    word(ps, type, sizeof type);
-    b->kind = (BufKind)-1;
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(kind, kinds[i])) b->kind = (BufKind)i;
-    b->elem = 0;
-    for (size_t i = 0; i < sizeof elem_types / sizeof elem_types[0]; i++)
-        if (!strcmp(type, elem_types[i].name)) b->elem = elem_types[i].size;
-    b->per_batch = number(ps);
-    b->fixed = number(ps);
-    b->io = (int)number(ps);
-    b->nperm = (int)number(ps);
-    if ((int)b->kind < 0 || !b->elem || b->per_batch < 0 || b->fixed < 0 || b->nperm < 0 ||
-        b->nperm > SNN_MAX_RANK) {
-        ps->is_bad = true;
-        return;
-    }
-    for (int d = 0; d < b->nperm; d++)
-        b->perm[d] = (int)number(ps);
-    int64_t zero = number(ps);
-    if (zero != 0 && zero != 1) ps->is_bad = true;
-    b->needs_zero = zero == 1;
-}
+/* ---- the model: this library's, parsed from snnk_meta once ---- */
 
 static snn_model model;
 static const snn_model *model_ok; /* &model once parsed and checked, else NULL */
 static char model_error[512];
 static pthread_once_t model_once = PTHREAD_ONCE_INIT;
 
-/* the count of lines starting with `key ` */
-static int
-count_records(const char *text, const char *key)
-{
-    int n = 0;
-    size_t k = strlen(key);
-    for (const char *p = text; *p;) {
-        if (!strncmp(p, key, k) && p[k] == ' ') n++;
-        p = strchr(p, '\n');
-        if (!p) break;
-        p++;
-    }
-    return n;
-}
-
-/* The checks that make every later index safe: io indices, stat buffers, weight shapes. */
-static bool
-model_check(const snn_model *m)
-{
-    for (int i = 0; i < m->nbufs; i++) {
-        const Buf *b = &m->bufs[i];
-        int limit = b->kind == BK_INPUT    ? m->ninputs
-                    : b->kind == BK_OUTPUT ? m->noutputs
-                    : b->kind == BK_WEIGHT ? m->nweights
-                                           : 1;
-        if (b->kind != BK_TEMP && (b->io < 0 || b->io >= limit)) return false;
-        if (b->kind == BK_INPUT || b->kind == BK_OUTPUT || b->kind == BK_WEIGHT) {
-            if (b->elem != 4) return false;
-        }
-        if (b->kind == BK_WEIGHT) {
-            const snn_tensor_info *w = &m->weights[b->io].info;
-            if (b->per_batch != 0 || b->fixed != w->numel) return false;
-            if (b->nperm && b->nperm != w->rank) return false;
-            unsigned seen = 0;
-            for (int d = 0; d < b->nperm; d++) {
-                if (b->perm[d] < 0 || b->perm[d] >= b->nperm || (seen >> b->perm[d] & 1))
-                    return false;
-                seen |= 1u << b->perm[d];
-            }
-        }
-    }
-    for (int i = 0; i < m->nlayers; i++) {
-        int b = m->layers[i].buf;
-        if (b < 0 || b >= m->nbufs || m->bufs[b].kind != BK_TEMP || m->bufs[b].elem != 8)
-            return false;
-    }
-    return m->timesteps > 0;
-}
-
 static void
 model_parse(void)
 {
-    snn_model *m = &model;
-    const char *text = snnk_meta;
-    m->ninputs = count_records(text, "input");
-    m->noutputs = count_records(text, "output");
-    m->nweights = count_records(text, "weight");
-    m->nlayers = count_records(text, "layer");
-    m->nbufs = count_records(text, "buf");
-    m->inputs = calloc((size_t)m->ninputs + 1, sizeof *m->inputs);
-    m->outputs = calloc((size_t)m->noutputs + 1, sizeof *m->outputs);
-    m->weights = calloc((size_t)m->nweights + 1, sizeof *m->weights);
-    m->layers = calloc((size_t)m->nlayers + 1, sizeof *m->layers);
-    m->bufs = calloc((size_t)m->nbufs + 1, sizeof *m->bufs);
-    if (!m->inputs || !m->outputs || !m->weights || !m->layers || !m->bufs) {
-        snprintf(model_error, sizeof model_error, "out of memory reading the model description");
+    if (!snnk_meta) {
+        snprintf(model_error, sizeof model_error, "this program holds no compiled model "
+                 "(snn_model_get is for a model.so built by snnc)");
         return;
     }
-    Parser ps = {text, 1, false};
-    char key[32];
-    int ni = 0, no = 0, nw = 0, nl = 0, nb = 0;
-    long long abi = -1;
-    bool is_end = false;
-    while (*ps.p && !ps.is_bad && !is_end) {
-        word(&ps, key, sizeof key);
-        if (!strcmp(key, "snnc-model")) abi = number(&ps);
-        else if (!strcmp(key, "name")) word(&ps, m->name, sizeof m->name);
-        else if (!strcmp(key, "devices")) word(&ps, m->devices, sizeof m->devices);
-        else if (!strcmp(key, "timesteps")) m->timesteps = (int)number(&ps);
-        else if (!strcmp(key, "kernels")) {
-            m->nstatic = (int)number(&ps);
-            m->nstep = (int)number(&ps);
-        } else if (!strcmp(key, "input")) {
-            parse_tensor(&ps, &m->inputs[ni], true);
-            if (m->inputs[ni].info.per_step) m->inputs[ni].info.numel *= m->timesteps;
-            ni++;
-        } else if (!strcmp(key, "output")) {
-            parse_tensor(&ps, &m->outputs[no], true);
-            if (m->outputs[no].info.per_step) m->outputs[no].info.numel *= m->timesteps;
-            no++;
-        } else if (!strcmp(key, "weight")) parse_tensor(&ps, &m->weights[nw++], false);
-        else if (!strcmp(key, "layer")) {
-            word(&ps, m->layers[nl].name, sizeof m->layers[nl].name);
-            m->layers[nl++].buf = (int)number(&ps);
-        } else if (!strcmp(key, "buf")) parse_buf(&ps, &m->bufs[nb++]);
-        else if (!strcmp(key, "end")) is_end = true;
-        else ps.is_bad = true;
-        end_line(&ps);
-    }
-    if (abi != SNNK_ABI_VERSION) {
-        snprintf(model_error, sizeof model_error,
-                 "the model's description is for runtime ABI %lld, this runtime is %d", abi,
-                 SNNK_ABI_VERSION);
-        return;
-    }
-    if (ps.is_bad || !is_end || !model_check(m)) {
-        snprintf(model_error, sizeof model_error,
-                 "the model's description is malformed (line %d)", ps.line - 1);
-        return;
-    }
-    model_ok = m;
+    /* the weak symbols' addresses are NULL where the object does not define them */
+    size_t wsize = &snnk_weights_size ? (size_t)snnk_weights_size : 0;
+    size_t isize = &snnk_cuda_images_size ? (size_t)snnk_cuda_images_size : 0;
+    if (rt_model_parse(&model, snnk_meta, snnk_run, snnk_weights, snnk_weights ? wsize : 0,
+                       snnk_cuda_images, snnk_cuda_images ? isize : 0, model_error,
+                       sizeof model_error))
+        model_ok = &model;
 }
 
 /* the parsed model's tables go when the library is unloaded (dlclose), so nothing is left behind */
 __attribute__((destructor)) static void
 model_release(void)
 {
-    free(model.inputs);
-    free(model.outputs);
-    free(model.weights);
-    free(model.layers);
-    free(model.bufs);
-    memset(&model, 0, sizeof model);
+    rt_model_clear(&model);
     model_ok = NULL;
 }
 
@@ -414,7 +201,7 @@ snn_model_layer_name(const snn_model *m, int i)
 }
 
 static snn_status
-tensor_info(const char *fn, const snn_model *m, const Tensor *ts, int n, int i,
+tensor_info(const char *fn, const snn_model *m, const RtModelTensor *ts, int n, int i,
             snn_tensor_info *info)
 {
     if (!m || !info) return fail(SNN_ERR_ARGUMENT, "%s: %s is NULL", fn, m ? "info" : "model");
@@ -447,7 +234,7 @@ snn_model_weight(const snn_model *m, int i, snn_tensor_info *info)
 int
 snn_model_has_weights(const snn_model *m)
 {
-    return m && snnk_weights_size > 0;
+    return m && m->weight_size > 0;
 }
 
 const char *
@@ -458,10 +245,12 @@ snn_model_devices(const snn_model *m)
 
 /* ---- weights ---- */
 
-/* Check set against the model and build packed weight memory into mem[nbufs] (NULL where a buffer
- * is not a weight). On failure frees what it made and returns the status. */
+/* Check set against the model and build packed weight memory into mem[nbufs] for the program
+ * buffers bufs (the CPU's or CUDA's; NULL where a buffer is not a weight). On failure frees what
+ * it made and returns the status. */
 static snn_status
-weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, float **mem)
+weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, const RtBuf *bufs,
+                 int nbufs, float **mem)
 {
     for (int i = 0; i < m->nweights; i++) {
         const snn_tensor_info *w = &m->weights[i].info;
@@ -496,10 +285,10 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, f
             return fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s is not a weight of model '%s'", name,
                         what, m->name);
     }
-    for (int b = 0; b < m->nbufs; b++) {
-        const Buf *kb = &m->bufs[b];
+    for (int b = 0; b < nbufs; b++) {
+        const RtBuf *kb = &bufs[b];
         mem[b] = NULL;
-        if (kb->kind != BK_WEIGHT) continue;
+        if (kb->kind != RT_BUF_WEIGHT) continue;
         const snn_tensor_info *w = &m->weights[kb->io].info;
         const RtTensor *t = rt_tensorset_find(set, w->name);
         mem[b] = malloc((size_t)(w->numel ? w->numel : 1) * sizeof(float));
@@ -514,6 +303,14 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, f
     return SNN_OK;
 }
 
+static void
+free_weight_mem(int nbufs, float **mem)
+{
+    for (int b = 0; b < nbufs; b++)
+        free(mem[b]);
+    free(mem);
+}
+
 static snn_status
 load_weights_bytes(snn_session *s, const void *data, size_t size, const char *what)
 {
@@ -525,20 +322,31 @@ load_weights_bytes(snn_session *s, const void *data, size_t size, const char *wh
         return fail(SNN_ERR_WEIGHTS, "%s", msg);
     }
     const snn_model *m = s->m;
-    float **mem = calloc((size_t)m->nbufs + 1, sizeof *mem);
+    /* packed for the program the session runs: CUDA's has buffers of its own */
+    const RtBuf *bufs = s->cuda ? m->cuda_bufs : m->bufs;
+    int nbufs = s->cuda ? m->ncuda_bufs : m->nbufs;
+    float **mem = calloc((size_t)nbufs + 1, sizeof *mem);
     if (!mem) {
         rt_tensorset_free(&set);
         return fail(SNN_ERR_MEMORY, "out of memory loading weights");
     }
-    snn_status st = weights_from_set(m, &set, what, mem);
+    snn_status st = weights_from_set(m, &set, what, bufs, nbufs, mem);
     rt_tensorset_free(&set);
     if (st != SNN_OK) {
         free(mem);
         return st;
     }
     pthread_mutex_lock(&s->lock);
+    if (s->cuda) {
+        /* uploaded whole or not at all; the host copies are not kept */
+        st = rt_cuda_exec_set_weights(s->cuda, mem, msg, sizeof msg);
+        if (st == SNN_OK) s->has_weights = true;
+        pthread_mutex_unlock(&s->lock);
+        free_weight_mem(nbufs, mem);
+        return st == SNN_OK ? SNN_OK : fail(st, "uploading weights: %s", msg);
+    }
     for (int b = 0; b < m->nbufs; b++)
-        if (m->bufs[b].kind == BK_WEIGHT) {
+        if (m->bufs[b].kind == RT_BUF_WEIGHT) {
             free(s->weight_mem[b]);
             s->weight_mem[b] = mem[b];
             s->bufs[b] = mem[b];
@@ -589,16 +397,79 @@ snn_session_destroy(snn_session *s)
 {
     if (!s) return;
     rt_pool_free(s->pool);
+    rt_cuda_exec_destroy(s->cuda);
     if (s->weight_mem)
         for (int b = 0; b < s->m->nbufs; b++)
             free(s->weight_mem[b]);
     free(s->weight_mem);
     free(s->arena);
-    free(s->temp_off);
     free(s->bufs);
+    free(s->in_ptrs);
+    free(s->out_ptrs);
     free(s->counts);
     pthread_mutex_destroy(&s->lock);
     free(s);
+}
+
+/* "cuda" or "cuda:N": the ordinal, else -1 */
+static int
+cuda_ordinal(const char *device)
+{
+    if (!strcmp(device, "cuda")) return 0;
+    if (strncmp(device, "cuda:", 5) != 0) return -1;
+    const char *p = device + 5;
+    long n = 0;
+    if (!*p || (p[0] == '0' && p[1])) return -1; /* "cuda:", "cuda:01" */
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || n > 9999) return -1;
+        n = n * 10 + (*p - '0');
+    }
+    return n > 9999 ? -1 : (int)n;
+}
+
+/* the CPU half: the arena holding every temporary buffer at its size for max_batch, aligned for
+ * vector loads, and the thread pool */
+static snn_status
+open_cpu(snn_session *s, int threads)
+{
+    const snn_model *m = s->m;
+    size_t total = 0;
+    for (int b = 0; b < m->nbufs; b++) {
+        const RtBuf *kb = &m->bufs[b];
+        if (kb->kind != RT_BUF_TEMP) continue;
+        double n = (double)kb->per_batch * s->max_batch + (double)kb->fixed;
+        if (n * (double)kb->elem > 1e15)
+            return fail(SNN_ERR_MEMORY, "max_batch %d needs more memory than can be had",
+                        s->max_batch);
+        total += ((size_t)n * kb->elem + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    }
+    s->arena = aligned_alloc(ARENA_ALIGN, total ? total : ARENA_ALIGN);
+    if (!s->arena)
+        return fail(SNN_ERR_MEMORY, "out of memory for a session of batch %d (%zu bytes)",
+                    s->max_batch, total);
+    size_t off = 0;
+    for (int b = 0; b < m->nbufs; b++) {
+        const RtBuf *kb = &m->bufs[b];
+        if (kb->kind != RT_BUF_TEMP) continue;
+        s->bufs[b] = s->arena + off;
+        size_t n = (size_t)(kb->per_batch * s->max_batch + kb->fixed);
+        off += (n * kb->elem + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    }
+    char msg[256];
+    s->pool = rt_pool_new(threads ? threads : online_cores(), msg, sizeof msg);
+    if (!s->pool) return fail(SNN_ERR_MEMORY, "%s", msg);
+    snprintf(s->device, sizeof s->device, "cpu");
+    return SNN_OK;
+}
+
+static snn_status
+open_cuda(snn_session *s, int ordinal)
+{
+    char msg[512];
+    snn_status st = rt_cuda_exec_create(s->m, ordinal, s->max_batch, &s->cuda, msg, sizeof msg);
+    if (st != SNN_OK) return fail(st, "%s", msg);
+    snprintf(s->device, sizeof s->device, "cuda:%d", ordinal);
+    return SNN_OK;
 }
 
 snn_status
@@ -608,69 +479,61 @@ snn_session_create(const snn_model *m, const char *device, int max_batch, int th
     if (out) *out = NULL;
     if (!m || !out)
         return fail(SNN_ERR_ARGUMENT, "snn_session_create: %s is NULL", m ? "out" : "model");
-    if (m != model_ok) return fail(SNN_ERR_ARGUMENT, "snn_session_create: not a model of this "
-                                                     "library (use snn_model_get())");
-    if (device && *device && strcmp(device, "auto") != 0 && strcmp(device, "cpu") != 0) {
+    if (m != model_ok && !rt_model_is_made(m))
+        return fail(SNN_ERR_ARGUMENT, "snn_session_create: not a model of this library (use "
+                                      "snn_model_get())");
+    bool has_cpu = m->entry != NULL, has_cuda = m->ncuda_kernels > 0;
+    bool is_auto = !device || !*device || !strcmp(device, "auto");
+    int ordinal = is_auto ? -1 : cuda_ordinal(device);
+    if (!is_auto && strcmp(device, "cpu") != 0 && ordinal < 0) {
+        if (!strncmp(device, "cuda", 4) && has_cuda)
+            return fail(SNN_ERR_DEVICE, "unknown device '%s' (CUDA devices are cuda, cuda:0, "
+                                        "cuda:1, ...)", device);
         if (!strncmp(device, "cuda", 4))
-            return fail(SNN_ERR_DEVICE, "device '%s': this library holds code for %s only", device,
-                        m->devices);
+            return fail(SNN_ERR_DEVICE, "device '%s': this library holds code for %s only",
+                        device, m->devices);
         return fail(SNN_ERR_DEVICE, "unknown device '%s' (this library runs on: %s)", device,
                     m->devices);
     }
+    if ((ordinal >= 0 && !has_cuda) || (!is_auto && ordinal < 0 && !has_cpu))
+        return fail(SNN_ERR_DEVICE, "device '%s': this library holds code for %s only", device,
+                    m->devices);
     if (max_batch < 1)
         return fail(SNN_ERR_ARGUMENT, "snn_session_create: max_batch must be at least 1, not %d",
                     max_batch);
     if (threads < 0)
         return fail(SNN_ERR_ARGUMENT, "snn_session_create: threads must be 0 (one per core) or "
                                       "more, not %d", threads);
-    /* the arena: every temporary buffer at its size for max_batch, aligned for vector loads */
-    size_t total = 0;
-    for (int b = 0; b < m->nbufs; b++) {
-        const Buf *kb = &m->bufs[b];
-        if (kb->kind != BK_TEMP) continue;
-        double n = (double)kb->per_batch * max_batch + (double)kb->fixed;
-        if (n * (double)kb->elem > 1e15)
-            return fail(SNN_ERR_MEMORY, "max_batch %d needs more memory than can be had",
-                        max_batch);
-        total += ((size_t)n * kb->elem + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
-    }
     snn_session *s = calloc(1, sizeof *s);
     if (!s) return fail(SNN_ERR_MEMORY, "out of memory for a session");
     pthread_mutex_init(&s->lock, NULL);
     s->m = m;
     s->max_batch = max_batch;
     s->bufs = calloc((size_t)m->nbufs + 1, sizeof *s->bufs);
-    s->temp_off = calloc((size_t)m->nbufs + 1, sizeof *s->temp_off);
     s->weight_mem = calloc((size_t)m->nbufs + 1, sizeof *s->weight_mem);
+    s->in_ptrs = calloc((size_t)m->ninputs + 1, sizeof *s->in_ptrs);
+    s->out_ptrs = calloc((size_t)m->noutputs + 1, sizeof *s->out_ptrs);
     s->counts = calloc((size_t)m->nlayers + 1, sizeof *s->counts);
-    s->arena = aligned_alloc(ARENA_ALIGN, total ? total : ARENA_ALIGN);
-    if (!s->bufs || !s->temp_off || !s->weight_mem || !s->counts || !s->arena) {
+    if (!s->bufs || !s->weight_mem || !s->in_ptrs || !s->out_ptrs || !s->counts) {
         snn_session_destroy(s);
-        return fail(SNN_ERR_MEMORY, "out of memory for a session of batch %d (%zu bytes)",
-                    max_batch, total);
+        return fail(SNN_ERR_MEMORY, "out of memory for a session of batch %d", max_batch);
     }
-    size_t off = 0;
-    for (int b = 0; b < m->nbufs; b++) {
-        const Buf *kb = &m->bufs[b];
-        if (kb->kind != BK_TEMP) continue;
-        s->temp_off[b] = off;
-        s->bufs[b] = s->arena + off;
-        size_t n = (size_t)(kb->per_batch * max_batch + kb->fixed);
-        off += (n * kb->elem + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    snn_status st;
+    if (is_auto && has_cuda) {
+        /* the GPU when it can be had, else the CPU (where there is CPU code) */
+        st = open_cuda(s, 0);
+        if (st != SNN_OK && has_cpu) st = open_cpu(s, threads);
+    } else if (ordinal >= 0) {
+        st = open_cuda(s, ordinal);
+    } else {
+        st = open_cpu(s, threads);
     }
-    char msg[256];
-    s->pool = rt_pool_new(threads ? threads : online_cores(), msg, sizeof msg);
-    if (!s->pool) {
+    if (st == SNN_OK && m->weight_size > 0)
+        st = load_weights_bytes(s, m->weight_data, m->weight_size,
+                                "the library's embedded weights");
+    if (st != SNN_OK) {
         snn_session_destroy(s);
-        return fail(SNN_ERR_MEMORY, "%s", msg);
-    }
-    if (snnk_weights_size > 0) {
-        snn_status st = load_weights_bytes(s, snnk_weights, (size_t)snnk_weights_size,
-                                           "the library's embedded weights");
-        if (st != SNN_OK) {
-            snn_session_destroy(s);
-            return st;
-        }
+        return st;
     }
     *out = s;
     return SNN_OK;
@@ -684,65 +547,135 @@ now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-snn_status
-snn_run(snn_session *s, int64_t first_sample, int batch, const float *const *inputs,
-        float *const *outputs)
+/* the checks snn_run and snn_run_device share */
+static snn_status
+check_run(const char *fn, snn_session *s, int64_t first_sample, int batch, bool has_inputs,
+          bool has_outputs)
 {
-    if (!s) return fail(SNN_ERR_ARGUMENT, "snn_run: session is NULL");
+    if (!s) return fail(SNN_ERR_ARGUMENT, "%s: session is NULL", fn);
     const snn_model *m = s->m;
     if (batch < 1 || batch > s->max_batch)
-        return fail(SNN_ERR_ARGUMENT, "snn_run: batch %d is not in 1..%d (the session's "
-                                      "max_batch)", batch, s->max_batch);
+        return fail(SNN_ERR_ARGUMENT, "%s: batch %d is not in 1..%d (the session's max_batch)", fn,
+                    batch, s->max_batch);
     if (first_sample < 0)
-        return fail(SNN_ERR_ARGUMENT, "snn_run: first_sample %lld is negative",
+        return fail(SNN_ERR_ARGUMENT, "%s: first_sample %lld is negative", fn,
                     (long long)first_sample);
-    if (m->ninputs && !inputs) return fail(SNN_ERR_ARGUMENT, "snn_run: inputs is NULL");
-    if (m->noutputs && !outputs) return fail(SNN_ERR_ARGUMENT, "snn_run: outputs is NULL");
+    if (m->ninputs && !has_inputs) return fail(SNN_ERR_ARGUMENT, "%s: inputs is NULL", fn);
+    if (m->noutputs && !has_outputs) return fail(SNN_ERR_ARGUMENT, "%s: outputs is NULL", fn);
+    return SNN_OK;
+}
+
+static snn_status
+check_pointers(const char *fn, const snn_session *s)
+{
+    const snn_model *m = s->m;
     for (int i = 0; i < m->ninputs; i++)
-        if (!inputs[i])
-            return fail(SNN_ERR_ARGUMENT, "snn_run: inputs[%d] ('%s') is NULL", i,
+        if (!s->in_ptrs[i])
+            return fail(SNN_ERR_ARGUMENT, "%s: inputs[%d] ('%s') is NULL", fn, i,
                         m->inputs[i].name);
     for (int i = 0; i < m->noutputs; i++)
-        if (!outputs[i])
-            return fail(SNN_ERR_ARGUMENT, "snn_run: outputs[%d] ('%s') is NULL", i,
+        if (!s->out_ptrs[i])
+            return fail(SNN_ERR_ARGUMENT, "%s: outputs[%d] ('%s') is NULL", fn, i,
                         m->outputs[i].name);
-    pthread_mutex_lock(&s->lock);
+    return SNN_OK;
+}
+
+/* a run whose pointers are in s->in_ptrs/out_ptrs, with the lock held; unlocks */
+static snn_status
+run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device)
+{
+    const snn_model *m = s->m;
     if (!s->has_weights) {
         pthread_mutex_unlock(&s->lock);
         return fail(SNN_ERR_STATE, "snn_run: no weights loaded (this library carries none: call "
                                    "snn_session_load_weights_file first)");
     }
     double t0 = now_seconds();
-    for (int b = 0; b < m->nbufs; b++) {
-        const Buf *kb = &m->bufs[b];
-        switch (kb->kind) {
-        case BK_INPUT: s->bufs[b] = (void *)inputs[kb->io]; break;
-        case BK_OUTPUT: s->bufs[b] = outputs[kb->io]; break;
-        case BK_WEIGHT: break;
-        case BK_TEMP:
-            /* the kernels' temporaries start at zero, unless always stored before loaded */
-            if (kb->needs_zero)
-                memset(s->bufs[b], 0, (size_t)(kb->per_batch * batch + kb->fixed) * kb->elem);
-            break;
+    int64_t launches = 0, graphs = 0;
+    if (s->cuda) {
+        char msg[512];
+        snn_status st = rt_cuda_exec_run(s->cuda, first_sample, batch, s->in_ptrs, s->out_ptrs,
+                                         is_device, s->counts, &launches, &graphs, msg,
+                                         sizeof msg);
+        if (st != SNN_OK) {
+            pthread_mutex_unlock(&s->lock);
+            return fail(st, "%s", msg);
         }
-    }
-    snnk_run(s->bufs, batch, first_sample, rt_pool_rt(s->pool));
-    for (int l = 0; l < m->nlayers; l++) {
-        const Buf *kb = &m->bufs[m->layers[l].buf];
-        const int64_t *c = s->bufs[m->layers[l].buf];
-        int64_t n = kb->per_batch * batch + kb->fixed, sum = 0;
-        for (int64_t i = 0; i < n; i++)
-            sum += c[i];
-        s->counts[l] += (double)sum;
+    } else {
+        for (int b = 0; b < m->nbufs; b++) {
+            const RtBuf *kb = &m->bufs[b];
+            switch (kb->kind) {
+            case RT_BUF_INPUT: s->bufs[b] = (void *)s->in_ptrs[kb->io]; break;
+            case RT_BUF_OUTPUT: s->bufs[b] = s->out_ptrs[kb->io]; break;
+            case RT_BUF_WEIGHT: break;
+            case RT_BUF_TEMP:
+                /* the kernels' temporaries start at zero, unless always stored before loaded */
+                if (kb->needs_zero)
+                    memset(s->bufs[b], 0, (size_t)(kb->per_batch * batch + kb->fixed) * kb->elem);
+                break;
+            }
+        }
+        m->entry(s->bufs, batch, first_sample, rt_pool_rt(s->pool));
+        for (int l = 0; l < m->nlayers; l++) {
+            const RtBuf *kb = &m->bufs[m->layers[l].buf];
+            const int64_t *c = s->bufs[m->layers[l].buf];
+            int64_t n = kb->per_batch * batch + kb->fixed, sum = 0;
+            for (int64_t i = 0; i < n; i++)
+                sum += c[i];
+            s->counts[l] += (double)sum;
+        }
+        launches = m->nstatic + (int64_t)m->nstep * m->timesteps;
     }
     double dt = now_seconds() - t0;
     s->stats.runs++;
     s->stats.samples += batch;
-    s->stats.kernel_launches += m->nstatic + (int64_t)m->nstep * m->timesteps;
+    s->stats.kernel_launches += launches;
+    s->stats.graph_launches += graphs;
     s->stats.seconds += dt;
     s->stats.last_seconds = dt;
     pthread_mutex_unlock(&s->lock);
     return SNN_OK;
+}
+
+snn_status
+snn_run(snn_session *s, int64_t first_sample, int batch, const float *const *inputs,
+        float *const *outputs)
+{
+    snn_status st = check_run("snn_run", s, first_sample, batch, inputs, outputs);
+    if (st != SNN_OK) return st;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->m->ninputs; i++)
+        s->in_ptrs[i] = inputs[i];
+    for (int i = 0; i < s->m->noutputs; i++)
+        s->out_ptrs[i] = outputs[i];
+    st = check_pointers("snn_run", s);
+    if (st != SNN_OK) {
+        pthread_mutex_unlock(&s->lock);
+        return st;
+    }
+    return run_locked(s, first_sample, batch, false);
+}
+
+snn_status
+snn_run_device(snn_session *s, int64_t first_sample, int batch, const void *const *inputs,
+               void *const *outputs)
+{
+    snn_status st = check_run("snn_run_device", s, first_sample, batch, inputs, outputs);
+    if (st != SNN_OK) return st;
+    if (!s->cuda)
+        return fail(SNN_ERR_DEVICE, "snn_run_device needs a cuda session (this one is on %s)",
+                    s->device);
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->m->ninputs; i++)
+        s->in_ptrs[i] = inputs[i];
+    for (int i = 0; i < s->m->noutputs; i++)
+        s->out_ptrs[i] = outputs[i];
+    st = check_pointers("snn_run_device", s);
+    if (st != SNN_OK) {
+        pthread_mutex_unlock(&s->lock);
+        return st;
+    }
+    return run_locked(s, first_sample, batch, true);
 }
 
 snn_status
@@ -785,11 +718,12 @@ snn_session_reset_stats(snn_session *s)
 int
 snn_session_threads(const snn_session *s)
 {
-    return s ? rt_pool_nthreads(s->pool) : -1;
+    if (!s) return -1;
+    return s->pool ? rt_pool_nthreads(s->pool) : 1; /* cuda: the calling thread drives the GPU */
 }
 
 const char *
 snn_session_device(const snn_session *s)
 {
-    return s ? "cpu" : NULL;
+    return s ? s->device : NULL;
 }

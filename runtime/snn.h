@@ -12,6 +12,8 @@
  *
  * Arrays are sample-major float32, as snnc's --input/--output files are: input i of a batch of B is
  * B * info.numel floats, sample after sample ([B, T, ...] for an input or output with per_step).
+ * Devices: "cpu", and "cuda" / "cuda:N" where the library carries CUDA code (the NVIDIA driver is
+ * loaded when a session first needs it; the library does not link it).
  * Thread safety: model functions may be called from any thread; sessions are independent of each
  * other, and calls on one session from several threads take turns (a session holds a lock while it
  * runs). */
@@ -27,15 +29,17 @@ extern "C" {
 
 /* Bumped on any incompatible change of this header; snn_abi_version() says what a library was
  * built with. */
-#define SNN_ABI_VERSION 1
+#define SNN_ABI_VERSION 2
 #define SNN_MAX_RANK 8
 
 typedef enum snn_status {
     SNN_OK = 0,
     SNN_ERR_ARGUMENT = 1, /* a NULL pointer, a batch out of range, an index out of range */
-    SNN_ERR_DEVICE = 2,   /* the device string names no device this library can run on */
+    SNN_ERR_DEVICE = 2,   /* the device string names no device this library can run on, or the
+                             device cannot be had (no driver, no such GPU) or failed */
     SNN_ERR_WEIGHTS = 3,  /* a weights file or buffer that is unreadable or does not fit the model */
-    SNN_ERR_STATE = 4,    /* the session cannot run yet (no weights loaded) */
+    SNN_ERR_STATE = 4,    /* the session cannot run yet (no weights loaded), or the model's
+                             description is damaged */
     SNN_ERR_MEMORY = 5,   /* out of memory, or a thread could not be started */
     SNN_ERR_IO = 6,       /* a file could not be read */
 } snn_status;
@@ -57,9 +61,12 @@ typedef struct snn_tensor_info {
 typedef struct snn_stats {
     int64_t runs;            /* successful snn_run calls since the session began or stats reset */
     int64_t samples;         /* samples they ran */
-    int64_t kernel_launches; /* kernels run: each kernel once per run, step kernels once per step */
+    int64_t kernel_launches; /* kernels run: each kernel once per run, step kernels once per step
+                                (cuda: the launches its graphs hold; none for a kernel with no
+                                work) */
     double seconds;          /* wall-clock time inside those runs */
     double last_seconds;     /* of the last run */
+    int64_t graph_launches;  /* cuda: CUDA graphs launched (one per run); cpu: 0. ABI 2 */
 } snn_stats;
 
 /* ABI version the library was built with (SNN_ABI_VERSION of its header). */
@@ -85,14 +92,15 @@ snn_status snn_model_output(const snn_model *m, int i, snn_tensor_info *info);
 snn_status snn_model_weight(const snn_model *m, int i, snn_tensor_info *info);
 /* 1 if the library carries weights (a session then starts with them), 0 if not. */
 int snn_model_has_weights(const snn_model *m);
-/* The device kinds compiled in, comma-separated ("cpu"). */
+/* The device kinds compiled in, comma-separated ("cpu", "cpu,cuda"). */
 const char *snn_model_devices(const snn_model *m);
 
 /* ---- sessions ---- */
-/* A session on `device` ("cpu"; NULL, "" or "auto" for the best available) for batches of at most
- * max_batch samples, running on `threads` threads (0: one per online core). All memory a run needs
- * is allocated here, once: runs allocate nothing. The session starts with the library's weights
- * if it carries any. */
+/* A session on `device` ("cpu", "cuda" = "cuda:0", "cuda:N"; NULL, "" or "auto" for the best
+ * available: cuda:0 when the library carries CUDA code and that device can be had, else cpu) for
+ * batches of at most max_batch samples, running on `threads` threads (0: one per online core;
+ * cpu only). All memory a run needs, host and device, is allocated here, once: runs allocate
+ * nothing. The session starts with the library's weights if it carries any. */
 snn_status snn_session_create(const snn_model *m, const char *device, int max_batch, int threads,
                               snn_session **out);
 void snn_session_destroy(snn_session *s); /* NULL is fine */
@@ -107,13 +115,18 @@ snn_status snn_session_load_weights(snn_session *s, const void *data, size_t siz
  * one run over all of it (pass 0 when that does not matter). */
 snn_status snn_run(snn_session *s, int64_t first_sample, int batch, const float *const *inputs,
                    float *const *outputs);
+/* snn_run with inputs and outputs in CUDA device memory (device addresses, e.g. from cuMemAlloc or
+ * cudaMalloc, of any device with unified addressing), on a cuda session: no copy through the host.
+ * SNN_ERR_DEVICE on a cpu session; SNN_ERR_ARGUMENT for a pointer that is not device memory. */
+snn_status snn_run_device(snn_session *s, int64_t first_sample, int batch,
+                          const void *const *inputs, void *const *outputs);
 /* Spikes each counted layer emitted (sum over samples, steps and neurons of |spike|) since the
  * session began or the last reset: counts[i] for layer i, n entries (snn_model_num_layers). */
 snn_status snn_session_spike_counts(snn_session *s, double *counts, int n);
 snn_status snn_session_stats(snn_session *s, snn_stats *stats);
 snn_status snn_session_reset_stats(snn_session *s);
-int snn_session_threads(const snn_session *s); /* -1 if s is NULL */
-const char *snn_session_device(const snn_session *s); /* "cpu"; NULL if s is NULL */
+int snn_session_threads(const snn_session *s); /* 1 on cuda; -1 if s is NULL */
+const char *snn_session_device(const snn_session *s); /* "cpu", "cuda:0"; NULL if s is NULL */
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Differential test of the kernel IR and the CPU backend: for every example and every parity fixture,
-# runs the reference interpreter in float32 mode, the kernel-IR evaluator (--backend=kir) and, when the
-# build has LLVM, the compiled CPU code (--backend=cpu) on the same inputs and requires identical
-# outputs, bit for bit. Models without an input file get generated inputs
+# Differential test of the kernel IR and the CPU and CUDA backends: for every example and every parity
+# fixture, runs the reference interpreter in float32 mode, the kernel-IR evaluator (--backend=kir),
+# when the build has LLVM the compiled CPU code (--backend=cpu), and when a CUDA device answers (a GPU,
+# or tests/cuda_emu's stand-in named by SNN_CUDA_DRIVER/SNN_NVRTC) the CUDA backend, on the same
+# inputs and requires identical outputs, bit for bit. SNN_DIFF_REQUIRE=cuda: the CUDA backend alone,
+# skipped (77) without a device. Models without an input file get generated inputs
 # (tests/lit/Inputs/mknpy.py); fmnist_conv, slow in both, runs on 2 samples. Batches of 2 make the
 # Poisson keys cross batch boundaries (sample_base). Also checks that --emit=kernel prints.
 # Usage: kir_diff.sh SNNC NPYCMP SOURCE_ROOT WORK_DIR
@@ -13,6 +15,18 @@ pass=0 fail=0
 python=${PYTHON:-python3}
 backends=(kir)
 "$snnc" --help | grep -q -- '--backend=cpu' && backends+=(cpu)
+# cuda: on a GPU, or on tests/cuda_emu's stand-in when SNN_CUDA_DRIVER and SNN_NVRTC name it
+mkdir -p "$work/probe"
+printf 'model probe {\n  timesteps 1\n  input x : f32[1]\n  output o = IF(x)\n}\n' >"$work/probe/m.snn"
+"$python" "$root/tests/lit/Inputs/mknpy.py" "$work/probe/x.npy" --shape 1,1 --fill 1
+if "$snnc" --run -q --device=cuda "$work/probe/m.snn" --input="$work/probe/x.npy" >"$work/probe/log" 2>&1; then
+  backends+=(cuda)
+  echo "cuda: ${SNN_CUDA_DRIVER:-the NVIDIA driver}"
+elif [ "${SNN_DIFF_REQUIRE:-}" = cuda ]; then
+  echo "SKIP: no CUDA device: $(cat "$work/probe/log")"
+  exit 77
+fi
+[ "${SNN_DIFF_REQUIRE:-}" = cuda ] && backends=(cuda)
 echo "backends compared with the interpreter: ${backends[*]}"
 
 # the shape of a model's single input file, sample-major: N, [T,] dims

@@ -14,10 +14,11 @@ typedef struct CgLlvm CgLlvm; /* a compiled program: the JIT, its code and its e
 /* Compile p for the host CPU (host CPU name and features, "default<O3>"). p must outlive the result
  * (cg_llvm_run reads its buffers and weights). Returns NULL with LLVM's own message in err. */
 CgLlvm *cg_llvm_compile(const KProgram *p, char *err, size_t errlen);
-/* The same with a cache of compiled code in cache_dir (NULL or "": none; created if missing): the
- * object file is kept under a hash of the unoptimised module, the target (triple, CPU, features)
- * and the LLVM and kernel ABI versions, so a program compiled before loads without optimisation or
- * code generation. A cache that cannot be written is not an error. */
+/* The same with a cache of compiled code in cache_dir (NULL or "": none; created if missing; the
+ * compile cache of codegen/cache.h): the object file is kept under a hash of the unoptimised
+ * module, the target (triple, CPU, features) and the LLVM and kernel ABI versions, so a program
+ * compiled before loads without optimisation or code generation. A cache that cannot be written
+ * is not an error. */
 CgLlvm *cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err,
                                size_t errlen);
 /* Whether cg's code came from the cache. */
@@ -38,13 +39,20 @@ void cg_llvm_free(CgLlvm *cg);
 /* The generated module as text (--emit=llvm), before or after "default<O3>"; malloc'ed, or NULL
  * with a message in err. */
 char *cg_llvm_module_text(const KProgram *p, bool optimised, char *err, size_t errlen);
+/* What model.so's object carries besides the code (runtime/session.c reads it). */
+typedef struct CgLlvmObjectData {
+    const char *meta;        /* snnk_meta: the description (kir_describe), NUL-terminated */
+    const void *weights;     /* snnk_weights, snnk_weights_size: safetensors bytes (0: none) */
+    size_t weights_len;
+    const void *cuda_images; /* snnk_cuda_images, snnk_cuda_images_size: the images the meta's
+                              * cuda_image records point into (runtime/cuda_abi.h; 0: none) */
+    size_t cuda_images_len;
+} CgLlvmObjectData;
 /* The program as a relocatable object for model.so (position-independent, for `cpu`: an LLVM CPU
- * name such as "x86-64-v3", or NULL/"native" for the host CPU and its features): the
- * schedule snnk_run (runtime/kernel_abi.h), and the constants the runtime reads, snnk_meta (meta,
- * NUL-terminated: kir_describe), snnk_weights (weights_len bytes of safetensors; 0: none) and
- * snnk_weights_size. Returns false with a message in err. */
-bool cg_llvm_write_object(const KProgram *p, const char *cpu, const char *meta,
-                          const void *weights, size_t weights_len, const char *path, char *err,
-                          size_t errlen);
+ * name such as "x86-64-v3", or NULL/"native" for the host CPU and its features): the schedule
+ * snnk_run (runtime/kernel_abi.h) and the constants of data, every one defined (a byte array of one
+ * zero and a size of 0 where there is nothing). Returns false with a message in err. */
+bool cg_llvm_write_object(const KProgram *p, const char *cpu, const CgLlvmObjectData *data,
+                          const char *path, char *err, size_t errlen);
 
 #endif

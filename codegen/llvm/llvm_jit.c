@@ -3,10 +3,8 @@
  * pool of llvm_pool.c). Every LLVM error is
  * checked where it happens and reported with LLVM's own message; nothing here prints. Must not
  * change what a program computes: that is llvm_gen.c's contract with kir_eval. */
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,10 +18,10 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 #include <llvm/Config/llvm-config.h>
 
+#include "codegen/cache.h"
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/llvm/llvm_gen.h"
 #include "runtime/pool.h"
-#include "runtime/tensor_io.h"
 
 struct CgLlvm {
     const KProgram *p;
@@ -126,78 +124,39 @@ llvm_optimise(LLVMModuleRef mod, LLVMTargetMachineRef tm, char *err, size_t errl
     return !llvm_failed(e, "LLVM default<O3>", err, errlen);
 }
 
-/* ---- the compiled-code cache ---- */
-
-/* Two 64-bit FNV-1a hashes with different offset bases over the same bytes: a 128-bit content key.
- * Not cryptographic: the cache trusts its directory, it only must not confuse two programs. */
-typedef struct Hash {
-    uint64_t a, b;
-} Hash;
-
-static void
-hash_bytes(Hash *h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h->a = (h->a ^ p[i]) * 0x100000001b3ull;
-        h->b = (h->b ^ p[i]) * 0x100000001b3ull;
-        h->b ^= h->b >> 29;
-    }
-}
-
-static void
-hash_str(Hash *h, const char *s)
-{
-    hash_bytes(h, s, strlen(s) + 1); /* the NUL separates fields */
-}
+/* ---- the compiled-code cache (codegen/cache.c) ---- */
 
 /* The key of a module for a target machine: its unoptimised IR, the target (triple, CPU, features),
  * LLVM's version, and the kernel ABI and cache format versions. */
-static Hash
-cache_key(LLVMModuleRef mod, LLVMTargetMachineRef tm)
+static CacheKey
+object_key(LLVMModuleRef mod, LLVMTargetMachineRef tm)
 {
-    Hash h = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+    CacheKey k = cache_key_new();
     char *ir = LLVMPrintModuleToString(mod);
     char *triple = LLVMGetTargetMachineTriple(tm), *cpu = LLVMGetTargetMachineCPU(tm);
     char *features = LLVMGetTargetMachineFeatureString(tm);
     char versions[64];
-    snprintf(versions, sizeof versions, "llvm %d.%d kernel-abi %d cache 1", LLVM_VERSION_MAJOR,
+    snprintf(versions, sizeof versions, "llvm %d.%d kernel-abi %d cache 2", LLVM_VERSION_MAJOR,
              LLVM_VERSION_MINOR, SNNK_ABI_VERSION);
-    hash_str(&h, ir);
-    hash_str(&h, triple);
-    hash_str(&h, cpu);
-    hash_str(&h, features);
-    hash_str(&h, versions);
+    cache_key_str(&k, ir);
+    cache_key_str(&k, triple);
+    cache_key_str(&k, cpu);
+    cache_key_str(&k, features);
+    cache_key_str(&k, versions);
     LLVMDisposeMessage(ir);
     LLVMDisposeMessage(triple);
     LLVMDisposeMessage(cpu);
     LLVMDisposeMessage(features);
-    return h;
-}
-
-/* mkdir -p; false if the directory cannot be had */
-static bool
-make_dirs(const char *path)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return false;
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(buf, 0777);
-            *p = '/';
-        }
-    return mkdir(buf, 0777) == 0 || errno == EEXIST;
+    return k;
 }
 
 /* A cached object, if there is one that looks like an object file (ELF); else NULL. */
 static LLVMMemoryBufferRef
-cache_read(const char *path)
+object_read(const char *dir, CacheKey k, const char *path)
 {
     unsigned char *buf;
     size_t len;
-    char msg[256];
-    if (rt_read_file(path, &buf, &len, msg, sizeof msg) != 0) return NULL;
+    if (!cache_load(dir, k, "o", &buf, &len)) return NULL;
     LLVMMemoryBufferRef mb = NULL;
     if (len > 64 && !memcmp(buf, "\177ELF", 4))
         mb = LLVMCreateMemoryBufferWithMemoryRangeCopy((const char *)buf, len, path);
@@ -226,11 +185,11 @@ cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err, size
     /* the object: from the cache, or optimised and generated now (and then cached) */
     char path[4200] = "";
     LLVMMemoryBufferRef obj = NULL;
+    CacheKey key = {0, 0};
     if (cache_dir && *cache_dir) {
-        Hash h = cache_key(mod, tm);
-        snprintf(path, sizeof path, "%s/%016llx%016llx.o", cache_dir, (unsigned long long)h.a,
-                 (unsigned long long)h.b);
-        obj = cache_read(path);
+        key = object_key(mod, tm);
+        cache_entry_path(cache_dir, key, "o", path, sizeof path);
+        obj = object_read(cache_dir, key, path);
     }
     bool is_hit = obj != NULL;
     if (!obj) {
@@ -245,10 +204,8 @@ cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err, size
             return NULL;
         }
         /* a cache that cannot be written is no error: the next run compiles again */
-        char ignored[256];
-        if (path[0] && make_dirs(cache_dir))
-            rt_write_file(path, LLVMGetBufferStart(obj), LLVMGetBufferSize(obj), ignored,
-                          sizeof ignored);
+        if (path[0])
+            cache_store(cache_dir, key, "o", LLVMGetBufferStart(obj), LLVMGetBufferSize(obj));
     }
     LLVMDisposeModule(mod);
     LLVMContextDispose(ctx);
@@ -478,13 +435,31 @@ add_bytes(LLVMModuleRef mod, const char *name, const void *data, size_t len, uns
     LLVMSetAlignment(g, align);
 }
 
-bool
-cg_llvm_write_object(const KProgram *p, const char *cpu, const char *meta, const void *weights,
-                     size_t weights_len, const char *path, char *err, size_t errlen)
+/* a constant uint64_t global `name` */
+static void
+add_u64(LLVMModuleRef mod, const char *name, uint64_t v)
 {
+    LLVMTypeRef i64 = LLVMInt64TypeInContext(LLVMGetModuleContext(mod));
+    LLVMValueRef g = LLVMAddGlobal(mod, i64, name);
+    LLVMSetInitializer(g, LLVMConstInt(i64, v, 0));
+    LLVMSetGlobalConstant(g, 1);
+}
+
+bool
+cg_llvm_write_object(const KProgram *p, const char *cpu, const CgLlvmObjectData *data,
+                     const char *path, char *err, size_t errlen)
+{
+    const char *meta = data->meta;
+    const void *weights = data->weights;
+    size_t weights_len = data->weights_len;
     if (weights_len >= (size_t)1 << 32) {
         set_err(err, errlen, "the weights take %zu bytes; at most 4 GiB can be embedded (use "
                 "--no-embed-weights)", weights_len);
+        return false;
+    }
+    if (data->cuda_images_len >= (size_t)1 << 32) {
+        set_err(err, errlen, "the CUDA images take %zu bytes; at most 4 GiB can be embedded",
+                data->cuda_images_len);
         return false;
     }
     LLVMTargetMachineRef tm = llvm_target_machine(cpu, err, errlen);
@@ -497,9 +472,10 @@ cg_llvm_write_object(const KProgram *p, const char *cpu, const char *meta, const
         static const unsigned char none = 0;
         add_bytes(mod, "snnk_weights", weights_len ? weights : &none, weights_len ? weights_len : 1,
                   64);
-        LLVMValueRef size = LLVMAddGlobal(mod, LLVMInt64TypeInContext(ctx), "snnk_weights_size");
-        LLVMSetInitializer(size, LLVMConstInt(LLVMInt64TypeInContext(ctx), weights_len, 0));
-        LLVMSetGlobalConstant(size, 1);
+        add_u64(mod, "snnk_weights_size", weights_len);
+        size_t clen = data->cuda_images_len;
+        add_bytes(mod, "snnk_cuda_images", clen ? data->cuda_images : &none, clen ? clen : 1, 64);
+        add_u64(mod, "snnk_cuda_images_size", clen);
         is_ok = llvm_optimise(mod, tm, err, errlen);
     }
     if (is_ok) {

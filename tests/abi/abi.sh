@@ -12,8 +12,9 @@ cd "$work"
 model=$root/tests/abi/abi_model.snn
 inputs=$root/tests/lit/Inputs
 
-"$snnc" "$model" -o abi.so
-"$snnc" "$model" --no-embed-weights -o abi_noweights.so
+# CPU code only (--cuda-arch=none): what this test checks is the CPU library (devices "cpu")
+"$snnc" "$model" --cuda-arch=none -o abi.so
+"$snnc" "$model" --cuda-arch=none --no-embed-weights -o abi_noweights.so
 "$snnc" --emit=weights "$model" -o abi.safetensors
 
 # only snn_* is exported, and nothing of LLVM or snnc is needed at run time
@@ -43,8 +44,8 @@ run=("$abi_test" ./abi.so ./abi_noweights.so abi.safetensors inputs.npz out.npz)
 # valgrind does not decode every instruction of a recent host: the library under it is built for
 # an older CPU (x86-64-v2)
 if [ -z "$sanitized" ] && command -v valgrind > /dev/null; then
-  "$snnc" "$model" --cpu=x86-64-v2 -o abi_v2.so
-  "$snnc" "$model" --cpu=x86-64-v2 --no-embed-weights -o abi_v2_noweights.so
+  "$snnc" "$model" --cpu=x86-64-v2 --cuda-arch=none -o abi_v2.so
+  "$snnc" "$model" --cpu=x86-64-v2 --cuda-arch=none --no-embed-weights -o abi_v2_noweights.so
   run=("$abi_test" ./abi_v2.so ./abi_v2_noweights.so abi.safetensors inputs.npz out_v2.npz)
   valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite,indirect \
     "${run[@]}" > valgrind.log 2>&1 || { cat valgrind.log; echo "FAIL: valgrind"; exit 1; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Differential test of random models: for each seed, gen_model.py writes a random valid model, its inputs
 # and (for about half of the seeds) its weights; the reference interpreter in float32 mode is the oracle
-# and the JIT-compiled CPU backend must reproduce every output of it at several batch sizes.
+# and the JIT-compiled CPU backend (and the CUDA backend, where a device or tests/cuda_emu's stand-in
+# answers) must reproduce every output of it at several batch sizes.
 #
 # Per seed (N = 3..7 samples, B2 = 2, 3 or 4 chosen not to divide N):
 #   - IR round trip: --emit=ir of the model, --emit=ir of that, byte-identical;
@@ -61,6 +62,13 @@ if ! "$snnc" --run -q "$work/probe.snn" --input="$work/probe.npy" --backend=cpu 
   echo "FAIL: the cpu backend does not run a one-neuron model:"
   cat "$work/probe.log"
   exit 1
+fi
+
+# The CUDA backend joins when a device answers: a GPU, or the stand-in SNN_CUDA_DRIVER/SNN_NVRTC name.
+has_cuda=0
+if "$snnc" --run -q --device=cuda "$work/probe.snn" --input="$work/probe.npy" >"$work/probe-cuda.log" 2>&1; then
+  has_cuda=1
+  echo "cuda: compared too (${SNN_CUDA_DRIVER:-the NVIDIA driver})"
 fi
 
 # The firing rates of a --report=json line, one "layer": rate per line, sorted (the report lists layers
@@ -166,6 +174,13 @@ one_seed() { # SEED
       compare "$dir" "$label" "$dir/$label.npz" "$dir/$label.json" \
         "SNN_CACHE_DIR=$cache $snnc ${cmd[*]}  # vs: $snnc ${oracle[*]} --output=interp.npz"
   done
+  # the CUDA backend (a GPU, or tests/cuda_emu's stand-in) at the batch that does not divide N
+  if [ "$has_cuda" = 1 ]; then
+    local cmd=(--run -q model.snn "${args[@]}" --device=cuda --report=json --batch="$b2" --output=cuda.npz)
+    run_snnc "$dir" cuda "$dir/cuda.json" "${cmd[@]}" &&
+      compare "$dir" cuda "$dir/cuda.npz" "$dir/cuda.json" \
+        "SNN_CACHE_DIR=$cache $snnc ${cmd[*]}  # vs: $snnc ${oracle[*]} --output=interp.npz"
+  fi
   cache=off
   if [ -f "$dir/FAIL" ] && [ -f "$dir/few" ]; then
     localise "$seed" "$dir"
@@ -239,6 +254,6 @@ for seed in $(seq "$first" "$last"); do
     cat "$work/result.$seed" 2>/dev/null || echo "FAIL: seed $seed (no result)"
   fi
 done
-echo "random models, interp (f32) vs cpu: seeds $first..$last: $pass passed, $fail failed" \
+echo "random models, interp (f32) vs cpu$([ "$has_cuda" = 1 ] && echo " and cuda"): seeds $first..$last: $pass passed, $fail failed" \
   "($(($(date +%s) - start)) s, $jobs in parallel; compile cache hits in passing seeds: $hits)"
 [ "$fail" -eq 0 ]

@@ -1,6 +1,8 @@
 # lit configuration for snnc's FileCheck tests: language features, the textual IR, diagnostics.
 # The build writes lit.site.cfg.py (paths) and loads this file from it.
 import os
+import re
+import shutil
 import lit.formats
 
 config.name = "snnc"
@@ -20,6 +22,9 @@ config.environment["PATH"] = os.pathsep.join(path)
 for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "SNN_DATA_DIR", "HOME"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
+# a sanitized build: its model.so needs the sanitizer runtime first in a process (not Python's)
+if getattr(config, "snnc_sanitize", "OFF").upper() in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("asan")
 if os.path.isdir("/usr/share/datasets/fashion-mnist") or os.environ.get("SNN_DATA_DIR"):
     config.available_features.add("fmnist")
 import subprocess
@@ -28,3 +33,22 @@ try:
         config.available_features.add("llvm")
 except OSError:
     pass
+# CUDA without a GPU: `nvrtc` when snnc finds NVRTC (snnc --version says which), `ptxas` when the
+# toolkit's assembler is there (%ptxas). GPU runs need more (REQUIRES: cuda, not set here).
+try:
+    env = {k: v for k, v in os.environ.items() if k != "SNN_NVRTC"}  # tests do not see it either
+    version = subprocess.run([config.snnc_path, "--version"], capture_output=True, text=True, env=env)
+    if re.search(r"^nvrtc: \d+\.\d+", version.stdout, re.M):
+        config.available_features.add("nvrtc")
+except OSError:
+    pass
+ptxas = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK) else None)
+if ptxas:
+    config.available_features.add("ptxas")
+    config.substitutions.append(("%ptxas", ptxas))
+# The CPU stand-in for libcuda and libnvrtc (tests/cuda_emu): %cuemu runs a command on it, so the
+# CUDA backend's whole path is tested here; `cuemu` when it was built.
+cuemu = getattr(config, "cuemu_path", "")
+if cuemu and os.path.exists(cuemu):
+    config.available_features.add("cuemu")
+    config.substitutions.append(("%cuemu", "env SNN_NVRTC=%s SNN_CUDA_DRIVER=%s" % (cuemu, cuemu)))

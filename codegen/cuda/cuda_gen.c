@@ -1,0 +1,682 @@
+/* cuda_gen.c: the kernel IR as CUDA C, one translation unit for NVRTC (runtime/cuda_abi.h is the
+ * contract with the runtime). A kernel IR kernel becomes one __global__ function; when its body is
+ * one parallel loop whose bounds depend on B alone, the loop is walked grid-stride (any grid is
+ * correct, the runtime sizes it from the loop's trip count), else one thread runs it.
+ *
+ * The text keeps the kernel IR's arithmetic exactly (kir.h): every value has the C type of its
+ * kernel IR type (f32 float, f64 double, every integer long long, bool bool), every operation is
+ * parenthesised, float constants are written in hexadecimal, NVRTC runs with --fmad=false so
+ * nothing is contracted, and tiles are double arrays updated by fma() lane by lane. Where the CUDA
+ * math library and the C library differ (expf, logf, tanhf, powf), the f32 function is computed in
+ * double and rounded once, which agrees with glibc except in rare last-bit cases (docs/design.md).
+ *
+ * Compiled by a host C++ compiler with -DSNN_CUDA_EMULATE, the same text runs on the CPU: the
+ * prelude then defines the few CUDA built-ins the kernels use, the f32 functions are the C
+ * library's (as the interpreter's), and every kernel gets a snnk_emu_ wrapper that runs its blocks
+ * and threads one after another (tests/cuda_emu). */
+#include "codegen/cuda/cuda_gen.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda_abi.h"
+
+/* runtime/philox.h as a string, made at build time (CMakeLists.txt) */
+#include "codegen/cuda/philox_text.h"
+
+typedef struct Gen {
+    FILE *f;
+    const KProgram *p;
+    const Kernel *k;
+    int depth;
+} Gen;
+
+static const char *
+ctype(KType t) /* the C type of a value */
+{
+    switch (t) {
+    case KT_F32: return "float";
+    case KT_F64: return "double";
+    case KT_BOOL: return "bool";
+    default: return "long long";
+    }
+}
+
+static const char *
+mtype(KType t) /* the C type of a buffer element */
+{
+    switch (t) {
+    case KT_F32: return "float";
+    case KT_F64: return "double";
+    case KT_I64: return "long long";
+    case KT_I8: return "signed char";
+    default: return "unsigned char"; /* u8, bool */
+    }
+}
+
+static bool
+is_float(KType t)
+{
+    return t == KT_F32 || t == KT_F64;
+}
+
+static void
+indent(Gen *g)
+{
+    for (int i = 0; i < g->depth; i++)
+        fputs("    ", g->f);
+}
+
+/* a constant of type t, exactly */
+static void
+put_const(Gen *g, KType t, double v)
+{
+    FILE *f = g->f;
+    if (t == KT_BOOL) {
+        fputs(v != 0 ? "true" : "false", f);
+        return;
+    }
+    if (!is_float(t)) {
+        fprintf(f, "%lldLL", (long long)v);
+        return;
+    }
+    if (t == KT_F32) v = (double)(float)v;
+    if (isnan(v) || isinf(v)) {
+        const char *what = isnan(v) ? "nan" : v > 0 ? "inf" : "ninf";
+        fprintf(f, "snn_%s_%s()", t == KT_F32 ? "f32" : "f64", what);
+        return;
+    }
+    fprintf(f, t == KT_F32 ? "%af" : "%a", v);
+}
+
+static void expr(Gen *g, const KExpr *e);
+
+/* expression e as a value of type `to` (kernel IR conversion rules: kir_eval.c's eval_cast) */
+static void
+expr_as(Gen *g, const KExpr *e, KType to)
+{
+    KType from = e->type;
+    FILE *f = g->f;
+    if (from == to) {
+        expr(g, e);
+        return;
+    }
+    switch (to) {
+    case KT_F32:
+    case KT_F64:
+    case KT_I64: fprintf(f, "((%s)(", ctype(to)); break;
+    case KT_BOOL: fputs("((", f); break;
+    case KT_U8: fputs(is_float(from) ? "((long long)(unsigned char)(long long)(" : "((long long)(unsigned char)(", f); break;
+    case KT_I8: fputs(is_float(from) ? "((long long)(signed char)(long long)(" : "((long long)(signed char)(", f); break;
+    }
+    expr(g, e);
+    fputs(to == KT_BOOL ? ") != 0)" : "))", f);
+}
+
+static void
+un(Gen *g, const KExpr *e)
+{
+    FILE *f = g->f;
+    KType t = e->a->type;
+    bool f32 = t == KT_F32;
+    const char *fn = NULL;
+    if (e->op == KU_NOT) {
+        fputs("(!", f);
+        expr_as(g, e->a, KT_BOOL);
+        fputs(")", f);
+        return;
+    }
+    if (!is_float(t)) {
+        switch ((KUn)e->op) {
+        case KU_NEG: fputs("(-", f); expr(g, e->a); fputs(")", f); return;
+        case KU_FLOOR: expr(g, e->a); return;
+        case KU_ABS: fputs("snn_absi(", f); expr(g, e->a); fputs(")", f); return;
+        default: die("cuda_gen: %s of %s", kun_str((KUn)e->op), ktype_name(t));
+        }
+    }
+    switch ((KUn)e->op) {
+    case KU_NEG: fputs("(-", f); expr(g, e->a); fputs(")", f); return;
+    case KU_EXP: fn = f32 ? "snn_expf" : "exp"; break;
+    case KU_LOG: fn = f32 ? "snn_logf" : "log"; break;
+    case KU_SQRT: fn = f32 ? "sqrtf" : "sqrt"; break;
+    case KU_TANH: fn = f32 ? "snn_tanhf" : "tanh"; break;
+    case KU_ABS: fn = f32 ? "fabsf" : "fabs"; break;
+    case KU_FLOOR: fn = f32 ? "floorf" : "floor"; break;
+    case KU_SIGMOID: fn = f32 ? "snn_sigmoidf" : "snn_sigmoid"; break;
+    case KU_NOT: break;
+    }
+    fprintf(f, "%s(", fn);
+    expr(g, e->a);
+    fputs(")", f);
+}
+
+static void
+bin(Gen *g, const KExpr *e)
+{
+    FILE *f = g->f;
+    KType t = e->a->type;
+    KBin op = (KBin)e->op;
+    if (op == KB_AND || op == KB_OR) {
+        fputs("(", f);
+        expr_as(g, e->a, KT_BOOL);
+        fputs(op == KB_AND ? " && " : " || ", f);
+        expr_as(g, e->b, KT_BOOL);
+        fputs(")", f);
+        return;
+    }
+    const char *fn = NULL;
+    switch (op) {
+    case KB_MIN: fn = is_float(t) ? (t == KT_F32 ? "snn_minf" : "snn_min") : "snn_mini"; break;
+    case KB_MAX: fn = is_float(t) ? (t == KT_F32 ? "snn_maxf" : "snn_max") : "snn_maxi"; break;
+    case KB_POW:
+        if (!is_float(t)) die("cuda_gen: pow of %s", ktype_name(t));
+        fn = t == KT_F32 ? "snn_powf" : "pow";
+        break;
+    case KB_REM:
+        if (is_float(t)) die("cuda_gen: %% of %s", ktype_name(t));
+        break;
+    default: break;
+    }
+    if (fn) {
+        fprintf(f, "%s(", fn);
+        expr(g, e->a);
+        fputs(", ", f);
+        expr_as(g, e->b, t);
+        fputs(")", f);
+        return;
+    }
+    fputs("(", f);
+    expr(g, e->a);
+    fprintf(f, " %s ", kbin_str(op));
+    expr_as(g, e->b, t);
+    fputs(")", f);
+}
+
+static void
+load(Gen *g, const KExpr *e)
+{
+    FILE *f = g->f;
+    KType bt = g->p->bufs[e->buf].type;
+    /* the element as a value of its own type (u8/i8 widen to long long, bool compares) */
+    fputs("(", f);
+    if (bt == KT_U8 || bt == KT_I8) fputs("(long long)", f);
+    fprintf(f, "b%d[", e->buf);
+    expr_as(g, e->a, KT_I64);
+    fputs(bt == KT_BOOL ? "] != 0)" : "])", f);
+}
+
+static void
+expr(Gen *g, const KExpr *e)
+{
+    FILE *f = g->f;
+    if (!e) die("cuda_gen: missing operand in kernel %s", g->k->name);
+    switch (e->kind) {
+    case KX_CONST: put_const(g, e->type, e->num); return;
+    case KX_BATCH:
+    case KX_STEP:
+    case KX_SAMPLE_BASE: {
+        char name[32];
+        if (e->kind == KX_SAMPLE_BASE)
+            snprintf(name, sizeof name, "dyn[%d]", SNN_CUDA_DYN_SAMPLE_BASE);
+        else
+            snprintf(name, sizeof name, "%s", e->kind == KX_BATCH ? "B" : "t");
+        if (e->type == KT_I64)
+            fputs(name, f);
+        else if (e->type == KT_BOOL)
+            fprintf(f, "(%s != 0)", name);
+        else
+            fprintf(f, "((%s)%s)", ctype(e->type), name);
+        return;
+    }
+    case KX_VAR: fprintf(f, "v%d", e->var); return;
+    case KX_LOAD: load(g, e); return;
+    case KX_UN: un(g, e); return;
+    case KX_BIN: bin(g, e); return;
+    case KX_SELECT:
+        fputs("(", f);
+        expr_as(g, e->a, KT_BOOL);
+        fputs(" ? ", f);
+        expr_as(g, e->b, e->type);
+        fputs(" : ", f);
+        expr_as(g, e->c, e->type);
+        fputs(")", f);
+        return;
+    case KX_CAST:
+        /* a cast to u8/i8 always wraps, even from the same type */
+        if (e->a->type == e->type && (e->type == KT_U8 || e->type == KT_I8)) {
+            fprintf(f, "((long long)(%s)(", e->type == KT_U8 ? "unsigned char" : "signed char");
+            expr(g, e->a);
+            fputs("))", f);
+            return;
+        }
+        expr_as(g, e->a, e->type);
+        return;
+    case KX_UNIFORM:
+        fprintf(f, "rt_uniform(%" PRIu64 "ULL, %" PRIu32 "u, (uint32_t)(", e->seed, e->stream);
+        expr_as(g, e->a, KT_I64);
+        fputs("), (uint64_t)(", f);
+        expr_as(g, e->b, KT_I64);
+        fputs("))", f);
+        return;
+    }
+    die("cuda_gen: expression of kind %d", (int)e->kind);
+}
+
+static void stmts(Gen *g, KStmt *const *s, int n);
+
+static int
+lanes_of(Gen *g, const KStmt *s)
+{
+    if (s->var < 0 || s->var >= g->k->nlocals || g->k->locals[s->var].lanes <= 0)
+        die("cuda_gen: kernel %s: tile statement on a local that is not a tile", g->k->name);
+    return g->k->locals[s->var].lanes;
+}
+
+/* the tile statements as loops over the lanes (unrolled: the lane count is a constant, so the
+ * tile stays in registers) */
+static void
+tile(Gen *g, const KStmt *s)
+{
+    FILE *f = g->f;
+    int n = lanes_of(g, s);
+    indent(g);
+    fputs("{\n", f);
+    g->depth++;
+    if (s->kind == KS_VSET || s->kind == KS_VFMA) {
+        indent(g);
+        fputs("const double a_ = ", f);
+        expr_as(g, s->a, KT_F64);
+        fputs(";\n", f);
+    }
+    if (s->kind != KS_VSET) {
+        indent(g);
+        fputs("const long long i_ = ", f);
+        expr_as(g, s->index, KT_I64);
+        fputs(";\n", f);
+    }
+    if (s->kind == KS_VFMA && s->is_sparse) {
+        indent(g);
+        fputs("if (a_ != 0.0)\n", f); /* a is the same for every lane */
+    }
+    indent(g);
+    fprintf(f, "SNN_UNROLL for (int l_ = 0; l_ < %d; l_++) ", n);
+    switch (s->kind) {
+    case KS_VSET: fprintf(f, "v%d[l_] = a_;\n", s->var); break;
+    case KS_VLOAD: fprintf(f, "v%d[l_] = (double)b%d[i_ + l_];\n", s->var, s->buf); break;
+    case KS_VFMA:
+        fprintf(f, "v%d[l_] = fma(a_, (double)b%d[i_ + l_], v%d[l_]);\n", s->var, s->buf, s->var);
+        break;
+    case KS_VSTORE:
+        fprintf(f, "b%d[i_ + l_ * %lldLL] = (%s)v%d[l_];\n", s->buf, (long long)s->stride,
+                mtype(g->p->bufs[s->buf].type), s->var);
+        break;
+    default: break;
+    }
+    g->depth--;
+    indent(g);
+    fputs("}\n", f);
+}
+
+static void
+for_loop(Gen *g, const KStmt *s, bool grid_stride)
+{
+    FILE *f = g->f;
+    /* the loop variable keeps the last iteration's value after the loop, as in kir_eval.c */
+    indent(g);
+    fputs("{\n", f);
+    g->depth++;
+    indent(g);
+    fputs("const long long lo_ = ", f);
+    expr_as(g, s->lo, KT_I64);
+    fputs(", hi_ = ", f);
+    expr_as(g, s->hi, KT_I64);
+    fputs(";\n", f);
+    indent(g);
+    if (grid_stride)
+        fputs("for (long long i_ = lo_ + (long long)blockIdx.x * blockDim.x + threadIdx.x; i_ < hi_;"
+              " i_ += (long long)gridDim.x * blockDim.x) {\n",
+              f);
+    else
+        fputs("for (long long i_ = lo_; i_ < hi_; i_++) {\n", f);
+    g->depth++;
+    indent(g);
+    fprintf(f, "v%d = i_;\n", s->var);
+    stmts(g, s->body, s->nbody);
+    g->depth--;
+    indent(g);
+    fputs("}\n", f);
+    g->depth--;
+    indent(g);
+    fputs("}\n", f);
+}
+
+static void
+stmts(Gen *g, KStmt *const *ss, int n)
+{
+    FILE *f = g->f;
+    for (int i = 0; i < n; i++) {
+        const KStmt *s = ss[i];
+        if (!s) continue;
+        switch (s->kind) {
+        case KS_FOR: for_loop(g, s, false); break;
+        case KS_ASSIGN:
+            indent(g);
+            fprintf(f, "v%d = ", s->var);
+            expr_as(g, s->a, g->k->locals[s->var].type);
+            fputs(";\n", f);
+            break;
+        case KS_STORE: {
+            KType bt = g->p->bufs[s->buf].type;
+            indent(g);
+            fprintf(f, "b%d[", s->buf);
+            expr_as(g, s->index, KT_I64);
+            fprintf(f, "] = (%s)(", mtype(bt));
+            /* to the element's value type first (u8 wraps, bool is 0/1), then to memory */
+            expr_as(g, s->a, bt == KT_BOOL ? KT_BOOL : bt);
+            fputs(");\n", f);
+            break;
+        }
+        case KS_IF:
+            indent(g);
+            fputs("if (", f);
+            expr_as(g, s->a, KT_BOOL);
+            fputs(") {\n", f);
+            g->depth++;
+            stmts(g, s->body, s->nbody);
+            g->depth--;
+            indent(g);
+            if (s->nels > 0) {
+                fputs("} else {\n", f);
+                g->depth++;
+                stmts(g, s->els, s->nels);
+                g->depth--;
+                indent(g);
+            }
+            fputs("}\n", f);
+            break;
+        case KS_VSET:
+        case KS_VLOAD:
+        case KS_VFMA:
+        case KS_VSTORE: tile(g, s); break;
+        }
+    }
+}
+
+/* ---- launch geometry ---- */
+
+/* Whether e is integer arithmetic over constants and B that the runtime's RPN evaluator computes
+ * (runtime/cuda_abi.h); with f non-NULL, write it as RPN. */
+static bool
+rpn(FILE *f, const KExpr *e)
+{
+    if (!e || e->type != KT_I64) return false;
+    switch (e->kind) {
+    case KX_CONST:
+        if (f) fprintf(f, " %lld", (long long)e->num);
+        return e->num >= 0;
+    case KX_BATCH:
+        if (f) fputs(" B", f);
+        return true;
+    case KX_BIN:
+        if (e->op != KB_ADD && e->op != KB_SUB && e->op != KB_MUL && e->op != KB_DIV &&
+            e->op != KB_REM)
+            return false;
+        if (!rpn(f, e->a) || !rpn(f, e->b)) return false;
+        if (f) fprintf(f, " %s", kbin_str((KBin)e->op));
+        return true;
+    case KX_CAST: return e->a->type == KT_I64 && rpn(f, e->a);
+    default: return false;
+    }
+}
+
+/* The kernel's grid-stride loop: its body when that is one parallel loop with bounds the runtime
+ * can compute; NULL for a one-thread kernel. */
+static const KStmt *
+grid_loop(const Kernel *k)
+{
+    if (k->nbody != 1 || !k->body[0]) return NULL;
+    const KStmt *s = k->body[0];
+    if (s->kind != KS_FOR || !s->is_parallel || !rpn(NULL, s->lo) || !rpn(NULL, s->hi))
+        return NULL;
+    return s;
+}
+
+static void
+mark_expr(const KExpr *e, bool *used)
+{
+    if (!e) return;
+    if (e->kind == KX_LOAD) used[e->buf] = true;
+    mark_expr(e->a, used);
+    mark_expr(e->b, used);
+    mark_expr(e->c, used);
+}
+
+static void
+mark_used(KStmt *const *ss, int n, bool *used)
+{
+    for (int i = 0; i < n; i++) {
+        const KStmt *s = ss[i];
+        if (!s) continue;
+        if (s->kind == KS_STORE || s->kind == KS_VLOAD || s->kind == KS_VFMA ||
+            s->kind == KS_VSTORE)
+            used[s->buf] = true;
+        mark_expr(s->lo, used);
+        mark_expr(s->hi, used);
+        mark_expr(s->index, used);
+        mark_expr(s->a, used);
+        mark_used(s->body, s->nbody, used);
+        mark_used(s->els, s->nels, used);
+    }
+}
+
+/* the buffers kernel k uses, ascending: used[i] for every program buffer (caller frees) */
+static bool *
+used_bufs(const KProgram *p, const Kernel *k)
+{
+    bool *used = calloc((size_t)p->nbufs + 1, sizeof *used);
+    if (!used) die("out of memory");
+    mark_used(k->body, k->nbody, used);
+    return used;
+}
+
+static void
+symbol(char *out, size_t n, int ki, const Kernel *k)
+{
+    snprintf(out, n, "snnk_k%d_%s", ki, k->name ? k->name : "kernel");
+    for (char *c = out; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
+            *c = '_';
+}
+
+/* ---- the translation unit ---- */
+
+static const char prelude[] =
+    "#ifdef SNN_CUDA_EMULATE\n"
+    "/* host emulation (tests/cuda_emu): the CUDA built-ins these kernels use */\n"
+    "#include <cmath>\n"
+    "#include <cstdint>\n"
+    "#include <cstring>\n"
+    "using std::fma; using std::exp; using std::log; using std::sqrt; using std::tanh;\n"
+    "using std::pow; using std::floor; using std::fabs;\n"
+    "struct snn_dim3 { unsigned x, y, z; };\n"
+    "static thread_local snn_dim3 blockIdx, threadIdx, blockDim, gridDim;\n"
+    "#define __global__\n"
+    "#define __device__\n"
+    "#define __forceinline__ inline\n"
+    "#define __restrict__ __restrict\n"
+    "#define __launch_bounds__(n)\n"
+    "#define SNN_UNROLL\n"
+    "#define SNN_FN static inline\n"
+    "static inline float snn_bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }\n"
+    "static inline double snn_bits_f64(uint64_t u) { double d; std::memcpy(&d, &u, 8); return d; }\n"
+    "/* the C library's float functions, as the interpreter calls them */\n"
+    "SNN_FN float snn_expf(float x) { return expf(x); }\n"
+    "SNN_FN float snn_logf(float x) { return logf(x); }\n"
+    "SNN_FN float snn_tanhf(float x) { return tanhf(x); }\n"
+    "SNN_FN float snn_powf(float x, float y) { return powf(x, y); }\n"
+    "#else\n"
+    "#pragma nv_diag_suppress 177 /* helpers a model does not call are declared but not used */\n"
+    "typedef unsigned int uint32_t;\n"
+    "typedef unsigned long long uint64_t;\n"
+    "#define SNN_UNROLL _Pragma(\"unroll\")\n"
+    "#define SNN_FN static __device__ __forceinline__\n"
+    "SNN_FN float snn_bits_f32(uint32_t u) { return __uint_as_float(u); }\n"
+    "SNN_FN double snn_bits_f64(uint64_t u) { return __longlong_as_double((long long)u); }\n"
+    "/* computed in double and rounded once: agrees with the C library's correctly rounded\n"
+    " * results except in rare last-bit cases, where CUDA's own expf/logf differ by up to 2 ulp */\n"
+    "SNN_FN float snn_expf(float x) { return (float)exp((double)x); }\n"
+    "SNN_FN float snn_logf(float x) { return (float)log((double)x); }\n"
+    "SNN_FN float snn_tanhf(float x) { return (float)tanh((double)x); }\n"
+    "SNN_FN float snn_powf(float x, float y) { return (float)pow((double)x, (double)y); }\n"
+    "#endif\n"
+    "SNN_FN float snn_f32_nan(void) { return snn_bits_f32(0x7fc00000u); }\n"
+    "SNN_FN float snn_f32_inf(void) { return snn_bits_f32(0x7f800000u); }\n"
+    "SNN_FN float snn_f32_ninf(void) { return snn_bits_f32(0xff800000u); }\n"
+    "SNN_FN double snn_f64_nan(void) { return snn_bits_f64(0x7ff8000000000000ull); }\n"
+    "SNN_FN double snn_f64_inf(void) { return snn_bits_f64(0x7ff0000000000000ull); }\n"
+    "SNN_FN double snn_f64_ninf(void) { return snn_bits_f64(0xfff0000000000000ull); }\n"
+    "/* min/max propagate NaN like torch.minimum/maximum; the second operand wins ties */\n"
+    "SNN_FN float snn_minf(float a, float b) { return (a != a || b != b) ? snn_f32_nan() : (a < b ? a : b); }\n"
+    "SNN_FN float snn_maxf(float a, float b) { return (a != a || b != b) ? snn_f32_nan() : (a > b ? a : b); }\n"
+    "SNN_FN double snn_min(double a, double b) { return (a != a || b != b) ? snn_f64_nan() : (a < b ? a : b); }\n"
+    "SNN_FN double snn_max(double a, double b) { return (a != a || b != b) ? snn_f64_nan() : (a > b ? a : b); }\n"
+    "SNN_FN long long snn_mini(long long a, long long b) { return a < b ? a : b; }\n"
+    "SNN_FN long long snn_maxi(long long a, long long b) { return a > b ? a : b; }\n"
+    "SNN_FN long long snn_absi(long long a) { return a < 0 ? -a : a; }\n"
+    "SNN_FN float snn_sigmoidf(float x) { return 1.0f / (1.0f + snn_expf(-x)); }\n"
+    "SNN_FN double snn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }\n"
+    "/* the Philox draws of runtime/philox.h, the same text as the CPU's */\n"
+    "#define RT_PHILOX_FN SNN_FN\n"
+    "#define RT_PHILOX_NO_STDINT\n";
+
+static void
+kernel(Gen *g, int ki)
+{
+    const KProgram *p = g->p;
+    const Kernel *k = &p->kernels[ki];
+    FILE *f = g->f;
+    g->k = k;
+    char sym[160];
+    symbol(sym, sizeof sym, ki, k);
+    bool *used = used_bufs(p, k);
+    const KStmt *grid = grid_loop(k);
+
+    fprintf(f, "\n/* kernel %d: %s%s */\n", ki, k->name ? k->name : "", k->is_step ? " (step)" : "");
+    if (k->what) {
+        /* a comment: no "*" "/" inside */
+        fputs("/* ", f);
+        for (const char *c = k->what; *c; c++)
+            fputc(c[0] == '*' && c[1] == '/' ? '+' : *c, f);
+        fputs(" */\n", f);
+    }
+    fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", SNN_CUDA_BLOCK, sym);
+    for (int b = 0; b < p->nbufs; b++) {
+        if (!used[b]) continue;
+        const KBuf *kb = &p->bufs[b];
+        bool ro = kb->kind == KB_INPUT || kb->kind == KB_WEIGHT;
+        fprintf(f, "%s%s *__restrict__ b%d, ", ro ? "const " : "", mtype(kb->type), b);
+    }
+    fputs("long long B, long long t, const long long *__restrict__ dyn)\n{\n", f);
+    g->depth = 1;
+    indent(g);
+    fputs("(void)B; (void)t; (void)dyn;\n", f);
+    for (int v = 0; v < k->nlocals; v++) {
+        const KLocal *l = &k->locals[v];
+        indent(g);
+        if (l->lanes > 0)
+            fprintf(f, "double v%d[%d];", v, l->lanes);
+        else
+            fprintf(f, "%s v%d = 0;", ctype(l->type), v);
+        fprintf(f, " /* %s */\n", l->name ? l->name : "");
+    }
+    if (grid) {
+        for_loop(g, grid, true);
+    } else {
+        indent(g);
+        fputs("if (blockIdx.x != 0 || threadIdx.x != 0) return;\n", f);
+        stmts(g, k->body, k->nbody);
+    }
+    fputs("}\n", f);
+
+    /* the emulation's entry: every block and thread of a gx x bx launch in turn */
+    int np = 0;
+    for (int b = 0; b < p->nbufs; b++)
+        np += used[b];
+    fprintf(f, "#ifdef SNN_CUDA_EMULATE\n");
+    fprintf(f, "extern \"C\" const int %s%s_nparams = %d;\n", SNN_CUDA_EMU_PREFIX, sym, np + 3);
+    fprintf(f, "extern \"C\" void %s%s(unsigned gx, unsigned bx, void **params)\n{\n",
+            SNN_CUDA_EMU_PREFIX, sym);
+    fputs("    gridDim = snn_dim3{gx, 1, 1};\n    blockDim = snn_dim3{bx, 1, 1};\n", f);
+    fputs("    for (unsigned b_ = 0; b_ < gx; b_++)\n"
+          "        for (unsigned t_ = 0; t_ < bx; t_++) {\n"
+          "            blockIdx = snn_dim3{b_, 0, 0};\n"
+          "            threadIdx = snn_dim3{t_, 0, 0};\n",
+          f);
+    fprintf(f, "            %s(", sym);
+    int i = 0;
+    for (int b = 0; b < p->nbufs; b++)
+        if (used[b]) fprintf(f, "*(%s **)params[%d], ", mtype(p->bufs[b].type), i++);
+    fprintf(f, "*(long long *)params[%d], *(long long *)params[%d], "
+               "*(const long long **)params[%d]);\n",
+            i, i + 1, i + 2);
+    fputs("        }\n}\n#endif\n", f);
+    free(used);
+}
+
+char *
+cuda_gen_source(const KProgram *p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) die("out of memory");
+    Gen g = {.f = f, .p = p};
+    fprintf(f, "/* %s: CUDA C generated by snnc from the kernel IR (--emit=kernel); %d kernels,\n"
+               " * T = %d. Kernel parameters and launches: snnc's runtime/cuda_abi.h. */\n",
+            p->m->name ? p->m->name : "model", p->nkernels, p->timesteps);
+    fputs(prelude, f);
+    fwrite(snn_philox_text, 1, sizeof snn_philox_text, f);
+    for (int ki = 0; ki < p->nkernels; ki++)
+        kernel(&g, ki);
+    if (fclose(f) != 0) die("out of memory");
+    return text;
+}
+
+char *
+cuda_gen_describe(const KProgram *p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) die("out of memory");
+    char *bufs = kir_describe_buffers(p, "cuda_");
+    fputs(bufs, f);
+    free(bufs);
+    for (int ki = 0; ki < p->nkernels; ki++) {
+        const Kernel *k = &p->kernels[ki];
+        char sym[160];
+        symbol(sym, sizeof sym, ki, k);
+        bool *used = used_bufs(p, k);
+        int nb = 0;
+        for (int b = 0; b < p->nbufs; b++)
+            nb += used[b];
+        const KStmt *grid = grid_loop(k);
+        fprintf(f, "cuda_kernel %d %s %d %s %d", ki, sym, k->is_step ? 1 : 0,
+                grid ? "grid" : "single", nb);
+        for (int b = 0; b < p->nbufs; b++)
+            if (used[b]) fprintf(f, " %d", b);
+        if (grid) {
+            rpn(f, grid->hi);
+            rpn(f, grid->lo);
+            fputs(" -\n", f);
+        } else {
+            fputs(" 1\n", f);
+        }
+        free(used);
+    }
+    if (fclose(f) != 0) die("out of memory");
+    return text;
+}

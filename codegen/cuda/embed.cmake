@@ -1,0 +1,5 @@
+# cmake -DIN=file -DOUT=header -DNAME=symbol -P embed.cmake: the file's bytes as a C array (no NUL)
+file(READ ${IN} hex HEX)
+string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
+string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,)" "\\1\n" bytes "${bytes}")
+file(WRITE ${OUT} "/* generated from ${IN} by codegen/cuda/embed.cmake */\nstatic const char ${NAME}[] = {\n${bytes}\n};\n")

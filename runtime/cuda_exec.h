@@ -1,0 +1,37 @@
+/* cuda_exec.h: running a model's CUDA code (runtime/cuda_abi.h) for a session: the module loaded
+ * on one device, one device arena (temporaries at max_batch, weights, input and output staging,
+ * the dyn array), one stream, and one CUDA graph per batch size holding the whole run (memsets and
+ * every kernel launch of the schedule), captured on first use. Calls on one executor must take
+ * turns (the session's lock); any host thread may make them. Nothing prints; runs allocate
+ * nothing on the host. */
+#ifndef SNN_RUNTIME_CUDA_EXEC_H
+#define SNN_RUNTIME_CUDA_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/model_parts.h"
+
+typedef struct RtCudaExec RtCudaExec;
+
+/* The model's CUDA code on device `ordinal` for batches of up to max_batch. SNN_ERR_DEVICE (no
+ * driver, no such device, no image for it, a failed call) or SNN_ERR_MEMORY with one sentence in
+ * err. The model must carry CUDA code (m->ncuda_kernels > 0). */
+snn_status rt_cuda_exec_create(const snn_model *m, int ordinal, int max_batch, RtCudaExec **out,
+                               char *err, size_t errlen);
+void rt_cuda_exec_destroy(RtCudaExec *x); /* NULL is fine */
+
+/* Replace the device weights from packed host f32 arrays (mem[b] for every weight buffer b, as
+ * the CPU session binds them): all of them, or none on failure (the old ones are kept). */
+snn_status rt_cuda_exec_set_weights(RtCudaExec *x, float *const *mem, char *err, size_t errlen);
+
+/* One batch: inputs[i]/outputs[i] host arrays, or device addresses when is_device. Adds each
+ * counted layer's spikes of the batch to counts[l]; *launches the kernel launches the run made,
+ * *graphs the graph launches. */
+snn_status rt_cuda_exec_run(RtCudaExec *x, int64_t first_sample, int batch,
+                            const void *const *inputs, void *const *outputs, bool is_device,
+                            double *counts, int64_t *launches, int64_t *graphs, char *err,
+                            size_t errlen);
+
+#endif

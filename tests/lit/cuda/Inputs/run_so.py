@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Run a model.so through its C ABI (runtime/snn.h) with ctypes, as a program using it would.
+
+run_so.py MODEL.so DEVICE IN.npy OUT.npy
+One input, one output, f32 .npy files ([N, ...] sample-major); one batch of N samples from sample
+0. Prints the model's devices and the session's device; errors are snn_last_error()."""
+import ctypes
+import struct
+import sys
+
+so, device, inp, out = sys.argv[1:5]
+lib = ctypes.CDLL(so)
+for name, res in (("snn_model_get", ctypes.c_void_p), ("snn_model_devices", ctypes.c_char_p),
+                  ("snn_last_error", ctypes.c_char_p), ("snn_session_device", ctypes.c_char_p)):
+    getattr(lib, name).restype = res
+lib.snn_model_devices.argtypes = [ctypes.c_void_p]
+lib.snn_session_device.argtypes = [ctypes.c_void_p]
+lib.snn_session_create.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int,
+                                   ctypes.POINTER(ctypes.c_void_p)]
+lib.snn_run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
+                        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+lib.snn_session_destroy.argtypes = [ctypes.c_void_p]
+
+
+class Info(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int), ("per_step", ctypes.c_int),
+                ("rank", ctypes.c_int), ("dims", ctypes.c_int64 * 8), ("numel", ctypes.c_int64)]
+
+
+def check(status):
+    if status != 0:
+        sys.exit("run_so.py: %s" % lib.snn_last_error().decode())
+
+
+raw = open(inp, "rb").read()
+hlen, = struct.unpack_from("<H", raw, 8)
+header = raw[10:10 + hlen].decode()
+n = int(header.split("'shape': (")[1].split(",")[0].split(")")[0])
+xs = (ctypes.c_float * ((len(raw) - 10 - hlen) // 4)).from_buffer_copy(raw[10 + hlen:])
+
+m = lib.snn_model_get()
+if not m:
+    sys.exit("run_so.py: %s" % lib.snn_last_error().decode())
+print("model devices:", lib.snn_model_devices(m).decode())
+info = Info()
+check(lib.snn_model_output(ctypes.c_void_p(m), 0, ctypes.byref(info)))
+ys = (ctypes.c_float * (n * info.numel))()
+s = ctypes.c_void_p()
+check(lib.snn_session_create(m, device.encode(), n, 1, ctypes.byref(s)))
+print("session device:", lib.snn_session_device(s).decode())
+ins = (ctypes.c_void_p * 1)(ctypes.cast(xs, ctypes.c_void_p))
+outs = (ctypes.c_void_p * 1)(ctypes.cast(ys, ctypes.c_void_p))
+check(lib.snn_run(s, 0, n, ins, outs))
+lib.snn_session_destroy(s)
+lib.snn_model_timesteps.argtypes = [ctypes.c_void_p]
+dims = [n] + ([lib.snn_model_timesteps(m)] if info.per_step else [])
+dims += [info.dims[i] for i in range(info.rank)]
+shape = "(%s,)" % ", ".join(str(d) for d in dims)
+head = "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }" % shape
+head += " " * ((64 - (10 + len(head) + 1) % 64) % 64) + "\n"
+with open(out, "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head.encode() + bytes(ys))
