@@ -1,13 +1,24 @@
-/* snnc_bench: times a model.so through its C ABI the way the peers are timed (bench/cpu/peers.py):
- * one session, a warm-up pass, then the median of repeated passes; and batch-1 latency as the
- * median of single-sample runs. This is the deployment path: what a user of model.so gets.
+/* snnc_bench: times a model.so through its C ABI the way the peers are timed (bench/cpu/peers.py,
+ * bench/gpu/peers.py): one session, a warm-up pass, then the median of repeated passes; and batch-1
+ * latency as the median of single-sample runs. This is the deployment path: what a user of model.so
+ * gets, host arrays in and out.
  *
- *   snnc_bench MODEL.so (--fmnist | --input=X.npy) [--batch=B] [--limit=N] [--repeats=R]
- *              [--threads=T] [--latency-runs=L] [--output=OUT.npy]
+ *   snnc_bench MODEL.so (--fmnist | --input=X.npy) [--device=DEV] [--weights=W.safetensors]
+ *              [--batch=B] [--limit=N] [--repeats=R] [--threads=T] [--latency-runs=L]
+ *              [--output=OUT.npy]
  *
- * Prints one JSON object: images, batch, threads, pass times (s), images_per_s (median pass),
- * latency_b1_ms (median; only with --latency-runs), and writes the first output of the last pass
- * (all samples) to --output. Models with one input and one output. */
+ * --device: what snn_session_create gets ("cpu", the default; "cuda", "cuda:N", "auto"). On a cuda
+ * session the timing is the same: snn_run copies the batch to the device, runs, copies the outputs
+ * back and synchronises before it returns, so a pass's wall time includes those copies.
+ * --weights: snn_session_load_weights_file on every session (for a model.so built with
+ * --no-embed-weights).
+ *
+ * Prints one JSON object: device (snn_session_device), images, batch, threads, pass times (s),
+ * images_per_s (median pass), runs, kernel_launches_per_run and graph_launches_per_run (from
+ * snn_session_stats over the warm-up and timed passes; graph launches null for a library older
+ * than ABI 2), latency_b1_ms (median; only with --latency-runs, with the batch-1 session's runs and
+ * launches as b1_runs, b1_kernel_launches_per_run, b1_graph_launches_per_run), and writes the first
+ * output of the last pass (all samples) to --output. Models with one input and one output. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +30,9 @@
 
 #define SNN_FUNCTIONS(X)                                                                          \
     X(snn_last_error) X(snn_model_get) X(snn_model_input) X(snn_model_output)                     \
-    X(snn_session_create) X(snn_session_destroy) X(snn_run) X(snn_model_timesteps)
+    X(snn_session_create) X(snn_session_destroy) X(snn_run) X(snn_model_timesteps)                \
+    X(snn_abi_version) X(snn_session_stats) X(snn_session_device)                                 \
+    X(snn_session_load_weights_file)
 #define DECLARE(f) static __typeof__(f) *p_##f;
 SNN_FUNCTIONS(DECLARE)
 
@@ -48,14 +61,51 @@ median(double *v, int n)
 static _Noreturn void
 fail(const char *what, const char *msg)
 {
-    fprintf(stderr, "snnc_bench: %s: %s\n", what, msg);
+    /* the runtime's messages start with the function's name already */
+    if (!strncmp(msg, what, strlen(what)) && msg[strlen(what)] == ':')
+        fprintf(stderr, "snnc_bench: %s\n", msg);
+    else
+        fprintf(stderr, "snnc_bench: %s: %s\n", what, msg);
     exit(1);
+}
+
+/* A session on `device` with the weights of --weights, if given. */
+static snn_session *
+open_session(const snn_model *m, const char *lib, const char *device, long batch, long threads,
+             const char *weights)
+{
+    snn_session *s;
+    if (p_snn_session_create(m, device, (int)batch, (int)threads, &s))
+        fail(lib, p_snn_last_error());
+    if (weights && p_snn_session_load_weights_file(s, weights)) fail(weights, p_snn_last_error());
+    return s;
+}
+
+/* Prints `, "PREFIXkernel_launches_per_run": K, "PREFIXgraph_launches_per_run": G` from the
+ * session's stats (every run since it was created). The stats struct is read into a larger zeroed
+ * buffer: a library older than ABI 2 writes a shorter struct without graph_launches. */
+static void
+print_launches(snn_session *s, const char *prefix)
+{
+    union {
+        snn_stats st;
+        unsigned char pad[512];
+    } u;
+    memset(&u, 0, sizeof u);
+    if (p_snn_session_stats(s, &u.st)) fail("snn_session_stats", p_snn_last_error());
+    double runs = u.st.runs > 0 ? (double)u.st.runs : 1.0;
+    printf(", \"%sruns\": %lld, \"%skernel_launches_per_run\": %.2f", prefix, (long long)u.st.runs,
+           prefix, (double)u.st.kernel_launches / runs);
+    if (p_snn_abi_version() >= 2)
+        printf(", \"%sgraph_launches_per_run\": %.2f", prefix, (double)u.st.graph_launches / runs);
+    else
+        printf(", \"%sgraph_launches_per_run\": null", prefix);
 }
 
 int
 main(int argc, char **argv)
 {
-    const char *lib = NULL, *input = NULL, *output = NULL;
+    const char *lib = NULL, *input = NULL, *output = NULL, *device = "cpu", *weights = NULL;
     int is_fmnist = 0;
     long batch = 256, limit = -1, repeats = 5, threads = 2, lat_runs = 0;
     for (int i = 1; i < argc; i++) {
@@ -68,14 +118,19 @@ main(int argc, char **argv)
         else if (!strncmp(a, "--threads=", 10)) threads = strtol(a + 10, NULL, 10);
         else if (!strncmp(a, "--latency-runs=", 15)) lat_runs = strtol(a + 15, NULL, 10);
         else if (!strncmp(a, "--output=", 9)) output = a + 9;
+        else if (!strncmp(a, "--device=", 9)) device = a + 9;
+        else if (!strncmp(a, "--weights=", 10)) weights = a + 10;
         else if (!lib && a[0] != '-') lib = a;
         else fail(a, "unknown option");
     }
     if (!lib || (!input == !is_fmnist) || batch < 1 || repeats < 1 || threads < 0)
-        fail("usage", "snnc_bench MODEL.so (--fmnist | --input=X.npy) [--batch=B] [--limit=N] "
-                      "[--repeats=R] [--threads=T] [--latency-runs=L] [--output=OUT.npy]");
+        fail("usage", "snnc_bench MODEL.so (--fmnist | --input=X.npy) [--device=DEV] "
+                      "[--weights=W.safetensors] [--batch=B] [--limit=N] [--repeats=R] "
+                      "[--threads=T] [--latency-runs=L] [--output=OUT.npy]");
 
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    char libpath[4096]; /* dlopen searches the library path for a name without a slash */
+    snprintf(libpath, sizeof libpath, "%s%s", strchr(lib, '/') ? "" : "./", lib);
+    void *h = dlopen(libpath, RTLD_NOW | RTLD_LOCAL);
     if (!h) fail(lib, dlerror());
 #define LOOKUP(f)                                                                                 \
     if (!(*(void **)&p_##f = dlsym(h, #f))) fail(lib, "missing " #f);
@@ -97,8 +152,7 @@ main(int argc, char **argv)
         fail("input", "no samples, or not of the model's input shape");
     if (batch > n) batch = n;
 
-    snn_session *s;
-    if (p_snn_session_create(m, "cpu", (int)batch, (int)threads, &s)) fail(lib, p_snn_last_error());
+    snn_session *s = open_session(m, lib, device, batch, threads, weights);
     float *y = malloc((size_t)n * (size_t)out_info.numel * sizeof *y);
     if (!y) fail("memory", "out of memory");
     double *pass = calloc((size_t)repeats, sizeof *pass);
@@ -113,14 +167,15 @@ main(int argc, char **argv)
         if (r >= 0) pass[r] = now() - t0;
     }
     double pass_s = median(pass, (int)repeats);
-    printf("{\"images\": %ld, \"batch\": %ld, \"threads\": %ld, \"repeats\": %ld, "
-           "\"pass_seconds\": [", n, batch, threads, repeats);
+    printf("{\"device\": \"%s\", \"images\": %ld, \"batch\": %ld, \"threads\": %ld, "
+           "\"repeats\": %ld, \"pass_seconds\": [", p_snn_session_device(s), n, batch, threads,
+           repeats);
     for (long r = 0; r < repeats; r++)
         printf("%s%.6f", r ? ", " : "", pass[r]);
     printf("], \"median_pass_s\": %.6f, \"images_per_s\": %.1f", pass_s, (double)n / pass_s);
+    print_launches(s, "");
     if (lat_runs > 0) {
-        snn_session *s1;
-        if (p_snn_session_create(m, "cpu", 1, (int)threads, &s1)) fail(lib, p_snn_last_error());
+        snn_session *s1 = open_session(m, lib, device, 1, threads, weights);
         double *lat = calloc((size_t)lat_runs, sizeof *lat);
         for (long i = -5; i < lat_runs; i++) { /* five warm-up runs */
             long k = (i < 0 ? -i : i) % n;
@@ -132,6 +187,7 @@ main(int argc, char **argv)
         }
         printf(", \"latency_b1_ms\": %.4f, \"latency_runs\": %ld", 1e3 * median(lat, (int)lat_runs),
                lat_runs);
+        print_launches(s1, "b1_");
         free(lat);
         p_snn_session_destroy(s1);
     }
