@@ -46,6 +46,10 @@ typedef struct KBuf {
     /* KB_TEMP: every element the run uses is stored before it is loaded, so the binders need not
      * zero it before a run (the kernel IR's temporaries otherwise start at zero) */
     bool is_written_first;
+    /* KB_TEMP of a KTARGET_GPU program: a spike-count buffer that keeps totals across runs (each
+     * run adds to it); a run starts it at zero like any temporary, but a session zeroes it only
+     * when it starts and when its counts are reset, and reads it only when they are asked for */
+    bool is_accumulator;
 } KBuf;
 
 typedef enum {
@@ -154,7 +158,9 @@ typedef struct Kernel {
 /* Spike statistics: neuron layer `value` (an OP_NEURON node without an output expression, the layers
  * interp_run counts) leaves its per-neuron spike counts of the batch, sum over t of |spike|, in
  * KB_TEMP buffer `buf` (i64 [B*n], written by the layer's kernel: once after its t loop, or at every
- * step in a recurrent region). The run functions add the sum of each buffer to spike_counts[value]. */
+ * step in a recurrent region). The run functions add the sum of each buffer to spike_counts[value].
+ * For KTARGET_GPU the buffer is an accumulator (KBuf.is_accumulator): the kernel adds the batch's
+ * counts to what the buffer holds, so a GPU session sums it only when asked. */
 typedef struct KStat {
     ValueId value;
     int buf;

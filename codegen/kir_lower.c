@@ -334,7 +334,8 @@ add_buf(Lower *lw, const char *name, KType t, KSize size, KBufKind kind, int io,
     /* buffers are added before any kernel refers to them by index, in a few rounds: grow by one */
     p->bufs = arena_grow(&p->arena, p->bufs, (size_t)p->nbufs * sizeof *p->bufs,
                          (size_t)(p->nbufs + 1) * sizeof *p->bufs);
-    p->bufs[p->nbufs] = (KBuf){arena_strdup(&p->arena, name), t, size, kind, io, v, 0, {0}, false};
+    p->bufs[p->nbufs] = (KBuf){.name = arena_strdup(&p->arena, name), .type = t, .size = size,
+                               .kind = kind, .io = io, .value = v};
     return p->nbufs++;
 }
 
@@ -1587,8 +1588,11 @@ count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr 
     KProgram *p = lw->p;
     int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)), KT_I64,
                       (KSize){lw->vs[v].numel, 0}, KB_TEMP, -1, -1);
-    /* every neuron j stores its count; a recurrent region's step 0 starts from 0, not a load */
-    p->bufs[buf].is_written_first = true;
+    /* every neuron j stores its count; a recurrent region's step 0 starts from 0, not a load. On
+     * the GPU the count starts from what the buffer holds: it accumulates across runs */
+    bool is_acc = p->target == KTARGET_GPU;
+    p->bufs[buf].is_written_first = !is_acc;
+    p->bufs[buf].is_accumulator = is_acc;
     int cnt = local(lw, "nspikes", KT_I64);
     p->stats = arena_grow(&p->arena, p->stats, (size_t)p->nstats * sizeof *p->stats,
                           (size_t)(p->nstats + 1) * sizeof *p->stats);
@@ -1597,14 +1601,22 @@ count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr 
         /* before the t loop: c's last statement is ft */
         KStmt *init = st_new(lw, KS_ASSIGN);
         init->var = cnt;
-        init->a = ci(lw, 0);
+        init->a = is_acc ? kx_load(p, buf, jv) : ci(lw, 0);
         (*c.arr)[*c.n - 1] = init;
         put(lw, c, ft);
     } else {
-        KStmt *first = s_if(lw, c, bin(lw, KB_EQ, kx_kind(p, KX_STEP), ci(lw, 0)));
-        s_assign(lw, body(first), cnt, ci(lw, 0));
-        s_assign(lw, els(first), cnt, kx_load(p, buf, jv));
-        /* the reload must come before the step's statements: move the if to the front of c */
+        KStmt *first;
+        if (is_acc) {
+            first = st_new(lw, KS_ASSIGN);
+            first->var = cnt;
+            first->a = kx_load(p, buf, jv);
+            put(lw, c, first);
+        } else {
+            first = s_if(lw, c, bin(lw, KB_EQ, kx_kind(p, KX_STEP), ci(lw, 0)));
+            s_assign(lw, body(first), cnt, ci(lw, 0));
+            s_assign(lw, els(first), cnt, kx_load(p, buf, jv));
+        }
+        /* the reload must come before the step's statements: move it to the front of c */
         KStmt **arr = *c.arr;
         memmove(arr + 1, arr, (size_t)(*c.n - 1) * sizeof *arr);
         arr[0] = first;

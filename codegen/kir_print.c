@@ -388,6 +388,8 @@ kir_print(FILE *f, const KProgram *p)
                 fprintf(f, " spikes %d", (int)p->stats[s].value);
         if (kb->is_written_first)
             fputs(" written-first", f); /* not zeroed before a run */
+        if (kb->is_accumulator)
+            fputs(" accumulates", f); /* totals across runs (GPU spike counts) */
         fputc('\n', f);
     }
     for (int i = 0; i < p->nkernels;) {

@@ -7,12 +7,18 @@
  *   extern "C" __global__ void SYMBOL(T0 *b0, ..., Tn-1 *bn-1, long long B, long long t,
  *                                     const long long *dyn)
  *
- * b0..bn-1: the device addresses of the program buffers the kernel uses, in increasing buffer
- * index (element types as in the kernel IR: float, double, long long, unsigned char (u8 and bool),
- * signed char); B the batch; t the step (0 for kernels outside the step loop); dyn a device array
- * of SNN_CUDA_DYN_COUNT int64 values the runtime writes before each run (dyn[SNN_CUDA_DYN_SAMPLE_
- * BASE]: the first sample's global index, which keys the Poisson encoder). Values that change from
- * run to run are read through dyn so that one captured graph serves every run of a batch size.
+ * b0..bn-1: the device addresses of the program buffers the kernel uses other than inputs and
+ * outputs, in increasing buffer index (element types as in the kernel IR: float, double, long
+ * long, unsigned char (u8 and bool), signed char); B the batch; t the step (0 for kernels outside
+ * the step loop); dyn a device array of int64 values the runtime writes before each run:
+ * dyn[SNN_CUDA_DYN_SAMPLE_BASE] the first sample's global index (it keys the Poisson encoder), and
+ * dyn[SNN_CUDA_DYN_IO + k] the address of the k-th input or output buffer (the program's buffers
+ * of kind input or output, in buffer order): the runtime's staging memory, or the caller's device
+ * memory (snn_run_device), which the kernels then read and write in place. Values that change
+ * from run to run are read through dyn so that one captured graph serves every run of a batch
+ * size. The spike-count buffers of the GPU program accumulate (ZERO field 2 of their cuda_buf
+ * record): each run adds to them; the runtime zeroes them when a session starts and when its
+ * counts are reset, and reads them when the counts are asked for.
  *
  * Launch geometry, given by the kernel's record in the metadata:
  *   grid:   the kernel is one parallel loop of WORK iterations, walked grid-stride, so any grid
@@ -50,8 +56,8 @@
 #define SNN_RUNTIME_CUDA_ABI_H
 
 #define SNN_CUDA_BLOCK 256
-#define SNN_CUDA_DYN_COUNT 2
 #define SNN_CUDA_DYN_SAMPLE_BASE 0
+#define SNN_CUDA_DYN_IO 1 /* then one slot per input/output buffer */
 #define SNN_CUDA_EMU_PREFIX "snnk_emu_"
 
 /* NVRTC options every compile uses (then --gpu-architecture). --fmad=false: a*b+c is two roundings,

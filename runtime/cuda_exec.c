@@ -2,8 +2,10 @@
  * exact compute capability, else PTX the driver compiles), allocates one device arena and one
  * stream; the first run of each batch size B captures the whole run into a CUDA graph (the zeroing
  * memsets, then the schedule as the kernel IR says: static kernels once, each run of consecutive
- * step kernels inside one loop t = 0..T-1); every run then copies inputs in, writes the dyn array,
- * launches that graph, copies outputs and spike counts out and synchronizes once. Every buffer
+ * step kernels inside one loop t = 0..T-1); every run then copies host inputs in (device inputs
+ * and outputs are used in place), writes the dyn array (the sample base and the input and output
+ * addresses), launches that graph, copies host outputs out and synchronizes once. Spike counts
+ * accumulate on the device and are read only when asked for. Every buffer
  * stays at one device address for the executor's life, so a graph serves every run of its B.
  * Every CUresult is checked; the context is pushed around each use so any thread can call. */
 #include <stdio.h>
@@ -28,11 +30,13 @@ struct RtCudaExec {
     CUstream stream;
     CUdeviceptr arena;
     CUdeviceptr *addr;    /* [nbufs] every buffer's device address (inputs/outputs: staging) */
-    CUdeviceptr dyn;      /* SNN_CUDA_DYN_COUNT int64 */
+    CUdeviceptr dyn;      /* ndyn int64 */
+    int ndyn;             /* SNN_CUDA_DYN_IO + the input and output buffers */
+    int *dyn_slot;        /* [nbufs] an input or output buffer's dyn slot, else -1 */
     size_t weight_bytes;  /* the weights: one region at the arena's start */
     CUgraphExec *graphs;  /* [max_batch + 1] by B, NULL until captured */
     int64_t *nlaunches;   /* [max_batch + 1] kernel launches in graphs[B] */
-    int64_t *dyn_host;    /* [SNN_CUDA_DYN_COUNT] what a run copies to dyn */
+    int64_t *dyn_host;    /* [ndyn] what a run copies to dyn */
     int64_t *count_host;  /* every counted layer's i64 buffer at max_batch, one after another */
     size_t *count_off;    /* [nlayers] element offsets in count_host */
     uint64_t *param_vals; /* [max NB + 3] a launch's parameter values (the driver copies them) */
@@ -105,6 +109,7 @@ rt_cuda_exec_destroy(RtCudaExec *x)
     free(x->graphs);
     free(x->nlaunches);
     free(x->dyn_host);
+    free(x->dyn_slot);
     free(x->count_host);
     free(x->count_off);
     free(x->param_vals);
@@ -172,6 +177,20 @@ load_module(RtCudaExec *x, char *err, size_t errlen)
     return true;
 }
 
+/* the spike-count accumulators to zero (the context is current) */
+static bool
+zero_counts(RtCudaExec *x, char *err, size_t errlen)
+{
+    const snn_model *m = x->m;
+    for (int l = 0; l < m->nlayers; l++) {
+        int b = m->cuda_layers[l].buf;
+        const RtBuf *kb = &m->cuda_bufs[b];
+        if (!CU(cuMemsetD8Async, x->addr[b], 0, buf_elems(kb, x->max_batch) * kb->elem, x->stream))
+            return false;
+    }
+    return CU(cuStreamSynchronize, x->stream);
+}
+
 snn_status
 rt_cuda_exec_create(const snn_model *m, int ordinal, int max_batch, RtCudaExec **out, char *err,
                     size_t errlen)
@@ -217,11 +236,18 @@ rt_cuda_exec_create(const snn_model *m, int ordinal, int max_batch, RtCudaExec *
     x->addr = calloc((size_t)m->ncuda_bufs + 1, sizeof *x->addr);
     x->graphs = calloc((size_t)max_batch + 1, sizeof *x->graphs);
     x->nlaunches = calloc((size_t)max_batch + 1, sizeof *x->nlaunches);
-    x->dyn_host = calloc(SNN_CUDA_DYN_COUNT, sizeof *x->dyn_host);
+    x->dyn_slot = calloc((size_t)m->ncuda_bufs + 1, sizeof *x->dyn_slot);
+    x->ndyn = SNN_CUDA_DYN_IO;
+    for (int b = 0; x->dyn_slot && b < m->ncuda_bufs; b++) {
+        RtBufKind k = m->cuda_bufs[b].kind;
+        x->dyn_slot[b] = k == RT_BUF_INPUT || k == RT_BUF_OUTPUT ? x->ndyn++ : -1;
+    }
+    x->dyn_host = calloc((size_t)x->ndyn, sizeof *x->dyn_host);
     x->count_host = calloc(ncounts + 1, sizeof *x->count_host);
     x->param_vals = calloc((size_t)max_params, sizeof *x->param_vals);
     x->params = calloc((size_t)max_params, sizeof *x->params);
-    if (!x->count_off || !x->fns || !x->addr || !x->graphs || !x->nlaunches || !x->dyn_host ||
+    if (!x->count_off || !x->fns || !x->addr || !x->graphs || !x->nlaunches || !x->dyn_slot ||
+        !x->dyn_host ||
         !x->count_host || !x->param_vals || !x->params) {
         snprintf(err, errlen, "out of memory for a CUDA session of batch %d", max_batch);
         st = SNN_ERR_MEMORY;
@@ -256,7 +282,7 @@ rt_cuda_exec_create(const snn_model *m, int ordinal, int max_batch, RtCudaExec *
         if (pass == 0) x->weight_bytes = total;
     }
     size_t dyn_off = total;
-    total += align_up(SNN_CUDA_DYN_COUNT * sizeof(int64_t));
+    total += align_up((size_t)x->ndyn * sizeof(int64_t));
 
     if (!CU(cuDevicePrimaryCtxRetain, &x->ctx, x->dev)) {
         x->ctx = NULL;
@@ -284,6 +310,7 @@ rt_cuda_exec_create(const snn_model *m, int ordinal, int max_batch, RtCudaExec *
         for (int b = 0; b < m->ncuda_bufs; b++)
             x->addr[b] = x->arena + off[b];
         x->dyn = x->arena + dyn_off;
+        is_ok = zero_counts(x, err, errlen);
     }
     free(off);
     if (!is_ok) {
@@ -458,8 +485,8 @@ is_device_memory(RtCudaExec *x, const void *p)
 
 snn_status
 rt_cuda_exec_run(RtCudaExec *x, int64_t first_sample, int batch, const void *const *inputs,
-                 void *const *outputs, bool is_device, double *counts, int64_t *launches,
-                 int64_t *graphs, char *err, size_t errlen)
+                 void *const *outputs, bool is_device, int64_t *launches, int64_t *graphs,
+                 char *err, size_t errlen)
 {
     const snn_model *m = x->m;
     x->last = CUDA_SUCCESS;
@@ -478,32 +505,29 @@ rt_cuda_exec_run(RtCudaExec *x, int64_t first_sample, int batch, const void *con
         }
     }
     bool is_ok = x->graphs[batch] || capture(x, batch, err, errlen);
-    bool is_queued = false; /* copies into the caller's memory may be under way */
+    bool is_queued = false; /* copies from the caller's memory may be under way */
     x->dyn_host[SNN_CUDA_DYN_SAMPLE_BASE] = first_sample;
     for (int b = 0; is_ok && b < m->ncuda_bufs; b++) {
         const RtBuf *kb = &m->cuda_bufs[b];
-        if (kb->kind != RT_BUF_INPUT) continue;
-        size_t bytes = buf_elems(kb, batch) * kb->elem;
+        if (x->dyn_slot[b] < 0) continue;
+        bool is_in = kb->kind == RT_BUF_INPUT;
+        const void *user = is_in ? inputs[kb->io] : outputs[kb->io];
+        /* device memory is read and written in place; host arrays go through staging */
+        x->dyn_host[x->dyn_slot[b]] = (int64_t)(is_device ? (CUdeviceptr)(uintptr_t)user : x->addr[b]);
+        if (is_device || !is_in) continue;
         is_queued = true;
-        is_ok = is_device ? CU(cuMemcpyDtoDAsync_v2, x->addr[b],
-                               (CUdeviceptr)(uintptr_t)inputs[kb->io], bytes, x->stream)
-                          : CU(cuMemcpyHtoDAsync_v2, x->addr[b], inputs[kb->io], bytes, x->stream);
+        is_ok = CU(cuMemcpyHtoDAsync_v2, x->addr[b], user, buf_elems(kb, batch) * kb->elem,
+                   x->stream);
     }
     is_ok = is_ok && CU(cuMemcpyHtoDAsync_v2, x->dyn, x->dyn_host,
-                        SNN_CUDA_DYN_COUNT * sizeof *x->dyn_host, x->stream) &&
+                        (size_t)x->ndyn * sizeof *x->dyn_host, x->stream) &&
             CU(cuGraphLaunch, x->graphs[batch], x->stream);
-    for (int b = 0; is_ok && b < m->ncuda_bufs; b++) {
+    is_queued = is_queued || is_ok;
+    for (int b = 0; is_ok && !is_device && b < m->ncuda_bufs; b++) {
         const RtBuf *kb = &m->cuda_bufs[b];
         if (kb->kind != RT_BUF_OUTPUT) continue;
-        size_t bytes = buf_elems(kb, batch) * kb->elem;
-        is_ok = is_device ? CU(cuMemcpyDtoDAsync_v2, (CUdeviceptr)(uintptr_t)outputs[kb->io],
-                               x->addr[b], bytes, x->stream)
-                          : CU(cuMemcpyDtoHAsync_v2, outputs[kb->io], x->addr[b], bytes, x->stream);
-    }
-    for (int l = 0; is_ok && l < m->nlayers; l++) {
-        const RtBuf *kb = &m->cuda_bufs[m->cuda_layers[l].buf];
-        is_ok = CU(cuMemcpyDtoHAsync_v2, x->count_host + x->count_off[l],
-                   x->addr[m->cuda_layers[l].buf], buf_elems(kb, batch) * kb->elem, x->stream);
+        is_ok = CU(cuMemcpyDtoHAsync_v2, outputs[kb->io], x->addr[b],
+                   buf_elems(kb, batch) * kb->elem, x->stream);
     }
     is_ok = is_ok && CU(cuStreamSynchronize, x->stream);
     if (!is_ok) {
@@ -513,15 +537,53 @@ rt_cuda_exec_run(RtCudaExec *x, int64_t first_sample, int batch, const void *con
         return x->last == CUDA_SUCCESS ? SNN_ERR_STATE : cu_status(x);
     }
     if (!pop(x, err, errlen)) return cu_status(x);
-    for (int l = 0; l < m->nlayers; l++) {
-        const int64_t *c = x->count_host + x->count_off[l];
-        size_t n = buf_elems(&m->cuda_bufs[m->cuda_layers[l].buf], batch);
-        int64_t sum = 0;
-        for (size_t i = 0; i < n; i++)
-            sum += c[i];
-        counts[l] += (double)sum;
-    }
     *launches = x->nlaunches[batch];
     *graphs = 1;
     return SNN_OK;
+}
+
+snn_status
+rt_cuda_exec_counts(RtCudaExec *x, double *counts, char *err, size_t errlen)
+{
+    const snn_model *m = x->m;
+    x->last = CUDA_SUCCESS;
+    if (!push(x, err, errlen)) return cu_status(x);
+    bool is_ok = true;
+    for (int l = 0; is_ok && l < m->nlayers; l++) {
+        int b = m->cuda_layers[l].buf;
+        const RtBuf *kb = &m->cuda_bufs[b];
+        is_ok = CU(cuMemcpyDtoHAsync_v2, x->count_host + x->count_off[l], x->addr[b],
+                   buf_elems(kb, x->max_batch) * kb->elem, x->stream);
+    }
+    is_ok = is_ok && CU(cuStreamSynchronize, x->stream);
+    if (!is_ok) {
+        x->drv->cuStreamSynchronize(x->stream);
+        CUcontext popped;
+        x->drv->cuCtxPopCurrent_v2(&popped);
+        return cu_status(x);
+    }
+    if (!pop(x, err, errlen)) return cu_status(x);
+    /* integers below 2^53 in total: exact in double, in any order */
+    for (int l = 0; l < m->nlayers; l++) {
+        const int64_t *c = x->count_host + x->count_off[l];
+        size_t n = buf_elems(&m->cuda_bufs[m->cuda_layers[l].buf], x->max_batch);
+        int64_t sum = 0;
+        for (size_t i = 0; i < n; i++)
+            sum += c[i];
+        counts[l] = (double)sum;
+    }
+    return SNN_OK;
+}
+
+snn_status
+rt_cuda_exec_reset_counts(RtCudaExec *x, char *err, size_t errlen)
+{
+    x->last = CUDA_SUCCESS;
+    if (!push(x, err, errlen)) return cu_status(x);
+    if (!zero_counts(x, err, errlen)) {
+        CUcontext popped;
+        x->drv->cuCtxPopCurrent_v2(&popped);
+        return cu_status(x);
+    }
+    return pop(x, err, errlen) ? SNN_OK : cu_status(x);
 }

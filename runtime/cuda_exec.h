@@ -26,12 +26,14 @@ void rt_cuda_exec_destroy(RtCudaExec *x); /* NULL is fine */
  * the CPU session binds them): all of them, or none on failure (the old ones are kept). */
 snn_status rt_cuda_exec_set_weights(RtCudaExec *x, float *const *mem, char *err, size_t errlen);
 
-/* One batch: inputs[i]/outputs[i] host arrays, or device addresses when is_device. Adds each
- * counted layer's spikes of the batch to counts[l]; *launches the kernel launches the run made,
- * *graphs the graph launches. */
+/* One batch: inputs[i]/outputs[i] host arrays, or device addresses when is_device (read and
+ * written in place by the kernels). The counted layers' spikes are added on the device;
+ * *launches the kernel launches the run made, *graphs the graph launches. */
 snn_status rt_cuda_exec_run(RtCudaExec *x, int64_t first_sample, int batch,
                             const void *const *inputs, void *const *outputs, bool is_device,
-                            double *counts, int64_t *launches, int64_t *graphs, char *err,
-                            size_t errlen);
+                            int64_t *launches, int64_t *graphs, char *err, size_t errlen);
+/* counts[l]: every spike of counted layer l since the executor began or its counts were reset */
+snn_status rt_cuda_exec_counts(RtCudaExec *x, double *counts, char *err, size_t errlen);
+snn_status rt_cuda_exec_reset_counts(RtCudaExec *x, char *err, size_t errlen);
 
 #endif

@@ -6,7 +6,9 @@
  *   input NAME PER_STEP RANK DIMS...   output NAME PER_STEP RANK DIMS...   weight NAME RANK DIMS...
  *   layer NAME BUF                     a counted spiking layer and its i64 spike-count buffer
  *   buf NAME KIND TYPE PER_BATCH FIXED IO NPERM PERM... ZERO   buffer i of the program, in order;
- *                                      ZERO 0: every element is stored before it is loaded
+ *                                      ZERO 0: every element is stored before it is loaded;
+ *                                      1: zeroed before every run; 2 (cuda_buf only): a spike
+ *                                      count that accumulates across runs
  *   cuda_layer NAME BUF   cuda_buf ...  as layer and buf, for the CUDA program (its own buffers)
  *   cuda_kernel I SYMBOL STEP MODE NB B0 ... WORK...   cuda_image FORMAT ARCH OFFSET SIZE
  *                                      CUDA code (runtime/cuda_abi.h), optional
@@ -269,8 +271,9 @@ parse_buf(Parser *ps, RtBuf *b)
     for (int d = 0; d < b->nperm; d++)
         b->perm[d] = (int)number(ps);
     int64_t zero = number(ps);
-    if (zero != 0 && zero != 1) ps->is_bad = true;
+    if (zero < 0 || zero > 2) ps->is_bad = true;
     b->needs_zero = zero == 1;
+    b->is_accumulator = zero == 2;
 }
 
 static bool
@@ -423,6 +426,16 @@ program_check(const snn_model *m, const RtBuf *bufs, int nbufs, const RtLayer *l
         if (b < 0 || b >= nbufs || bufs[b].kind != RT_BUF_TEMP || bufs[b].type != RT_ELEM_I64)
             return false;
     }
+    /* accumulators are spike counts of a CUDA program (those of the CUDA records, or of the
+     * program a model made for CUDA alone describes), and the CUDA records' counts all are */
+    bool is_cuda = bufs == m->cuda_bufs;
+    for (int i = 0; i < nbufs; i++) {
+        bool is_layer = false;
+        for (int l = 0; l < nlayers; l++)
+            is_layer |= layers[l].buf == i;
+        if (bufs[i].is_accumulator && (!is_layer || (!is_cuda && m->entry))) return false;
+        if (is_cuda && is_layer && !bufs[i].is_accumulator) return false;
+    }
     return true;
 }
 
@@ -441,15 +454,15 @@ cuda_check(const snn_model *m, char *why, size_t n)
         snprintf(why, n, "it has cuda_kernel records but no cuda_image");
         return false;
     }
+    if (m->ncuda_layers != m->nlayers) {
+        snprintf(why, n, "it has %d cuda_layer records for %d layers", m->ncuda_layers,
+                 m->nlayers);
+        return false;
+    }
     /* the kernels are all there: as many records as indices, each index once */
     if (!program_check(m, m->cuda_bufs, m->ncuda_bufs, m->cuda_layers, m->ncuda_layers)) {
         snprintf(why, n, "its cuda_buf or cuda_layer records do not fit its inputs, outputs, "
                          "weights or counted layers");
-        return false;
-    }
-    if (m->ncuda_layers != m->nlayers) {
-        snprintf(why, n, "it has %d cuda_layer records for %d layers", m->ncuda_layers,
-                 m->nlayers);
         return false;
     }
     for (int l = 0; l < m->nlayers; l++)
@@ -579,6 +592,7 @@ rt_model_parse(snn_model *m, const char *text, SnnkEntryFn entry, const void *we
     }
     char why[256] = "";
     const char *rest = ps.p + strspn(ps.p, " \n");
+    m->entry = entry; /* program_check asks whether the model has CPU code */
     if (abi != SNNK_ABI_VERSION) {
         snprintf(err, errlen, "the model's description is for runtime ABI %lld, this runtime is %d",
                  abi, SNNK_ABI_VERSION);

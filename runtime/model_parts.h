@@ -29,6 +29,7 @@ typedef struct RtBuf {
     int nperm;
     int perm[SNN_MAX_RANK];
     bool needs_zero;    /* temporaries: zeroed before every run */
+    bool is_accumulator; /* cuda_buf spike counts (ZERO 2): each run adds; zeroed by the session */
 } RtBuf;
 
 typedef struct RtLayer {

@@ -595,8 +595,7 @@ run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device)
     if (s->cuda) {
         char msg[512];
         snn_status st = rt_cuda_exec_run(s->cuda, first_sample, batch, s->in_ptrs, s->out_ptrs,
-                                         is_device, s->counts, &launches, &graphs, msg,
-                                         sizeof msg);
+                                         is_device, &launches, &graphs, msg, sizeof msg);
         if (st != SNN_OK) {
             pthread_mutex_unlock(&s->lock);
             return fail(st, "%s", msg);
@@ -688,9 +687,13 @@ snn_session_spike_counts(snn_session *s, double *counts, int n)
         return fail(SNN_ERR_ARGUMENT, "snn_session_spike_counts: n is %d, the model has %d "
                                       "counted layers", n, s->m->nlayers);
     pthread_mutex_lock(&s->lock);
-    memcpy(counts, s->counts, (size_t)n * sizeof *counts);
+    snn_status st = SNN_OK;
+    char msg[512];
+    if (s->cuda) /* counted on the device: read when asked */
+        st = rt_cuda_exec_counts(s->cuda, s->counts, msg, sizeof msg);
+    if (st == SNN_OK) memcpy(counts, s->counts, (size_t)n * sizeof *counts);
     pthread_mutex_unlock(&s->lock);
-    return SNN_OK;
+    return st == SNN_OK ? SNN_OK : fail(st, "snn_session_spike_counts: %s", msg);
 }
 
 snn_status
@@ -709,10 +712,15 @@ snn_session_reset_stats(snn_session *s)
 {
     if (!s) return fail(SNN_ERR_ARGUMENT, "snn_session_reset_stats: session is NULL");
     pthread_mutex_lock(&s->lock);
-    memset(&s->stats, 0, sizeof s->stats);
-    memset(s->counts, 0, (size_t)s->m->nlayers * sizeof *s->counts);
+    snn_status st = SNN_OK;
+    char msg[512];
+    if (s->cuda) st = rt_cuda_exec_reset_counts(s->cuda, msg, sizeof msg);
+    if (st == SNN_OK) {
+        memset(&s->stats, 0, sizeof s->stats);
+        memset(s->counts, 0, (size_t)s->m->nlayers * sizeof *s->counts);
+    }
     pthread_mutex_unlock(&s->lock);
-    return SNN_OK;
+    return st == SNN_OK ? SNN_OK : fail(st, "snn_session_reset_stats: %s", msg);
 }
 
 int

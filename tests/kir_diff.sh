@@ -4,7 +4,8 @@
 # when the build has LLVM the compiled CPU code (--backend=cpu), and when a CUDA device answers (a GPU,
 # or tests/cuda_emu's stand-in named by SNN_CUDA_DRIVER/SNN_NVRTC) the CUDA backend, on the same
 # inputs and requires identical outputs, bit for bit. SNN_DIFF_REQUIRE=cuda: the CUDA backend alone,
-# skipped (77) without a device. Models without an input file get generated inputs
+# skipped (77) without a device; SNN_DIFF_WRAP: a command the CUDA runs go through (compute-sanitizer
+# --tool memcheck --error-exitcode 1, on a GPU). Models without an input file get generated inputs
 # (tests/lit/Inputs/mknpy.py); fmnist_conv, slow in both, runs on 2 samples. Batches of 2 make the
 # Poisson keys cross batch boundaries (sample_base). Also checks that --emit=kernel prints.
 # Usage: kir_diff.sh SNNC NPYCMP SOURCE_ROOT WORK_DIR
@@ -51,7 +52,9 @@ check() { # NAME MODEL INPUT [extra args...]
   fi
   for be in "${backends[@]}"; do
     b="$work/$name.$be.npz"
-    if "$snnc" --run "$model" --input="$input" --backend="$be" --output="$b" -q "$@" 2>>"$work/$name.log" &&
+    local wrap=()
+    [ "$be" = cuda ] && [ -n "${SNN_DIFF_WRAP:-}" ] && read -r -a wrap <<<"$SNN_DIFF_WRAP"
+    if "${wrap[@]}" "$snnc" --run "$model" --input="$input" --backend="$be" --output="$b" -q "$@" 2>>"$work/$name.log" &&
        "$npycmp" --exact '*' "$b" "$a" >>"$work/$name.log" 2>&1; then
       pass=$((pass + 1))
     else

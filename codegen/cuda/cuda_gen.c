@@ -482,6 +482,24 @@ used_bufs(const KProgram *p, const Kernel *k)
     return used;
 }
 
+/* Inputs and outputs are not kernel parameters: their addresses are read from the dyn array (slot
+ * SNN_CUDA_DYN_IO + their rank among the program's input and output buffers), so that one graph
+ * serves any caller's device memory (runtime/cuda_abi.h). */
+static bool
+is_io(const KBuf *b)
+{
+    return b->kind == KB_INPUT || b->kind == KB_OUTPUT;
+}
+
+static int
+io_slot(const KProgram *p, int buf)
+{
+    int slot = SNN_CUDA_DYN_IO;
+    for (int b = 0; b < buf; b++)
+        slot += is_io(&p->bufs[b]);
+    return slot;
+}
+
 static void
 symbol(char *out, size_t n, int ki, const Kernel *k)
 {
@@ -574,15 +592,23 @@ kernel(Gen *g, int ki)
     }
     fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", SNN_CUDA_BLOCK, sym);
     for (int b = 0; b < p->nbufs; b++) {
-        if (!used[b]) continue;
+        if (!used[b] || is_io(&p->bufs[b])) continue;
         const KBuf *kb = &p->bufs[b];
-        bool ro = kb->kind == KB_INPUT || kb->kind == KB_WEIGHT;
-        fprintf(f, "%s%s *__restrict__ b%d, ", ro ? "const " : "", mtype(kb->type), b);
+        fprintf(f, "%s%s *__restrict__ b%d, ", kb->kind == KB_WEIGHT ? "const " : "",
+                mtype(kb->type), b);
     }
     fputs("long long B, long long t, const long long *__restrict__ dyn)\n{\n", f);
     g->depth = 1;
     indent(g);
     fputs("(void)B; (void)t; (void)dyn;\n", f);
+    for (int b = 0; b < p->nbufs; b++) {
+        if (!used[b] || !is_io(&p->bufs[b])) continue;
+        const char *c = p->bufs[b].kind == KB_INPUT ? "const " : "";
+        const char *ty = mtype(p->bufs[b].type);
+        indent(g);
+        fprintf(f, "%s%s *__restrict__ b%d = (%s%s *)dyn[%d]; /* %s */\n", c, ty, b, c, ty,
+                io_slot(p, b), p->bufs[b].name);
+    }
     for (int v = 0; v < k->nlocals; v++) {
         const KLocal *l = &k->locals[v];
         indent(g);
@@ -604,7 +630,7 @@ kernel(Gen *g, int ki)
     /* the emulation's entry: every block and thread of a gx x bx launch in turn */
     int np = 0;
     for (int b = 0; b < p->nbufs; b++)
-        np += used[b];
+        np += used[b] && !is_io(&p->bufs[b]);
     fprintf(f, "#ifdef SNN_CUDA_EMULATE\n");
     fprintf(f, "extern \"C\" const int %s%s_nparams = %d;\n", SNN_CUDA_EMU_PREFIX, sym, np + 3);
     fprintf(f, "extern \"C\" void %s%s(unsigned gx, unsigned bx, void **params)\n{\n",
@@ -618,7 +644,8 @@ kernel(Gen *g, int ki)
     fprintf(f, "            %s(", sym);
     int i = 0;
     for (int b = 0; b < p->nbufs; b++)
-        if (used[b]) fprintf(f, "*(%s **)params[%d], ", mtype(p->bufs[b].type), i++);
+        if (used[b] && !is_io(&p->bufs[b]))
+            fprintf(f, "*(%s **)params[%d], ", mtype(p->bufs[b].type), i++);
     fprintf(f, "*(long long *)params[%d], *(long long *)params[%d], "
                "*(const long long **)params[%d]);\n",
             i, i + 1, i + 2);
@@ -662,12 +689,12 @@ cuda_gen_describe(const KProgram *p)
         bool *used = used_bufs(p, k);
         int nb = 0;
         for (int b = 0; b < p->nbufs; b++)
-            nb += used[b];
+            nb += used[b] && !is_io(&p->bufs[b]);
         const KStmt *grid = grid_loop(k);
         fprintf(f, "cuda_kernel %d %s %d %s %d", ki, sym, k->is_step ? 1 : 0,
                 grid ? "grid" : "single", nb);
         for (int b = 0; b < p->nbufs; b++)
-            if (used[b]) fprintf(f, " %d", b);
+            if (used[b] && !is_io(&p->bufs[b])) fprintf(f, " %d", b);
         if (grid) {
             rpn(f, grid->hi);
             rpn(f, grid->lo);

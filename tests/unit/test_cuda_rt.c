@@ -51,7 +51,7 @@ static const char toy_meta[] =
     "cuda_buf w weight f32 0 4 0 0 1\n"
     "cuda_buf x input f32 4 0 0 0 1\n"
     "cuda_buf y output f32 4 0 0 0 1\n"
-    "cuda_buf s.n temp i64 4 0 -1 0 0\n"
+    "cuda_buf s.n temp i64 4 0 -1 0 2\n"
     "cuda_kernel 0 snnk_k0 0 grid 2 1 3 B 4 *\n"
     "cuda_kernel 1 snnk_k1 1 grid 3 0 1 2 B 4 * 1 +\n"
     "cuda_kernel 2 snnk_k2 1 single 2 2 3 1\n"
@@ -249,7 +249,8 @@ test_models(void)
     CHECK(!strcmp(snn_model_devices(m), "cpu,cuda"));
     CHECK(m->ncuda_kernels == 5 && m->ncuda_images == 2 && m->ncuda_bufs == 4);
     CHECK(m->nbufs == 5 && m->ncuda_layers == 1 && m->cuda_layers[0].buf == 3);
-    CHECK(m->cuda_bufs[3].type == RT_ELEM_I64 && !m->cuda_bufs[3].needs_zero);
+    CHECK(m->cuda_bufs[3].type == RT_ELEM_I64 && !m->cuda_bufs[3].needs_zero &&
+          m->cuda_bufs[3].is_accumulator);
     const RtCudaKernel *k = m->cuda_kernels;
     CHECK(!strcmp(k[0].symbol, "snnk_k0") && !k[0].is_step && !k[0].is_single);
     CHECK(k[0].nbufs == 2 && k[0].bufs[0] == 1 && k[0].bufs[1] == 3);
@@ -335,6 +336,13 @@ test_models(void)
         check_bad(edit(toy_meta, kernels, ""), "it has CUDA records but no cuda_kernel");
     }
     check_bad(edit(toy_meta, "cuda_layer s 3\n", ""), "it has 0 cuda_layer records for 1 layers");
+    /* the CUDA program's spike counts accumulate across runs; nothing else does */
+    check_bad(edit(toy_meta, "cuda_buf s.n temp i64 4 0 -1 0 2", "cuda_buf s.n temp i64 4 0 -1 0 0"),
+              "its cuda_buf or cuda_layer records do not fit its inputs, outputs, weights or "
+              "counted layers");
+    check_bad(edit(toy_meta, "cuda_buf y output f32 4 0 0 0 1", "cuda_buf y output f32 4 0 0 0 2"),
+              "its cuda_buf or cuda_layer records do not fit its inputs, outputs, weights or "
+              "counted layers");
     check_bad(edit(toy_meta, "cuda_layer s 3", "cuda_layer t 3"),
               "cuda_layer 0 is 't', layer 0 's'");
     check_bad(edit(toy_meta, "cuda_layer s 3", "cuda_layer s 2"),

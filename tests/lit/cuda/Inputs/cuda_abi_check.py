@@ -4,7 +4,8 @@
 cuda_abi_check.py CU [PTX...]
 CU: the --emit=cuda text. Its leading comments hold the cuda_buf and cuda_kernel records; every
 cuda_kernel record must have exactly one extern "C" __global__ definition of its symbol whose
-parameters are its NB buffers (pointers to their cuda_buf element types, in record order), then
+parameters are its NB buffers (pointers to their cuda_buf element types, in record order; never an
+input or output, whose addresses come through dyn), then
 long long B, long long t, const long long *dyn. Kernel indices run 0..n-1; buffer indices
 increase and name cuda_buf records; WORK is RPN over integers, B and + - * / % leaving one value
 (`single` kernels: WORK 1). Each PTX file must define every kernel as a .visible .entry with
@@ -58,6 +59,8 @@ for i, k in enumerate(kernels):
         fail("%s: STEP %s MODE %s" % (sym, step, mode))
     if ids != sorted(set(ids)) or any(b < 0 or b >= len(bufs) for b in ids):
         fail("%s: buffer indices %s" % (sym, ids))
+    elif any(bufs[b][2] in ("input", "output") for b in ids):
+        fail("%s: an input or output buffer as a parameter (they come through dyn)" % sym)
     if not rpn_ok(work) or (mode == "single" and work != ["1"]):
         fail("%s: WORK %s" % (sym, " ".join(work)))
     params = defs.pop(sym, None)

@@ -3,7 +3,9 @@
 
 run_so.py MODEL.so DEVICE IN.npy OUT.npy
 One input, one output, f32 .npy files ([N, ...] sample-major); one batch of N samples from sample
-0. Prints the model's devices and the session's device; errors are snn_last_error()."""
+0. Prints the model's devices, the session's device and its spike counts (after that batch, after
+the same samples again in two batches, after a reset, after one more run); errors are
+snn_last_error(). The output file holds the last run's outputs."""
 import ctypes
 import struct
 import sys
@@ -51,6 +53,30 @@ print("session device:", lib.snn_session_device(s).decode())
 ins = (ctypes.c_void_p * 1)(ctypes.cast(xs, ctypes.c_void_p))
 outs = (ctypes.c_void_p * 1)(ctypes.cast(ys, ctypes.c_void_p))
 check(lib.snn_run(s, 0, n, ins, outs))
+# spike counts: after the run; after the same samples again in two batches (they add up, whichever
+# way the samples are split); after a reset and one more run (only that run)
+nl = lib.snn_model_num_layers(ctypes.c_void_p(m))
+counts = (ctypes.c_double * max(nl, 1))()
+lib.snn_session_spike_counts.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+
+
+def show(what):
+    check(lib.snn_session_spike_counts(s, counts, nl))
+    print("spike counts %s:" % what, " ".join("%.0f" % counts[i] for i in range(nl)))
+
+
+show("after one run")
+half = n // 2
+if half:
+    check(lib.snn_run(s, 0, half, ins, outs))
+    rest_in = (ctypes.c_void_p * 1)(ctypes.addressof(xs) + 4 * half * (len(xs) // n))
+    rest_out = (ctypes.c_void_p * 1)(ctypes.addressof(ys) + 4 * half * info.numel)
+    check(lib.snn_run(s, half, n - half, rest_in, rest_out))
+show("after the samples again in two batches")
+check(lib.snn_session_reset_stats(s))
+show("after a reset")
+check(lib.snn_run(s, 0, n, ins, outs))
+show("after one more run")
 lib.snn_session_destroy(s)
 lib.snn_model_timesteps.argtypes = [ctypes.c_void_p]
 dims = [n] + ([lib.snn_model_timesteps(m)] if info.per_step else [])
