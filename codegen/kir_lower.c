@@ -485,6 +485,9 @@ typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
 static Ctx
 ctx_of(Lower *lw, ValueId v)
 {
+    /* step by step (no time-batch pass), even values that are the same at every step are
+     * computed at every step: nothing is hoisted out of the time loop */
+    if (lw->m->schedule == SCHEDULE_STEP && lw->region[v] >= 0) return CTX_STEP;
     return lw->is_static[v] ? CTX_STATIC : lw->region[v] >= 0 ? CTX_STEP : CTX_BATCHED;
 }
 
@@ -494,7 +497,7 @@ ctx_what(Ctx c)
     switch (c) {
     case CTX_BATCHED: return "layer by layer over T*B rows";
     case CTX_STATIC: return "static (the same every step): once over B rows";
-    case CTX_STEP: return "step kernel of a recurrent region: B rows at step t";
+    case CTX_STEP: return "step kernel (in the step loop): B rows at step t";
     }
     unreachable();
 }
@@ -1945,6 +1948,12 @@ schedule_order(Lower *lw, const ValueId *topo, ValueId *out)
     }
     for (int v = 0; v < n; v++)
         lw->region[v] = rec[s.comp[v]] || size[s.comp[v]] > 1 ? s.comp[v] : -1;
+    /* not batched over time (no time-batch pass ran): every layer is a step kernel, one step at
+     * a time, the neuron state in buffers between steps; a value that is the same at every step
+     * keeps its one-step buffer and is recomputed into it */
+    if (m->schedule == SCHEDULE_STEP)
+        for (int v = 0; v < n; v++)
+            lw->region[v] = s.ncomp;
     /* Tarjan numbers components in reverse topological order of the condensation: the last found
      * comes first. Within a component, the graph's topological order. */
     int cnt = 0;
@@ -2101,7 +2110,7 @@ kir_lower_for(const Module *m, KTarget target)
         default: break;
         }
         const char *what = nd->op != OP_NEURON ? ctx_what(ctx)
-                           : is_step ? "neuron step of a recurrent region: B*n neurons at step t, "
+                           : is_step ? "neuron step (in the step loop): B*n neurons at step t, "
                                        "state in buffers between steps"
                                      : "neuron scan fused over T: B*n neurons, state in registers";
         begin_kernel(&lw, v, describe(&lw, v, what), is_step);

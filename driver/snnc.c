@@ -7,10 +7,12 @@
 #include "codegen/kir.h"
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
+#include "driver/explain.h"
 #include "driver/link.h"
 #endif
 #include "frontend/frontend.h"
 #include "ir/ir.h"
+#include "passes/pass.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/f16.h"
 #include "runtime/model_parts.h"
@@ -52,6 +54,8 @@ typedef struct Options {
     int threads; /* CPU backend: threads running each kernel (default: online CPUs) */
     bool no_embed_weights; /* model.so: leave the weights out */
     const char *cpu;       /* model.so / --emit=obj: LLVM CPU name; NULL = this machine's */
+    PassOptions passes;    /* the pass pipeline: -O (opt_level), --passes, --print-ir-... */
+    bool explain;          /* --explain: the schedule, buffers and launches at --batch */
     const char *device;    /* --device: cpu, cuda, cuda:N or auto (NULL: auto) */
     int cuda_ordinal;      /* N of cuda:N */
     const char *cuda_arch; /* --cuda-arch as given; NULL: the default */
@@ -76,6 +80,9 @@ usage(FILE *f)
           "                          comments)\n"
           "  --emit=ptx              compile that with NVRTC and write PTX\n"
           "  --emit=cubin            compile that with NVRTC and write a cubin (needs -o)\n"
+          "  --explain               print the schedule a tuner reads: kernels, the layers each\n"
+          "                          computes, buffers (layout, type, size), arena bytes, launches\n"
+          "                          per inference, at --batch (--device=cuda: the GPU's)\n"
           "  --emit=weights          write the weights the model runs with (--weights, the model's\n"
           "                          file, or its seeded initialisation) as f32 safetensors (needs -o)\n"
           "  -o FILE                 where --emit writes; without --emit, build a shared library\n"
@@ -123,6 +130,20 @@ usage(FILE *f)
           "  --weights=FILE          a safetensors file overriding the model's weights\n"
           "  -q, --quiet             print only the report (and errors)\n"
           "\n"
+          "Passes (the graph-IR pipeline; --help-passes lists them):\n"
+          "  -O0 .. -O3              -O0: no pass (lowering only: every layer step by step); -O1 and\n"
+          "                          up: the passes of that level (default -O2); -O also sets the\n"
+          "                          LLVM level of --emit=llvm\n"
+          "  --passes=a,b            run exactly these passes, in this order\n"
+          "  --disable-pass=a,b      leave these out\n"
+          "  --print-ir-before=a,b, --print-ir-after=a,b, --print-ir-before-all,\n"
+          "  --print-ir-after-all, --print-ir-after-change\n"
+          "                          print the graph IR around passes on stderr (a comment header,\n"
+          "                          then IR that snnc reads back)\n"
+          "  --print-ir-tree-dir=DIR DIR/00-input.snnir, then one numbered file per pass\n"
+          "  --time-passes           a table of the passes' times on stderr\n"
+          "  --verify-each           verify the IR after every pass\n"
+          "\n"
           "Other:\n"
           "  --model=NAME            which model of the file to compile, if it has several\n"
           "  --help-ops              list the layer ops and their attributes\n"
@@ -132,6 +153,8 @@ usage(FILE *f)
           "the CPU and CUDA backends, default ~/.cache/snnc; \"off\" for none); CC (links model.so);\n"
           "SNN_NVRTC (the NVRTC library to load, default libnvrtc.so.13, .12, libnvrtc.so);\n"
           "SNN_CUDA_DRIVER (the CUDA driver library to load, default libcuda.so.1);\n"
+          "SNN_IR_DUMP (all, changed or PASS,...: dump the IR after those passes) and SNN_DUMP_DIR\n"
+          "(the --print-ir-tree-dir default);\n"
           "SNN_KERNEL_OVERRIDE (a .cu compiled in place of the generated CUDA C, or a .ptx used as\n"
           "the PTX).\n",
           f);
@@ -367,6 +390,15 @@ parse_cuda_arch(Options *o)
                     "writes PTX for it)", o->archs[0]);
 }
 
+/* a comma-separated list of pass names, or a usage error naming the one that is not a pass */
+static void
+pass_list_option(const char *opt, const char *list)
+{
+    char err[768];
+    if (!*list) usage_error("%s needs a comma-separated list of passes (see --help-passes)", opt);
+    if (!pass_check_list(list, err, sizeof err)) usage_error("%s: %s", opt, err);
+}
+
 /* --device: cuda and cuda:N choose the CUDA backend, cpu the CPU's (or the interpreter where asked);
  * without it (or with auto) a --run that names no backend runs on CUDA when NVRTC and a device are
  * there, else on the CPU. */
@@ -410,7 +442,9 @@ parse_options(int argc, char **argv, Options *o)
 {
     enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
            O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU,
-           O_CUDA_ARCH, O_DEVICE };
+           O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
+           O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
+           O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -424,6 +458,18 @@ parse_options(int argc, char **argv, Options *o)
         {"jit", no_argument, 0, O_JIT},               {"threads", required_argument, 0, O_THREADS},
         {"no-embed-weights", no_argument, 0, O_NO_EMBED}, {"cpu", required_argument, 0, O_CPU},
         {"cuda-arch", required_argument, 0, O_CUDA_ARCH}, {"device", required_argument, 0, O_DEVICE},
+        {"passes", required_argument, 0, O_PASSES},
+        {"disable-pass", required_argument, 0, O_DISABLE_PASS},
+        {"print-ir-before", required_argument, 0, O_PRINT_BEFORE},
+        {"print-ir-after", required_argument, 0, O_PRINT_AFTER},
+        {"print-ir-before-all", no_argument, 0, O_PRINT_BEFORE_ALL},
+        {"print-ir-after-all", no_argument, 0, O_PRINT_AFTER_ALL},
+        {"print-ir-after-change", no_argument, 0, O_PRINT_AFTER_CHANGE},
+        {"print-ir-tree-dir", required_argument, 0, O_TREE_DIR},
+        {"time-passes", no_argument, 0, O_TIME_PASSES},
+        {"verify-each", no_argument, 0, O_VERIFY_EACH},
+        {"help-passes", no_argument, 0, O_HELP_PASSES},
+        {"explain", no_argument, 0, O_EXPLAIN},
         {0, 0, 0, 0},
     };
     o->batch = 64;
@@ -498,6 +544,27 @@ parse_options(int argc, char **argv, Options *o)
         case O_CPU: o->cpu = optarg; break;
         case O_CUDA_ARCH: o->cuda_arch = optarg; break;
         case O_DEVICE: o->device = optarg; break;
+        case O_PASSES: pass_list_option("--passes", optarg); o->passes.passes = optarg; break;
+        case O_DISABLE_PASS:
+            pass_list_option("--disable-pass", optarg);
+            o->passes.disable = optarg;
+            break;
+        case O_PRINT_BEFORE:
+            pass_list_option("--print-ir-before", optarg);
+            o->passes.print_before = optarg;
+            break;
+        case O_PRINT_AFTER:
+            pass_list_option("--print-ir-after", optarg);
+            o->passes.print_after = optarg;
+            break;
+        case O_PRINT_BEFORE_ALL: o->passes.print_before_all = true; break;
+        case O_PRINT_AFTER_ALL: o->passes.print_after_all = true; break;
+        case O_PRINT_AFTER_CHANGE: o->passes.print_after_change = true; break;
+        case O_TREE_DIR: o->passes.tree_dir = optarg; break;
+        case O_TIME_PASSES: o->passes.time_passes = true; break;
+        case O_VERIFY_EACH: o->passes.verify_each = true; break;
+        case O_HELP_PASSES: passes_print_help(stdout); exit(0);
+        case O_EXPLAIN: o->explain = true; break;
         case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
         default:
             if (optopt >= 256)
@@ -509,6 +576,11 @@ parse_options(int argc, char **argv, Options *o)
             usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
+    o->passes.level = o->opt_level;
+    pass_options_from_env(&o->passes);
+    char why[768];
+    if (o->passes.print_after && !pass_check_list(o->passes.print_after, why, sizeof why))
+        usage_error("SNN_IR_DUMP: %s", why);
     parse_device(o, is_f64_asked);
     /* The default backend is the compiled CPU code when this build has it: unless double precision
      * is asked for, which only the interpreter computes. */
@@ -522,8 +594,8 @@ parse_options(int argc, char **argv, Options *o)
     if (optind + 1 < argc)
         usage_error("one model file at a time (got '%s' and '%s')", argv[optind], argv[optind + 1]);
     o->path = argv[optind];
-    if (!o->emit && !o->run && !o->out)
-        usage_error("nothing to do: give --run, --emit=ir or -o MODEL.so");
+    if (!o->emit && !o->run && !o->out && !o->explain)
+        usage_error("nothing to do: give --run, --emit=ir, --explain or -o MODEL.so");
     if (o->out && !o->emit && !find_backend("cpu"))
         usage_error("building a shared library needs the CPU backend, not in this build");
     if (o->emit && (strcmp(o->emit, "obj") == 0 || strcmp(o->emit, "weights") == 0 ||
@@ -1438,12 +1510,19 @@ main(int argc, char **argv)
     Options o = {0};
     parse_options(argc, argv, &o);
     Module *m = fe_load(o.path, o.model);
-    if (!m) {
+    if (!m || !passes_run(m, &o.passes)) {
+        module_free(m);
         diag_reset();
         return 1;
     }
     int rc = 0;
-    if (o.emit && strcmp(o.emit, "weights") == 0) {
+    if (o.explain) {
+        bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;
+        KProgram *kp = kir_lower_for(m, is_gpu ? KTARGET_GPU : KTARGET_CPU);
+        if (kp) explain_print(stdout, kp, o.batch);
+        rc = kp ? 0 : 1;
+        kir_free(kp);
+    } else if (o.emit && strcmp(o.emit, "weights") == 0) {
         rc = weights_bind(m, o.weights) ? write_weights(m, o.out) : 1;
     } else if (is_emit(&o, "ptx") || is_emit(&o, "cubin")) {
         rc = emit_cuda_image(m, &o);

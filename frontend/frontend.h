@@ -61,6 +61,7 @@ typedef enum {
     MST_INPUT,      /* input name : type */
     MST_BIND,       /* name = a [: type] [loc(...)] */
     MST_OUTPUT,     /* output name = a [: type] [loc(...)] */
+    MST_SCHEDULE,   /* schedule name (layer or step) */
 } StmtKind;
 
 typedef struct AstStmt {

@@ -1100,7 +1100,7 @@ lower_model(Lower *L, const AstItem *it, const char *path)
     m->name = arena_strdup(a, it->name);
     m->loc = it->loc;
     bool has_timesteps = false;
-    int has_seed = 0;
+    int has_seed = 0, has_schedule = 0;
     L->nlater = it->nstmts;
     L->later = arena_alloc(&L->ast, (size_t)(it->nstmts + 1) * sizeof *L->later);
     for (int i = 0; i < it->nstmts; i++)
@@ -1132,6 +1132,22 @@ lower_model(Lower *L, const AstItem *it, const char *path)
                 return false;
             m->seed = v64;
             break;
+        case MST_SCHEDULE: {
+            const char *what = st->name;
+            if (has_schedule++) {
+                diag_error(st->loc, "schedule is given twice");
+                return false;
+            }
+            if (what && strcmp(what, "layer") == 0) {
+                m->schedule = SCHEDULE_LAYER;
+            } else if (what && strcmp(what, "step") == 0) {
+                m->schedule = SCHEDULE_STEP;
+            } else {
+                diag_error(st->loc, "schedule expects layer or step, got '%s'", what ? what : "");
+                return false;
+            }
+            break;
+        }
         case MST_WEIGHTS:
             if (m->weights_path) {
                 diag_error(st->loc, "weights is given twice");

@@ -279,6 +279,7 @@ loc_number(FeParser *p, const Ast *a)
 %token INCLUDE "include" NEURON "neuron" MODEL "model" STATE "state" LET "let" FIRE "fire"
 %token DOWN "down" RESET "reset" REFRACTORY "refractory" OUTPUT "output" SURROGATE "surrogate"
 %token TIMESTEPS "timesteps" WEIGHTS "weights" SEED "seed" INPUT "input" LOC "loc"
+%token SCHEDULE "schedule"
 %token TRUE "true" FALSE "false" AND "and" OR "or" NOT "not"
 %token ANDAND "&&" OROR "||" LE "<=" GE ">=" EQ "==" NE "!=" SUBEQ "-="
 %token PLUS "+" MINUS "-" STAR "*" SLASH "/" LT "<" GT ">" BANG "!" QUESTION "?" COLON ":"
@@ -402,12 +403,13 @@ mstmts:
   | mstmts ";" { $$ = $1; }
     ;
 
-/* mstmt := 'timesteps' expr | 'weights' STRING | 'seed' expr | 'input' name ':' type
+/* mstmt := 'timesteps' expr | 'weights' STRING | 'seed' expr | 'schedule' name | 'input' name ':' type
  *        | name '=' expr [':' type] [locann] | 'output' name '=' expr [':' type] [locann] */
 mstmt:
     TIMESTEPS expr { $$ = stmt(p, MST_TIMESTEPS, @1, NULL, $2); }
   | WEIGHTS STRING { $$ = stmt(p, MST_WEIGHTS, @1, NULL, leaf($2)); }
   | SEED expr { $$ = stmt(p, MST_SEED, @1, NULL, $2); }
+  | SCHEDULE name { $$ = stmt(p, MST_SCHEDULE, @1, $2, no_expr()); }
   | INPUT name ":" type {
         $$ = stmt(p, MST_INPUT, @1, $2, no_expr());
         $$->has_type = true;
@@ -598,6 +600,7 @@ word:
   | TIMESTEPS { $$ = keyword(p, @1, "timesteps"); }
   | WEIGHTS { $$ = keyword(p, @1, "weights"); }
   | SEED { $$ = keyword(p, @1, "seed"); }
+  | SCHEDULE { $$ = keyword(p, @1, "schedule"); }
   | INPUT { $$ = keyword(p, @1, "input"); }
     ;
 
@@ -736,7 +739,7 @@ yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, FeParser *p)
         YYSYMBOL_INCLUDE, YYSYMBOL_NEURON,    YYSYMBOL_MODEL,     YYSYMBOL_STATE,
         YYSYMBOL_LET,     YYSYMBOL_FIRE,      YYSYMBOL_RESET,     YYSYMBOL_REFRACTORY,
         YYSYMBOL_OUTPUT,  YYSYMBOL_SURROGATE, YYSYMBOL_TIMESTEPS, YYSYMBOL_WEIGHTS,
-        YYSYMBOL_SEED,    YYSYMBOL_INPUT,
+        YYSYMBOL_SEED,    YYSYMBOL_INPUT,     YYSYMBOL_SCHEDULE,
     };
     static const yysymbol_kind_t star[] = {YYSYMBOL_STAR};
     static const yysymbol_kind_t binop[] = {
@@ -750,7 +753,7 @@ yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, FeParser *p)
     };
     static const yysymbol_kind_t mstmt_start[] = {
         YYSYMBOL_TIMESTEPS, YYSYMBOL_WEIGHTS, YYSYMBOL_SEED,    YYSYMBOL_INPUT,
-        YYSYMBOL_OUTPUT,    YYSYMBOL_IDENT,   YYSYMBOL_VALNAME,
+        YYSYMBOL_OUTPUT,    YYSYMBOL_IDENT,   YYSYMBOL_VALNAME, YYSYMBOL_SCHEDULE,
     };
 #define SYMS(a) a, (int)(sizeof a / sizeof a[0])
     static const struct {

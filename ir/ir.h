@@ -237,11 +237,20 @@ typedef struct Weight {
     float *data;      /* NULL until bound (weights_bind) */
 } Weight;
 
+/* How the T steps are scheduled (an IR attribute, printed as `schedule layer`):
+ * SCHEDULE_STEP   every layer one step at a time, in a loop over t (what lowering does with no
+ *                 pass run: nothing fused across time, state kept in buffers between steps);
+ * SCHEDULE_LAYER  chosen by the time-batch pass: stateless layers outside recurrent cycles run
+ *                 once over all T*B rows, each neuron layer's T steps in one kernel with its state
+ *                 in registers, recurrent cycles (through delays) in a step loop. */
+typedef enum { SCHEDULE_STEP, SCHEDULE_LAYER } Schedule;
+
 typedef struct Module {
     Arena arena;
     const char *name;
     Loc loc;
     int timesteps;
+    Schedule schedule;
     const char *weights_path; /* absolute, or NULL: seeded initialisation */
     int64_t seed;
     Node *nodes;
@@ -254,6 +263,9 @@ typedef struct Module {
     int ninputs;
     ValueId *outputs;
     int noutputs;
+    /* weights of layers passes removed (dce): a weights file may still hold them */
+    const char **dropped_weights;
+    int ndropped_weights;
 } Module;
 
 /* module.c: building */

@@ -15,7 +15,9 @@ mkdir -p "$work"
 pass=0 fail=0
 python=${PYTHON:-python3}
 backends=(kir)
-"$snnc" --help | grep -q -- '--backend=cpu' && backends+=(cpu)
+# cpu-O0: the CPU backend with no pass run (every layer step by step: the lowering without time
+# batching)
+"$snnc" --help | grep -q -- '--backend=cpu' && backends+=(cpu cpu-O0)
 # cuda: on a GPU, or on tests/cuda_emu's stand-in when SNN_CUDA_DRIVER and SNN_NVRTC name it
 mkdir -p "$work/probe"
 printf 'model probe {\n  timesteps 1\n  input x : f32[1]\n  output o = IF(x)\n}\n' >"$work/probe/m.snn"
@@ -28,6 +30,7 @@ elif [ "${SNN_DIFF_REQUIRE:-}" = cuda ]; then
   exit 77
 fi
 [ "${SNN_DIFF_REQUIRE:-}" = cuda ] && backends=(cuda)
+true
 echo "backends compared with the interpreter: ${backends[*]}"
 
 # the shape of a model's single input file, sample-major: N, [T,] dims
@@ -54,7 +57,9 @@ check() { # NAME MODEL INPUT [extra args...]
     b="$work/$name.$be.npz"
     local wrap=()
     [ "$be" = cuda ] && [ -n "${SNN_DIFF_WRAP:-}" ] && read -r -a wrap <<<"$SNN_DIFF_WRAP"
-    if "${wrap[@]}" "$snnc" --run "$model" --input="$input" --backend="$be" --output="$b" -q "$@" 2>>"$work/$name.log" &&
+    local how=(--backend="$be")
+    [ "$be" = cpu-O0 ] && how=(--backend=cpu -O0)
+    if "${wrap[@]}" "$snnc" --run "$model" --input="$input" "${how[@]}" --output="$b" -q "$@" 2>>"$work/$name.log" &&
        "$npycmp" --exact '*' "$b" "$a" >>"$work/$name.log" 2>&1; then
       pass=$((pass + 1))
     else

@@ -65,9 +65,11 @@ input_value(uint64_t i)
 /* runs interp (f32) and the kernel IR lowered for `target` on `batch` samples at sample_base; true
  * when every output is bitwise identical */
 static bool
-same_on_target(const char *text, int batch, int64_t sample_base, char **printed, KTarget target)
+same_on_target(const char *text, int batch, int64_t sample_base, char **printed, KTarget target,
+               Schedule schedule)
 {
     Module *m = load(text);
+    m->schedule = schedule;
     KProgram *p = kir_lower_for(m, target);
     if (!p)
         return false;
@@ -134,14 +136,23 @@ same_on_target(const char *text, int batch, int64_t sample_base, char **printed,
     return ok;
 }
 
-/* the same for both targets' lowerings (printed: the CPU's kernel IR) */
+/* the same for both targets' lowerings, time-batched (the time-batch pass's schedule) and step by
+ * step (no pass run); printed: the CPU's time-batched kernel IR */
 static bool
 same_as_interp(const char *text, int batch, int64_t sample_base, char **printed)
 {
-    bool cpu = same_on_target(text, batch, sample_base, printed, KTARGET_CPU);
-    bool gpu = same_on_target(text, batch, sample_base, NULL, KTARGET_GPU);
-    if (!gpu) fprintf(stderr, "  (the GPU target's lowering differs from the interpreter)\n");
-    return cpu && gpu;
+    bool ok = true;
+    for (int k = 0; k < 4; k++) {
+        KTarget target = k & 1 ? KTARGET_GPU : KTARGET_CPU;
+        Schedule schedule = k & 2 ? SCHEDULE_STEP : SCHEDULE_LAYER;
+        if (!same_on_target(text, batch, sample_base, k == 0 ? printed : NULL, target, schedule)) {
+            fprintf(stderr, "  (the %s lowering, scheduled %s, differs from the interpreter)\n",
+                    target == KTARGET_GPU ? "GPU" : "CPU",
+                    schedule == SCHEDULE_STEP ? "step by step" : "layer by layer");
+            ok = false;
+        }
+    }
+    return ok;
 }
 
 static void
@@ -163,6 +174,7 @@ test_mlp(void)
     CHECK(printed && !strstr(printed, "step in"));
     /* printing is deterministic */
     Module *m = load(text);
+    m->schedule = SCHEDULE_LAYER;
     KProgram *p1 = kir_lower(m), *p2 = kir_lower(m);
     char *s1 = print_program(p1), *s2 = print_program(p2);
     CHECK(strcmp(s1, s2) == 0 && strcmp(s1, printed) == 0);

@@ -1025,6 +1025,7 @@ test_model(void)
     CHECK(m != NULL);
     if (!m) return;
     CHECK(weights_bind(m, NULL));
+    m->schedule = SCHEDULE_LAYER; /* what the default pipeline's time-batch pass chooses */
     KProgram *p = kir_lower(m);
     CHECK(p != NULL);
     if (!p) {
@@ -1136,6 +1137,7 @@ test_layers(void)
         CHECK(m != NULL);
         if (!m) continue;
         CHECK(weights_bind(m, NULL));
+        m->schedule = SCHEDULE_LAYER; /* the default pipeline's; step by step in test_kir */
         KProgram *p = kir_lower(m);
         CHECK(p != NULL);
         char err[512] = "";

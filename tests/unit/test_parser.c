@@ -95,7 +95,7 @@ put_type(FILE *f, const AstType *t)
 
 static const char *stmt_names[] = {
     "state", "let", "assign", "fire", "fire_down", "reset_to", "reset_sub", "refractory",
-    "output", "surrogate", "timesteps", "weights", "seed", "input", "bind", "out",
+    "output", "surrogate", "timesteps", "weights", "seed", "input", "bind", "out", "schedule",
 };
 
 static void

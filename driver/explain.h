@@ -1,0 +1,16 @@
+/* explain.h: the schedule explained for performance tuners (snnc --explain, explain.c): what each
+ * kernel computes, how parallel it is and what it touches, every buffer's size, and the memory and
+ * launches an inference costs, at one batch size. It reads the kernel IR and never changes it. */
+#ifndef SNN_DRIVER_EXPLAIN_H
+#define SNN_DRIVER_EXPLAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "codegen/kir.h"
+
+/* p lowered for its target (kir_lower_for: p->target CPU or GPU); sizes given at `batch` samples.
+ * Deterministic: the same program and batch print the same bytes. */
+void explain_print(FILE *f, const KProgram *p, int64_t batch);
+
+#endif

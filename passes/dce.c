@@ -1,0 +1,33 @@
+/* dce.c: dead-code elimination. A node is live when an output depends on it (through operands,
+ * delays included) or when it is an input (inputs are the model's interface: a caller passes them
+ * whether or not they are used). Everything else is removed, its weights with it. */
+#include <stdlib.h>
+
+#include "passes/pass.h"
+
+bool
+pass_dce(Module *m, bool *changed)
+{
+    bool *live = calloc((size_t)m->nnodes + 1, sizeof *live);
+    ValueId *work = malloc(((size_t)m->nnodes + 1) * sizeof *work);
+    if (!live || !work) die("out of memory");
+    int nwork = 0;
+    for (int i = 0; i < m->noutputs; i++)
+        if (!live[m->outputs[i]]) live[work[nwork++] = m->outputs[i]] = true;
+    for (int i = 0; i < m->ninputs; i++)
+        live[m->inputs[i]] = true;
+    while (nwork > 0) {
+        const Node *n = &m->nodes[work[--nwork]];
+        for (int a = 0; a < n->nargs; a++)
+            if (!live[n->args[a]]) live[work[nwork++] = n->args[a]] = true;
+    }
+    free(work);
+    int dead = 0;
+    for (ValueId v = 0; v < m->nnodes; v++)
+        dead += !live[v];
+    bool ok = true;
+    if (dead) ok = module_remove_nodes(m, live);
+    *changed = dead > 0;
+    free(live);
+    return ok;
+}

@@ -1,0 +1,186 @@
+/* manager.c: the pass pipeline. The passes of passes.def whose minimum level is at most -O run in
+ * table order (or exactly --passes=, in its order), less --disable-pass=; around each, the IR is
+ * printed where asked (a comment header naming the pass, then the textual IR, which parses back),
+ * written to a numbered file per pass under --print-ir-tree-dir, verified with --verify-each, and
+ * timed with --time-passes. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "passes/pass.h"
+
+typedef struct PassInfo {
+    const char *name;
+    PassFn *run;
+    int level;
+    const char *description;
+} PassInfo;
+
+static const PassInfo table[] = {
+#define PASS(name, fn, level, desc) {name, fn, level, desc},
+#include "passes/passes.def"
+#undef PASS
+};
+enum { NPASSES = sizeof table / sizeof table[0] };
+
+static const PassInfo *
+find(const char *name, size_t len)
+{
+    for (int i = 0; i < NPASSES; i++)
+        if (strlen(table[i].name) == len && strncmp(table[i].name, name, len) == 0) return &table[i];
+    return NULL;
+}
+
+/* is `name` in the comma-separated list (NULL: no) */
+static bool
+in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        p += len + (p[len] == ',');
+    }
+    return false;
+}
+
+bool
+pass_check_list(const char *list, char *err, size_t errlen)
+{
+    for (const char *p = list; p && *p;) {
+        size_t len = strcspn(p, ",");
+        if (!find(p, len)) {
+            char names[512] = "";
+            for (int i = 0; i < NPASSES; i++) {
+                size_t at = strlen(names);
+                snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "", table[i].name);
+            }
+            snprintf(err, errlen, "there is no pass '%.*s' (passes: %s)", (int)len, p, names);
+            return false;
+        }
+        p += len + (p[len] == ',');
+    }
+    return true;
+}
+
+void
+pass_options_from_env(PassOptions *o)
+{
+    const char *dump = getenv("SNN_IR_DUMP"), *dir = getenv("SNN_DUMP_DIR");
+    if (dump && *dump && !o->print_after_all && !o->print_after_change && !o->print_after) {
+        if (strcmp(dump, "all") == 0)
+            o->print_after_all = true;
+        else if (strcmp(dump, "changed") == 0)
+            o->print_after_change = true;
+        else
+            o->print_after = dump;
+    }
+    if (dir && *dir && !o->tree_dir) o->tree_dir = dir;
+}
+
+void
+passes_print_help(FILE *f)
+{
+    fputs("passes, in pipeline order (-O level from which each runs):\n", f);
+    for (int i = 0; i < NPASSES; i++)
+        fprintf(f, "  %-14s -O%d  %s\n", table[i].name, table[i].level, table[i].description);
+}
+
+static double
+now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the IR as a comment header and the module: text that snnc reads back */
+static void
+dump(FILE *f, const Module *m, const char *when, const char *pass, int k, int n)
+{
+    fprintf(f, "# snnc graph IR %s pass %s (%d of %d)\n", when, pass, k, n);
+    ir_print(f, m);
+}
+
+static bool
+dump_file(const char *dir, int index, const char *name, const Module *m, const char *when, int k,
+          int n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%02d-%s.snnir", dir, index, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        diag_file_error(path, "cannot write: %s", strerror(errno));
+        return false;
+    }
+    dump(f, m, when, name, k, n);
+    if (fclose(f) != 0) {
+        diag_file_error(path, "cannot write: %s", strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+bool
+passes_run(Module *m, const PassOptions *o)
+{
+    FILE *out = o->dump ? o->dump : stderr;
+    const PassInfo *run[NPASSES * 4 + 1];
+    int n = 0;
+    if (o->passes) {
+        for (const char *p = o->passes; *p && n < NPASSES * 4;) {
+            size_t len = strcspn(p, ",");
+            const PassInfo *pi = find(p, len);
+            if (pi && !in_list(o->disable, pi->name)) run[n++] = pi;
+            p += len + (p[len] == ',');
+        }
+    } else {
+        for (int i = 0; i < NPASSES; i++)
+            if (table[i].level <= o->level && !in_list(o->disable, table[i].name))
+                run[n++] = &table[i];
+    }
+    if (o->tree_dir) {
+        if (mkdir(o->tree_dir, 0777) != 0 && errno != EEXIST) {
+            diag_file_error(o->tree_dir, "cannot create the dump directory: %s", strerror(errno));
+            return false;
+        }
+        if (!dump_file(o->tree_dir, 0, "input", m, "before", 1, n)) return false;
+    }
+    double secs[NPASSES * 4 + 1];
+    bool changed_any[NPASSES * 4 + 1];
+    for (int k = 0; k < n; k++) {
+        const PassInfo *pi = run[k];
+        if (o->print_before_all || in_list(o->print_before, pi->name))
+            dump(out, m, "before", pi->name, k + 1, n);
+        bool changed = false;
+        double t0 = now_seconds();
+        bool ok = pi->run(m, &changed);
+        secs[k] = now_seconds() - t0;
+        changed_any[k] = changed;
+        if (!ok) {
+            diag_error(m->loc, "pass %s failed", pi->name);
+            return false;
+        }
+        if (o->verify_each && !ir_verify(m)) {
+            diag_error(m->loc, "the IR is not valid after pass %s", pi->name);
+            return false;
+        }
+        if (o->print_after_all || in_list(o->print_after, pi->name) ||
+            (o->print_after_change && changed))
+            dump(out, m, "after", pi->name, k + 1, n);
+        if (o->tree_dir && !dump_file(o->tree_dir, k + 1, pi->name, m, "after", k + 1, n))
+            return false;
+    }
+    if (o->time_passes) {
+        double total = 0;
+        for (int k = 0; k < n; k++)
+            total += secs[k];
+        fprintf(stderr, "pass timing (-O%d, %d passes, %.6f s):\n", o->level, n, total);
+        for (int k = 0; k < n; k++)
+            fprintf(stderr, "  %-14s %10.6f s%s\n", run[k]->name, secs[k],
+                    changed_any[k] ? "  changed" : "");
+    }
+    return true;
+}

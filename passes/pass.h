@@ -1,0 +1,50 @@
+/* pass.h: graph-IR passes and the pass manager that runs them (manager.c). A pass is one function
+ * over a verified, typed module whose weights are not bound yet; it rewrites the module in place,
+ * says whether it changed anything, and leaves it verified. The table is passes.def. */
+#ifndef SNN_PASSES_PASS_H
+#define SNN_PASSES_PASS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+
+/* A pass: false after reporting an error (the module may then be unusable). */
+typedef bool PassFn(Module *m, bool *changed);
+#define PASS(name, fn, level, desc) PassFn fn;
+#include "passes/passes.def"
+#undef PASS
+
+typedef struct PassOptions {
+    int level;                 /* -O0..-O3: passes whose minimum level is at most this run */
+    const char *passes;        /* --passes=a,b: exactly these, in this order (NULL: by level) */
+    const char *disable;       /* --disable-pass=a,b */
+    const char *print_before;  /* --print-ir-before=a,b */
+    const char *print_after;   /* --print-ir-after=a,b */
+    bool print_before_all, print_after_all, print_after_change;
+    const char *tree_dir;      /* --print-ir-tree-dir=DIR: NN-name.snnir per pass */
+    bool time_passes;          /* --time-passes: a table on stderr */
+    bool verify_each;          /* --verify-each: ir_verify after every pass */
+    FILE *dump;                /* where printed IR goes (NULL: stderr) */
+} PassOptions;
+
+/* The defaults of the environment: SNN_IR_DUMP=all|changed|PASS[,PASS] (dump after every pass,
+ * after those that changed the IR, or after the named ones) and SNN_DUMP_DIR=DIR (the tree dir),
+ * where the options did not set them. */
+void pass_options_from_env(PassOptions *o);
+/* Every name of a comma-separated list is a pass; false with a message naming the first that is
+ * not (and the passes there are). */
+bool pass_check_list(const char *list, char *err, size_t errlen);
+/* The pipeline o asks for, on m. False after reporting an error. */
+bool passes_run(Module *m, const PassOptions *o);
+/* --help-passes: name, minimum level, description, one per line. */
+void passes_print_help(FILE *f);
+
+/* rewrite.c: what passes share */
+/* Remove the nodes with keep[v] false (none may be used by a kept node), renumbering the rest in
+ * order, then infer and verify again. */
+bool module_remove_nodes(Module *m, const bool *keep);
+/* Every use of value `from` (operands, outputs) becomes `to`. */
+void module_replace_uses(Module *m, ValueId from, ValueId to);
+
+#endif
