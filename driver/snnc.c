@@ -13,6 +13,7 @@
 #include "frontend/frontend.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
+#include "runtime/clock.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/f16.h"
 #include "runtime/model_parts.h"
@@ -839,13 +840,6 @@ load_inputs(const Module *m, const Options *o, Data *d)
 
 /* ---- running ---- */
 
-static double
-now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int64_t
 output_numel(const Module *m, int j)
@@ -986,15 +980,15 @@ run(Module *m, const Options *o)
     const Backend *be = find_backend(o->backend);
     if (be->prepare != interp_prepare && o->seed >= 0)
         m->seed = o->seed; /* compiled code bakes the Poisson seed in */
-    double tc = now_seconds();
+    double tc = rt_now_seconds();
     void *state = rc == 0 ? be->prepare(m, o, err, sizeof err) : NULL;
-    double compile_secs = now_seconds() - tc;
+    double compile_secs = rt_now_seconds() - tc;
     if (rc == 0 && !state) {
         fprintf(stderr, "snnc: error: %s\n", err);
         rc = 1;
     }
     bool show_progress = !o->quiet && isatty(2);
-    double t0 = now_seconds(), last = t0;
+    double t0 = rt_now_seconds(), last = t0;
     for (int64_t s = 0; s < n && rc == 0; s += batch) {
         int b = (int)(n - s < batch ? n - s : batch);
         for (int k = 0; k < m->ninputs; k++)
@@ -1011,13 +1005,13 @@ run(Module *m, const Options *o)
             for (int i = 0; i < b; i++)
                 correct += (float)argmax(out_ptrs[0] + i * k, k) == d.labels[s + i];
         }
-        double t = now_seconds();
+        double t = rt_now_seconds();
         if (show_progress && t - t0 > 1.0 && (t - last > 0.1 || s + b == n)) {
             progress(s + b, n, t - t0);
             last = t;
         }
     }
-    double secs = now_seconds() - t0;
+    double secs = rt_now_seconds() - t0;
     double accuracy = rc == 0 && d.labels && scores && n > 0 ? (double)correct / (double)n : -1;
     if (rc == 0 && o->output && !write_outputs(m, o, outs, n))
         rc = 1;

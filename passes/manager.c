@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "passes/pass.h"
+#include "runtime/clock.h"
 
 typedef struct PassInfo {
     const char *name;
@@ -88,13 +89,6 @@ passes_print_help(FILE *f)
         fprintf(f, "  %-14s -O%d  %s\n", table[i].name, table[i].level, table[i].description);
 }
 
-static double
-now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* the IR as a comment header and the module: text that snnc reads back */
 static void
@@ -155,9 +149,9 @@ passes_run(Module *m, const PassOptions *o)
         if (o->print_before_all || in_list(o->print_before, pi->name))
             dump(out, m, "before", pi->name, k + 1, n);
         bool changed = false;
-        double t0 = now_seconds();
+        double t0 = rt_now_seconds();
         bool ok = pi->run(m, &changed);
-        secs[k] = now_seconds() - t0;
+        secs[k] = rt_now_seconds() - t0;
         changed_any[k] = changed;
         if (!ok) {
             diag_error(m->loc, "pass %s failed", pi->name);

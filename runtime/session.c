@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/clock.h"
 #include "runtime/cuda_exec.h"
 #include "runtime/kernel_abi.h"
 #include "runtime/layout.h"
@@ -539,13 +540,6 @@ snn_session_create(const snn_model *m, const char *device, int max_batch, int th
     return SNN_OK;
 }
 
-static double
-now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* the checks snn_run and snn_run_device share */
 static snn_status
@@ -590,7 +584,7 @@ run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device)
         return fail(SNN_ERR_STATE, "snn_run: no weights loaded (this library carries none: call "
                                    "snn_session_load_weights_file first)");
     }
-    double t0 = now_seconds();
+    double t0 = rt_now_seconds();
     int64_t launches = 0, graphs = 0;
     if (s->cuda) {
         char msg[512];
@@ -625,7 +619,7 @@ run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device)
         }
         launches = m->nstatic + (int64_t)m->nstep * m->timesteps;
     }
-    double dt = now_seconds() - t0;
+    double dt = rt_now_seconds() - t0;
     s->stats.runs++;
     s->stats.samples += batch;
     s->stats.kernel_launches += launches;

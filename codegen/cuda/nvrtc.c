@@ -15,6 +15,7 @@
 
 #include "codegen/cache.h"
 #include "ir/ir.h"
+#include "runtime/clock.h"
 #include "runtime/cuda_abi.h"
 #include "runtime/tensor_io.h"
 
@@ -57,13 +58,6 @@ set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-static double
-now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Resolve every function of h into nv; false with nv.error set if one is missing. */
 static bool
@@ -295,7 +289,7 @@ bool
 cuda_nvrtc_compile(const char *source, const char *name, const char *arch, bool is_cubin,
                    const char *cache_dir, CudaImage *img, char *err, size_t errlen)
 {
-    double t0 = now_seconds();
+    double t0 = rt_now_seconds();
     memset(img, 0, sizeof *img);
     img->is_cubin = is_cubin;
     snprintf(img->arch, sizeof img->arch, "%s", arch);
@@ -325,7 +319,7 @@ cuda_nvrtc_compile(const char *source, const char *name, const char *arch, bool 
     if (is_cached && cache_load(cache_dir, key, ext, &img->data, &img->size)) {
         if (is_image(img->data, img->size, is_cubin)) {
             img->is_cache_hit = true;
-            img->seconds = now_seconds() - t0;
+            img->seconds = rt_now_seconds() - t0;
             return true;
         }
         free(img->data); /* damaged: compiled again below, and replaced */
@@ -334,7 +328,7 @@ cuda_nvrtc_compile(const char *source, const char *name, const char *arch, bool 
     }
     if (!compile_now(source, name, arch, is_cubin, opts, nopts, img, err, errlen)) return false;
     if (is_cached) cache_store(cache_dir, key, ext, img->data, img->size);
-    img->seconds = now_seconds() - t0;
+    img->seconds = rt_now_seconds() - t0;
     return true;
 }
 
