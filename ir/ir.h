@@ -263,9 +263,6 @@ typedef struct Module {
     int ninputs;
     ValueId *outputs;
     int noutputs;
-    /* weights of layers passes removed (dce): a weights file may still hold them */
-    const char **dropped_weights;
-    int ndropped_weights;
 } Module;
 
 /* module.c: building */

@@ -136,11 +136,6 @@ weights_bind(Module *m, const char *override_path)
         const char *name = set.tensors[i].name ? set.tensors[i].name : "";
         if (module_find_weight(m, name) >= 0)
             continue;
-        bool is_dropped = false; /* the weight of a layer a pass removed (nothing used it) */
-        for (int d = 0; d < m->ndropped_weights; d++)
-            is_dropped |= strcmp(m->dropped_weights[d], name) == 0;
-        if (is_dropped)
-            continue;
         if (m->nweights == 0) {
             diag_file_error(path, "tensor '%s' is not used by the model (it has no weights)", name);
         } else {

@@ -1,6 +1,7 @@
 /* dce.c: dead-code elimination. A node is live when an output depends on it (through operands,
- * delays included) or when it is an input (inputs are the model's interface: a caller passes them
- * whether or not they are used). Everything else is removed, its weights with it. */
+ * delays included), when it is an input, or when it has weights: inputs and weights are the
+ * model's interface (a caller passes every input, a weights file holds every layer's tensors, and
+ * an IR dump must still load the file made for its source). Everything else is removed. */
 #include <stdlib.h>
 
 #include "passes/pass.h"
@@ -16,6 +17,8 @@ pass_dce(Module *m, bool *changed)
         if (!live[m->outputs[i]]) live[work[nwork++] = m->outputs[i]] = true;
     for (int i = 0; i < m->ninputs; i++)
         live[m->inputs[i]] = true;
+    for (ValueId v = 0; v < m->nnodes; v++)
+        if (m->nodes[v].nweights > 0 && !live[v]) live[work[nwork++] = v] = true;
     while (nwork > 0) {
         const Node *n = &m->nodes[work[--nwork]];
         for (int a = 0; a < n->nargs; a++)

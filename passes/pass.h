@@ -41,8 +41,8 @@ bool passes_run(Module *m, const PassOptions *o);
 void passes_print_help(FILE *f);
 
 /* rewrite.c: what passes share */
-/* Remove the nodes with keep[v] false (none may be used by a kept node), renumbering the rest in
- * order, then infer and verify again. */
+/* Remove the nodes with keep[v] false (none may be used by a kept node, none may have weights),
+ * renumbering the rest in order, then infer and verify again. */
 bool module_remove_nodes(Module *m, const bool *keep);
 /* Every use of value `from` (operands, outputs) becomes `to`. */
 void module_replace_uses(Module *m, ValueId from, ValueId to);

@@ -10,16 +10,8 @@ bool
 module_remove_nodes(Module *m, const bool *keep)
 {
     for (int w = 0; w < m->nweights; w++)
-        if (m->weights[w].data) die("module_remove_nodes: the weights are bound already");
-    /* the removed layers' weights: a weights file made for the source model still holds them */
-    for (int w = 0; w < m->nweights; w++) {
-        if (keep[m->weights[w].node]) continue;
-        m->dropped_weights = arena_grow(&m->arena, m->dropped_weights,
-                                        (size_t)m->ndropped_weights * sizeof *m->dropped_weights,
-                                        (size_t)(m->ndropped_weights + 1) *
-                                            sizeof *m->dropped_weights);
-        m->dropped_weights[m->ndropped_weights++] = m->weights[w].name;
-    }
+        if (m->weights[w].data || !keep[m->weights[w].node])
+            die("module_remove_nodes: a layer with weights (bound or not) is not removed");
     ValueId *to = malloc(((size_t)m->nnodes + 1) * sizeof *to);
     if (!to) die("out of memory");
     int n = 0;
