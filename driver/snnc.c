@@ -144,6 +144,7 @@ usage(FILE *f)
           "  --print-ir-tree-dir=DIR DIR/00-input.snnir, then one numbered file per pass\n"
           "  --time-passes           a table of the passes' times on stderr\n"
           "  --verify-each           verify the IR after every pass\n"
+          "  --llvm-args=\"...\"       options for LLVM itself (-print-after=loop-vectorize, ...)\n"
           "\n"
           "Other:\n"
           "  --model=NAME            which model of the file to compile, if it has several\n"
@@ -445,7 +446,7 @@ parse_options(int argc, char **argv, Options *o)
            O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU,
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
-           O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN };
+           O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -471,6 +472,7 @@ parse_options(int argc, char **argv, Options *o)
         {"verify-each", no_argument, 0, O_VERIFY_EACH},
         {"help-passes", no_argument, 0, O_HELP_PASSES},
         {"explain", no_argument, 0, O_EXPLAIN},
+        {"llvm-args", required_argument, 0, O_LLVM_ARGS},
         {0, 0, 0, 0},
     };
     o->batch = 64;
@@ -566,6 +568,15 @@ parse_options(int argc, char **argv, Options *o)
         case O_VERIFY_EACH: o->passes.verify_each = true; break;
         case O_HELP_PASSES: passes_print_help(stdout); exit(0);
         case O_EXPLAIN: o->explain = true; break;
+        case O_LLVM_ARGS: {
+#ifdef SNN_HAVE_LLVM
+            char why[256];
+            if (!cg_llvm_set_args(optarg, why, sizeof why)) usage_error("%s", why);
+#else
+            usage_error("--llvm-args: this build has no LLVM");
+#endif
+            break;
+        }
         case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
         default:
             if (optopt >= 256)

@@ -35,6 +35,11 @@ bool cg_llvm_run(CgLlvm *cg, int batch, int64_t sample_base, const float *const 
  * persistent workers, started by the next run and joined by cg_llvm_free); 1, the default, starts
  * none. Results are identical for every thread count. */
 void cg_llvm_set_threads(CgLlvm *cg, int nthreads);
+/* Options for LLVM itself (--llvm-args="-print-after=loop-vectorize ..."), for the whole process:
+ * given to LLVMParseCommandLineOptions (whose C API drops its errors: an option LLVM does not
+ * know does nothing).
+ * They change what is generated, so compiled objects are cached under them. */
+bool cg_llvm_set_args(const char *args, char *err, size_t errlen);
 void cg_llvm_free(CgLlvm *cg);
 /* The generated module as text (--emit=llvm), before or after "default<O3>"; malloc'ed, or NULL
  * with a message in err. */

@@ -13,6 +13,7 @@
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
 #include <llvm-c/Orc.h>
+#include <llvm-c/Support.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
@@ -58,6 +59,33 @@ llvm_failed(LLVMErrorRef e, const char *what, char *err, size_t errlen)
     char *msg = LLVMGetErrorMessage(e);
     set_err(err, errlen, "%s: %s", what, msg);
     LLVMDisposeErrorMessage(msg);
+    return true;
+}
+
+/* --llvm-args, as given: they change what LLVM generates, so they are part of the cache key */
+static char llvm_args[1024];
+
+bool
+cg_llvm_set_args(const char *args, char *err, size_t errlen)
+{
+    if (strlen(args) >= sizeof llvm_args) {
+        set_err(err, errlen, "--llvm-args is longer than %zu characters", sizeof llvm_args - 1);
+        return false;
+    }
+    snprintf(llvm_args, sizeof llvm_args, "%s", args);
+    char copy[sizeof llvm_args];
+    snprintf(copy, sizeof copy, "%s", args);
+    const char *argv[64] = {"snnc"};
+    int argc = 1;
+    for (char *tok = strtok(copy, " \t"); tok; tok = strtok(NULL, " \t")) {
+        if (argc == 64) {
+            set_err(err, errlen, "--llvm-args holds more than 63 options");
+            return false;
+        }
+        argv[argc++] = tok;
+    }
+    /* LLVM's own parser (the C API hides its errors: an option LLVM does not know does nothing) */
+    LLVMParseCommandLineOptions(argc, argv, "snnc --llvm-args");
     return true;
 }
 
@@ -143,6 +171,7 @@ object_key(LLVMModuleRef mod, LLVMTargetMachineRef tm)
     cache_key_str(&k, cpu);
     cache_key_str(&k, features);
     cache_key_str(&k, versions);
+    cache_key_str(&k, llvm_args);
     LLVMDisposeMessage(ir);
     LLVMDisposeMessage(triple);
     LLVMDisposeMessage(cpu);
