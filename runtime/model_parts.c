@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "runtime/model_parts.h"
+#include "runtime/tensor_io.h"
 
 /* ---- WORK: RPN ---- */
 
@@ -228,9 +229,14 @@ parse_tensor(Parser *ps, RtModelTensor *t, bool has_step)
     }
     t->info.numel = 1;
     for (int d = 0; d < t->info.rank; d++) {
-        t->info.dims[d] = number(ps);
-        if (t->info.dims[d] < 0) ps->is_bad = true;
-        t->info.numel *= t->info.dims[d];
+        int64_t n = number(ps);
+        /* no tensor a runtime could hold is larger (and the product cannot overflow) */
+        if (n < 0 || n > RT_MAX_NUMEL || (n > 0 && t->info.numel > RT_MAX_NUMEL / n)) {
+            ps->is_bad = true;
+            return;
+        }
+        t->info.dims[d] = n;
+        t->info.numel *= n;
     }
 }
 
@@ -263,7 +269,8 @@ parse_buf(Parser *ps, RtBuf *b)
     b->fixed = number(ps);
     b->io = (int)number(ps);
     b->nperm = (int)number(ps);
-    if ((int)b->kind < 0 || !b->elem || b->per_batch < 0 || b->fixed < 0 || b->nperm < 0 ||
+    if ((int)b->kind < 0 || !b->elem || b->per_batch < 0 || b->fixed < 0 ||
+        b->per_batch > RT_MAX_NUMEL || b->fixed > RT_MAX_NUMEL || b->nperm < 0 ||
         b->nperm > SNN_MAX_RANK) {
         ps->is_bad = true;
         return;
