@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """gen_seeds.py: writes the committed seed corpora in tests/fuzz/seeds/<target>/, a few small valid and
 invalid inputs per parser (each under 4 KiB); fuzz_snn's seeds are copies of the examples and lit tests.
+fuzz_meta's seeds are not made here: they are the descriptions of model.so files snnc built (read with
+tests/lit/cuda/Inputs/model_meta.py, cuda_image records pointed into the target's 4 KiB blob) and an
+input the fuzzer found (overflow-dims.txt), committed as they are.
 Standard library only, deterministic output, so rerunning it reproduces the committed files byte for
 byte. It must not touch anything outside seeds/."""
 import glob
