@@ -528,6 +528,11 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
                 owned[b] = true;
                 if (!ev->mem[b])
                     efail(ev, "kernel IR: out of memory for buffer '%s'", kb->name);
+                /* a buffer said to be stored before it is loaded starts as garbage (0xA5 bytes:
+                 * NaN-free odd values, so any load before a store changes the results), which is
+                 * what the compiled backends may leave there: the tests catch a false claim */
+                if (kb->is_written_first)
+                    memset(ev->mem[b], 0xA5, (size_t)ev->len[b] * ktype_size(kb->type));
                 break;
             }
             if ((kb->kind == KB_INPUT || kb->kind == KB_OUTPUT) && kb->type != KT_F32)

@@ -2145,6 +2145,13 @@ kir_lower_for(const Module *m, KTarget target)
         default: unreachable();
         }
         end_kernel(&lw);
+        /* every layer kernel stores every element of its value (each step's slice at its step, before
+         * any kernel after it reads the slice), so its buffer need not be zeroed before a run;
+         * kir_eval fills such buffers with garbage, which keeps this claim tested */
+        const VStore *vs = &lw.vs[v];
+        if ((vs->layout == LY_FULL || vs->layout == LY_STATIC) && vs->buf >= 0 &&
+            p->bufs[vs->buf].kind == KB_TEMP)
+            p->bufs[vs->buf].is_written_first = true;
     }
     /* outputs after everything: readouts reduce over t into the caller's sample-major arrays */
     for (int k = 0; k < m->noutputs; k++) {
