@@ -170,6 +170,7 @@ typedef enum {
     LY_STATIC,      /* KB_TEMP [B][numel]: the same at every step */
     LY_INPUT,       /* KB_INPUT [B][numel], static */
     LY_INPUT_STEP,  /* KB_INPUT [B][T][numel] */
+    LY_INLINE,      /* no memory: an elementwise value evaluated where it is loaded (fused) */
 } Layout;
 
 typedef struct VStore {
@@ -391,6 +392,7 @@ ktype_of(DType dt)
 typedef struct Pos {
     KExpr *t, *b, *i, *r, *j;
     int64_t jn;
+    KExpr *ch; /* the element's channel (index along dim 0) where the kernel knows it, or NULL */
 } Pos;
 
 static KExpr *
@@ -452,14 +454,19 @@ vindex(Lower *lw, ValueId v, Pos *ps)
         KExpr *bt = bin(lw, KB_ADD, bin(lw, KB_MUL, pos_b(lw, ps), ci(lw, lw->T)), pos_t(lw, ps));
         return bin(lw, KB_ADD, bin(lw, KB_MUL, bt, n), pos_i(lw, ps));
     }
-    case LY_NONE: break;
+    case LY_NONE:
+    case LY_INLINE: break;
     }
     die("kir: value %d has no memory", (int)v);
 }
 
+static KExpr *pointwise_expr(Lower *lw, ValueId v, Pos *ps);
+
 static KExpr *
 vload(Lower *lw, ValueId v, Pos *ps)
 {
+    if (lw->vs[v].layout == LY_INLINE)
+        return pointwise_expr(lw, v, ps);
     return kx_load(lw->p, lw->vs[v].buf, vindex(lw, v, ps));
 }
 
@@ -538,6 +545,70 @@ describe(Lower *lw, ValueId v, const char *how)
 static Cur open_elements(Lower *lw, ValueId v, Pos *ps, int n, const int64_t *dims,
                          const char *const *names, KExpr **idx);
 
+/* the kernel computes v as well (a value fused into it): --explain lists it */
+static void
+kernel_add_node(Lower *lw, ValueId v)
+{
+    for (int k = 0; k < lw->k.nnodes; k++)
+        if (lw->k.nodes[k] == v) return;
+    lw->k.nodes = arena_grow(&lw->p->arena, lw->k.nodes, (size_t)lw->k.nnodes * sizeof *lw->k.nodes,
+                             (size_t)(lw->k.nnodes + 1) * sizeof *lw->k.nodes);
+    lw->k.nodes[lw->k.nnodes++] = v;
+}
+
+/* add, sub, mul, scale of the operands at ps, in f32 */
+static KExpr *
+elementwise_expr(Lower *lw, const Node *n, Pos *ps)
+{
+    KExpr *a = to(lw, KT_F32, vload(lw, n->args[0], ps));
+    switch (n->op) {
+    case OP_ADD: return bin(lw, KB_ADD, a, to(lw, KT_F32, vload(lw, n->args[1], ps)));
+    case OP_SUB: return bin(lw, KB_SUB, a, to(lw, KT_F32, vload(lw, n->args[1], ps)));
+    case OP_MUL: return bin(lw, KB_MUL, a, to(lw, KT_F32, vload(lw, n->args[1], ps)));
+    case OP_SCALE: {
+        /* a Python-float factor: rounded to float once; x / k keeps its division */
+        float factor = (float)node_attr_f(n, "factor"), divisor = (float)node_attr_f(n, "divisor");
+        KExpr *y = factor == 1 ? a : bin(lw, KB_MUL, kx_const(lw->p, KT_F32, factor), a);
+        if (divisor != 1)
+            y = bin(lw, KB_DIV, y, kx_const(lw->p, KT_F32, divisor));
+        return y;
+    }
+    default: unreachable();
+    }
+}
+
+/* (x - mean) / sqrt(var + eps) * weight + bias of channel cc, in f64, rounded once */
+static KExpr *
+batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x)
+{
+    KExpr *w[4];
+    for (int s = 0; s < 4; s++)
+        w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
+    KExpr *sd = kx_un(lw->p, KU_SQRT,
+                      bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
+    KExpr *y = bin(lw, KB_ADD,
+                   bin(lw, KB_MUL, bin(lw, KB_DIV, bin(lw, KB_SUB, to(lw, KT_F64, x), w[2]), sd),
+                       w[0]),
+                   w[1]);
+    return to(lw, KT_F32, y);
+}
+
+/* a fused elementwise value at ps (LY_INLINE), computed where it is loaded */
+static KExpr *
+pointwise_expr(Lower *lw, ValueId v, Pos *ps)
+{
+    const Node *n = &lw->m->nodes[v];
+    kernel_add_node(lw, v);
+    if (n->op != OP_BATCHNORM)
+        return elementwise_expr(lw, n, ps);
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+    int64_t inner = C ? lw->vs[v].numel / C : 0;
+    KExpr *cc = ps->ch         ? ps->ch
+                : inner == 1 ? pos_i(lw, ps)
+                             : bin(lw, KB_DIV, pos_i(lw, ps), ci(lw, inner));
+    return batchnorm_expr(lw, n, cc, vload(lw, n->args[0], ps));
+}
+
 static void
 lower_elementwise(Lower *lw, ValueId v)
 {
@@ -547,22 +618,7 @@ lower_elementwise(Lower *lw, ValueId v)
     Cur c = open_elements(lw, v, &ps, 1, (const int64_t[]){lw->vs[v].numel},
                           (const char *const[]){"i"}, &iv);
     ps.i = iv;
-    KExpr *a = to(lw, KT_F32, vload(lw, n->args[0], &ps)), *y = NULL;
-    switch (n->op) {
-    case OP_ADD: y = bin(lw, KB_ADD, a, to(lw, KT_F32, vload(lw, n->args[1], &ps))); break;
-    case OP_SUB: y = bin(lw, KB_SUB, a, to(lw, KT_F32, vload(lw, n->args[1], &ps))); break;
-    case OP_MUL: y = bin(lw, KB_MUL, a, to(lw, KT_F32, vload(lw, n->args[1], &ps))); break;
-    case OP_SCALE: {
-        /* a Python-float factor: rounded to float once; x / k keeps its division */
-        float factor = (float)node_attr_f(n, "factor"), divisor = (float)node_attr_f(n, "divisor");
-        y = factor == 1 ? a : bin(lw, KB_MUL, kx_const(lw->p, KT_F32, factor), a);
-        if (divisor != 1)
-            y = bin(lw, KB_DIV, y, kx_const(lw->p, KT_F32, divisor));
-        break;
-    }
-    default: unreachable();
-    }
-    vstore(lw, c, v, &ps, y);
+    vstore(lw, c, v, &ps, elementwise_expr(lw, n, &ps));
 }
 
 static bool
@@ -1280,7 +1336,7 @@ lower_pool(Lower *lw, ValueId v)
     vstore(lw, px_c, v, &py, to(lw, KT_F32, y));
 }
 
-/* (x - mean) / sqrt(var + eps) * weight + bias in f64, rounded once */
+/* batchnorm over (c, i): batchnorm_expr */
 static void
 lower_batchnorm(Lower *lw, ValueId v)
 {
@@ -1291,17 +1347,8 @@ lower_batchnorm(Lower *lw, ValueId v)
     KExpr *ix[2];
     Cur c = open_elements(lw, v, &ps, 2, (const int64_t[]){C, inner},
                           (const char *const[]){"c", "i"}, ix);
-    KExpr *cc = ix[0], *ii = ix[1];
-    ps.i = bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, inner)), ii);
-    KExpr *w[4];
-    for (int s = 0; s < 4; s++)
-        w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
-    KExpr *sd = kx_un(lw->p, KU_SQRT,
-                      bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
-    KExpr *xv = to(lw, KT_F64, vload(lw, n->args[0], &ps));
-    KExpr *y = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, bin(lw, KB_SUB, xv, w[2]), sd), w[0]),
-                   w[1]);
-    vstore(lw, c, v, &ps, to(lw, KT_F32, y));
+    ps.i = bin(lw, KB_ADD, bin(lw, KB_MUL, ix[0], ci(lw, inner)), ix[1]);
+    vstore(lw, c, v, &ps, batchnorm_expr(lw, n, ix[0], vload(lw, n->args[0], &ps)));
 }
 
 /* s = u < gain*x with u keyed by (seed, stream, t, (sample_base + b) * numel + i), compared in f32 */
@@ -1585,8 +1632,8 @@ find_probes(Lower *lw, ValueId v, const NLower *nl, ValueId *probe, int *probe_l
  * |spike| over the steps, stored to an i64 [B*n] buffer once after the t loop ft, or, in a recurrent
  * region (ft NULL), reloaded and stored at every step (zero at step 0). Counts are at most T, so the
  * sums the run functions take are exact in any order. */
-static void
-count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr *spike)
+static int
+spike_count_buffer(Lower *lw, ValueId v)
 {
     KProgram *p = lw->p;
     int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)), KT_I64,
@@ -1596,10 +1643,19 @@ count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr 
     bool is_acc = p->target == KTARGET_GPU;
     p->bufs[buf].is_written_first = !is_acc;
     p->bufs[buf].is_accumulator = is_acc;
-    int cnt = local(lw, "nspikes", KT_I64);
     p->stats = arena_grow(&p->arena, p->stats, (size_t)p->nstats * sizeof *p->stats,
                           (size_t)(p->nstats + 1) * sizeof *p->stats);
     p->stats[p->nstats++] = (KStat){v, buf};
+    return buf;
+}
+
+static void
+count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr *spike)
+{
+    KProgram *p = lw->p;
+    int buf = spike_count_buffer(lw, v);
+    bool is_acc = p->bufs[buf].is_accumulator;
+    int cnt = local(lw, "nspikes", KT_I64);
     if (ft) {
         /* before the t loop: c's last statement is ft */
         KStmt *init = st_new(lw, KS_ASSIGN);
@@ -1628,48 +1684,48 @@ count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr 
     s_store(lw, c, buf, jv, var(lw, cnt));
 }
 
-/* A neuron layer: parallel over the B*numel neurons. Outside a recurrent region the T steps run in
- * one loop with the state in locals; inside one, one step per launch with the state kept in
- * KB_TEMP buffers between steps (initialised at step 0). */
+/* One copy of a neuron program's locals (a pooled scan keeps one per window element; suffix
+ * tells them apart in the kernel IR), the locals that carry from step to step and their initial
+ * values: states, lets, spike, refractory counter. */
+typedef struct NCopy {
+    NLower nl;
+    int ncarry;
+    int *carry;
+    KExpr **init;
+    bool has_output;
+} NCopy;
+
 static void
-lower_neuron(Lower *lw, ValueId v)
+neuron_copy(Lower *lw, const Node *n, const char *suffix, NCopy *cp)
 {
-    const Module *m = lw->m;
-    const Node *n = &m->nodes[v];
-    const NeuronDef *nd = m->neurons[n->neuron];
     KProgram *p = lw->p;
-    int64_t numel = lw->vs[v].numel;
-    bool is_step = lw->region[v] >= 0;
+    const NeuronDef *nd = lw->m->neurons[n->neuron];
     NLower nl = {nd, n->params, NULL, NULL, -1, -1, -1, -1};
-    double *defaults = NULL;
     if (!nl.params) {
-        defaults = arena_alloc(&p->arena, (size_t)(nd->nparams + 1) * sizeof *defaults);
+        double *defaults = arena_alloc(&p->arena, (size_t)(nd->nparams + 1) * sizeof *defaults);
         for (int i = 0; i < nd->nparams; i++)
             defaults[i] = nd->params[i].def;
         nl.params = defaults;
     }
-    KExpr *bn = bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), *jv;
-    KStmt *fj = loop(lw, top(lw), "j", bn, true, &jv);
-    Cur c = body(fj);
+#define NAMED(x) (suffix[0] ? arena_printf(&p->arena, "%s%s", (x), suffix) : (x))
     nl.state = arena_alloc(&p->arena, (size_t)(nd->nstates + 1) * sizeof *nl.state);
     nl.let = arena_alloc(&p->arena, (size_t)(nd->nlocals + 1) * sizeof *nl.let);
     for (int k = 0; k < nd->nstates; k++)
-        nl.state[k] = local(lw, nd->states[k].name, KT_F32);
+        nl.state[k] = local(lw, NAMED(nd->states[k].name), KT_F32);
     for (int k = 0; k < nd->nlocals; k++)
-        nl.let[k] = local(lw, nd->locals[k], KT_F32);
-    nl.spike = local(lw, "spike", KT_F32);
+        nl.let[k] = local(lw, NAMED(nd->locals[k]), KT_F32);
+    nl.spike = local(lw, NAMED("spike"), KT_F32);
     bool has_refractory = nd->has_refractory, has_output = nd->has_output;
     for (int s = 0; s < nd->nstmts; s++) {
         has_refractory = has_refractory || nd->stmts[s].kind == NS_REFRACTORY;
         has_output = has_output || nd->stmts[s].kind == NS_OUTPUT;
     }
     if (has_refractory)
-        nl.refr = local(lw, "refr", KT_I64);
+        nl.refr = local(lw, NAMED("refr"), KT_I64);
     if (has_output)
-        nl.out = local(lw, "out", KT_F32);
-    nl.input = local(lw, "I", KT_F32);
-
-    /* the locals that carry from step to step, their initial values and (step kernels) buffers */
+        nl.out = local(lw, NAMED("out"), KT_F32);
+    nl.input = local(lw, NAMED("I"), KT_F32);
+#undef NAMED
     int ncarry = nd->nstates + nd->nlocals + 1 + (has_refractory ? 1 : 0);
     int *carry = arena_alloc(&p->arena, (size_t)ncarry * sizeof *carry);
     KExpr **init = arena_alloc(&p->arena, (size_t)ncarry * sizeof *init);
@@ -1689,6 +1745,117 @@ lower_neuron(Lower *lw, ValueId v)
         carry[nc] = nl.refr;
         init[nc++] = ci(lw, 0);
     }
+    *cp = (NCopy){nl, ncarry, carry, init, has_output};
+}
+
+/* A neuron layer fused into the pooling that follows (fuse s into p; ir_fusion_problem: 0/1
+ * spikes, whole windows, outside recurrence): parallel over the pooled elements (b, ch, oh, ow),
+ * the window's K neurons scanned side by side, each with its own copy of the state, and at every
+ * step only the pooled value stored: no spike tensor, no read-modify-write. The window's neurons
+ * share ch, so a fused batchnorm's per-channel terms are computed once (Pos.ch). Spike counts stay
+ * per neuron. */
+static void
+lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
+{
+    const Module *m = lw->m;
+    const Node *n = &m->nodes[v], *pn = &m->nodes[pool];
+    KProgram *p = lw->p;
+    int64_t numel = lw->vs[v].numel, per = lw->vs[pool].numel;
+    int64_t H = n->type.dims[1], W = n->type.dims[2], OH = pn->type.dims[1], OW = pn->type.dims[2];
+    int KH = (int)node_attr_i(pn, "kernel", 0), KW = (int)node_attr_i(pn, "kernel", 1), K = KH * KW;
+    bool is_static_input = lw->is_static[n->args[0]];
+    KExpr *jp;
+    Cur c = body(loop(lw, top(lw), "jp", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, per)), true,
+                      &jp));
+    int bv = local(lw, "b", KT_I64), qv = local(lw, "q", KT_I64), chv = local(lw, "ch", KT_I64);
+    int base = local(lw, "i0", KT_I64);
+    s_assign(lw, c, bv, bin(lw, KB_DIV, jp, ci(lw, per)));
+    s_assign(lw, c, qv, bin(lw, KB_REM, jp, ci(lw, per)));
+    KExpr *q = var(lw, qv);
+    s_assign(lw, c, chv, bin(lw, KB_DIV, q, ci(lw, OH * OW)));
+    KExpr *oh = bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, OW)), ci(lw, OH));
+    KExpr *ow = bin(lw, KB_REM, q, ci(lw, OW));
+    /* the window's first neuron: b*numel + ch*H*W + oh*KH*W + ow*KW */
+    s_assign(lw, c, base,
+             bin(lw, KB_ADD,
+                 bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, bv), ci(lw, numel)),
+                     bin(lw, KB_MUL, var(lw, chv), ci(lw, H * W))),
+                 bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, KH * W)),
+                     bin(lw, KB_MUL, ow, ci(lw, KW)))));
+    int cbuf = spike_count_buffer(lw, v);
+    bool is_acc = p->bufs[cbuf].is_accumulator;
+    NCopy *cp = arena_alloc(&p->arena, (size_t)K * sizeof *cp);
+    int *jl = arena_alloc(&p->arena, (size_t)K * sizeof *jl);
+    int *cnt = arena_alloc(&p->arena, (size_t)K * sizeof *cnt);
+    Pos *ps = arena_alloc(&p->arena, (size_t)K * sizeof *ps);
+    for (int e = 0; e < K; e++) {
+        const char *sfx = arena_printf(&p->arena, ".%d", e);
+        neuron_copy(lw, n, sfx, &cp[e]);
+        jl[e] = local(lw, arena_printf(&p->arena, "j%s", sfx), KT_I64);
+        cnt[e] = local(lw, arena_printf(&p->arena, "nspikes%s", sfx), KT_I64);
+        s_assign(lw, c, jl[e], bin(lw, KB_ADD, var(lw, base), ci(lw, (e / KW) * W + e % KW)));
+        for (int k = 0; k < cp[e].ncarry; k++)
+            s_assign(lw, c, cp[e].carry[k], cp[e].init[k]);
+        s_assign(lw, c, cnt[e], is_acc ? kx_load(p, cbuf, var(lw, jl[e])) : ci(lw, 0));
+        memset(&ps[e], 0, sizeof ps[e]);
+        ps[e].j = var(lw, jl[e]);
+        ps[e].jn = numel;
+        ps[e].ch = var(lw, chv);
+        if (is_static_input)
+            s_assign(lw, c, cp[e].nl.input, as_f32(lw, vload(lw, n->args[0], &ps[e])));
+    }
+    KExpr *tv;
+    Cur step = body(loop(lw, c, "t", ci(lw, lw->T), false, &tv));
+    int pv = local(lw, "pooled", KT_F64);
+    for (int e = 0; e < K; e++) {
+        ps[e].t = tv;
+        if (!is_static_input)
+            s_assign(lw, step, cp[e].nl.input, as_f32(lw, vload(lw, n->args[0], &ps[e])));
+        neuron_step(lw, step, &cp[e].nl);
+        KExpr *y = to(lw, KT_F64, var(lw, cp[e].nl.spike));
+        /* max of 0/1 spikes; sums of at most K of them are exact */
+        s_assign(lw, step, pv,
+                 e == 0                       ? y
+                 : pn->op == OP_MAXPOOL2D ? bin(lw, KB_MAX, var(lw, pv), y)
+                                          : bin(lw, KB_ADD, var(lw, pv), y));
+        s_assign(lw, step, cnt[e],
+                 bin(lw, KB_ADD, var(lw, cnt[e]),
+                     to(lw, KT_I64, kx_un(p, KU_ABS, var(lw, cp[e].nl.spike)))));
+    }
+    KExpr *pooled = var(lw, pv);
+    if (pn->op == OP_AVGPOOL2D)
+        pooled = bin(lw, KB_DIV, pooled, kx_const(p, KT_F64, (double)K));
+    Pos pp = {0};
+    pp.t = tv;
+    pp.j = jp;
+    pp.jn = per;
+    vstore(lw, step, pool, &pp, to(lw, KT_F32, pooled));
+    for (int e = 0; e < K; e++)
+        s_store(lw, c, cbuf, var(lw, jl[e]), var(lw, cnt[e]));
+    kernel_add_node(lw, pool);
+}
+
+/* A neuron layer: parallel over the B*numel neurons. Outside a recurrent region the T steps run in
+ * one loop with the state in locals; inside one, one step per launch with the state kept in
+ * KB_TEMP buffers between steps (initialised at step 0). */
+static void
+lower_neuron(Lower *lw, ValueId v)
+{
+    const Module *m = lw->m;
+    const Node *n = &m->nodes[v];
+    KProgram *p = lw->p;
+    int64_t numel = lw->vs[v].numel;
+    bool is_step = lw->region[v] >= 0;
+    bool is_static_input = !is_step && lw->is_static[n->args[0]];
+    KExpr *bn = bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), *jv;
+    KStmt *fj = loop(lw, top(lw), "j", bn, true, &jv);
+    Cur c = body(fj);
+    NCopy cp;
+    neuron_copy(lw, n, "", &cp);
+    NLower nl = cp.nl;
+    int ncarry = cp.ncarry, *carry = cp.carry;
+    KExpr **init = cp.init;
+    bool has_output = cp.has_output;
 
     ValueId *probe = arena_alloc(&p->arena, (size_t)m->nnodes * sizeof *probe);
     int *probe_local = arena_alloc(&p->arena, (size_t)m->nnodes * sizeof *probe_local);
@@ -1715,12 +1882,17 @@ lower_neuron(Lower *lw, ValueId v)
     } else {
         for (int k = 0; k < ncarry; k++)
             s_assign(lw, c, carry[k], init[k]);
+        /* an input that is the same at every step (a static value, or one computed from static
+         * values where it is loaded) is loaded once, before the steps */
+        if (is_static_input)
+            s_assign(lw, c, nl.input, as_f32(lw, vload(lw, n->args[0], &ps)));
         KExpr *tv;
         ft = loop(lw, c, "t", ci(lw, lw->T), false, &tv);
         ps.t = tv;
         step = body(ft);
     }
-    s_assign(lw, step, nl.input, as_f32(lw, vload(lw, n->args[0], &ps)));
+    if (!is_static_input)
+        s_assign(lw, step, nl.input, as_f32(lw, vload(lw, n->args[0], &ps)));
     neuron_step(lw, step, &nl);
     vstore(lw, step, v, &ps, has_output ? var(lw, nl.out) : var(lw, nl.spike));
     for (int k = 0; k < nprobes; k++)
@@ -1731,11 +1903,8 @@ lower_neuron(Lower *lw, ValueId v)
     if (!has_output)
         count_spikes(lw, v, c, step, ft, jv, var(lw, nl.spike));
     /* the kernel computes its probes too */
-    lw->k.nodes = arena_grow(&p->arena, lw->k.nodes, sizeof *lw->k.nodes,
-                             (size_t)(1 + nprobes) * sizeof *lw->k.nodes);
     for (int k = 0; k < nprobes; k++)
-        lw->k.nodes[1 + k] = probe[k];
-    lw->k.nnodes = 1 + nprobes;
+        kernel_add_node(lw, probe[k]);
 }
 
 /* the neuron's carried locals in lower_neuron's order: states, lets, spike, refractory counter */
@@ -2003,6 +2172,13 @@ plan_buffers(Lower *lw)
         if (n->op == OP_INPUT || n->op == OP_FLATTEN || is_step_readout(n->op) ||
             n->op == OP_SEQUENCE)
             continue; /* inputs: above; flatten: an alias (resolved in order below) */
+        if (n->fused_into >= 0) {
+            /* computed inside its user's kernel (ir_fusion_problem): elementwise values where
+             * they are loaded, neuron scans into their pooling's buffer */
+            s->layout = n->op == OP_NEURON ? LY_NONE : LY_INLINE;
+            s->buf = -1;
+            continue;
+        }
         s->layout = lw->is_static[v] ? LY_STATIC : LY_FULL;
         int64_t per = s->numel * (lw->is_static[v] ? 1 : lw->T);
         s->buf = add_buf(lw, value_name(lw, v), ktype_of(n->type.dtype), (KSize){per, 0}, KB_TEMP,
@@ -2108,6 +2284,27 @@ kir_lower_for(const Module *m, KTarget target)
         case OP_SEQUENCE: /* outputs, below */
             continue;
         default: break;
+        }
+        if (nd->fused_into >= 0)
+            continue; /* in its user's kernel */
+        /* a neuron scan fused into this pooling (ir_fusion_problem: never a step kernel) */
+        ValueId scan = (nd->op == OP_MAXPOOL2D || nd->op == OP_AVGPOOL2D ||
+                        nd->op == OP_SUMPOOL2D) &&
+                               m->nodes[nd->args[0]].fused_into == v
+                           ? nd->args[0]
+                           : -1;
+        if (scan >= 0) {
+            begin_kernel(&lw, scan,
+                         arena_printf(&p->arena, "%s = %s(%s) into %s = %s(%s): neuron scan over "
+                                                 "T window by window, only the pooled spikes stored",
+                                      value_name(&lw, scan), node_op_name(m, &m->nodes[scan]),
+                                      value_name(&lw, m->nodes[scan].args[0]), value_name(&lw, v),
+                                      node_op_name(m, nd), value_name(&lw, scan)),
+                         false);
+            lower_neuron_pooled(&lw, scan, v);
+            end_kernel(&lw);
+            p->bufs[lw.vs[v].buf].is_written_first = true;
+            continue;
         }
         const char *what = nd->op != OP_NEURON ? ctx_what(ctx)
                            : is_step ? "neuron step (in the step loop): B*n neurons at step t, "

@@ -62,6 +62,7 @@ typedef enum {
     MST_BIND,       /* name = a [: type] [loc(...)] */
     MST_OUTPUT,     /* output name = a [: type] [loc(...)] */
     MST_SCHEDULE,   /* schedule name (layer or step) */
+    MST_FUSE,       /* fuse name into a (an AST_IDENT) */
 } StmtKind;
 
 typedef struct AstStmt {

@@ -1148,6 +1148,8 @@ lower_model(Lower *L, const AstItem *it, const char *path)
             }
             break;
         }
+        case MST_FUSE:
+            break; /* once every value is bound: below */
         case MST_WEIGHTS:
             if (m->weights_path) {
                 diag_error(st->loc, "weights is given twice");
@@ -1257,6 +1259,25 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         if (v < 0)
             die("unresolved fixup %s", L->fixups[i].name);
         m->nodes[L->fixups[i].node].args[L->fixups[i].arg] = v;
+    }
+    /* fuse a into b: the names are values of this model (ir_verify checks that it can be done) */
+    for (int i = 0; i < it->nstmts; i++) {
+        const AstStmt *st = &it->stmts[i];
+        if (st->kind != MST_FUSE)
+            continue;
+        ValueId va = sym_find(L, st->name), vb = sym_find(L, st->a->str);
+        const char *unknown = va < 0 ? st->name : vb < 0 ? st->a->str : NULL;
+        if (unknown) {
+            diag_error(va < 0 ? st->loc : st->a->loc, "fuse: '%s' is not a value of model '%s'",
+                       unknown, m->name);
+            return false;
+        }
+        if (m->nodes[va].fused_into >= 0) {
+            diag_error(st->loc, "fuse: '%s' is already fused into another value", st->name);
+            return false;
+        }
+        m->nodes[va].fused_into = vb;
+        m->nodes[va].fused_loc = st->loc;
     }
     m->outputs = outs;
     m->inputs = ins;
@@ -1386,7 +1407,8 @@ fe_load_text(const char *path, const char *text, size_t len, const char *model_n
     const AstItem *model = NULL;
     Loc none = {0};
     ok = load_file(&L, path, text, len, true, model_name, none, 0, &model) &&
-         lower_model(&L, model, path) && ir_verify(L.m) && ir_infer(L.m) && check_annotations(&L);
+         lower_model(&L, model, path) && ir_verify(L.m) && ir_infer(L.m) && ir_verify_fusions(L.m) &&
+         check_annotations(&L);
     arena_free(&L.ast);
     if (!ok || diag_error_count() > 0) {
         module_free(L.m);

@@ -279,7 +279,7 @@ loc_number(FeParser *p, const Ast *a)
 %token INCLUDE "include" NEURON "neuron" MODEL "model" STATE "state" LET "let" FIRE "fire"
 %token DOWN "down" RESET "reset" REFRACTORY "refractory" OUTPUT "output" SURROGATE "surrogate"
 %token TIMESTEPS "timesteps" WEIGHTS "weights" SEED "seed" INPUT "input" LOC "loc"
-%token SCHEDULE "schedule"
+%token SCHEDULE "schedule" FUSE "fuse"
 %token TRUE "true" FALSE "false" AND "and" OR "or" NOT "not"
 %token ANDAND "&&" OROR "||" LE "<=" GE ">=" EQ "==" NE "!=" SUBEQ "-="
 %token PLUS "+" MINUS "-" STAR "*" SLASH "/" LT "<" GT ">" BANG "!" QUESTION "?" COLON ":"
@@ -403,13 +403,21 @@ mstmts:
   | mstmts ";" { $$ = $1; }
     ;
 
-/* mstmt := 'timesteps' expr | 'weights' STRING | 'seed' expr | 'schedule' name | 'input' name ':' type
+/* mstmt := 'timesteps' expr | 'weights' STRING | 'seed' expr | 'schedule' name
+ *        | 'fuse' name 'into' name | 'input' name ':' type
  *        | name '=' expr [':' type] [locann] | 'output' name '=' expr [':' type] [locann] */
 mstmt:
     TIMESTEPS expr { $$ = stmt(p, MST_TIMESTEPS, @1, NULL, $2); }
   | WEIGHTS STRING { $$ = stmt(p, MST_WEIGHTS, @1, NULL, leaf($2)); }
   | SEED expr { $$ = stmt(p, MST_SEED, @1, NULL, $2); }
   | SCHEDULE name { $$ = stmt(p, MST_SCHEDULE, @1, $2, no_expr()); }
+  | FUSE name name name {
+        if (strcmp($3->str, "into") != 0) {
+            fail(p, @3, "expected 'into' in: fuse VALUE into VALUE, got '%s'", $3->str);
+            YYABORT;
+        }
+        $$ = stmt(p, MST_FUSE, @1, $2, leaf($4));
+    }
   | INPUT name ":" type {
         $$ = stmt(p, MST_INPUT, @1, $2, no_expr());
         $$->has_type = true;
@@ -601,6 +609,7 @@ word:
   | WEIGHTS { $$ = keyword(p, @1, "weights"); }
   | SEED { $$ = keyword(p, @1, "seed"); }
   | SCHEDULE { $$ = keyword(p, @1, "schedule"); }
+  | FUSE { $$ = keyword(p, @1, "fuse"); }
   | INPUT { $$ = keyword(p, @1, "input"); }
     ;
 
@@ -739,7 +748,7 @@ yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, FeParser *p)
         YYSYMBOL_INCLUDE, YYSYMBOL_NEURON,    YYSYMBOL_MODEL,     YYSYMBOL_STATE,
         YYSYMBOL_LET,     YYSYMBOL_FIRE,      YYSYMBOL_RESET,     YYSYMBOL_REFRACTORY,
         YYSYMBOL_OUTPUT,  YYSYMBOL_SURROGATE, YYSYMBOL_TIMESTEPS, YYSYMBOL_WEIGHTS,
-        YYSYMBOL_SEED,    YYSYMBOL_INPUT,     YYSYMBOL_SCHEDULE,
+        YYSYMBOL_SEED,    YYSYMBOL_INPUT,     YYSYMBOL_SCHEDULE,  YYSYMBOL_FUSE,
     };
     static const yysymbol_kind_t star[] = {YYSYMBOL_STAR};
     static const yysymbol_kind_t binop[] = {
@@ -754,6 +763,7 @@ yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, FeParser *p)
     static const yysymbol_kind_t mstmt_start[] = {
         YYSYMBOL_TIMESTEPS, YYSYMBOL_WEIGHTS, YYSYMBOL_SEED,    YYSYMBOL_INPUT,
         YYSYMBOL_OUTPUT,    YYSYMBOL_IDENT,   YYSYMBOL_VALNAME, YYSYMBOL_SCHEDULE,
+        YYSYMBOL_FUSE,
     };
 #define SYMS(a) a, (int)(sizeof a / sizeof a[0])
     static const struct {

@@ -224,6 +224,11 @@ typedef struct Node {
     bool is_per_step_input;      /* OP_INPUT declared with a leading T */
     int first_weight;            /* index into Module.weights; nweights slots follow */
     int nweights;
+    /* computed inside the kernel of this node (its only user), with no buffer of its own: printed
+     * `fuse a into b`, chosen by the fuse pass; -1 = its own kernel (ir_fusion_problem says what
+     * may be fused) */
+    ValueId fused_into;
+    Loc fused_loc; /* the `fuse` statement that asked for it (line 0: a pass chose it) */
     Loc loc;
 } Node;
 
@@ -297,6 +302,15 @@ bool ir_infer(Module *m);
  * through delay, readouts only feeding outputs, neuron programs well formed). Returns false after
  * reporting errors. neuron_analyse fills the derived flags of a NeuronDef. */
 bool ir_verify(Module *m);
+/* Why value a cannot be computed inside the kernel of b (`fuse a into b`), or NULL when it can:
+ * b is a's only user and either a is elementwise (batchnorm, add, sub, mul, scale) and b reads it
+ * element by element (a neuron layer or another elementwise op), or a is a spiking neuron layer
+ * outside recurrent cycles, in the layer-by-layer schedule, and b pools it in whole,
+ * non-overlapping windows (stride = kernel, no padding, sizes divisible). */
+const char *ir_fusion_problem(const Module *m, ValueId a, ValueId b);
+/* Every `fuse` of a typed module can be done (ir_fusion_problem); false after reporting the first
+ * that cannot, at its fuse statement. */
+bool ir_verify_fusions(const Module *m);
 bool neuron_analyse(NeuronDef *nd);
 /* Nodes in an order where every operand except delay inputs comes first; returns count (== nnodes) */
 int ir_topo_order(const Module *m, ValueId *order);

@@ -284,6 +284,7 @@ module_add_node(Module *m, Op op, Loc loc)
     n->loc = loc;
     n->neuron = -1;
     n->first_weight = -1;
+    n->fused_into = -1;
     const OpInfo *oi = op_info(op);
     for (int i = 0; i < oi->nattrs; i++) {
         n->attrs[i].i[0] = oi->attrs[i].i[0];

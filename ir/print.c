@@ -351,6 +351,16 @@ ir_print(FILE *f, const Module *m)
         pos[order[i]] = i;
     for (int i = 0; i < m->nnodes; i++)
         put_node(f, m, pos, order[i]);
+    for (int i = 0; i < m->nnodes; i++) {
+        const Node *n = &m->nodes[order[i]];
+        if (n->fused_into < 0 || n->fused_into >= m->nnodes)
+            continue;
+        fputs("  fuse ", f);
+        put_value(f, m, pos, order[i]);
+        fputs(" into ", f);
+        put_value(f, m, pos, n->fused_into);
+        fputc('\n', f);
+    }
     free(order);
     free(pos);
     fputs("}\n", f);

@@ -145,6 +145,112 @@ check_attrs(const Module *m, const Node *n)
     return true;
 }
 
+/* does a path of operand edges lead from `from` to `to` (to reads from, at some remove)? */
+static bool
+reaches(const Module *m, ValueId from, ValueId to)
+{
+    bool *seen = calloc((size_t)m->nnodes + 1, sizeof *seen);
+    ValueId *work = malloc(((size_t)m->nnodes + 1) * sizeof *work);
+    if (!seen || !work)
+        die("out of memory");
+    int nwork = 0;
+    bool found = false;
+    work[nwork++] = from;
+    seen[from] = true;
+    while (nwork > 0 && !found) {
+        ValueId u = work[--nwork];
+        for (ValueId v = 0; v < m->nnodes && !found; v++)
+            for (int a = 0; a < m->nodes[v].nargs; a++)
+                if (m->nodes[v].args[a] == u) {
+                    found = v == to;
+                    if (!seen[v]) {
+                        seen[v] = true;
+                        work[nwork++] = v;
+                    }
+                }
+    }
+    free(seen);
+    free(work);
+    return found;
+}
+
+static bool
+is_pointwise(Op op)
+{
+    return op == OP_BATCHNORM || op == OP_ADD || op == OP_SUB || op == OP_MUL || op == OP_SCALE;
+}
+
+const char *
+ir_fusion_problem(const Module *m, ValueId a, ValueId b)
+{
+    if (b < 0 || b >= m->nnodes || a == b)
+        return "it names no other value";
+    const Node *na = &m->nodes[a], *nb = &m->nodes[b];
+    bool is_used = false;
+    for (int k = 0; k < nb->nargs; k++)
+        is_used = is_used || nb->args[k] == a;
+    if (!is_used)
+        return "the second value does not read the first";
+    if (na->is_output || na->op == OP_INPUT)
+        return "the first value is a model input or output, which needs its own memory";
+    for (ValueId v = 0; v < m->nnodes; v++)
+        for (int k = 0; k < m->nodes[v].nargs; k++)
+            if (v != b && m->nodes[v].args[k] == a)
+                return "the first value has other users";
+    if (is_pointwise(na->op)) {
+        if (nb->op != OP_NEURON && !is_pointwise(nb->op))
+            return "an elementwise value is fused only into a neuron layer or another elementwise "
+                   "op";
+        return NULL;
+    }
+    if (na->op != OP_NEURON)
+        return "only elementwise ops (batchnorm, add, sub, mul, scale) and neuron layers are fused";
+    if (nb->op != OP_MAXPOOL2D && nb->op != OP_AVGPOOL2D && nb->op != OP_SUMPOOL2D)
+        return "a neuron layer is fused only into the pooling that reads it";
+    if (na->type.dtype != DT_SPIKE)
+        return "the neuron layer does not emit 0/1 spikes";
+    if (m->schedule != SCHEDULE_LAYER)
+        return "a neuron layer is fused into its pooling only in the layer-by-layer schedule "
+               "(schedule layer)";
+    if (reaches(m, a, a))
+        return "the neuron layer is in a recurrent cycle (it runs step by step)";
+    const Type *t = &na->type;
+    if (t->rank != 3)
+        return "the pooled value is not [C, H, W]";
+    for (int d = 0; d < 2; d++) {
+        int64_t k = node_attr_i(nb, "kernel", d), st = node_attr_i(nb, "stride", d);
+        if ((st != 0 && st != k) || node_attr_i(nb, "pad", d) != 0 || k < 1 ||
+            t->dims[1 + d] % k != 0)
+            return "the pooling windows overlap, pad or leave neurons out (stride must equal the "
+                   "kernel, without padding, dividing the size)";
+    }
+    if (node_attr_i(nb, "kernel", 0) * node_attr_i(nb, "kernel", 1) > 16)
+        return "the pooling window holds more than 16 neurons (each is scanned with its own state)";
+    return NULL;
+}
+
+bool
+ir_verify_fusions(const Module *m)
+{
+    bool ok = true;
+    for (int v = 0; v < m->nnodes && ok; v++) {
+        const Node *n = &m->nodes[v];
+        if (n->fused_into < 0)
+            continue;
+        const char *why = ir_fusion_problem(m, v, n->fused_into);
+        if (why) {
+            const char *nm = n->name ? n->name : node_op_name(m, n);
+            const char *into = n->fused_into < m->nnodes && m->nodes[n->fused_into].name
+                                   ? m->nodes[n->fused_into].name
+                                   : "?";
+            diag_error(n->fused_loc.line > 0 ? n->fused_loc : n->loc,
+                       "cannot fuse '%s' into '%s': %s", nm, into, why);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
 bool
 ir_verify(Module *m)
 {

@@ -157,7 +157,7 @@ passes_run(Module *m, const PassOptions *o)
             diag_error(m->loc, "pass %s failed", pi->name);
             return false;
         }
-        if (o->verify_each && !ir_verify(m)) {
+        if (o->verify_each && !(ir_verify(m) && ir_verify_fusions(m))) {
             diag_error(m->loc, "the IR is not valid after pass %s", pi->name);
             return false;
         }

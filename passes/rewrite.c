@@ -24,6 +24,7 @@ module_remove_nodes(Module *m, const bool *keep)
             if (to[nd.args[a]] < 0) die("module_remove_nodes: node %d uses removed node %d", v, nd.args[a]);
             nd.args[a] = to[nd.args[a]];
         }
+        if (nd.fused_into >= 0) nd.fused_into = to[nd.fused_into];
         m->nodes[to[v]] = nd;
     }
     m->nnodes = n;
@@ -32,7 +33,7 @@ module_remove_nodes(Module *m, const bool *keep)
     for (int i = 0; i < m->noutputs; i++)
         m->outputs[i] = to[m->outputs[i]];
     free(to);
-    return ir_infer(m) && ir_verify(m);
+    return ir_infer(m) && ir_verify(m) && ir_verify_fusions(m);
 }
 
 void
@@ -43,4 +44,8 @@ module_replace_uses(Module *m, ValueId from, ValueId to)
             if (m->nodes[v].args[a] == from) m->nodes[v].args[a] = to;
     for (int i = 0; i < m->noutputs; i++)
         if (m->outputs[i] == from) m->outputs[i] = to;
+    /* from has no users left: nothing can be computed inside it, nor it inside anything */
+    for (ValueId v = 0; v < m->nnodes; v++)
+        if (m->nodes[v].fused_into == from) m->nodes[v].fused_into = -1;
+    m->nodes[from].fused_into = -1;
 }

@@ -4,6 +4,7 @@
  * (fused neuron scans, static kernels, step kernels for recurrence). Writes no files. */
 #include "codegen/kir.h"
 #include "frontend/frontend.h"
+#include "passes/pass.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -66,10 +67,15 @@ input_value(uint64_t i)
  * when every output is bitwise identical */
 static bool
 same_on_target(const char *text, int batch, int64_t sample_base, char **printed, KTarget target,
-               Schedule schedule)
+               Schedule schedule, bool is_fused)
 {
     Module *m = load(text);
     m->schedule = schedule;
+    bool changed;
+    if (is_fused && !pass_fuse(m, &changed)) {
+        module_free(m);
+        return false;
+    }
     KProgram *p = kir_lower_for(m, target);
     if (!p)
         return false;
@@ -137,22 +143,66 @@ same_on_target(const char *text, int batch, int64_t sample_base, char **printed,
 }
 
 /* the same for both targets' lowerings, time-batched (the time-batch pass's schedule) and step by
- * step (no pass run); printed: the CPU's time-batched kernel IR */
+ * step (no pass run), and time-batched after the fuse pass; printed: the CPU's time-batched kernel
+ * IR without fusion */
 static bool
 same_as_interp(const char *text, int batch, int64_t sample_base, char **printed)
 {
     bool ok = true;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 6; k++) {
         KTarget target = k & 1 ? KTARGET_GPU : KTARGET_CPU;
-        Schedule schedule = k & 2 ? SCHEDULE_STEP : SCHEDULE_LAYER;
-        if (!same_on_target(text, batch, sample_base, k == 0 ? printed : NULL, target, schedule)) {
-            fprintf(stderr, "  (the %s lowering, scheduled %s, differs from the interpreter)\n",
+        Schedule schedule = (k >> 1) == 1 ? SCHEDULE_STEP : SCHEDULE_LAYER;
+        bool is_fused = (k >> 1) == 2;
+        if (!same_on_target(text, batch, sample_base, k == 0 ? printed : NULL, target, schedule,
+                            is_fused)) {
+            fprintf(stderr, "  (the %s lowering, scheduled %s%s, differs from the interpreter)\n",
                     target == KTARGET_GPU ? "GPU" : "CPU",
-                    schedule == SCHEDULE_STEP ? "step by step" : "layer by layer");
+                    schedule == SCHEDULE_STEP ? "step by step" : "layer by layer",
+                    is_fused ? ", fused" : "");
             ok = false;
         }
     }
     return ok;
+}
+
+/* the fuse pass's kernels: elementwise chains evaluated where a neuron layer loads them (static
+ * and per-step inputs, in and out of recurrence), neuron scans inside max, average and sum pooling
+ * of 2x2, 3x3 and 1x2 windows, pooling that cannot take its neuron layer (overlapping windows,
+ * sizes not divided), a neuron layer with a second user */
+static void
+test_fusion(void)
+{
+    const char *text =
+        "model fused {\n timesteps 5\n input x : f32[2, 6, 6]\n input y : f32[T, 3, 6, 6]\n"
+        " b1 = batchnorm(conv2d(x, 3, kernel = 3, pad = 1))\n"
+        " s1 = IF(b1, v_th = 0.6)\n p1 = maxpool(s1, 2)\n"
+        " s2 = LIF(scale(batchnorm(y), factor = 1.5) + b1, tau = 2.0)\n p2 = avgpool(s2, 3)\n"
+        " s3 = IF(y - b1, v_th = 0.4)\n p3 = sumpool(s3, (1, 2))\n"
+        " s4 = IFSoft(y * b1, v_th = 0.3)\n p4 = maxpool(s4, 2, stride = 1)\n"
+        " s5 = IF(b1 + y, v_th = 0.5)\n p5 = avgpool(s5, 4)\n"
+        " s6 = IF(y, v_th = 0.7)\n p6 = maxpool(s6, 2)\n"
+        " output o1 = sequence(p1)\n output o2 = sequence(p2)\n output o3 = count(p3)\n"
+        " output o4 = mean(p4)\n output o5 = sequence(p5)\n output o6 = mean(p6)\n"
+        " output o7 = count(s6)\n}\n";
+    CHECK(same_as_interp(text, 3, 0, NULL));
+    /* what the pass fused */
+    Module *m = load(text);
+    m->schedule = SCHEDULE_LAYER;
+    bool changed = false;
+    CHECK(pass_fuse(m, &changed) && changed);
+    const char *want[][2] = {{"s1", "p1"}, {"b1", NULL}, {"s2", "p2"}, {"s3", "p3"},
+                             {"s4", NULL}, {"s5", NULL}, {"s6", NULL}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        ValueId v = module_find_value(m, want[i][0]);
+        ValueId into = want[i][1] ? module_find_value(m, want[i][1]) : -1;
+        CHECK(v >= 0 && m->nodes[v].fused_into == into);
+    }
+    module_free(m);
+    /* a recurrent layer keeps its add in its step kernel, and its pooling apart */
+    CHECK(same_as_interp("model rec {\n timesteps 4\n input x : f32[T, 1, 4, 4]\n"
+                         " h = IF(x + scale(prev(p), factor = 0.5), v_th = 0.5)\n"
+                         " p = maxpool(h, (1, 1))\n output o = sequence(p)\n}\n",
+                         2, 0, NULL));
 }
 
 static void
@@ -365,6 +415,7 @@ main(void)
 {
     test_mlp();
     test_conv();
+    test_fusion();
     test_layers();
     test_poisson();
     test_recurrent();

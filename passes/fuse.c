@@ -1,0 +1,45 @@
+/* fuse.c: compute values inside the kernel of their only user, without a buffer of their own
+ * (Node.fused_into, printed `fuse a into b`). Two kinds, both allowed by ir_fusion_problem:
+ * elementwise ops (batchnorm, add, sub, mul, scale) are evaluated where the neuron layer or
+ * elementwise op that reads them loads them, and a spiking neuron layer followed by pooling in
+ * whole windows is scanned window by window, storing only the pooled value. Either way a value's
+ * round trip through memory disappears; the arithmetic and its order stay the same. */
+#include <stdlib.h>
+
+#include "passes/pass.h"
+
+bool
+pass_fuse(Module *m, bool *changed)
+{
+    int *nusers = calloc((size_t)m->nnodes + 1, sizeof *nusers);
+    ValueId *user = malloc(((size_t)m->nnodes + 1) * sizeof *user);
+    if (!nusers || !user) die("out of memory");
+    for (ValueId v = 0; v < m->nnodes; v++)
+        for (int a = 0; a < m->nodes[v].nargs; a++) {
+            ValueId u = m->nodes[v].args[a];
+            /* add(x, x) reads x twice but has one user */
+            if (nusers[u] == 0 || user[u] != v) {
+                nusers[u]++;
+                user[u] = v;
+            }
+        }
+    *changed = false;
+    /* neuron scans into pooling first: a batchnorm is fused into a neuron layer only when that
+     * layer is pooled in its kernel, which knows each window's channel and computes the
+     * batchnorm's per-channel terms once per window; anywhere else a batchnorm kernel of its own
+     * is cheaper than a square root and a division per neuron */
+    for (int round = 0; round < 2; round++)
+        for (ValueId v = 0; v < m->nnodes; v++) {
+            Node *n = &m->nodes[v];
+            if (n->fused_into >= 0 || nusers[v] != 1 || (n->op == OP_NEURON) != (round == 0) ||
+                ir_fusion_problem(m, v, user[v]))
+                continue;
+            const Node *u = &m->nodes[user[v]];
+            if (n->op == OP_BATCHNORM && (u->op != OP_NEURON || u->fused_into < 0)) continue;
+            n->fused_into = user[v];
+            *changed = true;
+        }
+    free(nusers);
+    free(user);
+    return true;
+}
