@@ -132,6 +132,10 @@ struct KStmt {
     KExpr *a;       /* KS_ASSIGN, KS_STORE value, KS_IF condition (bool), KS_VSET/KS_VFMA (f64) */
     int64_t stride; /* KS_VSTORE: elements between lanes (>= 1) */
     bool is_parallel;
+    /* KS_FOR, is_parallel: the iterations are elements (neurons, pooled elements), and neighbouring
+     * iterations mostly touch neighbouring memory; a CPU code generator may run several side by
+     * side in SIMD lanes. A hint: every kernel is correct either way. */
+    bool is_lanes;
     bool is_sparse; /* KS_VFMA */
     int nbody, nels;
     KStmt **body, **els;

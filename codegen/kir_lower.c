@@ -1632,6 +1632,14 @@ find_probes(Lower *lw, ValueId v, const NLower *nl, ValueId *probe, int *probe_l
  * |spike| over the steps, stored to an i64 [B*n] buffer once after the t loop ft, or, in a recurrent
  * region (ft NULL), reloaded and stored at every step (zero at step 0). Counts are at most T, so the
  * sums the run functions take are exact in any order. */
+/* 1 where a neuron spiked (its spike local is 0, 1 or -1: fire and fire down), else 0, as an i64:
+ * a compare and a select (no float-to-integer conversion, which SIMD lanes do slowly) */
+static KExpr *
+spike_one(Lower *lw, KExpr *spike)
+{
+    return kx_select(lw->p, bin(lw, KB_NE, spike, kx_const(lw->p, KT_F32, 0)), ci(lw, 1), ci(lw, 0));
+}
+
 static int
 spike_count_buffer(Lower *lw, ValueId v)
 {
@@ -1680,7 +1688,7 @@ count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr 
         memmove(arr + 1, arr, (size_t)(*c.n - 1) * sizeof *arr);
         arr[0] = first;
     }
-    s_assign(lw, step, cnt, bin(lw, KB_ADD, var(lw, cnt), to(lw, KT_I64, kx_un(p, KU_ABS, spike))));
+    s_assign(lw, step, cnt, bin(lw, KB_ADD, var(lw, cnt), spike_one(lw, spike)));
     s_store(lw, c, buf, jv, var(lw, cnt));
 }
 
@@ -1765,8 +1773,10 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     int KH = (int)node_attr_i(pn, "kernel", 0), KW = (int)node_attr_i(pn, "kernel", 1), K = KH * KW;
     bool is_static_input = lw->is_static[n->args[0]];
     KExpr *jp;
-    Cur c = body(loop(lw, top(lw), "jp", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, per)), true,
-                      &jp));
+    KStmt *fjp = loop(lw, top(lw), "jp", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, per)), true,
+                      &jp);
+    fjp->is_lanes = true;
+    Cur c = body(fjp);
     int bv = local(lw, "b", KT_I64), qv = local(lw, "q", KT_I64), chv = local(lw, "ch", KT_I64);
     int base = local(lw, "i0", KT_I64);
     s_assign(lw, c, bv, bin(lw, KB_DIV, jp, ci(lw, per)));
@@ -1819,8 +1829,7 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
                  : pn->op == OP_MAXPOOL2D ? bin(lw, KB_MAX, var(lw, pv), y)
                                           : bin(lw, KB_ADD, var(lw, pv), y));
         s_assign(lw, step, cnt[e],
-                 bin(lw, KB_ADD, var(lw, cnt[e]),
-                     to(lw, KT_I64, kx_un(p, KU_ABS, var(lw, cp[e].nl.spike)))));
+                 bin(lw, KB_ADD, var(lw, cnt[e]), spike_one(lw, var(lw, cp[e].nl.spike))));
     }
     KExpr *pooled = var(lw, pv);
     if (pn->op == OP_AVGPOOL2D)
@@ -1849,6 +1858,7 @@ lower_neuron(Lower *lw, ValueId v)
     bool is_static_input = !is_step && lw->is_static[n->args[0]];
     KExpr *bn = bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), *jv;
     KStmt *fj = loop(lw, top(lw), "j", bn, true, &jv);
+    fj->is_lanes = true;
     Cur c = body(fj);
     NCopy cp;
     neuron_copy(lw, n, "", &cp);
@@ -1937,6 +1947,7 @@ lower_readout(Lower *lw, ValueId v, int obuf)
     KExpr *jv, *tv;
     KStmt *fj = loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true,
                      &jv);
+    fj->is_lanes = true;
     int acc = local(lw, "acc", KT_F64);
     s_assign(lw, body(fj), acc, kx_const(p, KT_F64, 0));
     KStmt *ft = loop(lw, body(fj), "t", ci(lw, lw->T), false, &tv);

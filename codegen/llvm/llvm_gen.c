@@ -39,12 +39,19 @@ typedef struct Gen {
     int parallel_depth;           /* is_parallel loops around the code being generated */
     LLVMMetadataRef access_group; /* tags every load and store inside them; NULL: none to be had */
     unsigned md_access_group, md_loop;
+    /* SIMD lanes (simd_plan): the chunk's parallel loop runs SIMD_W iterations side by side */
+    bool *varying;        /* [nlocals] locals with a value per lane; NULL: one iteration at a time */
+    LLVMValueRef *vlocal; /* [nlocals] a varying local's <SIMD_W x T> alloca */
+    LLVMValueRef mask;    /* the lanes on under varying conditions (<SIMD_W x i1>); NULL: all */
+    int simd_var;         /* the parallel loop's variable: lane l holds simd_base + l */
+    LLVMValueRef simd_base, iota;
     char *err;
     size_t errlen;
     bool has_failed;
 } Gen;
 
 static void gen_stmts(Gen *g, KStmt *const *s, int n);
+static LLVMValueRef gen_simd_loop(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef hi);
 
 static void
 gen_fail(Gen *g, const char *fmt, ...)
@@ -115,13 +122,50 @@ mem_type(Gen *g, KType t)
     }
 }
 
+/* et, or a vector of et as long as `like` when like is a vector (SIMD lanes: see simd_plan) */
+static LLVMTypeRef
+shaped(LLVMTypeRef et, LLVMValueRef like)
+{
+    LLVMTypeRef lt = LLVMTypeOf(like);
+    return LLVMGetTypeKind(lt) == LLVMVectorTypeKind ? LLVMVectorType(et, LLVMGetVectorSize(lt))
+                                                     : et;
+}
+
+static LLVMTypeRef
+type_like(Gen *g, KType t, LLVMValueRef like)
+{
+    return shaped(val_type(g, t), like);
+}
+
+static bool
+is_vector(LLVMValueRef v)
+{
+    return LLVMGetTypeKind(LLVMTypeOf(v)) == LLVMVectorTypeKind;
+}
+
 /* an i64 wrapped to t's range as C's (uint8_t) / (int8_t) conversions do */
 static LLVMValueRef
 wrap_int(Gen *g, LLVMValueRef v, KType t)
 {
     if (t != KT_U8 && t != KT_I8) return v;
-    LLVMValueRef n = LLVMBuildTrunc(g->b, v, g->t_i8, "");
-    return t == KT_U8 ? LLVMBuildZExt(g->b, n, g->t_i64, "") : LLVMBuildSExt(g->b, n, g->t_i64, "");
+    LLVMValueRef n = LLVMBuildTrunc(g->b, v, shaped(g->t_i8, v), "");
+    LLVMTypeRef it = shaped(g->t_i64, v);
+    return t == KT_U8 ? LLVMBuildZExt(g->b, n, it, "") : LLVMBuildSExt(g->b, n, it, "");
+}
+
+static LLVMValueRef const_of(Gen *g, KType t, double v);
+
+/* the constant v of type t, in every lane when like is a vector */
+static LLVMValueRef
+const_like(Gen *g, KType t, double v, LLVMValueRef like)
+{
+    LLVMValueRef c = const_of(g, t, v);
+    if (!is_vector(like)) return c;
+    unsigned n = LLVMGetVectorSize(LLVMTypeOf(like));
+    LLVMValueRef lanes[64];
+    for (unsigned i = 0; i < n && i < 64; i++)
+        lanes[i] = c;
+    return LLVMConstVector(lanes, n);
 }
 
 static LLVMValueRef
@@ -152,17 +196,28 @@ convert(Gen *g, LLVMValueRef v, KType from, KType to)
     if (from == to) return v;
     if (to == KT_BOOL) {
         if (is_float(from))
-            return LLVMBuildFCmp(b, LLVMRealUNE, v, LLVMConstNull(val_type(g, from)), "tobool");
-        return LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(val_type(g, from)), "tobool");
+            return LLVMBuildFCmp(b, LLVMRealUNE, v, LLVMConstNull(LLVMTypeOf(v)), "tobool");
+        return LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "tobool");
     }
     if (is_float(from) && is_float(to))
-        return to == KT_F32 ? LLVMBuildFPTrunc(b, v, g->t_f32, "")
-                            : LLVMBuildFPExt(b, v, g->t_f64, "");
-    if (is_float(from)) return wrap_int(g, LLVMBuildFPToSI(b, v, g->t_i64, ""), to);
+        return to == KT_F32 ? LLVMBuildFPTrunc(b, v, type_like(g, KT_F32, v), "")
+                            : LLVMBuildFPExt(b, v, type_like(g, KT_F64, v), "");
+    if (is_float(from)) {
+        /* SIMD lanes bound for u8/i8 go through i32, which AVX2 converts in one instruction where
+         * i64 takes one per lane: the low 8 bits agree for every input (in i32 range they are the
+         * same integer; beyond it, and for NaN, x86 gives 0x80000000, and floats that large are
+         * multiples of 256, so both keep 0) */
+        if (is_vector(v) && (to == KT_U8 || to == KT_I8))
+            return wrap_int(g,
+                            LLVMBuildSExt(b, LLVMBuildFPToSI(b, v, shaped(g->t_i32, v), ""),
+                                          shaped(g->t_i64, v), ""),
+                            to);
+        return wrap_int(g, LLVMBuildFPToSI(b, v, shaped(g->t_i64, v), ""), to);
+    }
     if (from == KT_BOOL)
-        return is_float(to) ? LLVMBuildUIToFP(b, v, val_type(g, to), "")
-                            : LLVMBuildZExt(b, v, g->t_i64, "");
-    if (is_float(to)) return LLVMBuildSIToFP(b, v, val_type(g, to), "");
+        return is_float(to) ? LLVMBuildUIToFP(b, v, type_like(g, to, v), "")
+                            : LLVMBuildZExt(b, v, shaped(g->t_i64, v), "");
+    if (is_float(to)) return LLVMBuildSIToFP(b, v, type_like(g, to, v), "");
     return wrap_int(g, v, to); /* i64 → i64 */
 }
 
@@ -170,8 +225,27 @@ convert(Gen *g, LLVMValueRef v, KType from, KType to)
  * neither constant-folds it with its own arithmetic nor rewrites it (powf(2, x) → exp2f): the JIT
  * resolves the same libm the evaluator calls. Declared readnone/nounwind so loops around it still
  * optimise. */
+static LLVMValueRef call_libm_scalar(Gen *g, const char *name, KType t, LLVMValueRef *args,
+                                     unsigned nargs);
+
+/* SIMD lanes call the same scalar function lane by lane: the same results, bit for bit */
 static LLVMValueRef
 call_libm(Gen *g, const char *name, KType t, LLVMValueRef *args, unsigned nargs)
+{
+    if (!is_vector(args[0])) return call_libm_scalar(g, name, t, args, nargs);
+    unsigned n = LLVMGetVectorSize(LLVMTypeOf(args[0]));
+    LLVMValueRef r = LLVMGetUndef(LLVMTypeOf(args[0]));
+    for (unsigned l = 0; l < n; l++) {
+        LLVMValueRef lane = LLVMConstInt(g->t_i32, l, 0), a[2];
+        for (unsigned k = 0; k < nargs; k++)
+            a[k] = LLVMBuildExtractElement(g->b, args[k], lane, "");
+        r = LLVMBuildInsertElement(g->b, r, call_libm_scalar(g, name, t, a, nargs), lane, "");
+    }
+    return r;
+}
+
+static LLVMValueRef
+call_libm_scalar(Gen *g, const char *name, KType t, LLVMValueRef *args, unsigned nargs)
 {
     LLVMTypeRef ft_args[2] = {val_type(g, t), val_type(g, t)};
     LLVMTypeRef fty = LLVMFunctionType(val_type(g, t), ft_args, nargs, 0);
@@ -192,8 +266,12 @@ static LLVMValueRef
 call_intrinsic(Gen *g, const char *base, KType t, LLVMValueRef a)
 {
     char name[64];
-    snprintf(name, sizeof name, "llvm.%s.%s", base, t == KT_F32 ? "f32" : "f64");
-    LLVMTypeRef ty = val_type(g, t);
+    if (is_vector(a))
+        snprintf(name, sizeof name, "llvm.%s.v%u%s", base, LLVMGetVectorSize(LLVMTypeOf(a)),
+                 t == KT_F32 ? "f32" : "f64");
+    else
+        snprintf(name, sizeof name, "llvm.%s.%s", base, t == KT_F32 ? "f32" : "f64");
+    LLVMTypeRef ty = LLVMTypeOf(a);
     LLVMTypeRef fty = LLVMFunctionType(ty, &ty, 1, 0);
     LLVMValueRef f = LLVMGetNamedFunction(g->mod, name);
     if (!f) f = LLVMAddFunction(g->mod, name, fty);
@@ -322,35 +400,34 @@ elem_ptr(Gen *g, int buf, const KExpr *index)
                                  "");
 }
 
+/* op(a) for a of type t, as type rt (a scalar, or SIMD lanes) */
 static LLVMValueRef
-gen_un(Gen *g, const KExpr *e)
+un_value(Gen *g, int op, KType t, LLVMValueRef a, KType rt)
 {
     LLVMBuilderRef b = g->b;
-    KType t = e->a->type;
-    LLVMValueRef a = gen_expr(g, e->a);
     bool is_f = is_float(t), is_f32 = t == KT_F32;
-    switch ((KUn)e->op) {
+    switch ((KUn)op) {
     case KU_NEG:
-        return convert(g, is_f ? LLVMBuildFNeg(b, a, "") : LLVMBuildNeg(b, a, ""), t, e->type);
+        return convert(g, is_f ? LLVMBuildFNeg(b, a, "") : LLVMBuildNeg(b, a, ""), t, rt);
     case KU_NOT:
-        return convert(g, LLVMBuildNot(b, convert(g, a, t, KT_BOOL), ""), KT_BOOL, e->type);
+        return convert(g, LLVMBuildNot(b, convert(g, a, t, KT_BOOL), ""), KT_BOOL, rt);
     case KU_ABS:
-        if (is_f) return convert(g, call_intrinsic(g, "fabs", t, a), t, e->type);
+        if (is_f) return convert(g, call_intrinsic(g, "fabs", t, a), t, rt);
         return convert(
             g,
             LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, a, LLVMConstNull(LLVMTypeOf(a)), ""),
                             LLVMBuildNeg(b, a, ""), a, ""),
-            t, e->type);
+            t, rt);
     default:
         break;
     }
-    if (!is_f && e->op == KU_FLOOR) return convert(g, a, t, e->type);
+    if (!is_f && op == KU_FLOOR) return convert(g, a, t, rt);
     if (!is_f) {
-        gen_fail(g, "kernel %s: unary op %d on type %d", g->k->name, e->op, (int)t);
-        return LLVMGetUndef(val_type(g, e->type));
+        gen_fail(g, "kernel %s: unary op %d on type %d", g->k->name, op, (int)t);
+        return LLVMGetUndef(type_like(g, rt, a));
     }
     LLVMValueRef r;
-    switch ((KUn)e->op) {
+    switch ((KUn)op) {
     case KU_EXP:
         r = call_libm(g, is_f32 ? "expf" : "exp", t, &a, 1);
         break;
@@ -370,15 +447,21 @@ gen_un(Gen *g, const KExpr *e)
         /* 1 / (1 + exp(-x)), in that order, in t */
         LLVMValueRef na = LLVMBuildFNeg(b, a, "");
         LLVMValueRef ex = call_libm(g, is_f32 ? "expf" : "exp", t, &na, 1);
-        LLVMValueRef one = const_of(g, t, 1.0);
+        LLVMValueRef one = const_like(g, t, 1.0, a);
         r = LLVMBuildFDiv(b, one, LLVMBuildFAdd(b, one, ex, ""), "sigmoid");
         break;
     }
     default:
-        gen_fail(g, "kernel %s: unknown unary op %d", g->k->name, e->op);
-        return LLVMGetUndef(val_type(g, e->type));
+        gen_fail(g, "kernel %s: unknown unary op %d", g->k->name, op);
+        return LLVMGetUndef(type_like(g, rt, a));
     }
-    return convert(g, r, t, e->type);
+    return convert(g, r, t, rt);
+}
+
+static LLVMValueRef
+gen_un(Gen *g, const KExpr *e)
+{
+    return un_value(g, e->op, e->a->type, gen_expr(g, e->a), e->type);
 }
 
 /* min/max as the evaluator and the interpreter: NaN if either operand is NaN, else a < b ? a : b
@@ -391,21 +474,18 @@ gen_minmax(Gen *g, bool is_min, KType t, LLVMValueRef a, LLVMValueRef bv)
         LLVMValueRef lt = LLVMBuildFCmp(b, is_min ? LLVMRealOLT : LLVMRealOGT, a, bv, "");
         LLVMValueRef r = LLVMBuildSelect(b, lt, a, bv, "");
         LLVMValueRef uno = LLVMBuildFCmp(b, LLVMRealUNO, a, bv, "");
-        return LLVMBuildSelect(b, uno, LLVMConstReal(val_type(g, t), NAN), r,
-                               is_min ? "min" : "max");
+        return LLVMBuildSelect(b, uno, const_like(g, t, NAN, a), r, is_min ? "min" : "max");
     }
     LLVMIntPredicate pr =
         t == KT_BOOL ? (is_min ? LLVMIntULT : LLVMIntUGT) : (is_min ? LLVMIntSLT : LLVMIntSGT);
     return LLVMBuildSelect(b, LLVMBuildICmp(b, pr, a, bv, ""), a, bv, is_min ? "min" : "max");
 }
 
+/* a op bv for operands of type t, as type rt (scalars, or SIMD lanes) */
 static LLVMValueRef
-gen_bin(Gen *g, const KExpr *e)
+bin_value(Gen *g, int op, KType t, LLVMValueRef a, LLVMValueRef bv, KType rtype)
 {
     LLVMBuilderRef b = g->b;
-    KType t = e->a->type;
-    LLVMValueRef a = gen_expr(g, e->a);
-    LLVMValueRef bv = gen_expr_as(g, e->b, t);
     bool is_f = is_float(t), is_u = t == KT_BOOL; /* other integers are i64 values, signed */
     LLVMValueRef r;
     KType rt = t; /* the type r has */
@@ -415,7 +495,7 @@ gen_bin(Gen *g, const KExpr *e)
                                              LLVMIntSGE, LLVMIntEQ,  LLVMIntNE};
     static const LLVMIntPredicate upred[] = {LLVMIntULT, LLVMIntULE, LLVMIntUGT,
                                              LLVMIntUGE, LLVMIntEQ,  LLVMIntNE};
-    switch ((KBin)e->op) {
+    switch ((KBin)op) {
     case KB_ADD:
         r = is_f ? LLVMBuildFAdd(b, a, bv, "") : LLVMBuildAdd(b, a, bv, "");
         break;
@@ -433,7 +513,7 @@ gen_bin(Gen *g, const KExpr *e)
     case KB_REM:
         if (is_f) {
             gen_fail(g, "kernel %s: rem on a float", g->k->name);
-            return LLVMGetUndef(val_type(g, e->type));
+            return LLVMGetUndef(type_like(g, rtype, a));
         }
         r = is_u ? LLVMBuildURem(b, a, bv, "") : LLVMBuildSRem(b, a, bv, "");
         break;
@@ -446,7 +526,7 @@ gen_bin(Gen *g, const KExpr *e)
     case KB_POW:
         if (!is_f) {
             gen_fail(g, "kernel %s: pow on an integer", g->k->name);
-            return LLVMGetUndef(val_type(g, e->type));
+            return LLVMGetUndef(type_like(g, rtype, a));
         }
         r = call_libm(g, t == KT_F32 ? "powf" : "pow", t, (LLVMValueRef[]){a, bv}, 2);
         break;
@@ -456,7 +536,7 @@ gen_bin(Gen *g, const KExpr *e)
     case KB_GE:
     case KB_EQ:
     case KB_NE: {
-        int i = e->op - KB_LT;
+        int i = op - KB_LT;
         r = is_f ? LLVMBuildFCmp(b, fpred[i], a, bv, "")
                  : LLVMBuildICmp(b, (is_u ? upred : spred)[i], a, bv, "");
         rt = KT_BOOL;
@@ -465,15 +545,22 @@ gen_bin(Gen *g, const KExpr *e)
     case KB_AND:
     case KB_OR: {
         LLVMValueRef x = convert(g, a, t, KT_BOOL), y = convert(g, bv, t, KT_BOOL);
-        r = e->op == KB_AND ? LLVMBuildAnd(b, x, y, "") : LLVMBuildOr(b, x, y, "");
+        r = op == KB_AND ? LLVMBuildAnd(b, x, y, "") : LLVMBuildOr(b, x, y, "");
         rt = KT_BOOL;
         break;
     }
     default:
-        gen_fail(g, "kernel %s: unknown binary op %d", g->k->name, e->op);
-        return LLVMGetUndef(val_type(g, e->type));
+        gen_fail(g, "kernel %s: unknown binary op %d", g->k->name, op);
+        return LLVMGetUndef(type_like(g, rtype, a));
     }
-    return convert(g, r, rt, e->type);
+    return convert(g, r, rt, rtype);
+}
+
+static LLVMValueRef
+gen_bin(Gen *g, const KExpr *e)
+{
+    LLVMValueRef a = gen_expr(g, e->a);
+    return bin_value(g, e->op, e->a->type, a, gen_expr_as(g, e->b, e->a->type), e->type);
 }
 
 /* a ? b : c as a select: both arms are safe to evaluate (kir.h: a load that may be out of bounds is
@@ -566,6 +653,7 @@ gen_for(Gen *g, const KStmt *s)
     if (s == g->range_loop) {
         lo = g->range_lo;
         hi = g->range_hi;
+        if (g->varying) lo = gen_simd_loop(g, s, lo, hi);
     } else {
         lo = gen_expr_as(g, s->lo, KT_I64);
         hi = gen_expr_as(g, s->hi, KT_I64);
@@ -847,6 +935,490 @@ gen_stmts(Gen *g, KStmt *const *s, int n)
     }
 }
 
+
+/* ---- SIMD lanes ----
+ * A kernel whose outermost parallel loop runs over elements (KStmt.is_lanes: neuron scans, pooled
+ * scans, readouts) runs SIMD_W of its iterations side by side: every local whose value can differ
+ * between iterations (simd_plan: it depends on the loop variable, or is assigned under a condition
+ * that does) becomes a vector of SIMD_W lanes, the others stay scalars; an index that is the loop
+ * variable plus a uniform value is "linear" and its loads and stores are contiguous vectors, other
+ * per-lane indices gather and scatter. A condition that differs between lanes runs both branches
+ * under a mask: assignments keep the old value in lanes that are off (select), loads and stores
+ * there are masked. Every lane computes exactly the scalar code's operations in the same order (no
+ * reassociation, libm called lane by lane), so results are bit-identical; the iterations left over
+ * (fewer than SIMD_W) run the scalar code. */
+enum { SIMD_W = 8 };
+
+typedef enum { SH_UNI, SH_LIN, SH_VAR } Shape; /* uniform scalar, scalar + lane (i64), per lane */
+typedef struct VV {
+    LLVMValueRef v;
+    Shape sh;
+} VV;
+
+typedef struct SimdPlan {
+    const Kernel *k;
+    bool *varying;
+    bool is_ok, has_changed;
+} SimdPlan;
+
+static bool
+sp_expr(SimdPlan *sp, const KExpr *e)
+{
+    if (!e) return false;
+    if (e->kind == KX_VAR) return e->var >= 0 && e->var < sp->k->nlocals && sp->varying[e->var];
+    bool v = sp_expr(sp, e->a) | sp_expr(sp, e->b) | sp_expr(sp, e->c);
+    if (e->kind == KX_UNIFORM && v) sp->is_ok = false; /* Philox runs on scalars only */
+    return v;
+}
+
+static void
+sp_stmts(SimdPlan *sp, KStmt *const *s, int n, bool is_ctl_varying)
+{
+    for (int i = 0; i < n && sp->is_ok; i++) {
+        const KStmt *st = s[i];
+        if (!st || st->var >= sp->k->nlocals) {
+            sp->is_ok = false;
+            return;
+        }
+        switch (st->kind) {
+        case KS_FOR:
+            /* every lane runs the same trips: bounds must be uniform, the variable too */
+            if (sp_expr(sp, st->lo) || sp_expr(sp, st->hi) || st->var < 0 || sp->varying[st->var])
+                sp->is_ok = false;
+            sp_stmts(sp, st->body, st->nbody, is_ctl_varying);
+            break;
+        case KS_ASSIGN: {
+            bool v = sp_expr(sp, st->a) || is_ctl_varying;
+            if (v && st->var >= 0 && !sp->varying[st->var]) {
+                sp->varying[st->var] = true;
+                sp->has_changed = true;
+            }
+            break;
+        }
+        case KS_STORE:
+            /* an element per iteration: a uniform index would be one element for every lane */
+            if (!sp_expr(sp, st->index)) sp->is_ok = false;
+            sp_expr(sp, st->a);
+            break;
+        case KS_IF: {
+            bool c = sp_expr(sp, st->a) || is_ctl_varying;
+            sp_stmts(sp, st->body, st->nbody, c);
+            sp_stmts(sp, st->els, st->nels, c);
+            break;
+        }
+        default: sp->is_ok = false; /* tiles: already vectors of their own */
+        }
+    }
+}
+
+/* the locals that vary between lanes of loop's iterations, or NULL where the kernel cannot run in
+ * lanes (or its loop does not ask to) */
+static bool *
+simd_plan(const Kernel *k, const KStmt *loop)
+{
+    if (!loop || !loop->is_lanes || loop->var < 0 || loop->var >= k->nlocals) return NULL;
+    for (int i = 0; i < k->nlocals; i++)
+        if (k->locals[i].lanes > 0) return NULL;
+    SimdPlan sp = {k, calloc((size_t)k->nlocals + 1, sizeof(bool)), true, true};
+    if (!sp.varying) die("out of memory");
+    sp.varying[loop->var] = true;
+    while (sp.is_ok && sp.has_changed) {
+        sp.has_changed = false;
+        sp_stmts(&sp, loop->body, loop->nbody, false);
+    }
+    if (!sp.is_ok) {
+        free(sp.varying);
+        return NULL;
+    }
+    return sp.varying;
+}
+
+static LLVMTypeRef
+lanes_of(LLVMTypeRef et)
+{
+    return LLVMVectorType(et, SIMD_W);
+}
+
+static LLVMValueRef
+vec_of(Gen *g, VV x)
+{
+    if (x.sh == SH_VAR) return x.v;
+    LLVMValueRef v = splat(g, x.v, SIMD_W);
+    return x.sh == SH_LIN ? LLVMBuildAdd(g->b, v, g->iota, "lanes") : v;
+}
+
+static VV
+vv_uni(LLVMValueRef v)
+{
+    return (VV){v, SH_UNI};
+}
+
+static VV
+vv_var(LLVMValueRef v)
+{
+    return (VV){v, SH_VAR};
+}
+
+static VV
+vconv(Gen *g, VV x, KType from, KType to)
+{
+    if (from == to) return x;
+    if (x.sh == SH_LIN && to == KT_I64) return x;
+    if (x.sh == SH_UNI) return vv_uni(convert(g, x.v, from, to));
+    return vv_var(convert(g, vec_of(g, x), from, to));
+}
+
+static const char *
+elem_name(KType mt)
+{
+    switch (mt) {
+    case KT_F32: return "f32";
+    case KT_F64: return "f64";
+    case KT_I64: return "i64";
+    default: return "i8";
+    }
+}
+
+/* llvm.masked.{load,store,gather,scatter} for <SIMD_W x mt> (typed pointers: LLVM 14) */
+static LLVMValueRef
+masked_intrinsic(Gen *g, const char *what, KType bt, LLVMTypeRef *fty)
+{
+    LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(et);
+    LLVMTypeRef mk = lanes_of(g->t_i1), vp = LLVMPointerType(vt, 0);
+    LLVMTypeRef pv = lanes_of(LLVMPointerType(et, 0));
+    const char *en = elem_name(bt == KT_F32 || bt == KT_F64 || bt == KT_I64 ? bt : KT_U8);
+    char name[96];
+    bool is_gs = strcmp(what, "gather") == 0 || strcmp(what, "scatter") == 0;
+    if (is_gs) /* llvm.masked.gather.v8f32.v8p0f32 */
+        snprintf(name, sizeof name, "llvm.masked.%s.v%d%s.v%dp0%s", what, SIMD_W, en, SIMD_W, en);
+    else /* llvm.masked.load.v8f32.p0v8f32 */
+        snprintf(name, sizeof name, "llvm.masked.%s.v%d%s.p0v%d%s", what, SIMD_W, en, SIMD_W, en);
+    LLVMTypeRef i32 = g->t_i32;
+    if (strcmp(what, "load") == 0)
+        *fty = LLVMFunctionType(vt, (LLVMTypeRef[]){vp, i32, mk, vt}, 4, 0);
+    else if (strcmp(what, "store") == 0)
+        *fty = LLVMFunctionType(g->t_void, (LLVMTypeRef[]){vt, vp, i32, mk}, 4, 0);
+    else if (strcmp(what, "gather") == 0)
+        *fty = LLVMFunctionType(vt, (LLVMTypeRef[]){pv, i32, mk, vt}, 4, 0);
+    else
+        *fty = LLVMFunctionType(g->t_void, (LLVMTypeRef[]){vt, pv, i32, mk}, 4, 0);
+    LLVMValueRef f = LLVMGetNamedFunction(g->mod, name);
+    if (!f) f = LLVMAddFunction(g->mod, name, *fty);
+    return f;
+}
+
+static LLVMValueRef
+all_lanes(Gen *g)
+{
+    return g->mask ? g->mask : LLVMConstAllOnes(lanes_of(g->t_i1));
+}
+
+/* the memory lanes of buf at idx → value lanes of bt (as a scalar load when idx is uniform and no
+ * lane is off) */
+static VV
+vload_buf(Gen *g, int buf, VV idx)
+{
+    if (buf < 0 || buf >= g->p->nbufs || !g->bufptr[buf]) {
+        gen_fail(g, "kernel %s: buffer %d out of range", g->k->name, buf);
+        return vv_uni(LLVMGetUndef(g->t_i64));
+    }
+    KType bt = g->p->bufs[buf].type;
+    LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(et);
+    LLVMValueRef align = LLVMConstInt(g->t_i32, (unsigned)llvm_gen_elem_size(bt), 0), v;
+    LLVMBuilderRef b = g->b;
+    if (idx.sh == SH_UNI && !g->mask) {
+        LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, et, g->bufptr[buf], &idx.v, 1, "");
+        v = tag_access(g, LLVMBuildLoad2(b, et, ptr, ""));
+    } else if (idx.sh == SH_LIN) {
+        LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, et, g->bufptr[buf], &idx.v, 1, "");
+        ptr = LLVMBuildBitCast(b, ptr, LLVMPointerType(vt, 0), "");
+        if (g->mask) {
+            LLVMTypeRef fty;
+            LLVMValueRef f = masked_intrinsic(g, "load", bt, &fty);
+            v = LLVMBuildCall2(b, fty, f, (LLVMValueRef[]){ptr, align, g->mask, LLVMConstNull(vt)},
+                               4, "");
+        } else {
+            v = tag_access(g, LLVMBuildLoad2(b, vt, ptr, ""));
+            LLVMSetAlignment(v, (unsigned)llvm_gen_elem_size(bt));
+        }
+    } else {
+        LLVMValueRef iv = vec_of(g, idx);
+        LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(b, et, g->bufptr[buf], &iv, 1, "");
+        LLVMTypeRef fty;
+        LLVMValueRef f = masked_intrinsic(g, "gather", bt, &fty);
+        v = LLVMBuildCall2(b, fty, f, (LLVMValueRef[]){ptrs, align, all_lanes(g), LLVMConstNull(vt)},
+                           4, "");
+    }
+    if (bt == KT_BOOL)
+        v = LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
+    else if (bt == KT_U8 || bt == KT_I8)
+        v = bt == KT_U8 ? LLVMBuildZExt(b, v, shaped(g->t_i64, v), "")
+                        : LLVMBuildSExt(b, v, shaped(g->t_i64, v), "");
+    return is_vector(v) ? vv_var(v) : vv_uni(v);
+}
+
+static VV vexpr(Gen *g, const KExpr *e);
+
+static VV
+vexpr_as(Gen *g, const KExpr *e, KType t)
+{
+    return vconv(g, vexpr(g, e), e->type, t);
+}
+
+static VV
+vexpr(Gen *g, const KExpr *e)
+{
+    if (!e) {
+        gen_fail(g, "kernel %s: missing operand", g->k->name);
+        return vv_uni(LLVMGetUndef(g->t_i64));
+    }
+    switch (e->kind) {
+    case KX_CONST:
+    case KX_BATCH:
+    case KX_SAMPLE_BASE:
+    case KX_STEP:
+    case KX_UNIFORM: /* simd_plan: its operands are uniform */
+        return vv_uni(gen_expr(g, e));
+    case KX_VAR: {
+        if (e->var < 0 || e->var >= g->k->nlocals) {
+            gen_fail(g, "kernel %s: local %d out of range", g->k->name, e->var);
+            return vv_uni(LLVMGetUndef(val_type(g, e->type)));
+        }
+        KType lt = g->k->locals[e->var].type;
+        if (e->var == g->simd_var) return vconv(g, (VV){g->simd_base, SH_LIN}, KT_I64, e->type);
+        if (!g->varying[e->var]) return vv_uni(gen_expr(g, e));
+        LLVMValueRef v = LLVMBuildLoad2(g->b, lanes_of(val_type(g, lt)), g->vlocal[e->var],
+                                        g->k->locals[e->var].name);
+        return vconv(g, vv_var(v), lt, e->type);
+    }
+    case KX_LOAD: {
+        VV v = vload_buf(g, e->buf, vexpr_as(g, e->a, KT_I64));
+        return g->has_failed ? v : vconv(g, v, g->p->bufs[e->buf].type, e->type);
+    }
+    case KX_UN: {
+        VV a = vexpr(g, e->a);
+        if (a.sh == SH_UNI) return vv_uni(un_value(g, e->op, e->a->type, a.v, e->type));
+        return vv_var(un_value(g, e->op, e->a->type, vec_of(g, a), e->type));
+    }
+    case KX_BIN: {
+        KType t = e->a->type;
+        VV a = vexpr(g, e->a), b = vexpr_as(g, e->b, t);
+        if (a.sh == SH_UNI && b.sh == SH_UNI)
+            return vv_uni(bin_value(g, e->op, t, a.v, b.v, e->type));
+        /* linear ± uniform stays linear */
+        if (t == KT_I64 && e->type == KT_I64 && (a.sh == SH_LIN || b.sh == SH_LIN) &&
+            a.sh != SH_VAR && b.sh != SH_VAR &&
+            (e->op == KB_ADD || (e->op == KB_SUB && b.sh == SH_UNI)))
+            return (VV){bin_value(g, e->op, t, a.v, b.v, KT_I64), SH_LIN};
+        return vv_var(bin_value(g, e->op, t, vec_of(g, a), vec_of(g, b), e->type));
+    }
+    case KX_SELECT: {
+        VV c = vexpr_as(g, e->a, KT_BOOL), x = vexpr_as(g, e->b, e->type),
+           y = vexpr_as(g, e->c, e->type);
+        if (c.sh == SH_UNI && x.sh == SH_UNI && y.sh == SH_UNI)
+            return vv_uni(LLVMBuildSelect(g->b, c.v, x.v, y.v, ""));
+        return vv_var(LLVMBuildSelect(g->b, c.sh == SH_UNI ? c.v : vec_of(g, c), vec_of(g, x),
+                                      vec_of(g, y), ""));
+    }
+    case KX_CAST: {
+        VV x = vexpr(g, e->a);
+        if (e->a->type != e->type) return vconv(g, x, e->a->type, e->type);
+        if (e->type != KT_U8 && e->type != KT_I8) return x;
+        if (x.sh == SH_UNI) return vv_uni(wrap_int(g, x.v, e->type));
+        return vv_var(wrap_int(g, vec_of(g, x), e->type));
+    }
+    }
+    gen_fail(g, "kernel %s: unknown expression kind %d", g->k->name, (int)e->kind);
+    return vv_uni(LLVMGetUndef(val_type(g, e->type)));
+}
+
+static void vstmts(Gen *g, KStmt *const *s, int n);
+
+static void
+vstore_buf(Gen *g, const KStmt *s)
+{
+    if (s->buf < 0 || s->buf >= g->p->nbufs || !g->bufptr[s->buf]) {
+        gen_fail(g, "kernel %s: buffer %d out of range", g->k->name, s->buf);
+        return;
+    }
+    KType bt = g->p->bufs[s->buf].type;
+    if (g->p->bufs[s->buf].kind == KB_INPUT || g->p->bufs[s->buf].kind == KB_WEIGHT) {
+        gen_fail(g, "kernel %s: store to read-only buffer '%s'", g->k->name,
+                 g->p->bufs[s->buf].name);
+        return;
+    }
+    LLVMBuilderRef b = g->b;
+    VV idx = vexpr_as(g, s->index, KT_I64);
+    LLVMValueRef v = vec_of(g, vexpr_as(g, s->a, bt));
+    LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(et);
+    if (bt == KT_BOOL)
+        v = LLVMBuildZExt(b, v, vt, "");
+    else if (bt == KT_U8 || bt == KT_I8)
+        v = LLVMBuildTrunc(b, v, vt, "");
+    LLVMValueRef align = LLVMConstInt(g->t_i32, (unsigned)llvm_gen_elem_size(bt), 0);
+    LLVMTypeRef fty;
+    if (idx.sh == SH_LIN) {
+        LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, et, g->bufptr[s->buf], &idx.v, 1, "");
+        ptr = LLVMBuildBitCast(b, ptr, LLVMPointerType(vt, 0), "");
+        if (g->mask) {
+            LLVMValueRef f = masked_intrinsic(g, "store", bt, &fty);
+            LLVMBuildCall2(b, fty, f, (LLVMValueRef[]){v, ptr, align, g->mask}, 4, "");
+        } else {
+            LLVMValueRef st = tag_access(g, LLVMBuildStore(b, v, ptr));
+            LLVMSetAlignment(st, (unsigned)llvm_gen_elem_size(bt));
+        }
+        return;
+    }
+    LLVMValueRef iv = vec_of(g, idx);
+    LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(b, et, g->bufptr[s->buf], &iv, 1, "");
+    LLVMValueRef f = masked_intrinsic(g, "scatter", bt, &fty);
+    LLVMBuildCall2(b, fty, f, (LLVMValueRef[]){v, ptrs, align, all_lanes(g)}, 4, "");
+}
+
+/* an inner loop of a SIMD body: uniform bounds, a scalar variable, the body in lanes */
+static void
+vfor(Gen *g, const KStmt *s)
+{
+    LLVMBuilderRef b = g->b;
+    VV lo = vexpr_as(g, s->lo, KT_I64), hi = vexpr_as(g, s->hi, KT_I64);
+    if (lo.sh != SH_UNI || hi.sh != SH_UNI) {
+        gen_fail(g, "kernel %s: a loop in SIMD lanes with bounds that differ between lanes",
+                 g->k->name);
+        return;
+    }
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "vfor.body");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "vfor.exit");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, lo.v, hi.v, ""), body, exit);
+    LLVMPositionBuilderAtEnd(b, body);
+    LLVMValueRef phi = LLVMBuildPhi(b, g->t_i64, "");
+    LLVMValueRef saved = g->loopval[s->var];
+    g->loopval[s->var] = convert(g, phi, KT_I64, g->k->locals[s->var].type);
+    LLVMBuildStore(b, g->loopval[s->var], g->local[s->var]);
+    vstmts(g, s->body, s->nbody);
+    g->loopval[s->var] = saved;
+    LLVMValueRef next = LLVMBuildNSWAdd(b, phi, LLVMConstInt(g->t_i64, 1, 0), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, hi.v, ""), body, exit);
+    LLVMAddIncoming(phi, (LLVMValueRef[]){lo.v, next}, (LLVMBasicBlockRef[]){pre, latch}, 2);
+    LLVMPositionBuilderAtEnd(b, exit);
+}
+
+static void
+vstmt(Gen *g, const KStmt *s)
+{
+    LLVMBuilderRef b = g->b;
+    switch (s->kind) {
+    case KS_FOR:
+        vfor(g, s);
+        return;
+    case KS_ASSIGN: {
+        if (s->var < 0 || s->var >= g->k->nlocals || g->loopval[s->var] || s->var == g->simd_var) {
+            gen_fail(g, "kernel %s: assignment to local %d", g->k->name, s->var);
+            return;
+        }
+        KType lt = g->k->locals[s->var].type;
+        VV x = vexpr_as(g, s->a, lt);
+        if (!g->varying[s->var]) {
+            if (x.sh != SH_UNI) {
+                gen_fail(g, "kernel %s: %s differs between lanes", g->k->name,
+                         g->k->locals[s->var].name);
+                return;
+            }
+            LLVMBuildStore(b, x.v, g->local[s->var]);
+            return;
+        }
+        LLVMValueRef v = vec_of(g, x);
+        if (g->mask)
+            v = LLVMBuildSelect(b, g->mask, v,
+                                LLVMBuildLoad2(b, lanes_of(val_type(g, lt)), g->vlocal[s->var], ""),
+                                "");
+        LLVMBuildStore(b, v, g->vlocal[s->var]);
+        return;
+    }
+    case KS_STORE:
+        vstore_buf(g, s);
+        return;
+    case KS_IF: {
+        VV c = vexpr_as(g, s->a, KT_BOOL);
+        if (c.sh == SH_UNI) {
+            LLVMBasicBlockRef bb_t = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "vif.then");
+            LLVMBasicBlockRef bb_e = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "vif.else");
+            LLVMBasicBlockRef bb_j = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "vif.end");
+            LLVMBuildCondBr(b, c.v, bb_t, bb_e);
+            LLVMPositionBuilderAtEnd(b, bb_t);
+            vstmts(g, s->body, s->nbody);
+            LLVMBuildBr(b, bb_j);
+            LLVMPositionBuilderAtEnd(b, bb_e);
+            vstmts(g, s->els, s->nels);
+            LLVMBuildBr(b, bb_j);
+            LLVMPositionBuilderAtEnd(b, bb_j);
+            return;
+        }
+        /* both branches, each under its lanes */
+        LLVMValueRef cv = vec_of(g, c), saved = g->mask;
+        g->mask = saved ? LLVMBuildAnd(b, saved, cv, "") : cv;
+        vstmts(g, s->body, s->nbody);
+        if (s->nels > 0) {
+            LLVMValueRef nc = LLVMBuildNot(b, cv, "");
+            g->mask = saved ? LLVMBuildAnd(b, saved, nc, "") : nc;
+            vstmts(g, s->els, s->nels);
+        }
+        g->mask = saved;
+        return;
+    }
+    default:
+        gen_fail(g, "kernel %s: statement kind %d in SIMD lanes", g->k->name, (int)s->kind);
+    }
+}
+
+static void
+vstmts(Gen *g, KStmt *const *s, int n)
+{
+    for (int i = 0; i < n && !g->has_failed; i++) {
+        if (!s[i]) {
+            gen_fail(g, "kernel %s: null statement", g->k->name);
+            return;
+        }
+        vstmt(g, s[i]);
+    }
+}
+
+/* The range loop's first (hi - lo) - (hi - lo) % SIMD_W iterations, SIMD_W at a time; returns
+ * where the scalar loop takes over. */
+static LLVMValueRef
+gen_simd_loop(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef hi)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef w = LLVMConstInt(g->t_i64, SIMD_W, 0);
+    LLVMValueRef n = LLVMBuildSub(b, hi, lo, "");
+    LLVMValueRef vhi = LLVMBuildSub(b, hi, LLVMBuildSRem(b, n, w, ""), "simd.end");
+    LLVMValueRef lanes[SIMD_W];
+    for (int l = 0; l < SIMD_W; l++)
+        lanes[l] = LLVMConstInt(g->t_i64, (unsigned long long)l, 0);
+    g->iota = LLVMConstVector(lanes, SIMD_W);
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "simd.body");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "simd.exit");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, lo, vhi, ""), body, exit);
+    LLVMPositionBuilderAtEnd(b, body);
+    LLVMValueRef phi = LLVMBuildPhi(b, g->t_i64, "i.simd");
+    g->simd_var = s->var;
+    g->simd_base = phi;
+    g->mask = NULL;
+    LLVMBuildStore(b, vec_of(g, (VV){phi, SH_LIN}), g->vlocal[s->var]);
+    g->parallel_depth++;
+    vstmts(g, s->body, s->nbody);
+    g->parallel_depth--;
+    g->simd_var = -1;
+    LLVMValueRef next = LLVMBuildNSWAdd(b, phi, w, "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, vhi, ""), body, exit);
+    LLVMAddIncoming(phi, (LLVMValueRef[]){lo, next}, (LLVMBasicBlockRef[]){pre, latch}, 2);
+    LLVMPositionBuilderAtEnd(b, exit);
+    return vhi;
+}
+
 /* ---- which buffers a kernel touches ---- */
 static void
 mark_expr(const KExpr *e, bool *used, int nbufs)
@@ -1021,6 +1593,17 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     g->fn = body;
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, body, "entry");
     LLVMPositionBuilderAtEnd(g->b, entry);
+    g->varying = range_loop ? simd_plan(k, range_loop) : NULL;
+    g->vlocal = calloc((size_t)k->nlocals + 1, sizeof *g->vlocal);
+    if (!g->vlocal) die("out of memory");
+    g->simd_var = -1;
+    g->mask = NULL;
+    for (int i = 0; g->varying && i < k->nlocals; i++)
+        if (g->varying[i]) {
+            LLVMTypeRef vt = lanes_of(val_type(g, k->locals[i].type));
+            g->vlocal[i] = LLVMBuildAlloca(g->b, vt, k->locals[i].name ? k->locals[i].name : "");
+            LLVMBuildStore(g->b, LLVMConstNull(vt), g->vlocal[i]);
+        }
     for (int i = 0; i < k->nlocals; i++) {
         if (k->locals[i].lanes > 0) {
             int len[MAX_PIECES], npieces = tile_pieces(k->locals[i].lanes, NULL, NULL);
@@ -1081,6 +1664,10 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     free(g->tile);
     free(g->local);
     free(g->loopval);
+    free(g->varying);
+    free(g->vlocal);
+    g->varying = NULL;
+    g->vlocal = NULL;
     g->bufptr = g->local = g->loopval = NULL;
     g->tile = NULL;
     return w;

@@ -281,10 +281,38 @@ kbody(Kernel *k, TestProg *tp, ...)
 
 /* ---- running ---- */
 
-/* Compile, run one batch, and compare every output with want (and with kir_eval when built). */
+static void check_run_once(const char *what, TestProg *tp, int batch, int64_t sample_base,
+                           const float *const *inputs, float *const *want);
+
+/* is_lanes on every kernel's outermost parallel loops */
+static void
+set_lanes(TestProg *tp, bool is_on)
+{
+    for (int ki = 0; ki < tp->p.nkernels; ki++) {
+        const Kernel *k = &tp->p.kernels[ki];
+        for (int i = 0; i < k->nbody; i++)
+            if (k->body[i]->kind == KS_FOR && k->body[i]->is_parallel)
+                k->body[i]->is_lanes = is_on;
+    }
+}
+
+/* Compile, run one batch, and compare every output with want (and with kir_eval when built); then
+ * again with the parallel loops in SIMD lanes (KStmt.is_lanes): the same bits. */
 static void
 check_run(const char *what, TestProg *tp, int batch, int64_t sample_base,
           const float *const *inputs, float *const *want)
+{
+    check_run_once(what, tp, batch, sample_base, inputs, want);
+    char label[160];
+    snprintf(label, sizeof label, "%s (SIMD lanes)", what);
+    set_lanes(tp, true);
+    check_run_once(label, tp, batch, sample_base, inputs, want);
+    set_lanes(tp, false);
+}
+
+static void
+check_run_once(const char *what, TestProg *tp, int batch, int64_t sample_base,
+               const float *const *inputs, float *const *want)
 {
     char err[512] = "";
     CgLlvm *cg = cg_llvm_compile(&tp->p, err, sizeof err);
@@ -393,7 +421,7 @@ test_unary(void)
             tp, bo, xbin(tp, KB_ADD, xv(tp, k, i), xi(tp, (NOPS + o) * N)),
             xcast(tp, KT_F32, xun(tp, ops[o], xcast(tp, KT_F64, xld(tp, bx, xv(tp, k, i))))));
     }
-    KStmt *loop = sfor(tp, i, xi(tp, 0), xi(tp, N), NULL);
+    KStmt *loop = pfor(sfor(tp, i, xi(tp, 0), xi(tp, N), NULL));
     loop->body = arena_alloc(&tp->p.arena, sizeof st);
     memcpy(loop->body, st, 2 * NOPS * sizeof *st);
     loop->nbody = 2 * NOPS;
@@ -418,6 +446,126 @@ test_unary(void)
     free_prog(tp);
 }
 
+/* SIMD lanes (llvm_gen.c: simd_plan): a parallel loop of 37 iterations (4 in lanes of 8, 5 left
+ * over) with contiguous, gathered (negative stride, modulo) and scattered accesses; a uniform
+ * inner loop; conditions that differ between lanes around assignments, a contiguous store and a
+ * load that would read past the end where its lanes are off (masked: ASan builds catch a miss);
+ * u8, i8, bool and i64 buffers; libm in lanes; a second kernel reading what the first scattered. */
+static void
+test_lanes(void)
+{
+    enum { N = 37, NOUT = 9 };
+    TestProg *tp = new_prog(1);
+    int bx = add_buf(tp, "x", KT_F32, 0, N, KB_INPUT);
+    int bu = add_buf(tp, "u8", KT_U8, 0, N, KB_TEMP);
+    int bs = add_buf(tp, "i8", KT_I8, 0, N, KB_TEMP);
+    int bb = add_buf(tp, "flag", KT_BOOL, 0, N, KB_TEMP);
+    int bo = add_buf(tp, "out", KT_F32, 0, NOUT * N, KB_OUTPUT);
+    Kernel *k = add_kernel(tp, "lanes", false);
+    int i = add_local(k, "i", KT_I64), v = add_local(k, "v", KT_F32);
+    int acc = add_local(k, "acc", KT_F64), kk = add_local(k, "k", KT_I64);
+    int c = add_local(k, "c", KT_I64), fl = add_local(k, "fl", KT_BOOL);
+#define I() xv(tp, k, i)
+#define V() xv(tp, k, v)
+#define AT(o, e) xbin(tp, KB_ADD, (e), xi(tp, (o)*N))
+#define MODN(e) xbin(tp, KB_REM, (e), xi(tp, N))
+    KStmt *big = sif(tp,
+                     xbin(tp, KB_AND, xbin(tp, KB_GT, V(), xc(tp, KT_F32, 0.5)),
+                          xbin(tp, KB_LT, V(), xc(tp, KT_F32, 1000))),
+                     NULL, NULL);
+    big->body[big->nbody++] = sassign(tp, c, xcast(tp, KT_I64, xbin(tp, KB_MUL, V(), xc(tp, KT_F32, 3))));
+    big->body[big->nbody++] =
+        sstore(tp, bu, I(), xcast(tp, KT_U8, xbin(tp, KB_MUL, V(), xc(tp, KT_F32, 10))));
+    big->els[big->nels++] = sassign(tp, c, xi(tp, -1));
+    big->els[big->nels++] = sstore(tp, bu, I(), xcast(tp, KT_U8, xv(tp, k, c)));
+    KStmt *l1 = pfor(sfor(
+        tp, i, xi(tp, 0), xi(tp, N), sassign(tp, v, xld(tp, bx, I())),
+        sassign(tp, acc, xc(tp, KT_F64, 0)),
+        sfor(tp, kk, xi(tp, 0), xi(tp, 3),
+             sassign(tp, acc,
+                     xbin(tp, KB_ADD, xv(tp, k, acc),
+                          xcast(tp, KT_F64,
+                                xld(tp, bx, MODN(xbin(tp, KB_ADD, xbin(tp, KB_MUL, I(), xi(tp, 7)),
+                                                      xv(tp, k, kk))))))),
+             NULL),
+        sassign(tp, c, xi(tp, 0)), big,
+        sif(tp, xbin(tp, KB_LT, I(), xi(tp, N - 7)),
+            sassign(tp, v, xbin(tp, KB_ADD, V(), xld(tp, bx, xbin(tp, KB_ADD, I(), xi(tp, 7))))),
+            NULL),
+        sstore(tp, bs, MODN(xbin(tp, KB_MUL, I(), xi(tp, 5))), xcast(tp, KT_I8, xv(tp, k, c))),
+        sstore(tp, bb, I(), xbin(tp, KB_LT, V(), xc(tp, KT_F32, 1))),
+        sassign(tp, fl, xld(tp, bb, I())), sstore(tp, bo, AT(0, I()), V()),
+        sstore(tp, bo, AT(1, I()), xcast(tp, KT_F32, xv(tp, k, acc))),
+        sstore(tp, bo, AT(2, I()), xcast(tp, KT_F32, xv(tp, k, c))),
+        sstore(tp, bo, AT(3, MODN(xbin(tp, KB_MUL, I(), xi(tp, 5)))), xun(tp, KU_EXP, V())),
+        sstore(tp, bo, AT(4, I()),
+               xsel(tp, xv(tp, k, fl), xc(tp, KT_F32, 1), xc(tp, KT_F32, 0))),
+        sstore(tp, bo, AT(5, I()), xcast(tp, KT_F32, xld(tp, bu, I()))),
+        sstore(tp, bo, AT(6, I()),
+               xbin(tp, KB_MAX, V(), xld(tp, bx, xbin(tp, KB_SUB, xi(tp, N - 1), I())))),
+        sstore(tp, bo, AT(7, I()), xcast(tp, KT_F32, I())), NULL));
+    kbody(k, tp, l1, NULL);
+    Kernel *k2 = add_kernel(tp, "gathered", false);
+    int j = add_local(k2, "j", KT_I64);
+    kbody(k2, tp,
+          pfor(sfor(tp, j, xi(tp, 0), xi(tp, N),
+                    sstore(tp, bo, xbin(tp, KB_ADD, xv(tp, k2, j), xi(tp, 8 * N)),
+                           xcast(tp, KT_F32, xld(tp, bs, xv(tp, k2, j)))),
+                    NULL)),
+          NULL);
+#undef I
+#undef V
+#undef AT
+#undef MODN
+    float x[N], want[NOUT * N];
+    for (int q = 0; q < N; q++)
+        x[q] = vals[q % NV] * (q % 3 ? 1.0f : -1.5f) + (float)q / 8;
+    x[4] = NAN;
+    int8_t si[N];
+    for (int q = 0; q < N; q++) {
+        float fv = x[q];
+        double a = 0;
+        for (int t = 0; t < 3; t++)
+            a = a + (double)x[(q * 7 + t) % N];
+        int64_t cv;
+        uint8_t u;
+        if (fv > 0.5f && fv < 1000.0f) {
+            cv = (int64_t)(fv * 3.0f);
+            u = (uint8_t)(int64_t)(fv * 10.0f);
+        } else {
+            cv = -1;
+            u = (uint8_t)cv;
+        }
+        if (q < N - 7) fv = fv + x[q + 7];
+        si[(q * 5) % N] = (int8_t)cv;
+        bool flag = fv < 1.0f;
+        float other = x[N - 1 - q];
+        want[q] = fv;
+        want[N + q] = (float)a;
+        want[2 * N + q] = (float)cv;
+        want[3 * N + (q * 5) % N] = expf(fv);
+        want[4 * N + q] = flag ? 1.0f : 0.0f;
+        want[5 * N + q] = (float)u;
+        want[6 * N + q] = isnan(fv) || isnan(other) ? NAN : fv > other ? fv : other;
+        want[7 * N + q] = (float)q;
+    }
+    for (int q = 0; q < N; q++)
+        want[8 * N + q] = (float)si[q];
+    const float *in[] = {x};
+    float *w[] = {want};
+    check_run("lanes", tp, 1, 0, in, w);
+    /* the SIMD code is there: a lanes loop, gathers, scatters, a masked load and store */
+    set_lanes(tp, true);
+    char err[256];
+    char *text = cg_llvm_module_text(&tp->p, false, err, sizeof err);
+    CHECK(text && strstr(text, "simd.body") && strstr(text, "llvm.masked.gather.v8f32") &&
+          strstr(text, "llvm.masked.scatter.v8i8") && strstr(text, "llvm.masked.load.v8f32") &&
+          strstr(text, "llvm.masked.store.v8i8"));
+    free(text);
+    set_lanes(tp, false);
+    free_prog(tp);
+}
+
 /* every binary op on f32 and f64; comparisons, and/or/not and select through bool */
 static void
 test_binary(void)
@@ -437,7 +585,7 @@ test_binary(void)
     int bo = add_buf(tp, "out", KT_F32, 0, NOUT * N, KB_OUTPUT);
     Kernel *k = add_kernel(tp, "binary", false);
     int i = add_local(k, "i", KT_I64);
-    KStmt *loop = sfor(tp, i, xi(tp, 0), xi(tp, N), NULL);
+    KStmt *loop = pfor(sfor(tp, i, xi(tp, 0), xi(tp, N), NULL));
     loop->body = arena_alloc(&tp->p.arena, NOUT * sizeof(KStmt *));
 #define X() xld(tp, bx, xv(tp, k, i))
 #define Y() xld(tp, by, xv(tp, k, i))
@@ -1211,6 +1359,7 @@ main(void)
     test_unary();
     test_binary();
     test_integers();
+    test_lanes();
     test_matvec();
     test_steps();
     test_tiles();
