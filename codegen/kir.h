@@ -17,6 +17,7 @@ typedef enum {
     KT_BOOL, /* comparison results */
 } KType;
 const char *ktype_name(KType t);
+size_t ktype_size(KType t); /* bytes of an element in memory */
 
 /* a*B + c: a size or a bound that depends on the batch */
 typedef struct KSize {
@@ -50,6 +51,10 @@ typedef struct KBuf {
      * run adds to it); a run starts it at zero like any temporary, but a session zeroes it only
      * when it starts and when its counts are reset, and reads it only when they are asked for */
     bool is_accumulator;
+    /* KB_TEMP: 0, a region of the arena of its own; k > 0, the region it shares with the other
+     * buffers of slot k, none of which is in use while it is (the memory plan: kir_lower.c
+     * plan_memory; runtime/layout.h rt_arena_layout places the regions) */
+    int slot;
 } KBuf;
 
 typedef enum {

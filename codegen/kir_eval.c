@@ -22,6 +22,7 @@ typedef struct Eval {
     int64_t batch, sample_base, step;
     void **mem;     /* per buffer */
     int64_t *len;   /* elements per buffer */
+    unsigned char *arena; /* the temporaries, placed as the memory plan says (KBuf.slot) */
     KVal *locals;   /* of the running kernel */
     double **tiles; /* of the running kernel: per local, its lanes (tile locals) or NULL */
     int *lanes;     /* of the running kernel: per local, KLocal.lanes */
@@ -420,17 +421,6 @@ run_kernel(Eval *ev, const Kernel *k)
     free_kernel_state(ev, k->nlocals);
 }
 
-static size_t
-ktype_size(KType t)
-{
-    switch (t) {
-    case KT_F32: return 4;
-    case KT_F64:
-    case KT_I64: return 8;
-    default: return 1;
-    }
-}
-
 const float *
 kir_bind_weight(const KProgram *p, int b, float **packed, char *err, size_t errlen)
 {
@@ -509,6 +499,37 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
     ev->errlen = errlen;
     bool ok = true;
     if (setjmp(ev->fail) == 0) {
+        /* the temporaries in one arena, laid out as every binder lays them out */
+        size_t *bytes = malloc(((size_t)p->nbufs + 1) * sizeof *bytes);
+        size_t *off = malloc(((size_t)p->nbufs + 1) * sizeof *off);
+        int *slot = malloc(((size_t)p->nbufs + 1) * sizeof *slot);
+        if (!bytes || !off || !slot) die("out of memory");
+        for (int b = 0; b < p->nbufs; b++) {
+            int64_t n = ksize_eval(p->bufs[b].size, batch);
+            bytes[b] = p->bufs[b].kind == KB_TEMP ? (size_t)(n ? n : 1) * ktype_size(p->bufs[b].type)
+                                                  : SIZE_MAX;
+            slot[b] = p->bufs[b].slot;
+        }
+        size_t total = rt_arena_layout(p->nbufs, bytes, slot, 64, off);
+        free(slot);
+        ev->arena = malloc(total ? total : 1);
+        if (!ev->arena) {
+            free(bytes);
+            free(off);
+            efail(ev, "kernel IR: out of memory for the temporaries (%zu bytes)", total);
+        }
+        /* a buffer said to be stored before it is loaded starts as garbage (0xA5 bytes: NaN-free
+         * odd values, so any load before a store changes the results), which is what the compiled
+         * backends may leave there, a region shared with other buffers too: the tests catch a
+         * false claim and a wrong plan; the others start at zero */
+        memset(ev->arena, 0xA5, total);
+        for (int b = 0; b < p->nbufs; b++)
+            if (p->bufs[b].kind == KB_TEMP) {
+                ev->mem[b] = ev->arena + off[b];
+                if (!p->bufs[b].is_written_first) memset(ev->mem[b], 0, bytes[b]);
+            }
+        free(bytes);
+        free(off);
         for (int b = 0; b < p->nbufs; b++) {
             const KBuf *kb = &p->bufs[b];
             ev->len[b] = ksize_eval(kb->size, batch);
@@ -523,17 +544,7 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
                 if (!ev->mem[b]) efail(ev, "kernel IR: %s", msg);
                 break;
             }
-            case KB_TEMP:
-                ev->mem[b] = calloc((size_t)(ev->len[b] ? ev->len[b] : 1), ktype_size(kb->type));
-                owned[b] = true;
-                if (!ev->mem[b])
-                    efail(ev, "kernel IR: out of memory for buffer '%s'", kb->name);
-                /* a buffer said to be stored before it is loaded starts as garbage (0xA5 bytes:
-                 * NaN-free odd values, so any load before a store changes the results), which is
-                 * what the compiled backends may leave there: the tests catch a false claim */
-                if (kb->is_written_first)
-                    memset(ev->mem[b], 0xA5, (size_t)ev->len[b] * ktype_size(kb->type));
-                break;
+            case KB_TEMP: break; /* above */
             }
             if ((kb->kind == KB_INPUT || kb->kind == KB_OUTPUT) && kb->type != KT_F32)
                 efail(ev, "kernel IR: caller buffer '%s' is not f32", kb->name);
@@ -560,6 +571,7 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
     for (int b = 0; b < p->nbufs; b++)
         if (owned[b])
             free(ev->mem[b]);
+    free(ev->arena);
     free(ev->mem);
     free(ev->len);
     free(ev);

@@ -68,7 +68,7 @@ kir_describe_buffers(const KProgram *p, const char *prefix)
             b->nperm);
         for (int d = 0; d < b->nperm; d++)
             put(&t, " %d", b->perm[d]);
-        put(&t, " %d\n", b->is_accumulator ? 2 : b->is_written_first ? 0 : 1);
+        put(&t, " %d %d\n", b->is_accumulator ? 2 : b->is_written_first ? 0 : 1, b->slot);
     }
     return t.s;
 }

@@ -21,6 +21,17 @@ ktype_name(KType t)
     return "?";
 }
 
+size_t
+ktype_size(KType t)
+{
+    switch (t) {
+    case KT_F32: return 4;
+    case KT_F64:
+    case KT_I64: return 8;
+    default: return 1; /* u8, i8, bool (a byte) */
+    }
+}
+
 const char *
 kbin_str(KBin op)
 {

@@ -4,6 +4,8 @@
  * inference, all at one batch size. It only reads the program; sizes and alignments are the
  * runtimes' own (runtime/session.c, runtime/cuda_exec.c), and it must stay in step with them. */
 #include "driver/explain.h"
+
+#include "runtime/layout.h"
 #include "runtime/cuda_abi.h"
 
 #include <stdbool.h>
@@ -274,6 +276,8 @@ buf_notes(Explain *x, int b)
     if (kb->is_written_first) notes = join(x, notes, "written-first");
     if (kb->is_accumulator) notes = join(x, notes, "accumulates");
     if (is_zeroed(kb)) notes = join(x, notes, "zeroed each run");
+    if (kb->kind == KB_TEMP && kb->slot > 0)
+        notes = join(x, notes, arena_printf(&x->scratch, "slot %d", kb->slot));
     return notes ? notes : "-";
 }
 
@@ -354,9 +358,28 @@ print_totals(Explain *x)
     }
     int64_t dyn = (SNN_CUDA_DYN_IO + nin + nout) * (int64_t)sizeof(int64_t);
     device += (dyn + align - 1) / align * align;
+    /* the memory plan (KBuf.slot): the arena as the binders lay it out */
+    size_t *bytes = arena_alloc(&x->scratch, ((size_t)p->nbufs + 1) * sizeof *bytes);
+    size_t *off = arena_alloc(&x->scratch, ((size_t)p->nbufs + 1) * sizeof *off);
+    int *slot = arena_alloc(&x->scratch, ((size_t)p->nbufs + 1) * sizeof *slot);
+    int nslots = 0, nshared = 0;
+    for (int b = 0; b < p->nbufs; b++) {
+        bytes[b] = p->bufs[b].kind == KB_TEMP ? (size_t)buf_bytes(x, b) : SIZE_MAX;
+        slot[b] = p->bufs[b].slot;
+        if (slot[b] > nslots) nslots = slot[b];
+        nshared += p->bufs[b].kind == KB_TEMP && slot[b] > 0;
+    }
+    int64_t planned = (int64_t)rt_arena_layout(p->nbufs, bytes, slot, (size_t)align, off);
+    device -= arena - planned;
     fprintf(x->f, "\ntotals at B = %lld\n", (long long)x->batch);
-    fprintf(x->f, "  arena     %s: %s, each aligned to %lld bytes\n", bytes_of(x, arena),
-            count_of(x, ntemp, "temporary", "temporaries"), (long long)align);
+    if (nslots > 0)
+        fprintf(x->f, "  arena     %s: %s, %d of them sharing %s (memory plan; %s without), "
+                      "each region aligned to %lld bytes\n",
+                bytes_of(x, planned), count_of(x, ntemp, "temporary", "temporaries"), nshared,
+                count_of(x, nslots, "region", "regions"), bytes_of(x, arena), (long long)align);
+    else
+        fprintf(x->f, "  arena     %s: %s, each aligned to %lld bytes\n", bytes_of(x, arena),
+                count_of(x, ntemp, "temporary", "temporaries"), (long long)align);
     fprintf(x->f, "  zeroed    %s before each run: %s\n", bytes_of(x, zeroed),
             count_of(x, nzeroed, "temporary", "temporaries"));
     fprintf(x->f, "  weights   %s: %s\n", bytes_of(x, weights),

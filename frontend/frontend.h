@@ -63,6 +63,7 @@ typedef enum {
     MST_OUTPUT,     /* output name = a [: type] [loc(...)] */
     MST_SCHEDULE,   /* schedule name (layer or step) */
     MST_FUSE,       /* fuse name into a (an AST_IDENT) */
+    MST_MEMORY,     /* memory name (reuse or separate); `memory` is a keyword only there */
 } StmtKind;
 
 typedef struct AstStmt {

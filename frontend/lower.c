@@ -1100,7 +1100,7 @@ lower_model(Lower *L, const AstItem *it, const char *path)
     m->name = arena_strdup(a, it->name);
     m->loc = it->loc;
     bool has_timesteps = false;
-    int has_seed = 0, has_schedule = 0;
+    int has_seed = 0, has_schedule = 0, has_memory = 0;
     L->nlater = it->nstmts;
     L->later = arena_alloc(&L->ast, (size_t)(it->nstmts + 1) * sizeof *L->later);
     for (int i = 0; i < it->nstmts; i++)
@@ -1150,6 +1150,22 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         }
         case MST_FUSE:
             break; /* once every value is bound: below */
+        case MST_MEMORY: {
+            const char *what = st->name;
+            if (has_memory++) {
+                diag_error(st->loc, "memory is given twice");
+                return false;
+            }
+            if (what && strcmp(what, "reuse") == 0) {
+                m->memory = MEMORY_REUSE;
+            } else if (what && strcmp(what, "separate") == 0) {
+                m->memory = MEMORY_SEPARATE;
+            } else {
+                diag_error(st->loc, "memory expects reuse or separate, got '%s'", what ? what : "");
+                return false;
+            }
+            break;
+        }
         case MST_WEIGHTS:
             if (m->weights_path) {
                 diag_error(st->loc, "weights is given twice");

@@ -404,13 +404,22 @@ mstmts:
     ;
 
 /* mstmt := 'timesteps' expr | 'weights' STRING | 'seed' expr | 'schedule' name
- *        | 'fuse' name 'into' name | 'input' name ':' type
+ *        | 'fuse' name 'into' name | 'memory' name | 'input' name ':' type
  *        | name '=' expr [':' type] [locann] | 'output' name '=' expr [':' type] [locann] */
 mstmt:
     TIMESTEPS expr { $$ = stmt(p, MST_TIMESTEPS, @1, NULL, $2); }
   | WEIGHTS STRING { $$ = stmt(p, MST_WEIGHTS, @1, NULL, leaf($2)); }
   | SEED expr { $$ = stmt(p, MST_SEED, @1, NULL, $2); }
   | SCHEDULE name { $$ = stmt(p, MST_SCHEDULE, @1, $2, no_expr()); }
+  | IDENT name {
+        /* a word that is a statement only here: memory reuse|separate */
+        if (strcmp($1->str, "memory") != 0) {
+            fail(p, @1, "unexpected '%s %s': a model statement is NAME = ..., output, input, "
+                        "timesteps, seed, weights, schedule, memory or fuse", $1->str, $2->str);
+            YYABORT;
+        }
+        $$ = stmt(p, MST_MEMORY, @1, $2, no_expr());
+    }
   | FUSE name name name {
         if (strcmp($3->str, "into") != 0) {
             fail(p, @3, "expected 'into' in: fuse VALUE into VALUE, got '%s'", $3->str);

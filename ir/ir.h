@@ -250,12 +250,18 @@ typedef struct Weight {
  *                 in registers, recurrent cycles (through delays) in a step loop. */
 typedef enum { SCHEDULE_STEP, SCHEDULE_LAYER } Schedule;
 
+/* Where temporaries live (an IR attribute, printed as `memory reuse`): MEMORY_SEPARATE each in its
+ * own region of the arena; MEMORY_REUSE (the memory-plan pass) temporaries whose lifetimes in the
+ * kernel schedule do not overlap share a region (KBuf.slot). */
+typedef enum { MEMORY_SEPARATE, MEMORY_REUSE } MemoryPlan;
+
 typedef struct Module {
     Arena arena;
     const char *name;
     Loc loc;
     int timesteps;
     Schedule schedule;
+    MemoryPlan memory;
     const char *weights_path; /* absolute, or NULL: seeded initialisation */
     int64_t seed;
     Node *nodes;

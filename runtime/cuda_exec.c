@@ -14,6 +14,7 @@
 
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_exec.h"
+#include "runtime/layout.h"
 
 enum { DEVICE_ALIGN = 256, BLOCKS_PER_SM = 32 };
 
@@ -265,22 +266,44 @@ rt_cuda_exec_create(const snn_model *m, int ordinal, int max_batch, RtCudaExec *
         st = SNN_ERR_MEMORY;
         goto fail;
     }
-    for (int pass = 0; pass < 2; pass++) { /* weights first */
-        for (int b = 0; b < m->ncuda_bufs; b++) {
-            const RtBuf *kb = &m->cuda_bufs[b];
-            if ((kb->kind == RT_BUF_WEIGHT) != (pass == 0)) continue;
-            double n = (double)kb->per_batch * max_batch + (double)kb->fixed;
-            if (n * (double)kb->elem > 1e15) {
-                free(off);
-                snprintf(err, errlen, "max_batch %d needs more memory than can be had", max_batch);
-                st = SNN_ERR_MEMORY;
-                goto fail;
-            }
-            off[b] = total;
-            total += align_up(buf_elems(kb, max_batch) * kb->elem);
-        }
-        if (pass == 0) x->weight_bytes = total;
+    size_t *bytes = calloc((size_t)m->ncuda_bufs + 1, sizeof *bytes);
+    int *slot = calloc((size_t)m->ncuda_bufs + 1, sizeof *slot);
+    if (!bytes || !slot) {
+        free(off);
+        free(bytes);
+        free(slot);
+        snprintf(err, errlen, "out of memory for a CUDA session");
+        st = SNN_ERR_MEMORY;
+        goto fail;
     }
+    for (int b = 0; b < m->ncuda_bufs; b++) { /* weights first */
+        const RtBuf *kb = &m->cuda_bufs[b];
+        double n = (double)kb->per_batch * max_batch + (double)kb->fixed;
+        if (n * (double)kb->elem > 1e15) {
+            free(off);
+            free(bytes);
+            free(slot);
+            snprintf(err, errlen, "max_batch %d needs more memory than can be had", max_batch);
+            st = SNN_ERR_MEMORY;
+            goto fail;
+        }
+        if (kb->kind != RT_BUF_WEIGHT) continue;
+        off[b] = total;
+        total += align_up(buf_elems(kb, max_batch) * kb->elem);
+    }
+    x->weight_bytes = total;
+    /* then temporaries (those of one slot of the memory plan share a region), staging */
+    for (int b = 0; b < m->ncuda_bufs; b++) {
+        const RtBuf *kb = &m->cuda_bufs[b];
+        bytes[b] = kb->kind == RT_BUF_WEIGHT ? SIZE_MAX : buf_elems(kb, max_batch) * kb->elem;
+        slot[b] = kb->kind == RT_BUF_TEMP ? kb->slot : 0;
+    }
+    size_t rest = rt_arena_layout(m->ncuda_bufs, bytes, slot, DEVICE_ALIGN, off);
+    for (int b = 0; b < m->ncuda_bufs; b++)
+        if (m->cuda_bufs[b].kind != RT_BUF_WEIGHT) off[b] += total;
+    total += rest;
+    free(bytes);
+    free(slot);
     size_t dyn_off = total;
     total += align_up((size_t)x->ndyn * sizeof(int64_t));
 

@@ -1,6 +1,7 @@
 /* layout.c: see layout.h. */
 #include "runtime/layout.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 void
@@ -31,4 +32,27 @@ rt_transpose_f32(const float *src, int rank, const int64_t *dims, const int *per
             idx[d] = 0;
         }
     }
+}
+
+size_t
+rt_arena_layout(int n, const size_t *bytes, const int *slot, size_t align, size_t *off)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (bytes[i] == SIZE_MAX) continue;
+        /* the first buffer of its region places the region: every member's size is known */
+        bool is_first = true;
+        for (int j = 0; j < i && is_first && slot[i] > 0; j++)
+            if (slot[j] == slot[i] && bytes[j] != SIZE_MAX) {
+                off[i] = off[j];
+                is_first = false;
+            }
+        if (!is_first) continue;
+        size_t size = bytes[i];
+        for (int j = i + 1; j < n && slot[i] > 0; j++)
+            if (slot[j] == slot[i] && bytes[j] != SIZE_MAX && bytes[j] > size) size = bytes[j];
+        off[i] = total;
+        total += (size + align - 1) & ~(align - 1);
+    }
+    return total;
 }

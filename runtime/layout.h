@@ -4,6 +4,7 @@
 #ifndef SNN_RUNTIME_LAYOUT_H
 #define SNN_RUNTIME_LAYOUT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* dst = src transposed by perm and made contiguous, as NumPy's src.transpose(perm).copy():
@@ -11,5 +12,12 @@
  * rank 1..8; perm a permutation of 0..rank-1 (not checked); src and dst must not overlap. */
 void rt_transpose_f32(const float *src, int rank, const int64_t *dims, const int *perm,
                       float *dst);
+
+/* The offsets of n buffers in one arena. Buffers with the same slot k > 0 share one region: the
+ * compiler's memory plan gives a slot to buffers whose lifetimes do not overlap (KBuf.slot); slot 0
+ * is a region of its own; bytes[i] == SIZE_MAX leaves buffer i out (off[i] is not written). A
+ * region is as large as its largest buffer, regions follow one another in order of their first
+ * buffer, each aligned to align bytes (a power of two). Returns the arena's size in bytes. */
+size_t rt_arena_layout(int n, const size_t *bytes, const int *slot, size_t align, size_t *off);
 
 #endif

@@ -5,10 +5,12 @@
  *   name NAME / timesteps T / devices LIST / kernels NSTATIC NSTEP
  *   input NAME PER_STEP RANK DIMS...   output NAME PER_STEP RANK DIMS...   weight NAME RANK DIMS...
  *   layer NAME BUF                     a counted spiking layer and its i64 spike-count buffer
- *   buf NAME KIND TYPE PER_BATCH FIXED IO NPERM PERM... ZERO   buffer i of the program, in order;
- *                                      ZERO 0: every element is stored before it is loaded;
+ *   buf NAME KIND TYPE PER_BATCH FIXED IO NPERM PERM... ZERO SLOT   buffer i of the program, in
+ *                                      order; ZERO 0: every element is stored before it is loaded;
  *                                      1: zeroed before every run; 2 (cuda_buf only): a spike
- *                                      count that accumulates across runs
+ *                                      count that accumulates across runs; SLOT (temporaries) 0:
+ *                                      memory of its own, k > 0: the arena region it shares with
+ *                                      the other buffers of slot k (runtime/layout.h)
  *   cuda_layer NAME BUF   cuda_buf ...  as layer and buf, for the CUDA program (its own buffers)
  *   cuda_kernel I SYMBOL STEP MODE NB B0 ... WORK...   cuda_image FORMAT ARCH OFFSET SIZE
  *                                      CUDA code (runtime/cuda_abi.h), optional
@@ -277,10 +279,11 @@ parse_buf(Parser *ps, RtBuf *b)
     }
     for (int d = 0; d < b->nperm; d++)
         b->perm[d] = (int)number(ps);
-    int64_t zero = number(ps);
-    if (zero < 0 || zero > 2) ps->is_bad = true;
+    int64_t zero = number(ps), slot = number(ps);
+    if (zero < 0 || zero > 2 || slot < 0 || slot > RT_MAX_SLOT) ps->is_bad = true;
     b->needs_zero = zero == 1;
     b->is_accumulator = zero == 2;
+    b->slot = (int)slot;
 }
 
 static bool

@@ -13,7 +13,7 @@
 #include "runtime/kernel_abi.h"
 #include "runtime/snn.h"
 
-enum { RT_MAX_NAME = 256, RT_WORK_MAX_DEPTH = 64 };
+enum { RT_MAX_NAME = 256, RT_WORK_MAX_DEPTH = 64, RT_MAX_SLOT = 1 << 20 };
 
 typedef enum { RT_BUF_INPUT, RT_BUF_OUTPUT, RT_BUF_WEIGHT, RT_BUF_TEMP } RtBufKind;
 /* element types of buffers, as the description names them (f32 f64 i64 u8 i8 bool) */
@@ -30,6 +30,7 @@ typedef struct RtBuf {
     int perm[SNN_MAX_RANK];
     bool needs_zero;    /* temporaries: zeroed before every run */
     bool is_accumulator; /* cuda_buf spike counts (ZERO 2): each run adds; zeroed by the session */
+    int slot;           /* temporaries: 0, memory of its own; k > 0, shared with slot k's others */
 } RtBuf;
 
 typedef struct RtLayer {

@@ -434,28 +434,45 @@ static snn_status
 open_cpu(snn_session *s, int threads)
 {
     const snn_model *m = s->m;
-    size_t total = 0;
+    size_t *bytes = calloc((size_t)m->nbufs + 1, sizeof *bytes);
+    size_t *off = calloc((size_t)m->nbufs + 1, sizeof *off);
+    int *slot = calloc((size_t)m->nbufs + 1, sizeof *slot);
+    if (!bytes || !off || !slot) {
+        free(bytes);
+        free(off);
+        free(slot);
+        return fail(SNN_ERR_MEMORY, "out of memory");
+    }
     for (int b = 0; b < m->nbufs; b++) {
         const RtBuf *kb = &m->bufs[b];
+        bytes[b] = SIZE_MAX;
+        slot[b] = kb->slot;
         if (kb->kind != RT_BUF_TEMP) continue;
         double n = (double)kb->per_batch * s->max_batch + (double)kb->fixed;
-        if (n * (double)kb->elem > 1e15)
+        if (n * (double)kb->elem > 1e15) {
+            free(bytes);
+            free(off);
+            free(slot);
             return fail(SNN_ERR_MEMORY, "max_batch %d needs more memory than can be had",
                         s->max_batch);
-        total += ((size_t)n * kb->elem + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+        }
+        bytes[b] = (size_t)n * kb->elem;
     }
+    /* the memory plan: temporaries of one slot share a region */
+    size_t total = rt_arena_layout(m->nbufs, bytes, slot, ARENA_ALIGN, off);
     s->arena = aligned_alloc(ARENA_ALIGN, total ? total : ARENA_ALIGN);
-    if (!s->arena)
+    if (!s->arena) {
+        free(bytes);
+        free(off);
+        free(slot);
         return fail(SNN_ERR_MEMORY, "out of memory for a session of batch %d (%zu bytes)",
                     s->max_batch, total);
-    size_t off = 0;
-    for (int b = 0; b < m->nbufs; b++) {
-        const RtBuf *kb = &m->bufs[b];
-        if (kb->kind != RT_BUF_TEMP) continue;
-        s->bufs[b] = s->arena + off;
-        size_t n = (size_t)(kb->per_batch * s->max_batch + kb->fixed);
-        off += (n * kb->elem + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     }
+    for (int b = 0; b < m->nbufs; b++)
+        if (m->bufs[b].kind == RT_BUF_TEMP) s->bufs[b] = s->arena + off[b];
+    free(bytes);
+    free(off);
+    free(slot);
     char msg[256];
     s->pool = rt_pool_new(threads ? threads : online_cores(), msg, sizeof msg);
     if (!s->pool) return fail(SNN_ERR_MEMORY, "%s", msg);

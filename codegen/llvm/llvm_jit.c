@@ -22,6 +22,7 @@
 #include "codegen/cache.h"
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/llvm/llvm_gen.h"
+#include "runtime/layout.h"
 #include "runtime/pool.h"
 
 struct CgLlvm {
@@ -34,8 +35,10 @@ struct CgLlvm {
     int nthreads;   /* wanted; the pool is (re)started by the next run */
     RtPool *pool; /* NULL until a run needs it */
     void **bufs;    /* [nbufs] bound per run */
-    void **temp;    /* [nbufs] KB_TEMP memory, kept between runs */
-    size_t *temp_bytes; /* [nbufs] its size */
+    unsigned char *arena; /* the KB_TEMP buffers (rt_arena_layout), kept between runs */
+    size_t arena_bytes;
+    size_t *temp_bytes, *temp_off; /* [nbufs] at the last run's batch */
+    int *temp_slot;                /* [nbufs] KBuf.slot */
     float **packed;     /* [nbufs] transposed weights (KBuf.nperm), packed by the first run */
     const float **packed_from; /* [nbufs] the weight data each was packed from */
     bool is_cache_hit;  /* the code came from the cache */
@@ -256,11 +259,13 @@ cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err, size
     cg->is_cache_hit = is_hit;
     pthread_mutex_init(&cg->lock, NULL);
     cg->bufs = calloc((size_t)p->nbufs + 1, sizeof *cg->bufs);
-    cg->temp = calloc((size_t)p->nbufs + 1, sizeof *cg->temp);
     cg->temp_bytes = calloc((size_t)p->nbufs + 1, sizeof *cg->temp_bytes);
+    cg->temp_off = calloc((size_t)p->nbufs + 1, sizeof *cg->temp_off);
+    cg->temp_slot = calloc((size_t)p->nbufs + 1, sizeof *cg->temp_slot);
     cg->packed = calloc((size_t)p->nbufs + 1, sizeof *cg->packed);
     cg->packed_from = calloc((size_t)p->nbufs + 1, sizeof *cg->packed_from);
-    if (!cg->bufs || !cg->temp || !cg->temp_bytes || !cg->packed || !cg->packed_from)
+    if (!cg->bufs || !cg->temp_bytes || !cg->temp_off || !cg->temp_slot || !cg->packed ||
+        !cg->packed_from)
         die("out of memory");
 
     /* expf, logf, tanhf, powf, ... resolve to the process's own libm (the one kir_eval calls) */
@@ -308,13 +313,14 @@ cg_llvm_free(CgLlvm *cg)
     }
     rt_pool_free(cg->pool);
     for (int i = 0; i < cg->p->nbufs; i++) {
-        free(cg->temp[i]);
         free(cg->packed[i]);
     }
     free(cg->packed);
     free(cg->packed_from);
-    free(cg->temp);
+    free(cg->arena);
     free(cg->temp_bytes);
+    free(cg->temp_off);
+    free(cg->temp_slot);
     free(cg->bufs);
     pthread_mutex_destroy(&cg->lock);
     free(cg);
@@ -378,21 +384,30 @@ bind_buffers(CgLlvm *cg, int batch, const float *const *inputs, float *const *ou
             if (!bufs[i]) return false;
             break;
         }
-        case KB_TEMP: {
-            size_t bytes = (n ? (size_t)n : 1) * llvm_gen_elem_size(kb->type);
-            if (bytes > cg->temp_bytes[i]) {
-                free(cg->temp[i]);
-                cg->temp[i] = calloc(bytes, 1);
-                if (!cg->temp[i]) die("out of memory");
-                cg->temp_bytes[i] = bytes;
-            } else if (!kb->is_written_first) {
-                /* the kernel IR's temporaries start at zero, as kir_eval's */
-                memset(cg->temp[i], 0, bytes);
-            }
-            bufs[i] = cg->temp[i];
-            break;
+        case KB_TEMP: break; /* the arena, below */
         }
-        }
+    }
+    /* the temporaries: one arena laid out by the memory plan (KBuf.slot), grown for a larger
+     * batch; those not stored before they are loaded start at zero, as kir_eval's */
+    for (int i = 0; i < p->nbufs; i++) {
+        const KBuf *kb = &p->bufs[i];
+        int64_t n = kb->size.per_batch * batch + kb->size.fixed;
+        cg->temp_bytes[i] =
+            kb->kind == KB_TEMP ? (n ? (size_t)n : 1) * llvm_gen_elem_size(kb->type) : SIZE_MAX;
+        cg->temp_slot[i] = kb->slot;
+    }
+    size_t total = rt_arena_layout(p->nbufs, cg->temp_bytes, cg->temp_slot, 64, cg->temp_off);
+    if (total > cg->arena_bytes) {
+        free(cg->arena);
+        cg->arena = aligned_alloc(64, total);
+        if (!cg->arena) die("out of memory");
+        cg->arena_bytes = total;
+    }
+    for (int i = 0; i < p->nbufs; i++) {
+        const KBuf *kb = &p->bufs[i];
+        if (kb->kind != KB_TEMP) continue;
+        bufs[i] = cg->arena + cg->temp_off[i];
+        if (!kb->is_written_first) memset(bufs[i], 0, cg->temp_bytes[i]);
     }
     return true;
 }

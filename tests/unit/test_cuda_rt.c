@@ -42,16 +42,16 @@ static const char toy_meta[] =
     "output y 0 1 4\n"
     "weight w 1 4\n"
     "layer s 4\n"
-    "buf w weight f32 0 4 0 0 1\n"
-    "buf x input f32 4 0 0 0 1\n"
-    "buf y output f32 4 0 0 0 1\n"
-    "buf acc temp f32 4 0 -1 0 1\n"
-    "buf s.n temp i64 4 0 -1 0 0\n"
+    "buf w weight f32 0 4 0 0 1 0\n"
+    "buf x input f32 4 0 0 0 1 0\n"
+    "buf y output f32 4 0 0 0 1 0\n"
+    "buf acc temp f32 4 0 -1 0 1 0\n"
+    "buf s.n temp i64 4 0 -1 0 0 0\n"
     "cuda_layer s 3\n"
-    "cuda_buf w weight f32 0 4 0 0 1\n"
-    "cuda_buf x input f32 4 0 0 0 1\n"
-    "cuda_buf y output f32 4 0 0 0 1\n"
-    "cuda_buf s.n temp i64 4 0 -1 0 2\n"
+    "cuda_buf w weight f32 0 4 0 0 1 0\n"
+    "cuda_buf x input f32 4 0 0 0 1 0\n"
+    "cuda_buf y output f32 4 0 0 0 1 0\n"
+    "cuda_buf s.n temp i64 4 0 -1 0 2 0\n"
     "cuda_kernel 0 snnk_k0 0 grid 2 1 3 B 4 *\n"
     "cuda_kernel 1 snnk_k1 1 grid 3 0 1 2 B 4 * 1 +\n"
     "cuda_kernel 2 snnk_k2 1 single 2 2 3 1\n"
@@ -72,11 +72,11 @@ static const char cpu_meta[] =
     "output y 0 1 4\n"
     "weight w 1 4\n"
     "layer s 4\n"
-    "buf w weight f32 0 4 0 0 1\n"
-    "buf x input f32 4 0 0 0 1\n"
-    "buf y output f32 4 0 0 0 1\n"
-    "buf acc temp f32 4 0 -1 0 1\n"
-    "buf s.n temp i64 4 0 -1 0 0\n"
+    "buf w weight f32 0 4 0 0 1 0\n"
+    "buf x input f32 4 0 0 0 1 0\n"
+    "buf y output f32 4 0 0 0 1 0\n"
+    "buf acc temp f32 4 0 -1 0 1 0\n"
+    "buf s.n temp i64 4 0 -1 0 0 0\n"
     "end\n";
 
 static const unsigned char images[16] = "PTX....\0CUBIN...";
@@ -337,10 +337,10 @@ test_models(void)
     }
     check_bad(edit(toy_meta, "cuda_layer s 3\n", ""), "it has 0 cuda_layer records for 1 layers");
     /* the CUDA program's spike counts accumulate across runs; nothing else does */
-    check_bad(edit(toy_meta, "cuda_buf s.n temp i64 4 0 -1 0 2", "cuda_buf s.n temp i64 4 0 -1 0 0"),
+    check_bad(edit(toy_meta, "cuda_buf s.n temp i64 4 0 -1 0 2 0", "cuda_buf s.n temp i64 4 0 -1 0 0 0"),
               "its cuda_buf or cuda_layer records do not fit its inputs, outputs, weights or "
               "counted layers");
-    check_bad(edit(toy_meta, "cuda_buf y output f32 4 0 0 0 1", "cuda_buf y output f32 4 0 0 0 2"),
+    check_bad(edit(toy_meta, "cuda_buf y output f32 4 0 0 0 1 0", "cuda_buf y output f32 4 0 0 0 2 0"),
               "its cuda_buf or cuda_layer records do not fit its inputs, outputs, weights or "
               "counted layers");
     check_bad(edit(toy_meta, "cuda_layer s 3", "cuda_layer t 3"),
@@ -363,6 +363,11 @@ test_models(void)
     check_bad(edit(toy_meta, "snnc-model 2", "snnc-model 1"),
               "the model's description is for runtime ABI 1, this runtime is 2");
     check_bad(edit(toy_meta, "buf s.n temp i64", "buf s.n temp f64"), "malformed (line");
+    /* the memory plan's slot: a count from 0 */
+    check_bad(edit(toy_meta, "buf acc temp f32 4 0 -1 0 1 0", "buf acc temp f32 4 0 -1 0 1 -1"),
+              "malformed (line");
+    check_bad(edit(toy_meta, "buf acc temp f32 4 0 -1 0 1 0", "buf acc temp f32 4 0 -1 0 1"),
+              "malformed (line");
     /* images the records index must be there */
     CHECK_ERR(rt_model_create(toy_meta, toy_entry, NULL, 0, NULL, 0, &m), SNN_ERR_STATE,
               "not within the 0 bytes");

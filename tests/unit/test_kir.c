@@ -63,6 +63,62 @@ input_value(uint64_t i)
     return vals[(h >> 33) % 13] * (1.0f + (float)((h >> 20) & 7) / 16.0f);
 }
 
+/* does kernel k use buffer b (load or store)? */
+static bool
+expr_uses(const KExpr *e, int b)
+{
+    return e && ((e->kind == KX_LOAD && e->buf == b) || expr_uses(e->a, b) || expr_uses(e->b, b) ||
+                 expr_uses(e->c, b));
+}
+
+static bool
+stmts_use(KStmt *const *s, int n, int b)
+{
+    for (int i = 0; i < n; i++) {
+        const KStmt *st = s[i];
+        bool is_store = st->kind == KS_STORE || st->kind == KS_VLOAD || st->kind == KS_VFMA ||
+                        st->kind == KS_VSTORE;
+        if ((is_store && st->buf == b) || expr_uses(st->lo, b) || expr_uses(st->hi, b) ||
+            expr_uses(st->index, b) || expr_uses(st->a, b) || stmts_use(st->body, st->nbody, b) ||
+            stmts_use(st->els, st->nels, b))
+            return true;
+    }
+    return false;
+}
+
+/* The memory plan's promise for temporaries zeroed before a run: nothing that shares their region
+ * is used by a kernel up to their last use (it would overwrite the zeros), and buffers of one slot
+ * are never used by one kernel. */
+static bool
+plan_keeps_zeros(const KProgram *p)
+{
+    for (int a = 0; a < p->nbufs; a++) {
+        const KBuf *ka = &p->bufs[a];
+        if (ka->kind != KB_TEMP || ka->slot == 0) continue;
+        int last = -1;
+        for (int k = 0; k < p->nkernels; k++)
+            if (stmts_use(p->kernels[k].body, p->kernels[k].nbody, a)) last = k;
+        for (int b = 0; b < p->nbufs; b++) {
+            if (b == a || p->bufs[b].slot != ka->slot) continue;
+            for (int k = 0; k < p->nkernels; k++) {
+                const Kernel *kk = &p->kernels[k];
+                bool uses_b = stmts_use(kk->body, kk->nbody, b);
+                if (uses_b && stmts_use(kk->body, kk->nbody, a)) {
+                    fprintf(stderr, "%s and %s share slot %d and kernel %s\n", ka->name,
+                            p->bufs[b].name, ka->slot, kk->name);
+                    return false;
+                }
+                if (uses_b && !ka->is_written_first && k <= last) {
+                    fprintf(stderr, "%s (zeroed) shares slot %d with %s, used by %s first\n",
+                            ka->name, ka->slot, p->bufs[b].name, kk->name);
+                    return false;
+                }
+            }
+        }
+    }
+    return true;
+}
+
 /* runs interp (f32) and the kernel IR lowered for `target` on `batch` samples at sample_base; true
  * when every output is bitwise identical */
 static bool
@@ -71,6 +127,9 @@ same_on_target(const char *text, int batch, int64_t sample_base, char **printed,
 {
     Module *m = load(text);
     m->schedule = schedule;
+    /* the memory plan where the schedule is step by step (step loops) and fused (kir_eval lays
+     * the arena out as planned, written-first regions full of garbage) */
+    if (is_fused || schedule == SCHEDULE_STEP) m->memory = MEMORY_REUSE;
     bool changed;
     if (is_fused && !pass_fuse(m, &changed)) {
         module_free(m);
@@ -79,6 +138,11 @@ same_on_target(const char *text, int batch, int64_t sample_base, char **printed,
     KProgram *p = kir_lower_for(m, target);
     if (!p)
         return false;
+    if (m->memory == MEMORY_REUSE && !plan_keeps_zeros(p)) {
+        kir_free(p);
+        module_free(m);
+        return false;
+    }
     if (printed)
         *printed = print_program(p);
     float **in = calloc((size_t)m->ninputs, sizeof *in);
@@ -143,8 +207,8 @@ same_on_target(const char *text, int batch, int64_t sample_base, char **printed,
 }
 
 /* the same for both targets' lowerings, time-batched (the time-batch pass's schedule) and step by
- * step (no pass run), and time-batched after the fuse pass; printed: the CPU's time-batched kernel
- * IR without fusion */
+ * step (with the memory plan), and time-batched after the fuse pass (with the memory plan);
+ * printed: the CPU's time-batched kernel IR without either */
 static bool
 same_as_interp(const char *text, int batch, int64_t sample_base, char **printed)
 {

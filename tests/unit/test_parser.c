@@ -363,7 +363,11 @@ test_invalid(void)
     BAD("model m { x = f(g(1) = 2) }",
         "t.snn:1:22: error: unexpected '=', expected an operator, ')' or ','");
     BAD("model m { timesteps }", "t.snn:1:21: error: unexpected '}', expected an expression");
-    BAD("model m { foo }", "t.snn:1:15: error: unexpected '}', expected '='");
+    BAD("model m { foo }",
+        "t.snn:1:15: error: unexpected '}', expected an identifier, a value name or '='");
+    BAD("model m { foo bar }",
+        "t.snn:1:11: error: unexpected 'foo bar': a model statement is NAME = ..., output, input, "
+        "timesteps, seed, weights, schedule, memory or fuse");
     BAD("model m { fire x }", "t.snn:1:11: error: unexpected 'fire', expected a statement or '}'");
     BAD("neuron n() { foo bar }", "t.snn:1:18: error: unexpected identifier 'bar', expected '='");
     BAD("neuron n { }", "t.snn:1:10: error: unexpected '{', expected '('");
