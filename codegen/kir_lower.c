@@ -1640,12 +1640,13 @@ spike_one(Lower *lw, KExpr *spike)
     return kx_select(lw->p, bin(lw, KB_NE, spike, kx_const(lw->p, KT_F32, 0)), ci(lw, 1), ci(lw, 0));
 }
 
+/* layer v's spike-count buffer, n counters per sample (KStat: the run functions sum them all) */
 static int
-spike_count_buffer(Lower *lw, ValueId v)
+spike_count_buffer(Lower *lw, ValueId v, int64_t n)
 {
     KProgram *p = lw->p;
     int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)), KT_I64,
-                      (KSize){lw->vs[v].numel, 0}, KB_TEMP, -1, -1);
+                      (KSize){n, 0}, KB_TEMP, -1, -1);
     /* every neuron j stores its count; a recurrent region's step 0 starts from 0, not a load. On
      * the GPU the count starts from what the buffer holds: it accumulates across runs */
     bool is_acc = p->target == KTARGET_GPU;
@@ -1661,7 +1662,7 @@ static void
 count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr *spike)
 {
     KProgram *p = lw->p;
-    int buf = spike_count_buffer(lw, v);
+    int buf = spike_count_buffer(lw, v, lw->vs[v].numel);
     bool is_acc = p->bufs[buf].is_accumulator;
     int cnt = local(lw, "nspikes", KT_I64);
     if (ft) {
@@ -1760,8 +1761,8 @@ neuron_copy(Lower *lw, const Node *n, const char *suffix, NCopy *cp)
  * spikes, whole windows, outside recurrence): parallel over the pooled elements (b, ch, oh, ow),
  * the window's K neurons scanned side by side, each with its own copy of the state, and at every
  * step only the pooled value stored: no spike tensor, no read-modify-write. The window's neurons
- * share ch, so a fused batchnorm's per-channel terms are computed once (Pos.ch). Spike counts stay
- * per neuron. */
+ * share ch, so a fused batchnorm's per-channel terms are computed once (Pos.ch). Spike counts are
+ * kept per window (their sum is the layer's count). */
 static void
 lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
 {
@@ -1769,7 +1770,7 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     const Node *n = &m->nodes[v], *pn = &m->nodes[pool];
     KProgram *p = lw->p;
     int64_t numel = lw->vs[v].numel, per = lw->vs[pool].numel;
-    int64_t H = n->type.dims[1], W = n->type.dims[2], OH = pn->type.dims[1], OW = pn->type.dims[2];
+    int64_t W = n->type.dims[2], OH = pn->type.dims[1], OW = pn->type.dims[2];
     int KH = (int)node_attr_i(pn, "kernel", 0), KW = (int)node_attr_i(pn, "kernel", 1), K = KH * KW;
     bool is_static_input = lw->is_static[n->args[0]];
     KExpr *jp;
@@ -1777,36 +1778,30 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
                       &jp);
     fjp->is_lanes = true;
     Cur c = body(fjp);
-    int bv = local(lw, "b", KT_I64), qv = local(lw, "q", KT_I64), chv = local(lw, "ch", KT_I64);
-    int base = local(lw, "i0", KT_I64);
-    s_assign(lw, c, bv, bin(lw, KB_DIV, jp, ci(lw, per)));
-    s_assign(lw, c, qv, bin(lw, KB_REM, jp, ci(lw, per)));
-    KExpr *q = var(lw, qv);
-    s_assign(lw, c, chv, bin(lw, KB_DIV, q, ci(lw, OH * OW)));
-    KExpr *oh = bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, OW)), ci(lw, OH));
-    KExpr *ow = bin(lw, KB_REM, q, ci(lw, OW));
-    /* the window's first neuron: b*numel + ch*H*W + oh*KH*W + ow*KW */
+    /* jp = ((b*C + ch)*OH + oh)*OW + ow; with whole windows (H = OH*KH, W = OW*KW) the window's
+     * first neuron b*numel + ch*H*W + oh*KH*W + ow*KW is jp*KW + (jp / OW)*(KH - 1)*W: one
+     * division (per lane, a scalar one) */
+    int chv = local(lw, "ch", KT_I64), base = local(lw, "i0", KT_I64);
+    int64_t C = n->type.dims[0];
     s_assign(lw, c, base,
-             bin(lw, KB_ADD,
-                 bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, bv), ci(lw, numel)),
-                     bin(lw, KB_MUL, var(lw, chv), ci(lw, H * W))),
-                 bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, KH * W)),
-                     bin(lw, KB_MUL, ow, ci(lw, KW)))));
-    int cbuf = spike_count_buffer(lw, v);
+             bin(lw, KB_ADD, bin(lw, KB_MUL, jp, ci(lw, KW)),
+                 bin(lw, KB_MUL, bin(lw, KB_DIV, jp, ci(lw, OW)), ci(lw, (KH - 1) * W))));
+    s_assign(lw, c, chv, bin(lw, KB_REM, bin(lw, KB_DIV, jp, ci(lw, OH * OW)), ci(lw, C)));
+    /* one counter per window: the run functions sum every counter of the layer */
+    int cbuf = spike_count_buffer(lw, v, per);
     bool is_acc = p->bufs[cbuf].is_accumulator;
+    int cnt = local(lw, "nspikes", KT_I64);
+    s_assign(lw, c, cnt, is_acc ? kx_load(p, cbuf, jp) : ci(lw, 0));
     NCopy *cp = arena_alloc(&p->arena, (size_t)K * sizeof *cp);
     int *jl = arena_alloc(&p->arena, (size_t)K * sizeof *jl);
-    int *cnt = arena_alloc(&p->arena, (size_t)K * sizeof *cnt);
     Pos *ps = arena_alloc(&p->arena, (size_t)K * sizeof *ps);
     for (int e = 0; e < K; e++) {
         const char *sfx = arena_printf(&p->arena, ".%d", e);
         neuron_copy(lw, n, sfx, &cp[e]);
         jl[e] = local(lw, arena_printf(&p->arena, "j%s", sfx), KT_I64);
-        cnt[e] = local(lw, arena_printf(&p->arena, "nspikes%s", sfx), KT_I64);
         s_assign(lw, c, jl[e], bin(lw, KB_ADD, var(lw, base), ci(lw, (e / KW) * W + e % KW)));
         for (int k = 0; k < cp[e].ncarry; k++)
             s_assign(lw, c, cp[e].carry[k], cp[e].init[k]);
-        s_assign(lw, c, cnt[e], is_acc ? kx_load(p, cbuf, var(lw, jl[e])) : ci(lw, 0));
         memset(&ps[e], 0, sizeof ps[e]);
         ps[e].j = var(lw, jl[e]);
         ps[e].jn = numel;
@@ -1828,8 +1823,7 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
                  e == 0                       ? y
                  : pn->op == OP_MAXPOOL2D ? bin(lw, KB_MAX, var(lw, pv), y)
                                           : bin(lw, KB_ADD, var(lw, pv), y));
-        s_assign(lw, step, cnt[e],
-                 bin(lw, KB_ADD, var(lw, cnt[e]), spike_one(lw, var(lw, cp[e].nl.spike))));
+        s_assign(lw, step, cnt, bin(lw, KB_ADD, var(lw, cnt), spike_one(lw, var(lw, cp[e].nl.spike))));
     }
     KExpr *pooled = var(lw, pv);
     if (pn->op == OP_AVGPOOL2D)
@@ -1839,8 +1833,7 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     pp.j = jp;
     pp.jn = per;
     vstore(lw, step, pool, &pp, to(lw, KT_F32, pooled));
-    for (int e = 0; e < K; e++)
-        s_store(lw, c, cbuf, var(lw, jl[e]), var(lw, cnt[e]));
+    s_store(lw, c, cbuf, jp, var(lw, cnt));
     kernel_add_node(lw, pool);
 }
 
