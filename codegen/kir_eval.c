@@ -23,6 +23,7 @@ typedef struct Eval {
     void **mem;     /* per buffer */
     int64_t *len;   /* elements per buffer */
     unsigned char *arena; /* the temporaries, placed as the memory plan says (KBuf.slot) */
+    const Kernel *k;      /* the running kernel */
     KVal *locals;   /* of the running kernel */
     double **tiles; /* of the running kernel: per local, its lanes (tile locals) or NULL */
     int *lanes;     /* of the running kernel: per local, KLocal.lanes */
@@ -284,24 +285,28 @@ exec_tile(Eval *ev, const KStmt *s)
 {
     double *t = tile_of(ev, s);
     int n = ev->lanes[s->var];
+    /* a float tile (accumulate f32) holds floats: every value rounded to float, fmaf per term */
+    bool is_f32 = ev->k->locals[s->var].type == KT_F32;
     if (s->kind == KS_VSET) {
         double a = eval(ev, s->a).f;
         for (int l = 0; l < n; l++)
-            t[l] = a;
+            t[l] = is_f32 ? (double)(float)a : a;
         return;
     }
     int64_t base = eval(ev, s->index).i;
     switch (s->kind) {
     case KS_VLOAD:
-        for (int l = 0; l < n; l++)
-            t[l] = load_f64(ev, s->buf, base + l);
+        for (int l = 0; l < n; l++) {
+            double w = load_f64(ev, s->buf, base + l);
+            t[l] = is_f32 ? (double)(float)w : w;
+        }
         return;
     case KS_VFMA: {
         double a = eval(ev, s->a).f;
         for (int l = 0; l < n; l++) {
             double w = load_f64(ev, s->buf, base + l); /* in bounds whatever a is */
             if (a != 0 || !s->is_sparse)
-                t[l] = fma(a, w, t[l]);
+                t[l] = is_f32 ? (double)fmaf((float)a, (float)w, (float)t[l]) : fma(a, w, t[l]);
         }
         return;
     }
@@ -401,6 +406,7 @@ run_kernel(Eval *ev, const Kernel *k)
 {
     /* in ev, so that a failure (longjmp) finds and frees them */
     ev->nlocals = k->nlocals;
+    ev->k = k;
     ev->locals = calloc((size_t)k->nlocals + 1, sizeof *ev->locals);
     ev->tiles = calloc((size_t)k->nlocals + 1, sizeof *ev->tiles);
     ev->lanes = calloc((size_t)k->nlocals + 1, sizeof *ev->lanes);
@@ -410,8 +416,8 @@ run_kernel(Eval *ev, const Kernel *k)
         int n = k->locals[v].lanes;
         if (n <= 0)
             continue;
-        if (k->locals[v].type != KT_F64)
-            efail(ev, "kernel IR: tile %s is not f64", k->locals[v].name);
+        if (k->locals[v].type != KT_F64 && k->locals[v].type != KT_F32)
+            efail(ev, "kernel IR: tile %s is neither f64 nor f32", k->locals[v].name);
         ev->lanes[v] = n;
         ev->tiles[v] = calloc((size_t)n, sizeof **ev->tiles);
         if (!ev->tiles[v])

@@ -183,6 +183,7 @@ typedef struct Lower {
     KProgram *p;
     const Module *m;
     int T;
+    KType acc; /* tiles and the sums they spill to: KT_F64, or KT_F32 under `accumulate f32` */
     VStore *vs;      /* per node */
     bool *is_static; /* per node: ir_fill_static */
     int *region;     /* per node: recurrent component id, or -1 */
@@ -636,7 +637,7 @@ static int
 acc_rows(Lower *lw, ValueId v, const Pos *ps, int64_t width, KExpr **row)
 {
     bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
-    int buf = add_buf(lw, arena_printf(&lw->p->arena, "%s.acc", value_name(lw, v)), KT_F64,
+    int buf = add_buf(lw, arena_printf(&lw->p->arena, "%s.acc", value_name(lw, v)), lw->acc,
                       (KSize){width * (is_batched ? lw->T : 1), 0}, KB_TEMP, -1, -1);
     *row = bin(lw, KB_MUL, is_batched ? ps->r : ps->b, ci(lw, width));
     return buf;
@@ -679,6 +680,14 @@ enum {
     SCATTER_NT = 32,       /* lanes per step of the event-driven dense scatter */
     CONV_NT = 32,          /* channels per conv tile */
 };
+
+/* lanes per tile: the counts above are for f64; float tiles (accumulate f32) hold twice as many in
+ * the same registers */
+static int
+tile_lanes(const Lower *lw, int n)
+{
+    return lw->acc == KT_F32 ? 2 * n : n;
+}
 
 static bool
 has_bias(const Node *n)
@@ -769,7 +778,7 @@ open_elements(Lower *lw, ValueId v, Pos *ps, int n, const int64_t *dims, const c
 static int
 tile(Lower *lw, const char *name, int lanes)
 {
-    int t = local(lw, name, KT_F64);
+    int t = local(lw, name, lw->acc);
     lw->k.locals[t].lanes = lanes;
     return t;
 }
@@ -781,7 +790,7 @@ s_tile(Lower *lw, Cur c, KsKind kind, int t, int buf, KExpr *index, KExpr *a)
     s->var = t;
     s->buf = buf;
     s->index = index;
-    s->a = a ? to(lw, KT_F64, a) : NULL;
+    s->a = a ? to(lw, lw->k.locals[t].type, a) : NULL;
     s->stride = 1;
     return put(lw, c, s);
 }
@@ -890,7 +899,7 @@ lower_dense(Lower *lw, ValueId v)
     d.w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
     d.bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
     /* spikes: all outputs in one tile (they are few, see kir_lower's dispatch) */
-    int nt = d.O < DENSE_NT || d.is_sparse ? (int)d.O : DENSE_NT;
+    int nt = d.O < tile_lanes(lw, DENSE_NT) || d.is_sparse ? (int)d.O : tile_lanes(lw, DENSE_NT);
     int64_t nfull = d.O / nt, tail = d.O % nt, ntiles = nfull + (tail > 0);
     d.R = rows_of(lw, v);
     KExpr *nrb = bin(lw, KB_DIV, bin(lw, KB_ADD, d.R, ci(lw, d.mr - 1)), ci(lw, d.mr));
@@ -1163,7 +1172,7 @@ conv_event_pixels(Lower *lw, Cur c, Conv *cv)
     cv->oh = oh;
     cv->ow = ow;
     cv->nterms = var(lw, nv);
-    for_tiles(lw, px, cv->d.Og, CONV_NT, conv_term_tile, cv);
+    for_tiles(lw, px, cv->d.Og, tile_lanes(lw, CONV_NT), conv_term_tile, cv);
 }
 
 static void
@@ -1176,7 +1185,7 @@ conv_groups(Lower *lw, Cur c, Conv *cv)
         cv->g = ci(lw, 0);
     }
     if (cv->list < 0)
-        for_tiles(lw, c, cv->d.Og, CONV_NT, conv_tile, cv);
+        for_tiles(lw, c, cv->d.Og, tile_lanes(lw, CONV_NT), conv_tile, cv);
     else
         conv_event_pixels(lw, c, cv);
 }
@@ -1242,7 +1251,7 @@ lower_conv2d_events(Lower *lw, ValueId v)
     int64_t nterms = cv.d.KH * cv.d.KW * cv.d.Cg; /* at most, per output pixel */
     cv.tap_w = add_buf(lw, arena_printf(&lw->p->arena, "%s.term_w", vn), KT_I64,
                        (KSize){nterms * rows, 0}, KB_TEMP, -1, -1);
-    cv.tap_x = add_buf(lw, arena_printf(&lw->p->arena, "%s.term_x", vn), KT_F64,
+    cv.tap_x = add_buf(lw, arena_printf(&lw->p->arena, "%s.term_x", vn), lw->acc,
                        (KSize){nterms * rows, 0}, KB_TEMP, -1, -1);
     Cur c = open_rows(lw, v, &cv.ps);
     KExpr *row = row_of(&cv.ps), *z, *cg, *q;
@@ -2369,6 +2378,7 @@ kir_lower_for(const Module *m, KTarget target)
     lw.p = p;
     lw.m = m;
     lw.T = m->timesteps;
+    lw.acc = m->accumulate == ACC_F32 ? KT_F32 : KT_F64;
     int n = m->nnodes;
     lw.vs = calloc((size_t)n + 1, sizeof *lw.vs);
     lw.is_static = calloc((size_t)n + 1, sizeof *lw.is_static);

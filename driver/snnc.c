@@ -41,6 +41,7 @@ typedef struct Options {
     bool run;
     const char *backend;
     InterpPrecision precision;
+    int accumulate; /* -1: as the model says; else an Accumulate */
     const char *data;
     const char *input_args[MAX_INPUT_ARGS];
     int ninput_args;
@@ -130,6 +131,10 @@ usage(FILE *f)
           "                          build: its CUDA images, their compile times and cache use)\n"
           "  --weights=FILE          a safetensors file overriding the model's weights\n"
           "  -q, --quiet             print only the report (and errors)\n"
+          "  --accumulate=exact|f32  how compiled dense and conv layers sum: exact (default: in\n"
+          "                          double, rounded once: the interpreter's bits) or f32 (float\n"
+          "                          with an FMA per term, as float32 frameworks: about twice as\n"
+          "                          fast; outputs may differ in the last bits, and spikes with them)\n"
           "\n"
           "Passes (the graph-IR pipeline; --help-passes lists them):\n"
           "  -O0 .. -O3              -O0: no pass (lowering only: every layer step by step); -O1 and\n"
@@ -446,7 +451,7 @@ parse_options(int argc, char **argv, Options *o)
            O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU,
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
-           O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS };
+           O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS, O_ACCUMULATE };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -473,10 +478,12 @@ parse_options(int argc, char **argv, Options *o)
         {"help-passes", no_argument, 0, O_HELP_PASSES},
         {"explain", no_argument, 0, O_EXPLAIN},
         {"llvm-args", required_argument, 0, O_LLVM_ARGS},
+        {"accumulate", required_argument, 0, O_ACCUMULATE},
         {0, 0, 0, 0},
     };
     o->batch = 64;
     o->opt_level = 2;
+    o->accumulate = -1;
     o->limit = -1;
     o->seed = -1;
     o->backend = NULL; /* chosen after the options: see below */
@@ -568,6 +575,14 @@ parse_options(int argc, char **argv, Options *o)
         case O_VERIFY_EACH: o->passes.verify_each = true; break;
         case O_HELP_PASSES: passes_print_help(stdout); exit(0);
         case O_EXPLAIN: o->explain = true; break;
+        case O_ACCUMULATE:
+            if (strcmp(optarg, "exact") == 0)
+                o->accumulate = ACC_EXACT;
+            else if (strcmp(optarg, "f32") == 0)
+                o->accumulate = ACC_F32;
+            else
+                usage_error("--accumulate expects exact or f32, got '%s'", optarg);
+            break;
         case O_LLVM_ARGS: {
 #ifdef SNN_HAVE_LLVM
             char why[256];
@@ -1072,7 +1087,8 @@ run(Module *m, const Options *o)
             else
                 printf("null");
             if (be->prepare != interp_prepare)
-                printf(", \"compile_seconds\": %.6f", compile_secs);
+                printf(", \"compile_seconds\": %.6f, \"accumulate\": \"%s\"", compile_secs,
+                       m->accumulate == ACC_F32 ? "f32" : "exact");
             if (be->cache) printf(", \"cache\": \"%s\"", be->cache(state));
             printf(", \"firing_rates\": {");
             const char *sep = "";
@@ -1515,6 +1531,7 @@ main(int argc, char **argv)
     Options o = {0};
     parse_options(argc, argv, &o);
     Module *m = fe_load(o.path, o.model);
+    if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
     if (!m || !passes_run(m, &o.passes)) {
         module_free(m);
         diag_reset();

@@ -64,6 +64,7 @@ typedef enum {
     MST_SCHEDULE,   /* schedule name (layer or step) */
     MST_FUSE,       /* fuse name into a (an AST_IDENT) */
     MST_MEMORY,     /* memory name (reuse or separate); `memory` is a keyword only there */
+    MST_ACCUMULATE, /* accumulate name (exact or f32); likewise */
 } StmtKind;
 
 typedef struct AstStmt {

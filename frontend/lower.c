@@ -1100,7 +1100,7 @@ lower_model(Lower *L, const AstItem *it, const char *path)
     m->name = arena_strdup(a, it->name);
     m->loc = it->loc;
     bool has_timesteps = false;
-    int has_seed = 0, has_schedule = 0, has_memory = 0;
+    int has_seed = 0, has_schedule = 0, has_memory = 0, has_accumulate = 0;
     L->nlater = it->nstmts;
     L->later = arena_alloc(&L->ast, (size_t)(it->nstmts + 1) * sizeof *L->later);
     for (int i = 0; i < it->nstmts; i++)
@@ -1150,6 +1150,22 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         }
         case MST_FUSE:
             break; /* once every value is bound: below */
+        case MST_ACCUMULATE: {
+            const char *what = st->name;
+            if (has_accumulate++) {
+                diag_error(st->loc, "accumulate is given twice");
+                return false;
+            }
+            if (what && strcmp(what, "f32") == 0) {
+                m->accumulate = ACC_F32;
+            } else if (what && strcmp(what, "exact") == 0) {
+                m->accumulate = ACC_EXACT;
+            } else {
+                diag_error(st->loc, "accumulate expects exact or f32, got '%s'", what ? what : "");
+                return false;
+            }
+            break;
+        }
         case MST_MEMORY: {
             const char *what = st->name;
             if (has_memory++) {

@@ -404,7 +404,7 @@ mstmts:
     ;
 
 /* mstmt := 'timesteps' expr | 'weights' STRING | 'seed' expr | 'schedule' name
- *        | 'fuse' name 'into' name | 'memory' name | 'input' name ':' type
+ *        | 'fuse' name 'into' name | 'memory' name | 'accumulate' name | 'input' name ':' type
  *        | name '=' expr [':' type] [locann] | 'output' name '=' expr [':' type] [locann] */
 mstmt:
     TIMESTEPS expr { $$ = stmt(p, MST_TIMESTEPS, @1, NULL, $2); }
@@ -412,13 +412,15 @@ mstmt:
   | SEED expr { $$ = stmt(p, MST_SEED, @1, NULL, $2); }
   | SCHEDULE name { $$ = stmt(p, MST_SCHEDULE, @1, $2, no_expr()); }
   | IDENT name {
-        /* a word that is a statement only here: memory reuse|separate */
-        if (strcmp($1->str, "memory") != 0) {
+        /* words that are statements only here: memory reuse|separate, accumulate exact|f32 */
+        bool is_memory = strcmp($1->str, "memory") == 0;
+        if (!is_memory && strcmp($1->str, "accumulate") != 0) {
             fail(p, @1, "unexpected '%s %s': a model statement is NAME = ..., output, input, "
-                        "timesteps, seed, weights, schedule, memory or fuse", $1->str, $2->str);
+                        "timesteps, seed, weights, schedule, memory, accumulate or fuse",
+                 $1->str, $2->str);
             YYABORT;
         }
-        $$ = stmt(p, MST_MEMORY, @1, $2, no_expr());
+        $$ = stmt(p, is_memory ? MST_MEMORY : MST_ACCUMULATE, @1, $2, no_expr());
     }
   | FUSE name name name {
         if (strcmp($3->str, "into") != 0) {

@@ -255,6 +255,13 @@ typedef enum { SCHEDULE_STEP, SCHEDULE_LAYER } Schedule;
  * kernel schedule do not overlap share a region (KBuf.slot). */
 typedef enum { MEMORY_SEPARATE, MEMORY_REUSE } MemoryPlan;
 
+/* How dense and convolution layers sum (an IR attribute, printed as `accumulate f32`):
+ * ACC_EXACT in double, rounded once to float: the interpreter's sums, bit for bit (a sum of float
+ * products in double is exact unless its terms span more than ~29 binades); ACC_F32 in float with
+ * a fused multiply-add per term, as float32 frameworks do (their order of terms differs again):
+ * twice the SIMD lanes and no conversions, at the cost of float rounding in every sum. */
+typedef enum { ACC_EXACT, ACC_F32 } Accumulate;
+
 typedef struct Module {
     Arena arena;
     const char *name;
@@ -262,6 +269,7 @@ typedef struct Module {
     int timesteps;
     Schedule schedule;
     MemoryPlan memory;
+    Accumulate accumulate;
     const char *weights_path; /* absolute, or NULL: seeded initialisation */
     int64_t seed;
     Node *nodes;

@@ -285,10 +285,13 @@ tile(Gen *g, const KStmt *s)
     indent(g);
     fputs("{\n", f);
     g->depth++;
+    /* a tile holds doubles, or floats under accumulate f32 (fmaf then: one rounding per term) */
+    bool is_f32 = g->k->locals[s->var].type == KT_F32;
+    const char *tt = is_f32 ? "float" : "double";
     if (s->kind == KS_VSET || s->kind == KS_VFMA) {
         indent(g);
-        fputs("const double a_ = ", f);
-        expr_as(g, s->a, KT_F64);
+        fprintf(f, "const %s a_ = ", tt);
+        expr_as(g, s->a, is_f32 ? KT_F32 : KT_F64);
         fputs(";\n", f);
     }
     if (s->kind != KS_VSET) {
@@ -305,9 +308,10 @@ tile(Gen *g, const KStmt *s)
     fprintf(f, "SNN_UNROLL for (int l_ = 0; l_ < %d; l_++) ", n);
     switch (s->kind) {
     case KS_VSET: fprintf(f, "v%d[l_] = a_;\n", s->var); break;
-    case KS_VLOAD: fprintf(f, "v%d[l_] = (double)b%d[i_ + l_];\n", s->var, s->buf); break;
+    case KS_VLOAD: fprintf(f, "v%d[l_] = (%s)b%d[i_ + l_];\n", s->var, tt, s->buf); break;
     case KS_VFMA:
-        fprintf(f, "v%d[l_] = fma(a_, (double)b%d[i_ + l_], v%d[l_]);\n", s->var, s->buf, s->var);
+        fprintf(f, "v%d[l_] = %s(a_, (%s)b%d[i_ + l_], v%d[l_]);\n", s->var, is_f32 ? "fmaf" : "fma",
+                tt, s->buf, s->var);
         break;
     case KS_VSTORE:
         fprintf(f, "b%d[i_ + l_ * %lldLL] = (%s)v%d[l_];\n", s->buf, (long long)s->stride,
@@ -613,7 +617,7 @@ kernel(Gen *g, int ki)
         const KLocal *l = &k->locals[v];
         indent(g);
         if (l->lanes > 0)
-            fprintf(f, "double v%d[%d];", v, l->lanes);
+            fprintf(f, "%s v%d[%d];", l->type == KT_F32 ? "float" : "double", v, l->lanes);
         else
             fprintf(f, "%s v%d = 0;", ctype(l->type), v);
         fprintf(f, " /* %s */\n", l->name ? l->name : "");

@@ -732,9 +732,10 @@ tile_of(Gen *g, const KStmt *s)
     return g->tile[s->var];
 }
 
-/* buf[index + off .. + len) as <len x double> (f32 elements converted exactly) */
+/* buf[index + off .. + len) as <len x tt> (the tile's type: f32 elements widen exactly to f64; an
+ * f64 buffer under an f32 tile rounds) */
 static LLVMValueRef
-load_piece(Gen *g, int buf, LLVMValueRef index, int off, int len)
+load_piece(Gen *g, int buf, LLVMValueRef index, int off, int len, KType tt)
 {
     KType bt = g->p->bufs[buf].type;
     LLVMTypeRef et = val_type(g, bt);
@@ -744,18 +745,19 @@ load_piece(Gen *g, int buf, LLVMValueRef index, int off, int len)
     ptr = LLVMBuildBitCast(g->b, ptr, LLVMPointerType(pt, 0), "");
     LLVMValueRef v = tag_access(g, LLVMBuildLoad2(g->b, pt, ptr, ""));
     LLVMSetAlignment(v, (unsigned)llvm_gen_elem_size(bt));
-    return bt == KT_F32 ? LLVMBuildFPExt(g->b, v, piece_type(g, g->t_f64, len), "") : v;
+    return convert(g, v, bt, tt);
 }
 
 static LLVMValueRef
-fma_piece(Gen *g, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c, int len)
+fma_piece(Gen *g, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c, int len, KType tt)
 {
     char name[32];
+    const char *et = tt == KT_F32 ? "f32" : "f64";
     if (len == 1)
-        snprintf(name, sizeof name, "llvm.fma.f64");
+        snprintf(name, sizeof name, "llvm.fma.%s", et);
     else
-        snprintf(name, sizeof name, "llvm.fma.v%df64", len);
-    LLVMTypeRef ty = piece_type(g, g->t_f64, len);
+        snprintf(name, sizeof name, "llvm.fma.v%d%s", len, et);
+    LLVMTypeRef ty = piece_type(g, val_type(g, tt), len);
     LLVMTypeRef args[3] = {ty, ty, ty};
     LLVMTypeRef fty = LLVMFunctionType(ty, args, 3, 0);
     LLVMValueRef f = LLVMGetNamedFunction(g->mod, name);
@@ -795,8 +797,10 @@ gen_tile(Gen *g, const KStmt *s)
     if (!t) return;
     int off[MAX_PIECES], len[MAX_PIECES];
     int np = tile_pieces(g->k->locals[s->var].lanes, off, len);
+    KType tt = g->k->locals[s->var].type; /* f64, or f32 under accumulate f32 */
+    LLVMTypeRef te = val_type(g, tt);
     if (s->kind == KS_VSET) {
-        LLVMValueRef a = gen_expr_as(g, s->a, KT_F64);
+        LLVMValueRef a = gen_expr_as(g, s->a, tt);
         for (int i = 0; i < np; i++)
             LLVMBuildStore(b, splat(g, a, len[i]), t[i]);
         return;
@@ -806,15 +810,15 @@ gen_tile(Gen *g, const KStmt *s)
     switch (s->kind) {
     case KS_VLOAD:
         for (int i = 0; i < np; i++)
-            LLVMBuildStore(b, load_piece(g, s->buf, index, off[i], len[i]), t[i]);
+            LLVMBuildStore(b, load_piece(g, s->buf, index, off[i], len[i], tt), t[i]);
         return;
     case KS_VFMA: {
-        /* fused: one rounding, as kir_eval's fma() */
-        LLVMValueRef a = gen_expr_as(g, s->a, KT_F64);
+        /* fused: one rounding, as kir_eval's fma() / fmaf() */
+        LLVMValueRef a = gen_expr_as(g, s->a, tt);
         for (int i = 0; i < np; i++) {
-            LLVMTypeRef pt = piece_type(g, g->t_f64, len[i]);
+            LLVMTypeRef pt = piece_type(g, te, len[i]);
             LLVMValueRef acc = LLVMBuildLoad2(b, pt, t[i], "");
-            LLVMValueRef w = load_piece(g, s->buf, index, off[i], len[i]);
+            LLVMValueRef w = load_piece(g, s->buf, index, off[i], len[i], tt);
             LLVMValueRef va = splat(g, a, len[i]);
             /* is_sparse, without a branch (spike trains defeat branch prediction) and off the
              * accumulator's dependency chain: where a == 0 the weight becomes -a, and
@@ -824,7 +828,7 @@ gen_tile(Gen *g, const KStmt *s)
             if (s->is_sparse)
                 w = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, va, LLVMConstNull(pt), ""), w,
                                     LLVMBuildFNeg(b, va, ""), "");
-            LLVMBuildStore(b, fma_piece(g, va, w, acc, len[i]), t[i]);
+            LLVMBuildStore(b, fma_piece(g, va, w, acc, len[i], tt), t[i]);
         }
         return;
     }
@@ -832,8 +836,7 @@ gen_tile(Gen *g, const KStmt *s)
         KType bt = g->p->bufs[s->buf].type;
         LLVMTypeRef et = val_type(g, bt);
         for (int i = 0; i < np; i++) {
-            LLVMValueRef v = LLVMBuildLoad2(b, piece_type(g, g->t_f64, len[i]), t[i], "");
-            if (bt == KT_F32) v = LLVMBuildFPTrunc(b, v, piece_type(g, et, len[i]), "");
+            LLVMValueRef v = convert(g, LLVMBuildLoad2(b, piece_type(g, te, len[i]), t[i], ""), tt, bt);
             if (s->stride == 1) {
                 LLVMValueRef ix =
                     LLVMBuildAdd(b, index, LLVMConstInt(g->t_i64, (unsigned)off[i], 0), "");
@@ -1607,7 +1610,8 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     for (int i = 0; i < k->nlocals; i++) {
         if (k->locals[i].lanes > 0) {
             int len[MAX_PIECES], npieces = tile_pieces(k->locals[i].lanes, NULL, NULL);
-            if (k->locals[i].type != KT_F64 || npieces > MAX_PIECES) {
+            if ((k->locals[i].type != KT_F64 && k->locals[i].type != KT_F32) ||
+                npieces > MAX_PIECES) {
                 gen_fail(g, "kernel %s: tile %s of %d %s lanes", k->name, k->locals[i].name,
                          k->locals[i].lanes, ktype_name(k->locals[i].type));
                 continue;
@@ -1617,7 +1621,7 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
             if (!g->tile[i]) die("out of memory");
             const char *tn = k->locals[i].name ? k->locals[i].name : "";
             for (int j = 0; j < npieces; j++) {
-                LLVMTypeRef ty = piece_type(g, g->t_f64, len[j]);
+                LLVMTypeRef ty = piece_type(g, val_type(g, k->locals[i].type), len[j]);
                 g->tile[i][j] = LLVMBuildAlloca(g->b, ty, tn);
                 LLVMBuildStore(g->b, LLVMConstNull(ty), g->tile[i][j]);
             }

@@ -984,7 +984,7 @@ stile(TestProg *tp, KsKind kind, int var, int buf, KExpr *index, KExpr *a, int64
  * stored with strides 1 and 3 to f32 and f64 buffers. The JIT, kir_eval and C's fma() agree bit
  * for bit; a zero skipped by is_sparse leaves even a -0 accumulator as it is. */
 static void
-test_tiles(void)
+tiles_of_type(KType tt)
 {
     static const int lanes_of[] = {1, 2, 3, 5, 7, 8, 9, 13, 21, 32};
     enum { K = 6, MAXN = 32 };
@@ -1007,24 +1007,24 @@ test_tiles(void)
         tp->weights[0].numel = (K + 1) * n;
         tp->weights[0].data = W;
         int bx = add_buf(tp, "x", KT_F32, 0, K, KB_INPUT);
-        int bt = add_buf(tp, "tmp", KT_F64, 0, n, KB_TEMP);
+        int bt = add_buf(tp, "tmp", tt, 0, n, KB_TEMP);
         int by = add_buf(tp, "y", KT_F32, 0, 3 * n, KB_OUTPUT);
         int bz = add_buf(tp, "z", KT_F32, 0, n, KB_OUTPUT);
         Kernel *k = add_kernel(tp, "tiles", false);
-        int t0 = add_local(k, "t0", KT_F64), t1 = add_local(k, "t1", KT_F64);
-        int t2 = add_local(k, "t2", KT_F64), t3 = add_local(k, "t3", KT_F64);
+        int t0 = add_local(k, "t0", tt), t1 = add_local(k, "t1", tt);
+        int t2 = add_local(k, "t2", tt), t3 = add_local(k, "t3", tt);
         int kk = add_local(k, "k", KT_I64);
         k->locals[t0].lanes = k->locals[t1].lanes = k->locals[t2].lanes = k->locals[t3].lanes = n;
-        KExpr *xk = xcast(tp, KT_F64, xld(tp, bx, xv(tp, k, kk)));
+        KExpr *xk = xcast(tp, tt, xld(tp, bx, xv(tp, k, kk)));
         KExpr *wrow = xbin(tp, KB_MUL, xbin(tp, KB_ADD, xv(tp, k, kk), xi(tp, 1)), xi(tp, n));
-        kbody(k, tp, stile(tp, KS_VSET, t0, -1, NULL, xc(tp, KT_F64, 0.5), 1, false),
+        kbody(k, tp, stile(tp, KS_VSET, t0, -1, NULL, xc(tp, tt, 0.5), 1, false),
               stile(tp, KS_VLOAD, t1, bw, xi(tp, 0), NULL, 1, false),
-              stile(tp, KS_VSET, t2, -1, NULL, xc(tp, KT_F64, -0.0), 1, false),
+              stile(tp, KS_VSET, t2, -1, NULL, xc(tp, tt, -0.0), 1, false),
               sfor(tp, kk, xi(tp, 0), xi(tp, K), stile(tp, KS_VFMA, t1, bw, wrow, xk, 1, false),
                    stile(tp, KS_VFMA, t2, bw, wrow, xk, 1, true), NULL),
               stile(tp, KS_VSTORE, t1, bt, xi(tp, 0), NULL, 1, false),
               stile(tp, KS_VLOAD, t3, bt, xi(tp, 0), NULL, 1, false),
-              stile(tp, KS_VFMA, t3, bt, xi(tp, 0), xc(tp, KT_F64, -1.0), 1, false),
+              stile(tp, KS_VFMA, t3, bt, xi(tp, 0), xc(tp, tt, -1.0), 1, false),
               stile(tp, KS_VSTORE, t1, by, xi(tp, 0), NULL, 3, false),
               stile(tp, KS_VSTORE, t2, by, xi(tp, 1), NULL, 3, false),
               stile(tp, KS_VSTORE, t3, by, xi(tp, 2), NULL, 3, false),
@@ -1032,31 +1032,50 @@ test_tiles(void)
         float want_y[3 * MAXN], want_z[MAXN];
         for (int l = 0; l < n; l++) {
             double a1 = W[l], a2 = -0.0;
+            float f1 = W[l], f2 = -0.0f;
             for (int j = 0; j < K; j++) {
                 double w = W[(j + 1) * n + l];
                 a1 = fma(xs[j], w, a1);
-                if (xs[j] != 0) a2 = fma(xs[j], w, a2);
+                f1 = fmaf(xs[j], (float)w, f1);
+                if (xs[j] != 0) {
+                    a2 = fma(xs[j], w, a2);
+                    f2 = fmaf(xs[j], (float)w, f2);
+                }
             }
-            want_y[3 * l] = (float)a1;
-            want_y[3 * l + 1] = (float)a2;
-            want_y[3 * l + 2] = (float)fma(-1.0, a1, a1);
+            bool is_f32 = tt == KT_F32;
+            want_y[3 * l] = is_f32 ? f1 : (float)a1;
+            want_y[3 * l + 1] = is_f32 ? f2 : (float)a2;
+            want_y[3 * l + 2] = is_f32 ? fmaf(-1.0f, f1, f1) : (float)fma(-1.0, a1, a1);
             want_z[l] = 0.5f;
         }
         const float *in[] = {xs};
         float *w[] = {want_y, want_z};
         char what[32];
-        snprintf(what, sizeof what, "tiles of %d", n);
+        snprintf(what, sizeof what, "%s tiles of %d", ktype_name(tt), n);
         check_run(what, tp, 1, 0, in, w);
         if (n == 13) { /* the module: fused, vector-wide, nothing left in memory */
             char err[256];
             char *opt = cg_llvm_module_text(&tp->p, true, err, sizeof err);
-            CHECK(opt && strstr(opt, "@llvm.fma.v8f64") && strstr(opt, "@llvm.fma.v4f64") &&
-                  strstr(opt, "@llvm.fma.f64"));
+            if (tt == KT_F64)
+                CHECK(opt && strstr(opt, "@llvm.fma.v8f64") && strstr(opt, "@llvm.fma.v4f64") &&
+                      strstr(opt, "@llvm.fma.f64"));
+            else
+                CHECK(opt && strstr(opt, "@llvm.fma.v8f32") && strstr(opt, "@llvm.fma.v4f32") &&
+                      strstr(opt, "@llvm.fma.f32") && !strstr(opt, "double"));
             CHECK(opt && !strstr(opt, "alloca"));
             free(opt);
         }
         free_prog(tp);
     }
+}
+
+/* tiles of f64 (exact sums) and of f32 (accumulate f32: fmaf per term), every lane count that
+ * splits into pieces differently; and a tile read as a scalar is refused */
+static void
+test_tiles(void)
+{
+    tiles_of_type(KT_F64);
+    tiles_of_type(KT_F32);
     /* a tile is not a scalar */
     TestProg *tp = new_prog(1);
     int bf = add_buf(tp, "o", KT_F32, 0, 1, KB_OUTPUT);
