@@ -1846,11 +1846,73 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     kernel_add_node(lw, pool);
 }
 
+/* The readout ro of neuron layer v (count, mean, last, max: reduced over t into obuf[j] = [B][n];
+ * sequence: obuf[b][t][i]) from the scan's value at each step, as lower_readout and lower_sequence
+ * compute it from the layer's buffer: the value through the buffer's element type, then f64. c is
+ * the neuron's body, ft its t loop (c's last statement), step the loop's body; fused_readout_end
+ * stores the reduced value once everything around the loop is in place. */
+static int
+fused_readout(Lower *lw, ValueId v, ValueId ro, int obuf, Cur c, Cur step, KStmt *ft, KExpr *jv,
+              KExpr *value)
+{
+    KProgram *p = lw->p;
+    const Node *rn = &lw->m->nodes[ro];
+    int64_t numel = lw->vs[v].numel;
+    KExpr *x = to(lw, KT_F64, to(lw, ktype_of(lw->m->nodes[v].type.dtype), value));
+    KExpr *tv = var(lw, ft->var);
+    if (rn->op == OP_SEQUENCE) {
+        /* obuf[(b*T + t)*n + i] with b = j / n, i = j % n */
+        KExpr *b = bin(lw, KB_DIV, jv, ci(lw, numel)), *i = bin(lw, KB_REM, jv, ci(lw, numel));
+        KExpr *o = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, b, ci(lw, lw->T)), tv),
+                                       ci(lw, numel)),
+                       i);
+        s_store(lw, step, obuf, o, to(lw, KT_F32, x));
+        return -1;
+    }
+    int acc = local(lw, "acc", KT_F64), xv = local(lw, "x", KT_F64);
+    /* before the t loop: c's last statement is ft */
+    KStmt *init = st_new(lw, KS_ASSIGN);
+    init->var = acc;
+    init->a = kx_const(p, KT_F64, 0);
+    (*c.arr)[*c.n - 1] = init;
+    put(lw, c, ft);
+    s_assign(lw, step, xv, x);
+    KExpr *X = var(lw, xv), *A = var(lw, acc);
+    switch (rn->op) {
+    case OP_COUNT:
+    case OP_MEAN: s_assign(lw, step, acc, bin(lw, KB_ADD, A, X)); break;
+    case OP_LAST: s_assign(lw, step, acc, X); break;
+    case OP_MAX: {
+        KExpr *cond = bin(lw, KB_OR, bin(lw, KB_EQ, tv, ci(lw, 0)),
+                          bin(lw, KB_OR, bin(lw, KB_GT, X, A), bin(lw, KB_NE, X, X)));
+        s_assign(lw, body(s_if(lw, step, cond)), acc, X);
+        break;
+    }
+    default: unreachable();
+    }
+    return acc;
+}
+
+/* after fused_readout (acc: what it returned) and anything else that goes around the t loop: the
+ * reduced value out */
+static void
+fused_readout_end(Lower *lw, ValueId ro, int obuf, Cur c, KExpr *jv, int acc)
+{
+    const Node *rn = &lw->m->nodes[ro];
+    if (acc < 0) return; /* a sequence: stored at every step */
+    KExpr *y = var(lw, acc);
+    if (rn->op == OP_MEAN)
+        y = bin(lw, KB_DIV, y, kx_const(lw->p, KT_F64, lw->T));
+    s_store(lw, c, obuf, jv, to(lw, KT_F32, y));
+}
+
 /* A neuron layer: parallel over the B*numel neurons. Outside a recurrent region the T steps run in
  * one loop with the state in locals; inside one, one step per launch with the state kept in
- * KB_TEMP buffers between steps (initialised at step 0). */
+ * KB_TEMP buffers between steps (initialised at step 0). Fused into its readout (ro >= 0, fuse s
+ * into out: never in a recurrent region), the scan computes the output obuf itself, reading each
+ * step's value as the readout would read it from the layer's buffer (through the buffer's type). */
 static void
-lower_neuron(Lower *lw, ValueId v)
+lower_neuron(Lower *lw, ValueId v, ValueId ro, int obuf)
 {
     const Module *m = lw->m;
     const Node *n = &m->nodes[v];
@@ -1906,7 +1968,12 @@ lower_neuron(Lower *lw, ValueId v)
     if (!is_static_input)
         s_assign(lw, step, nl.input, as_f32(lw, vload(lw, n->args[0], &ps)));
     neuron_step(lw, step, &nl);
-    vstore(lw, step, v, &ps, has_output ? var(lw, nl.out) : var(lw, nl.spike));
+    KExpr *value = has_output ? var(lw, nl.out) : var(lw, nl.spike);
+    int acc = -1;
+    if (ro < 0)
+        vstore(lw, step, v, &ps, value);
+    else
+        acc = fused_readout(lw, v, ro, obuf, c, step, ft, jv, value);
     for (int k = 0; k < nprobes; k++)
         vstore(lw, step, probe[k], &ps, var(lw, probe_local[k]));
     if (is_step)
@@ -1914,6 +1981,8 @@ lower_neuron(Lower *lw, ValueId v)
             s_store(lw, c, sbuf[k], jv, var(lw, carry[k]));
     if (!has_output)
         count_spikes(lw, v, c, step, ft, jv, var(lw, nl.spike));
+    if (ro >= 0)
+        fused_readout_end(lw, ro, obuf, c, jv, acc);
     /* the kernel computes its probes too */
     for (int k = 0; k < nprobes; k++)
         kernel_add_node(lw, probe[k]);
@@ -2474,7 +2543,7 @@ kir_lower_for(const Module *m, KTarget target)
         case OP_SCALE: lower_elementwise(&lw, v); break;
         case OP_POISSON: lower_poisson(&lw, v); break;
         case OP_DELAY: lower_delay(&lw, v); break;
-        case OP_NEURON: lower_neuron(&lw, v); break;
+        case OP_NEURON: lower_neuron(&lw, v, -1, -1); break;
         default: unreachable();
         }
         end_kernel(&lw);
@@ -2497,6 +2566,21 @@ kir_lower_for(const Module *m, KTarget target)
         const char *how = is_step_readout(nd->op) ? "readout: reduce over T into [B][n]"
                           : per_step             ? "output: every step into [B][T][n]"
                                                  : "output: the last step into [B][n]";
+        ValueId scan = nd->nargs == 1 && m->nodes[nd->args[0]].fused_into == v ? nd->args[0] : -1;
+        if (scan >= 0) {
+            /* a neuron layer fused into its readout (ir_fusion_problem) computes it */
+            begin_kernel(&lw, scan,
+                         arena_printf(&p->arena, "%s = %s(%s) into %s = %s(%s): neuron scan over "
+                                                 "T, the readout computed in it",
+                                      value_name(&lw, scan), node_op_name(m, &m->nodes[scan]),
+                                      value_name(&lw, m->nodes[scan].args[0]), value_name(&lw, v),
+                                      node_op_name(m, nd), value_name(&lw, scan)),
+                         false);
+            lower_neuron(&lw, scan, v, obuf);
+            kernel_add_node(&lw, v);
+            end_kernel(&lw);
+            continue;
+        }
         begin_kernel(&lw, v, describe(&lw, v, how), false);
         if (is_step_readout(nd->op))
             lower_readout(&lw, v, obuf);

@@ -318,9 +318,10 @@ bool ir_infer(Module *m);
 bool ir_verify(Module *m);
 /* Why value a cannot be computed inside the kernel of b (`fuse a into b`), or NULL when it can:
  * b is a's only user and either a is elementwise (batchnorm, add, sub, mul, scale) and b reads it
- * element by element (a neuron layer or another elementwise op), or a is a spiking neuron layer
- * outside recurrent cycles, in the layer-by-layer schedule, and b pools it in whole,
- * non-overlapping windows (stride = kernel, no padding, sizes divisible). */
+ * element by element (a neuron layer or another elementwise op), or a is a neuron layer outside
+ * recurrent cycles, in the layer-by-layer schedule, and b is its readout (count, mean, last, max,
+ * sequence) or pools its 0/1 spikes in whole, non-overlapping windows of at most 16 (stride =
+ * kernel, no padding, sizes divisible). */
 const char *ir_fusion_problem(const Module *m, ValueId a, ValueId b);
 /* Every `fuse` of a typed module can be done (ir_fusion_problem); false after reporting the first
  * that cannot, at its fuse statement. */

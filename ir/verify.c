@@ -205,15 +205,19 @@ ir_fusion_problem(const Module *m, ValueId a, ValueId b)
     }
     if (na->op != OP_NEURON)
         return "only elementwise ops (batchnorm, add, sub, mul, scale) and neuron layers are fused";
-    if (nb->op != OP_MAXPOOL2D && nb->op != OP_AVGPOOL2D && nb->op != OP_SUMPOOL2D)
-        return "a neuron layer is fused only into the pooling that reads it";
-    if (na->type.dtype != DT_SPIKE)
-        return "the neuron layer does not emit 0/1 spikes";
+    bool is_readout = nb->op == OP_COUNT || nb->op == OP_MEAN || nb->op == OP_LAST ||
+                      nb->op == OP_MAX || nb->op == OP_SEQUENCE;
+    if (!is_readout && nb->op != OP_MAXPOOL2D && nb->op != OP_AVGPOOL2D &&
+        nb->op != OP_SUMPOOL2D)
+        return "a neuron layer is fused only into the pooling or the readout that reads it";
     if (m->schedule != SCHEDULE_LAYER)
-        return "a neuron layer is fused into its pooling only in the layer-by-layer schedule "
-               "(schedule layer)";
+        return "a neuron layer is fused into its pooling or readout only in the layer-by-layer "
+               "schedule (schedule layer)";
     if (reaches(m, a, a))
         return "the neuron layer is in a recurrent cycle (it runs step by step)";
+    if (is_readout) return NULL;
+    if (na->type.dtype != DT_SPIKE)
+        return "the neuron layer does not emit 0/1 spikes";
     const Type *t = &na->type;
     if (t->rank != 3)
         return "the pooled value is not [C, H, W]";

@@ -1,9 +1,10 @@
 /* fuse.c: compute values inside the kernel of their only user, without a buffer of their own
- * (Node.fused_into, printed `fuse a into b`). Two kinds, both allowed by ir_fusion_problem:
- * elementwise ops (batchnorm, add, sub, mul, scale) are evaluated where the neuron layer or
- * elementwise op that reads them loads them, and a spiking neuron layer followed by pooling in
- * whole windows is scanned window by window, storing only the pooled value. Either way a value's
- * round trip through memory disappears; the arithmetic and its order stay the same. */
+ * (Node.fused_into, printed `fuse a into b`), as ir_fusion_problem allows: elementwise ops
+ * (batchnorm, add, sub, mul, scale) are evaluated where the neuron layer or elementwise op that
+ * reads them loads them; a spiking neuron layer followed by pooling in whole windows is scanned
+ * window by window, storing only the pooled value; a neuron layer read only by its readout
+ * computes the readout in its scan. Either way a value's round trip through memory disappears; the
+ * arithmetic and its order stay the same. */
 #include <stdlib.h>
 
 #include "passes/pass.h"

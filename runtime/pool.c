@@ -32,12 +32,23 @@ typedef struct Worker {
     int index; /* chunk index: 1..nthreads-1 (the caller runs chunk 0) */
 } Worker;
 
-/* chunk c of n of [lo, hi): contiguous, sizes differing by at most one */
+/* chunk c of n of [lo, hi): contiguous, near-equal, each starting (but the first) at lo plus a
+ * multiple of CHUNK_ALIGN, so generated code that runs iterations in SIMD lanes from aligned
+ * starts gets them in every chunk (llvm_gen.c: gen_simd_loop) */
+enum { CHUNK_ALIGN = 8 };
+
+static int64_t
+chunk_start(const RtPool *p, int c)
+{
+    if (c >= p->nchunks) return p->hi;
+    int64_t off = (p->hi - p->lo) * c / p->nchunks;
+    return p->lo + off / CHUNK_ALIGN * CHUNK_ALIGN;
+}
+
 static void
 run_chunk(const RtPool *p, int c)
 {
-    int64_t trip = p->hi - p->lo;
-    int64_t a = p->lo + trip * c / p->nchunks, b = p->lo + trip * (c + 1) / p->nchunks;
+    int64_t a = chunk_start(p, c), b = chunk_start(p, c + 1);
     if (a < b) p->fn(p->bufs, p->batch, p->step, p->sample_base, a, b);
 }
 

@@ -956,6 +956,10 @@ typedef enum { SH_UNI, SH_LIN, SH_VAR } Shape; /* uniform scalar, scalar + lane 
 typedef struct VV {
     LLVMValueRef v;
     Shape sh;
+    /* SH_LIN whose base is a multiple of SIMD_W (the loop variable: the SIMD loop starts at one):
+     * divided by a constant multiple of SIMD_W all lanes have one quotient (uniform), and the
+     * remainder is linear again */
+    bool is_aligned;
 } VV;
 
 typedef struct SimdPlan {
@@ -1053,13 +1057,21 @@ vec_of(Gen *g, VV x)
 static VV
 vv_uni(LLVMValueRef v)
 {
-    return (VV){v, SH_UNI};
+    return (VV){v, SH_UNI, false};
 }
 
 static VV
 vv_var(LLVMValueRef v)
 {
-    return (VV){v, SH_VAR};
+    return (VV){v, SH_VAR, false};
+}
+
+/* a constant i64 multiple of SIMD_W (> 0) */
+static bool
+is_lane_multiple(const KExpr *e)
+{
+    return e && e->kind == KX_CONST && e->type == KT_I64 && e->num > 0 &&
+           (int64_t)e->num % SIMD_W == 0;
 }
 
 static VV
@@ -1188,7 +1200,8 @@ vexpr(Gen *g, const KExpr *e)
             return vv_uni(LLVMGetUndef(val_type(g, e->type)));
         }
         KType lt = g->k->locals[e->var].type;
-        if (e->var == g->simd_var) return vconv(g, (VV){g->simd_base, SH_LIN}, KT_I64, e->type);
+        if (e->var == g->simd_var)
+            return vconv(g, (VV){g->simd_base, SH_LIN, true}, KT_I64, e->type);
         if (!g->varying[e->var]) return vv_uni(gen_expr(g, e));
         LLVMValueRef v = LLVMBuildLoad2(g->b, lanes_of(val_type(g, lt)), g->vlocal[e->var],
                                         g->k->locals[e->var].name);
@@ -1208,11 +1221,22 @@ vexpr(Gen *g, const KExpr *e)
         VV a = vexpr(g, e->a), b = vexpr_as(g, e->b, t);
         if (a.sh == SH_UNI && b.sh == SH_UNI)
             return vv_uni(bin_value(g, e->op, t, a.v, b.v, e->type));
-        /* linear ± uniform stays linear */
+        /* linear ± uniform stays linear (aligned when the uniform is a constant multiple of the
+         * lanes); aligned linear / and % a constant multiple of the lanes: one quotient for every
+         * lane, a linear aligned remainder */
         if (t == KT_I64 && e->type == KT_I64 && (a.sh == SH_LIN || b.sh == SH_LIN) &&
             a.sh != SH_VAR && b.sh != SH_VAR &&
-            (e->op == KB_ADD || (e->op == KB_SUB && b.sh == SH_UNI)))
-            return (VV){bin_value(g, e->op, t, a.v, b.v, KT_I64), SH_LIN};
+            (e->op == KB_ADD || (e->op == KB_SUB && b.sh == SH_UNI))) {
+            const VV *lin = a.sh == SH_LIN ? &a : &b;
+            const KExpr *other = a.sh == SH_LIN ? e->b : e->a;
+            bool is_al = lin->is_aligned && b.sh != a.sh && is_lane_multiple(other);
+            return (VV){bin_value(g, e->op, t, a.v, b.v, KT_I64), SH_LIN, is_al};
+        }
+        if (t == KT_I64 && e->type == KT_I64 && a.sh == SH_LIN && a.is_aligned &&
+            is_lane_multiple(e->b) && (e->op == KB_DIV || e->op == KB_REM)) {
+            LLVMValueRef r = bin_value(g, e->op, t, a.v, b.v, KT_I64);
+            return e->op == KB_DIV ? vv_uni(r) : (VV){r, SH_LIN, true};
+        }
         return vv_var(bin_value(g, e->op, t, vec_of(g, a), vec_of(g, b), e->type));
     }
     case KX_SELECT: {
@@ -1395,7 +1419,12 @@ gen_simd_loop(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef hi)
     LLVMBuilderRef b = g->b;
     LLVMValueRef w = LLVMConstInt(g->t_i64, SIMD_W, 0);
     LLVMValueRef n = LLVMBuildSub(b, hi, lo, "");
-    LLVMValueRef vhi = LLVMBuildSub(b, hi, LLVMBuildSRem(b, n, w, ""), "simd.end");
+    /* lanes start at a multiple of SIMD_W (vexpr's aligned rules need it; the thread pool cuts
+     * chunks there): a chunk that does not runs whole on the scalar loop */
+    LLVMValueRef is_al =
+        LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildSRem(b, lo, w, ""), LLVMConstInt(g->t_i64, 0, 0), "");
+    LLVMValueRef vhi = LLVMBuildSelect(
+        b, is_al, LLVMBuildSub(b, hi, LLVMBuildSRem(b, n, w, ""), ""), lo, "simd.end");
     LLVMValueRef lanes[SIMD_W];
     for (int l = 0; l < SIMD_W; l++)
         lanes[l] = LLVMConstInt(g->t_i64, (unsigned long long)l, 0);
@@ -1409,7 +1438,7 @@ gen_simd_loop(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef hi)
     g->simd_var = s->var;
     g->simd_base = phi;
     g->mask = NULL;
-    LLVMBuildStore(b, vec_of(g, (VV){phi, SH_LIN}), g->vlocal[s->var]);
+    LLVMBuildStore(b, vec_of(g, (VV){phi, SH_LIN, true}), g->vlocal[s->var]);
     g->parallel_depth++;
     vstmts(g, s->body, s->nbody);
     g->parallel_depth--;

@@ -232,7 +232,8 @@ same_as_interp(const char *text, int batch, int64_t sample_base, char **printed)
 /* the fuse pass's kernels: elementwise chains evaluated where a neuron layer loads them (static
  * and per-step inputs, in and out of recurrence), neuron scans inside max, average and sum pooling
  * of 2x2, 3x3 and 1x2 windows, pooling that cannot take its neuron layer (overlapping windows,
- * sizes not divided), a neuron layer with a second user */
+ * sizes not divided), a neuron layer with a second user, neuron scans computing their readouts
+ * (max of an LI's values, last, sequence, count) */
 static void
 test_fusion(void)
 {
@@ -247,7 +248,10 @@ test_fusion(void)
         " s6 = IF(y, v_th = 0.7)\n p6 = maxpool(s6, 2)\n"
         " output o1 = sequence(p1)\n output o2 = sequence(p2)\n output o3 = count(p3)\n"
         " output o4 = mean(p4)\n output o5 = sequence(p5)\n output o6 = mean(p6)\n"
-        " output o7 = count(s6)\n}\n";
+        " output o7 = count(s6)\n"
+        " output o8 = max(LI(y, tau = 3.0))\n output o9 = last(IF(y - b1, v_th = 0.9))\n"
+        " output o10 = sequence(LIF(y, tau = 1.5))\n output o11 = count(IF(y * b1, v_th = 0.2))\n"
+        "}\n";
     CHECK(same_as_interp(text, 3, 0, NULL));
     /* what the pass fused */
     Module *m = load(text);
@@ -256,6 +260,12 @@ test_fusion(void)
     CHECK(pass_fuse(m, &changed) && changed);
     const char *want[][2] = {{"s1", "p1"}, {"b1", NULL}, {"s2", "p2"}, {"s3", "p3"},
                              {"s4", NULL}, {"s5", NULL}, {"s6", NULL}};
+    /* the readouts of single-use neuron layers took them */
+    static const char *const ro[] = {"o8", "o9", "o10", "o11"};
+    for (size_t k = 0; k < sizeof ro / sizeof ro[0]; k++) {
+        ValueId o = module_find_value(m, ro[k]);
+        CHECK(o >= 0 && m->nodes[m->nodes[o].args[0]].fused_into == o);
+    }
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         ValueId v = module_find_value(m, want[i][0]);
         ValueId into = want[i][1] ? module_find_value(m, want[i][1]) : -1;
