@@ -973,7 +973,9 @@ sp_expr(SimdPlan *sp, const KExpr *e)
 {
     if (!e) return false;
     if (e->kind == KX_VAR) return e->var >= 0 && e->var < sp->k->nlocals && sp->varying[e->var];
-    bool v = sp_expr(sp, e->a) | sp_expr(sp, e->b) | sp_expr(sp, e->c);
+    /* every operand is visited: each may mark the kernel unfit */
+    bool va = sp_expr(sp, e->a), vb = sp_expr(sp, e->b), vc = sp_expr(sp, e->c);
+    bool v = va || vb || vc;
     if (e->kind == KX_UNIFORM && v) sp->is_ok = false; /* Philox runs on scalars only */
     return v;
 }
