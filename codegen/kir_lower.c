@@ -362,6 +362,20 @@ begin_kernel(Lower *lw, ValueId v, const char *what, bool is_step)
     lw->k.nnodes = 1;
 }
 
+/* the kernel of neuron layer scan fused into its user v: "s = IF(b) into p = maxpool2d(s): how" */
+static void
+begin_fused_kernel(Lower *lw, ValueId scan, ValueId v, const char *how)
+{
+    const Module *m = lw->m;
+    const Node *sn = &m->nodes[scan];
+    begin_kernel(lw, scan,
+                 arena_printf(&lw->p->arena, "%s = %s(%s) into %s = %s(%s): %s",
+                              value_name(lw, scan), node_op_name(m, sn),
+                              value_name(lw, sn->args[0]), value_name(lw, v),
+                              node_op_name(m, &m->nodes[v]), value_name(lw, scan), how),
+                 false);
+}
+
 static void
 end_kernel(Lower *lw)
 {
@@ -2499,13 +2513,8 @@ kir_lower_for(const Module *m, KTarget target)
                            ? nd->args[0]
                            : -1;
         if (scan >= 0) {
-            begin_kernel(&lw, scan,
-                         arena_printf(&p->arena, "%s = %s(%s) into %s = %s(%s): neuron scan over "
-                                                 "T window by window, only the pooled spikes stored",
-                                      value_name(&lw, scan), node_op_name(m, &m->nodes[scan]),
-                                      value_name(&lw, m->nodes[scan].args[0]), value_name(&lw, v),
-                                      node_op_name(m, nd), value_name(&lw, scan)),
-                         false);
+            begin_fused_kernel(&lw, scan, v,
+                               "neuron scan over T window by window, only the pooled spikes stored");
             lower_neuron_pooled(&lw, scan, v);
             end_kernel(&lw);
             p->bufs[lw.vs[v].buf].is_written_first = true;
@@ -2569,13 +2578,7 @@ kir_lower_for(const Module *m, KTarget target)
         ValueId scan = nd->nargs == 1 && m->nodes[nd->args[0]].fused_into == v ? nd->args[0] : -1;
         if (scan >= 0) {
             /* a neuron layer fused into its readout (ir_fusion_problem) computes it */
-            begin_kernel(&lw, scan,
-                         arena_printf(&p->arena, "%s = %s(%s) into %s = %s(%s): neuron scan over "
-                                                 "T, the readout computed in it",
-                                      value_name(&lw, scan), node_op_name(m, &m->nodes[scan]),
-                                      value_name(&lw, m->nodes[scan].args[0]), value_name(&lw, v),
-                                      node_op_name(m, nd), value_name(&lw, scan)),
-                         false);
+            begin_fused_kernel(&lw, scan, v, "neuron scan over T, the readout computed in it");
             lower_neuron(&lw, scan, v, obuf);
             kernel_add_node(&lw, v);
             end_kernel(&lw);

@@ -1092,6 +1092,22 @@ annotate(Lower *L, ValueId v, const AstStmt *st)
     L->nannots++;
 }
 
+/* `word a|b` (schedule, memory, accumulate), given at most once: 0 for a, 1 for b, -1 after an
+ * error at the statement */
+static int
+choice_stmt(const AstStmt *st, const char *word, const char *a, const char *b, int *seen)
+{
+    if ((*seen)++) {
+        diag_error(st->loc, "%s is given twice", word);
+        return -1;
+    }
+    const char *what = st->name ? st->name : "";
+    if (strcmp(what, a) == 0) return 0;
+    if (strcmp(what, b) == 0) return 1;
+    diag_error(st->loc, "%s expects %s or %s, got '%s'", word, a, b, what);
+    return -1;
+}
+
 static bool
 lower_model(Lower *L, const AstItem *it, const char *path)
 {
@@ -1133,53 +1149,23 @@ lower_model(Lower *L, const AstItem *it, const char *path)
             m->seed = v64;
             break;
         case MST_SCHEDULE: {
-            const char *what = st->name;
-            if (has_schedule++) {
-                diag_error(st->loc, "schedule is given twice");
-                return false;
-            }
-            if (what && strcmp(what, "layer") == 0) {
-                m->schedule = SCHEDULE_LAYER;
-            } else if (what && strcmp(what, "step") == 0) {
-                m->schedule = SCHEDULE_STEP;
-            } else {
-                diag_error(st->loc, "schedule expects layer or step, got '%s'", what ? what : "");
-                return false;
-            }
+            int k = choice_stmt(st, "schedule", "layer", "step", &has_schedule);
+            if (k < 0) return false;
+            m->schedule = k ? SCHEDULE_STEP : SCHEDULE_LAYER;
             break;
         }
         case MST_FUSE:
             break; /* once every value is bound: below */
         case MST_ACCUMULATE: {
-            const char *what = st->name;
-            if (has_accumulate++) {
-                diag_error(st->loc, "accumulate is given twice");
-                return false;
-            }
-            if (what && strcmp(what, "f32") == 0) {
-                m->accumulate = ACC_F32;
-            } else if (what && strcmp(what, "exact") == 0) {
-                m->accumulate = ACC_EXACT;
-            } else {
-                diag_error(st->loc, "accumulate expects exact or f32, got '%s'", what ? what : "");
-                return false;
-            }
+            int k = choice_stmt(st, "accumulate", "exact", "f32", &has_accumulate);
+            if (k < 0) return false;
+            m->accumulate = k ? ACC_F32 : ACC_EXACT;
             break;
         }
         case MST_MEMORY: {
-            const char *what = st->name;
-            if (has_memory++) {
-                diag_error(st->loc, "memory is given twice");
-                return false;
-            }
-            if (what && strcmp(what, "reuse") == 0) {
-                m->memory = MEMORY_REUSE;
-            } else if (what && strcmp(what, "separate") == 0) {
-                m->memory = MEMORY_SEPARATE;
-            } else {
-                diag_error(st->loc, "memory expects reuse or separate, got '%s'", what ? what : "");
-                return false;
-            }
+            int k = choice_stmt(st, "memory", "reuse", "separate", &has_memory);
+            if (k < 0) return false;
+            m->memory = k ? MEMORY_SEPARATE : MEMORY_REUSE;
             break;
         }
         case MST_WEIGHTS:
