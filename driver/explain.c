@@ -5,6 +5,10 @@
  * runtimes' own (runtime/session.c, runtime/cuda_exec.c), and it must stay in step with them. */
 #include "driver/explain.h"
 
+#ifdef SNN_HAVE_LLVM
+#include "codegen/llvm/cg_llvm.h"
+#endif
+
 #include "runtime/layout.h"
 #include "runtime/cuda_abi.h"
 
@@ -181,7 +185,15 @@ kernel_parallelism(Explain *x, const Kernel *k, int64_t *trip)
     int64_t lo, hi;
     if (eval_bound(s->lo, x->batch, &lo) && eval_bound(s->hi, x->batch, &hi)) {
         *trip = hi > lo ? hi - lo : 0;
-        if (!x->is_gpu) return arena_printf(&x->scratch, "parallel %lld", (long long)*trip);
+        if (!x->is_gpu) {
+            int lanes = 0;
+#ifdef SNN_HAVE_LLVM
+            lanes = cg_llvm_simd_lanes(k);
+#endif
+            return lanes ? arena_printf(&x->scratch, "parallel %lld, %d lanes", (long long)*trip,
+                                        lanes)
+                         : arena_printf(&x->scratch, "parallel %lld", (long long)*trip);
+        }
         int64_t blocks = (*trip + SNN_CUDA_BLOCK - 1) / SNN_CUDA_BLOCK;
         return arena_printf(&x->scratch, "parallel %lld (%s)", (long long)*trip,
                             count_of(x, blocks, "block", "blocks"));

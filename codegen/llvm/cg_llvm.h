@@ -31,6 +31,9 @@ bool cg_llvm_cache_hit(const CgLlvm *cg);
  * are safe and run one after the other. Indices are not checked. */
 bool cg_llvm_run(CgLlvm *cg, int batch, int64_t sample_base, const float *const *inputs,
                  float *const *outputs, double *spike_counts, char *err, size_t errlen);
+/* SIMD lanes the CPU code runs kernel k's parallel loop in (8), or 0 where it runs one iteration at
+ * a time (llvm_gen.c: simd_plan; --explain shows it). */
+int cg_llvm_simd_lanes(const Kernel *k);
 /* Run the kernels' outermost parallel loops on nthreads threads (the caller and nthreads - 1
  * persistent workers, started by the next run and joined by cg_llvm_free); 1, the default, starts
  * none. Results are identical for every thread count. */

@@ -14,6 +14,7 @@
 #include <llvm-c/DebugInfo.h>
 #include <llvm-c/IRReader.h>
 
+#include "codegen/llvm/cg_llvm.h"
 #include "codegen/llvm/llvm_gen.h"
 #include "runtime/philox.h"
 
@@ -1879,3 +1880,13 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, char *err, size_t errlen)
     }
     return g.mod;
 }
+
+/* cg_llvm.h */
+int
+cg_llvm_simd_lanes(const Kernel *k)
+{
+    bool *varying = simd_plan(k, threaded_loop(k));
+    free(varying);
+    return varying ? SIMD_W : 0;
+}
+
