@@ -5,9 +5,9 @@
 #include "codegen/cuda/cuda_gen.h"
 #include "codegen/cuda/nvrtc.h"
 #include "codegen/kir.h"
+#include "driver/explain.h"
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
-#include "driver/explain.h"
 #include "driver/link.h"
 #endif
 #include "frontend/frontend.h"
