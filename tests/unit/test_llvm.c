@@ -454,13 +454,13 @@ test_unary(void)
 static void
 test_lanes(void)
 {
-    enum { N = 37, NOUT = 9 };
+    enum { N = 37, NOUT = 9, N2 = 48 };
     TestProg *tp = new_prog(1);
     int bx = add_buf(tp, "x", KT_F32, 0, N, KB_INPUT);
     int bu = add_buf(tp, "u8", KT_U8, 0, N, KB_TEMP);
     int bs = add_buf(tp, "i8", KT_I8, 0, N, KB_TEMP);
     int bb = add_buf(tp, "flag", KT_BOOL, 0, N, KB_TEMP);
-    int bo = add_buf(tp, "out", KT_F32, 0, NOUT * N, KB_OUTPUT);
+    int bo = add_buf(tp, "out", KT_F32, 0, NOUT * N + N2, KB_OUTPUT);
     Kernel *k = add_kernel(tp, "lanes", false);
     int i = add_local(k, "i", KT_I64), v = add_local(k, "v", KT_F32);
     int acc = add_local(k, "acc", KT_F64), kk = add_local(k, "k", KT_I64);
@@ -513,11 +513,27 @@ test_lanes(void)
                            xcast(tp, KT_F32, xld(tp, bs, xv(tp, k2, j)))),
                     NULL)),
           NULL);
+    /* lanes from a multiple of 8: j / 16 is one value for all of them and j % 16 linear, so the
+     * store at (j / 16) * 16 + j % 16 + 9N is contiguous, its value j / 16 * 100 + j % 16 */
+    Kernel *k3 = add_kernel(tp, "aligned", false);
+    int qi = add_local(k3, "q", KT_I64);
+    KExpr *qd = xbin(tp, KB_DIV, xv(tp, k3, qi), xi(tp, 16));
+    KExpr *qr = xbin(tp, KB_REM, xv(tp, k3, qi), xi(tp, 16));
+    kbody(k3, tp,
+          pfor(sfor(tp, qi, xi(tp, 0), xi(tp, N2),
+                    sstore(tp, bo,
+                           xbin(tp, KB_ADD, xbin(tp, KB_ADD, xbin(tp, KB_MUL, qd, xi(tp, 16)), qr),
+                                xi(tp, NOUT * N)),
+                           xcast(tp, KT_F32, xbin(tp, KB_ADD, xbin(tp, KB_MUL, qd, xi(tp, 100)), qr))),
+                    NULL)),
+          NULL);
 #undef I
 #undef V
 #undef AT
 #undef MODN
-    float x[N], want[NOUT * N];
+    float x[N], want[NOUT * N + N2];
+    for (int q2 = 0; q2 < N2; q2++)
+        want[NOUT * N + q2] = (float)(q2 / 16 * 100 + q2 % 16);
     for (int q = 0; q < N; q++)
         x[q] = vals[q % NV] * (q % 3 ? 1.0f : -1.5f) + (float)q / 8;
     x[4] = NAN;
@@ -561,6 +577,15 @@ test_lanes(void)
     CHECK(text && strstr(text, "simd.body") && strstr(text, "llvm.masked.gather.v8f32") &&
           strstr(text, "llvm.masked.scatter.v8i8") && strstr(text, "llvm.masked.load.v8f32") &&
           strstr(text, "llvm.masked.store.v8i8"));
+    /* the aligned kernel stores contiguously: no f32 scatter in its function */
+    const char *k3f = text ? strstr(text, "aligned") : NULL;
+    const char *k3end = k3f ? strstr(k3f, "\n}\n") : NULL;
+    CHECK(k3f && k3end);
+    if (k3f && k3end) {
+        char *body = strndup(k3f, (size_t)(k3end - k3f));
+        CHECK(body && !strstr(body, "llvm.masked.scatter") && strstr(body, "simd.body"));
+        free(body);
+    }
     free(text);
     set_lanes(tp, false);
     free_prog(tp);
