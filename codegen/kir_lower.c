@@ -1798,7 +1798,7 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     bool is_static_input = lw->is_static[n->args[0]];
     int64_t C = n->type.dims[0];
     int chv = local(lw, "ch", KT_I64), base = local(lw, "i0", KT_I64);
-    KExpr *jp;
+    KExpr *jp, *pad = NULL; /* pad: the iteration is a pooled element (NULL: always) */
     Cur c;
     if (p->target == KTARGET_GPU) {
         /* a thread per pooled element jp = ((b*C + ch)*OH + oh)*OW + ow; with whole windows
@@ -1811,9 +1811,10 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
                      bin(lw, KB_MUL, bin(lw, KB_DIV, jp, ci(lw, OW)), ci(lw, (KH - 1) * W))));
         s_assign(lw, c, chv, bin(lw, KB_REM, bin(lw, KB_DIV, jp, ci(lw, OH * OW)), ci(lw, C)));
     } else {
-        /* rows (b, ch, oh) padded to OWP, a multiple of 8, iterations past OW doing nothing: in
-         * SIMD lanes (which start at multiples of 8) the row and so the channel are the same in
-         * every lane, computed once, and ow is the lane (llvm_gen.c: aligned division) */
+        /* rows (b, ch, oh) padded to OWP, a multiple of 8: in SIMD lanes (which start at
+         * multiples of 8) the row and so the channel are the same in every lane, computed once,
+         * and ow is the lane (llvm_gen.c: aligned division). Iterations past OW scan a copy of
+         * the row's last window and store nothing (so no condition surrounds the scan) */
         int64_t OWP = (OW + 7) / 8 * 8;
         KExpr *jq;
         KStmt *fq = loop(lw, top(lw), "jq",
@@ -1824,12 +1825,13 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
         int jpv = local(lw, "jp", KT_I64);
         s_assign(lw, c, rowv, bin(lw, KB_DIV, jq, ci(lw, OWP)));
         s_assign(lw, c, owv, bin(lw, KB_REM, jq, ci(lw, OWP)));
-        if (OWP != OW) c = body(s_if(lw, c, bin(lw, KB_LT, var(lw, owv), ci(lw, OW))));
         KExpr *row = var(lw, rowv), *ow = var(lw, owv);
+        if (OWP != OW) pad = bin(lw, KB_LT, ow, ci(lw, OW));
+        KExpr *owc = OWP != OW ? bin(lw, KB_MIN, ow, ci(lw, OW - 1)) : ow;
         s_assign(lw, c, jpv, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, OW)), ow));
         jp = var(lw, jpv);
         s_assign(lw, c, base,
-                 bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, KH * W)), bin(lw, KB_MUL, ow, ci(lw, KW))));
+                 bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, KH * W)), bin(lw, KB_MUL, owc, ci(lw, KW))));
         s_assign(lw, c, chv, bin(lw, KB_REM, bin(lw, KB_DIV, row, ci(lw, OH)), ci(lw, C)));
     }
     /* one counter per window: the run functions sum every counter of the layer */
@@ -1877,8 +1879,8 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     pp.t = tv;
     pp.j = jp;
     pp.jn = per;
-    vstore(lw, step, pool, &pp, to(lw, KT_F32, pooled));
-    s_store(lw, c, cbuf, jp, var(lw, cnt));
+    vstore(lw, pad ? body(s_if(lw, step, pad)) : step, pool, &pp, to(lw, KT_F32, pooled));
+    s_store(lw, pad ? body(s_if(lw, c, pad)) : c, cbuf, jp, var(lw, cnt));
     kernel_add_node(lw, pool);
 }
 

@@ -41,8 +41,8 @@ typedef struct Gen {
     LLVMMetadataRef access_group; /* tags every load and store inside them; NULL: none to be had */
     unsigned md_access_group, md_loop;
     /* SIMD lanes (simd_plan): the chunk's parallel loop runs SIMD_W iterations side by side */
-    bool *varying;        /* [nlocals] locals with a value per lane; NULL: one iteration at a time */
-    LLVMValueRef *vlocal; /* [nlocals] a varying local's <SIMD_W x T> alloca */
+    unsigned char *lshape; /* [nlocals] PS_* of simd_plan; NULL: one iteration at a time */
+    LLVMValueRef *vlocal;  /* [nlocals] a PS_VAR local's <SIMD_W x T> alloca */
     LLVMValueRef mask;    /* the lanes on under varying conditions (<SIMD_W x i1>); NULL: all */
     int simd_var;         /* the parallel loop's variable: lane l holds simd_base + l */
     LLVMValueRef simd_base, iota;
@@ -654,7 +654,7 @@ gen_for(Gen *g, const KStmt *s)
     if (s == g->range_loop) {
         lo = g->range_lo;
         hi = g->range_hi;
-        if (g->varying) lo = gen_simd_loop(g, s, lo, hi);
+        if (g->lshape) lo = gen_simd_loop(g, s, lo, hi);
     } else {
         lo = gen_expr_as(g, s->lo, KT_I64);
         hi = gen_expr_as(g, s->hi, KT_I64);
@@ -963,22 +963,88 @@ typedef struct VV {
     bool is_aligned;
 } VV;
 
+/* a constant i64 multiple of SIMD_W (> 0) */
+static bool
+is_lane_multiple(const KExpr *e)
+{
+    return e && e->kind == KX_CONST && e->type == KT_I64 && e->num > 0 &&
+           (int64_t)e->num % SIMD_W == 0;
+}
+
+/* What a local holds across the lanes (simd_plan): nothing assigned yet, one value for all (a
+ * scalar), the loop variable plus a uniform value (a scalar base; aligned: the base is a multiple
+ * of SIMD_W), or a value per lane (a vector). The order is the lattice's. */
+enum { PS_NONE, PS_UNI, PS_LIN, PS_LINAL, PS_VAR };
+
 typedef struct SimdPlan {
     const Kernel *k;
-    bool *varying;
+    unsigned char *shape; /* [nlocals] */
     bool is_ok, has_changed;
+    bool is_ctl_varying; /* the statement being read is under a condition that differs by lane */
 } SimdPlan;
 
 static bool
+is_lin(int sh)
+{
+    return sh == PS_LIN || sh == PS_LINAL;
+}
+
+/* the shape vexpr will give e: the same rules, on shapes alone */
+static int
 sp_expr(SimdPlan *sp, const KExpr *e)
 {
-    if (!e) return false;
-    if (e->kind == KX_VAR) return e->var >= 0 && e->var < sp->k->nlocals && sp->varying[e->var];
+    if (!e) return PS_UNI;
+    if (e->kind == KX_VAR) {
+        if (e->var < 0 || e->var >= sp->k->nlocals) {
+            sp->is_ok = false;
+            return PS_VAR;
+        }
+        int sh = sp->shape[e->var];
+        if (sh == PS_NONE) return PS_UNI;
+        return is_lin(sh) && e->type != KT_I64 ? PS_VAR : sh;
+    }
     /* every operand is visited: each may mark the kernel unfit */
-    bool va = sp_expr(sp, e->a), vb = sp_expr(sp, e->b), vc = sp_expr(sp, e->c);
-    bool v = va || vb || vc;
-    if (e->kind == KX_UNIFORM && v) sp->is_ok = false; /* Philox runs on scalars only */
-    return v;
+    int a = sp_expr(sp, e->a), b = sp_expr(sp, e->b), c = sp_expr(sp, e->c);
+    switch (e->kind) {
+    case KX_UNIFORM:
+        if (a != PS_UNI || b != PS_UNI) sp->is_ok = false; /* Philox runs on scalars only */
+        return PS_UNI;
+    case KX_LOAD: /* under lanes that may be off, even one address is a masked gather */
+        return a == PS_UNI && !sp->is_ctl_varying ? PS_UNI : PS_VAR;
+    case KX_UN: return a == PS_UNI ? PS_UNI : PS_VAR;
+    case KX_SELECT: return a == PS_UNI && b == PS_UNI && c == PS_UNI ? PS_UNI : PS_VAR;
+    case KX_CAST:
+        if (a == PS_UNI) return PS_UNI;
+        if (is_lin(a) && e->type == KT_I64 && e->a->type == KT_I64) return a;
+        return PS_VAR;
+    case KX_BIN: {
+        KType t = e->a->type;
+        /* the second operand is converted to the first's type first */
+        if (is_lin(b) && !(t == KT_I64 && e->b->type == KT_I64)) b = PS_VAR;
+        if (is_lin(a) && t != KT_I64) a = PS_VAR;
+        if (a == PS_UNI && b == PS_UNI) return PS_UNI;
+        if (t == KT_I64 && e->type == KT_I64 && (is_lin(a) || is_lin(b)) && a != PS_VAR &&
+            b != PS_VAR && (e->op == KB_ADD || (e->op == KB_SUB && b == PS_UNI))) {
+            int lin = is_lin(a) ? a : b;
+            const KExpr *other = is_lin(a) ? e->b : e->a;
+            return lin == PS_LINAL && a != b && is_lane_multiple(other) ? PS_LINAL : PS_LIN;
+        }
+        if (t == KT_I64 && e->type == KT_I64 && a == PS_LINAL && is_lane_multiple(e->b) &&
+            (e->op == KB_DIV || e->op == KB_REM))
+            return e->op == KB_DIV ? PS_UNI : PS_LINAL;
+        return PS_VAR;
+    }
+    default: return PS_UNI; /* constants, B, t, sample_base */
+    }
+}
+
+/* a local assigned values of shapes old and new */
+static int
+sp_join(int old, int new)
+{
+    if (old == PS_NONE || old == new) return new;
+    if (is_lin(old) && is_lin(new)) return PS_LIN;
+    return PS_VAR;
 }
 
 static void
@@ -990,28 +1056,35 @@ sp_stmts(SimdPlan *sp, KStmt *const *s, int n, bool is_ctl_varying)
             sp->is_ok = false;
             return;
         }
+        sp->is_ctl_varying = is_ctl_varying;
         switch (st->kind) {
         case KS_FOR:
             /* every lane runs the same trips: bounds must be uniform, the variable too */
-            if (sp_expr(sp, st->lo) || sp_expr(sp, st->hi) || st->var < 0 || sp->varying[st->var])
+            if (sp_expr(sp, st->lo) != PS_UNI || sp_expr(sp, st->hi) != PS_UNI || st->var < 0 ||
+                sp->shape[st->var] > PS_UNI)
                 sp->is_ok = false;
             sp_stmts(sp, st->body, st->nbody, is_ctl_varying);
             break;
         case KS_ASSIGN: {
-            bool v = sp_expr(sp, st->a) || is_ctl_varying;
-            if (v && st->var >= 0 && !sp->varying[st->var]) {
-                sp->varying[st->var] = true;
+            if (st->var < 0) {
+                sp->is_ok = false;
+                break;
+            }
+            int sh = is_ctl_varying ? PS_VAR : sp_expr(sp, st->a);
+            int j = sp_join(sp->shape[st->var], sh);
+            if (j != sp->shape[st->var]) {
+                sp->shape[st->var] = (unsigned char)j;
                 sp->has_changed = true;
             }
             break;
         }
         case KS_STORE:
             /* an element per iteration: a uniform index would be one element for every lane */
-            if (!sp_expr(sp, st->index)) sp->is_ok = false;
+            if (sp_expr(sp, st->index) == PS_UNI) sp->is_ok = false;
             sp_expr(sp, st->a);
             break;
         case KS_IF: {
-            bool c = sp_expr(sp, st->a) || is_ctl_varying;
+            bool c = sp_expr(sp, st->a) != PS_UNI || is_ctl_varying;
             sp_stmts(sp, st->body, st->nbody, c);
             sp_stmts(sp, st->els, st->nels, c);
             break;
@@ -1021,26 +1094,26 @@ sp_stmts(SimdPlan *sp, KStmt *const *s, int n, bool is_ctl_varying)
     }
 }
 
-/* the locals that vary between lanes of loop's iterations, or NULL where the kernel cannot run in
- * lanes (or its loop does not ask to) */
-static bool *
+/* What every local holds across the lanes of loop's iterations (PS_*), or NULL where the kernel
+ * cannot run in lanes (or its loop does not ask to). */
+static unsigned char *
 simd_plan(const Kernel *k, const KStmt *loop)
 {
     if (!loop || !loop->is_lanes || loop->var < 0 || loop->var >= k->nlocals) return NULL;
     for (int i = 0; i < k->nlocals; i++)
         if (k->locals[i].lanes > 0) return NULL;
-    SimdPlan sp = {k, calloc((size_t)k->nlocals + 1, sizeof(bool)), true, true};
-    if (!sp.varying) die("out of memory");
-    sp.varying[loop->var] = true;
+    SimdPlan sp = {k, calloc((size_t)k->nlocals + 1, 1), true, true, false};
+    if (!sp.shape) die("out of memory");
+    sp.shape[loop->var] = PS_LINAL;
     while (sp.is_ok && sp.has_changed) {
         sp.has_changed = false;
         sp_stmts(&sp, loop->body, loop->nbody, false);
     }
     if (!sp.is_ok) {
-        free(sp.varying);
+        free(sp.shape);
         return NULL;
     }
-    return sp.varying;
+    return sp.shape;
 }
 
 static LLVMTypeRef
@@ -1069,13 +1142,6 @@ vv_var(LLVMValueRef v)
     return (VV){v, SH_VAR, false};
 }
 
-/* a constant i64 multiple of SIMD_W (> 0) */
-static bool
-is_lane_multiple(const KExpr *e)
-{
-    return e && e->kind == KX_CONST && e->type == KT_I64 && e->num > 0 &&
-           (int64_t)e->num % SIMD_W == 0;
-}
 
 static VV
 vconv(Gen *g, VV x, KType from, KType to)
@@ -1205,7 +1271,12 @@ vexpr(Gen *g, const KExpr *e)
         KType lt = g->k->locals[e->var].type;
         if (e->var == g->simd_var)
             return vconv(g, (VV){g->simd_base, SH_LIN, true}, KT_I64, e->type);
-        if (!g->varying[e->var]) return vv_uni(gen_expr(g, e));
+        int sh = g->lshape[e->var];
+        if (is_lin(sh)) {
+            LLVMValueRef base = LLVMBuildLoad2(g->b, g->t_i64, g->local[e->var], "");
+            return vconv(g, (VV){base, SH_LIN, sh == PS_LINAL}, KT_I64, e->type);
+        }
+        if (sh != PS_VAR) return vv_uni(gen_expr(g, e));
         LLVMValueRef v = LLVMBuildLoad2(g->b, lanes_of(val_type(g, lt)), g->vlocal[e->var],
                                         g->k->locals[e->var].name);
         return vconv(g, vv_var(v), lt, e->type);
@@ -1349,7 +1420,18 @@ vstmt(Gen *g, const KStmt *s)
         }
         KType lt = g->k->locals[s->var].type;
         VV x = vexpr_as(g, s->a, lt);
-        if (!g->varying[s->var]) {
+        int sh = g->lshape[s->var];
+        if (is_lin(sh)) {
+            /* simd_plan: linear wherever it is assigned, on every lane */
+            if (x.sh != SH_LIN || lt != KT_I64) {
+                gen_fail(g, "kernel %s: %s is not linear in the lanes", g->k->name,
+                         g->k->locals[s->var].name);
+                return;
+            }
+            LLVMBuildStore(b, x.v, g->local[s->var]);
+            return;
+        }
+        if (sh != PS_VAR) {
             if (x.sh != SH_UNI) {
                 gen_fail(g, "kernel %s: %s differs between lanes", g->k->name,
                          g->k->locals[s->var].name);
@@ -1441,7 +1523,7 @@ gen_simd_loop(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef hi)
     g->simd_var = s->var;
     g->simd_base = phi;
     g->mask = NULL;
-    LLVMBuildStore(b, vec_of(g, (VV){phi, SH_LIN, true}), g->vlocal[s->var]);
+    LLVMBuildStore(b, phi, g->local[s->var]); /* linear: its base */
     g->parallel_depth++;
     vstmts(g, s->body, s->nbody);
     g->parallel_depth--;
@@ -1628,13 +1710,13 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     g->fn = body;
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, body, "entry");
     LLVMPositionBuilderAtEnd(g->b, entry);
-    g->varying = range_loop ? simd_plan(k, range_loop) : NULL;
+    g->lshape = range_loop ? simd_plan(k, range_loop) : NULL;
     g->vlocal = calloc((size_t)k->nlocals + 1, sizeof *g->vlocal);
     if (!g->vlocal) die("out of memory");
     g->simd_var = -1;
     g->mask = NULL;
-    for (int i = 0; g->varying && i < k->nlocals; i++)
-        if (g->varying[i]) {
+    for (int i = 0; g->lshape && i < k->nlocals; i++)
+        if (g->lshape[i] == PS_VAR) {
             LLVMTypeRef vt = lanes_of(val_type(g, k->locals[i].type));
             g->vlocal[i] = LLVMBuildAlloca(g->b, vt, k->locals[i].name ? k->locals[i].name : "");
             LLVMBuildStore(g->b, LLVMConstNull(vt), g->vlocal[i]);
@@ -1700,9 +1782,9 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     free(g->tile);
     free(g->local);
     free(g->loopval);
-    free(g->varying);
+    free(g->lshape);
     free(g->vlocal);
-    g->varying = NULL;
+    g->lshape = NULL;
     g->vlocal = NULL;
     g->bufptr = g->local = g->loopval = NULL;
     g->tile = NULL;
@@ -1885,8 +1967,8 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, char *err, size_t errlen)
 int
 cg_llvm_simd_lanes(const Kernel *k)
 {
-    bool *varying = simd_plan(k, threaded_loop(k));
-    free(varying);
-    return varying ? SIMD_W : 0;
+    unsigned char *shape = simd_plan(k, threaded_loop(k));
+    free(shape);
+    return shape ? SIMD_W : 0;
 }
 
