@@ -1796,44 +1796,20 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     int64_t W = n->type.dims[2], OH = pn->type.dims[1], OW = pn->type.dims[2];
     int KH = (int)node_attr_i(pn, "kernel", 0), KW = (int)node_attr_i(pn, "kernel", 1), K = KH * KW;
     bool is_static_input = lw->is_static[n->args[0]];
-    int64_t C = n->type.dims[0];
+    KExpr *jp;
+    KStmt *fjp = loop(lw, top(lw), "jp", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, per)), true,
+                      &jp);
+    fjp->is_lanes = true;
+    Cur c = body(fjp);
+    /* jp = ((b*C + ch)*OH + oh)*OW + ow; with whole windows (H = OH*KH, W = OW*KW) the window's
+     * first neuron b*numel + ch*H*W + oh*KH*W + ow*KW is jp*KW + (jp / OW)*(KH - 1)*W: one
+     * division (per lane, a scalar one) */
     int chv = local(lw, "ch", KT_I64), base = local(lw, "i0", KT_I64);
-    KExpr *jp, *pad = NULL; /* pad: the iteration is a pooled element (NULL: always) */
-    Cur c;
-    if (p->target == KTARGET_GPU) {
-        /* a thread per pooled element jp = ((b*C + ch)*OH + oh)*OW + ow; with whole windows
-         * (H = OH*KH, W = OW*KW) the window's first neuron b*numel + ch*H*W + oh*KH*W + ow*KW is
-         * jp*KW + (jp / OW)*(KH - 1)*W */
-        c = body(loop(lw, top(lw), "jp", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, per)), true,
-                      &jp));
-        s_assign(lw, c, base,
-                 bin(lw, KB_ADD, bin(lw, KB_MUL, jp, ci(lw, KW)),
-                     bin(lw, KB_MUL, bin(lw, KB_DIV, jp, ci(lw, OW)), ci(lw, (KH - 1) * W))));
-        s_assign(lw, c, chv, bin(lw, KB_REM, bin(lw, KB_DIV, jp, ci(lw, OH * OW)), ci(lw, C)));
-    } else {
-        /* rows (b, ch, oh) padded to OWP, a multiple of 8: in SIMD lanes (which start at
-         * multiples of 8) the row and so the channel are the same in every lane, computed once,
-         * and ow is the lane (llvm_gen.c: aligned division). Iterations past OW scan a copy of
-         * the row's last window and store nothing (so no condition surrounds the scan) */
-        int64_t OWP = (OW + 7) / 8 * 8;
-        KExpr *jq;
-        KStmt *fq = loop(lw, top(lw), "jq",
-                         bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, C * OH * OWP)), true, &jq);
-        fq->is_lanes = true;
-        c = body(fq);
-        int rowv = local(lw, "row", KT_I64), owv = local(lw, "ow", KT_I64);
-        int jpv = local(lw, "jp", KT_I64);
-        s_assign(lw, c, rowv, bin(lw, KB_DIV, jq, ci(lw, OWP)));
-        s_assign(lw, c, owv, bin(lw, KB_REM, jq, ci(lw, OWP)));
-        KExpr *row = var(lw, rowv), *ow = var(lw, owv);
-        if (OWP != OW) pad = bin(lw, KB_LT, ow, ci(lw, OW));
-        KExpr *owc = OWP != OW ? bin(lw, KB_MIN, ow, ci(lw, OW - 1)) : ow;
-        s_assign(lw, c, jpv, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, OW)), ow));
-        jp = var(lw, jpv);
-        s_assign(lw, c, base,
-                 bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, KH * W)), bin(lw, KB_MUL, owc, ci(lw, KW))));
-        s_assign(lw, c, chv, bin(lw, KB_REM, bin(lw, KB_DIV, row, ci(lw, OH)), ci(lw, C)));
-    }
+    int64_t C = n->type.dims[0];
+    s_assign(lw, c, base,
+             bin(lw, KB_ADD, bin(lw, KB_MUL, jp, ci(lw, KW)),
+                 bin(lw, KB_MUL, bin(lw, KB_DIV, jp, ci(lw, OW)), ci(lw, (KH - 1) * W))));
+    s_assign(lw, c, chv, bin(lw, KB_REM, bin(lw, KB_DIV, jp, ci(lw, OH * OW)), ci(lw, C)));
     /* one counter per window: the run functions sum every counter of the layer */
     int cbuf = spike_count_buffer(lw, v, per);
     bool is_acc = p->bufs[cbuf].is_accumulator;
@@ -1879,8 +1855,8 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     pp.t = tv;
     pp.j = jp;
     pp.jn = per;
-    vstore(lw, pad ? body(s_if(lw, step, pad)) : step, pool, &pp, to(lw, KT_F32, pooled));
-    s_store(lw, pad ? body(s_if(lw, c, pad)) : c, cbuf, jp, var(lw, cnt));
+    vstore(lw, step, pool, &pp, to(lw, KT_F32, pooled));
+    s_store(lw, c, cbuf, jp, var(lw, cnt));
     kernel_add_node(lw, pool);
 }
 
