@@ -420,10 +420,9 @@ print_totals(Explain *x)
         return;
     }
     fprintf(x->f,
-            "  launches  1 graph launch per inference: %lld kernels (%lld once + %lld step x %d), "
-            "%s\n",
-            (long long)launches, (long long)once, (long long)step, p->timesteps,
-            count_of(x, nzeroed, "memset", "memsets"));
+            "  launches  1 graph launch per inference: %s (%lld once + %lld step x %d), %s\n",
+            count_of(x, launches, "kernel", "kernels"), (long long)once, (long long)step,
+            p->timesteps, count_of(x, nzeroed, "memset", "memsets"));
 }
 
 void
