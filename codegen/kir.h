@@ -194,7 +194,13 @@ typedef struct KProgram {
     int nkernels;
     KStat *stats;
     int nstats;
+    /* per graph node: the number the IR printer gives it (ir_value_numbers), so an anonymous value
+     * is vN in kernel and layer names where the IR shows %N; NULL: the node's index */
+    int *vnum;
 } KProgram;
+
+/* The name of graph value v in kernel, buffer and layer names: its own, else vN (KProgram.vnum). */
+const char *kir_value_name(const KProgram *p, ValueId v, char *buf, size_t n);
 
 /* kir_lower.c: graph IR (verified, typed, weights bound or not) → kernel IR. Returns NULL after reporting
  * an error (none are expected for a verified module). */

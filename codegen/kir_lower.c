@@ -344,8 +344,8 @@ add_buf(Lower *lw, const char *name, KType t, KSize size, KBufKind kind, int io,
 static const char *
 value_name(Lower *lw, ValueId v)
 {
-    const Node *n = &lw->m->nodes[v];
-    return n->name ? n->name : arena_printf(&lw->p->arena, "v%d", (int)v);
+    char buf[32];
+    return arena_strdup(&lw->p->arena, kir_value_name(lw->p, v, buf, sizeof buf));
 }
 
 static void
@@ -2461,6 +2461,8 @@ kir_lower_for(const Module *m, KTarget target)
     lw.p = p;
     lw.m = m;
     lw.T = m->timesteps;
+    p->vnum = arena_alloc(&p->arena, ((size_t)m->nnodes + 1) * sizeof *p->vnum);
+    ir_value_numbers(m, p->vnum);
     lw.acc = m->accumulate == ACC_F32 ? KT_F32 : KT_F64;
     int n = m->nnodes;
     lw.vs = calloc((size_t)n + 1, sizeof *lw.vs);

@@ -33,11 +33,11 @@ put(Text *t, const char *fmt, ...)
     }
 }
 
-static const char *
-node_name(const Module *m, ValueId v, char *buf, size_t n)
+const char *
+kir_value_name(const KProgram *p, ValueId v, char *buf, size_t n)
 {
-    if (m->nodes[v].name) return m->nodes[v].name;
-    snprintf(buf, n, "v%d", (int)v);
+    if (p->m->nodes[v].name) return p->m->nodes[v].name;
+    snprintf(buf, n, "v%d", p->vnum ? p->vnum[v] : (int)v);
     return buf;
 }
 
@@ -52,13 +52,12 @@ put_dims(Text *t, int rank, const int64_t *dims)
 char *
 kir_describe_buffers(const KProgram *p, const char *prefix)
 {
-    const Module *m = p->m;
     Text t = {malloc(4096), 0, 4096};
     if (!t.s) die("out of memory");
     t.s[0] = 0;
     char buf[32];
     for (int i = 0; i < p->nstats; i++)
-        put(&t, "%slayer %s %d\n", prefix, node_name(m, p->stats[i].value, buf, sizeof buf),
+        put(&t, "%slayer %s %d\n", prefix, kir_value_name(p, p->stats[i].value, buf, sizeof buf),
             p->stats[i].buf);
     static const char *const kinds[] = {"input", "output", "weight", "temp"};
     for (int i = 0; i < p->nbufs; i++) {
@@ -93,14 +92,14 @@ kir_describe_with(const KProgram *p, const char *devices, const char *records)
         m->name, p->timesteps, devices, nstatic, nstep);
     for (int i = 0; i < m->ninputs; i++) {
         const Node *n = &m->nodes[m->inputs[i]];
-        put(&t, "input %s %d", node_name(m, m->inputs[i], buf, sizeof buf),
+        put(&t, "input %s %d", kir_value_name(p, m->inputs[i], buf, sizeof buf),
             n->is_per_step_input ? 1 : 0);
         put_dims(&t, n->type.rank, n->type.dims);
         put(&t, "\n");
     }
     for (int i = 0; i < m->noutputs; i++) {
         const Node *n = &m->nodes[m->outputs[i]];
-        put(&t, "output %s %d", node_name(m, m->outputs[i], buf, sizeof buf),
+        put(&t, "output %s %d", kir_value_name(p, m->outputs[i], buf, sizeof buf),
             n->type.has_time ? 1 : 0);
         put_dims(&t, n->type.rank, n->type.dims);
         put(&t, "\n");

@@ -69,8 +69,8 @@ is_zeroed(const KBuf *kb)
 static const char *
 node_name(Explain *x, ValueId v)
 {
-    const Node *n = &x->p->m->nodes[v];
-    return n->name ? n->name : arena_printf(&x->scratch, "v%d", (int)v); /* as kir_lower names */
+    char buf[32];
+    return arena_strdup(&x->scratch, kir_value_name(x->p, v, buf, sizeof buf));
 }
 
 /* s, then ", " and t (s NULL: t alone) */

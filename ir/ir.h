@@ -335,7 +335,11 @@ void ir_fill_static(const Module *m, const ValueId *order, bool *is_static);
 
 /* print.c: the textual IR. Deterministic and canonical: print(parse(print(m))) == print(m). */
 void ir_print(FILE *f, const Module *m);
-char *ir_print_to_string(const Module *m); /* malloc'ed */
+char *ir_print_to_string(const Module *m);
+/* The number the printer gives each value (num[v], m->nnodes entries): its position in the printed
+ * order; an anonymous value prints as %N. Kernel and layer names of anonymous values use it too
+ * (vN), so --explain and the IR dumps agree. */
+void ir_value_numbers(const Module *m, int *num); /* malloc'ed */
 void neuron_print(FILE *f, const NeuronDef *nd);
 void nexpr_print(FILE *f, const NeuronDef *nd, const NExpr *e);
 /* Double formatting used everywhere a number is printed: shortest text that reads back exactly. */

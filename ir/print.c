@@ -307,6 +307,33 @@ put_node(FILE *f, const Module *m, const int *pos, ValueId v)
     fputc('\n', f);
 }
 
+/* the printed order of the nodes (order[i]) and each node's position in it (pos[v]) */
+static void
+print_order(const Module *m, ValueId *order, int *pos)
+{
+    int count = ir_topo_order(m, order);
+    for (int v = 0, k = count; v < m->nnodes && count < m->nnodes; v++) {
+        /* a module that does not verify (a dump after a broken pass) still prints every node */
+        bool placed = false;
+        for (int i = 0; i < count && !placed; i++)
+            placed = order[i] == v;
+        if (!placed)
+            order[k++] = v;
+    }
+    for (int i = 0; i < m->nnodes; i++)
+        pos[order[i]] = i;
+}
+
+void
+ir_value_numbers(const Module *m, int *num)
+{
+    ValueId *order = malloc(((size_t)m->nnodes + 1) * sizeof *order);
+    if (!order)
+        die("out of memory");
+    print_order(m, order, num);
+    free(order);
+}
+
 void
 ir_print(FILE *f, const Module *m)
 {
@@ -340,17 +367,7 @@ ir_print(FILE *f, const Module *m)
     int *pos = malloc(((size_t)m->nnodes + 1) * sizeof *pos);
     if (!order || !pos)
         die("out of memory");
-    int count = ir_topo_order(m, order);
-    for (int v = 0, k = count; v < m->nnodes && count < m->nnodes; v++) {
-        /* a module that does not verify (a dump after a broken pass) still prints every node */
-        bool placed = false;
-        for (int i = 0; i < count && !placed; i++)
-            placed = order[i] == v;
-        if (!placed)
-            order[k++] = v;
-    }
-    for (int i = 0; i < m->nnodes; i++)
-        pos[order[i]] = i;
+    print_order(m, order, pos);
     for (int i = 0; i < m->nnodes; i++)
         put_node(f, m, pos, order[i]);
     for (int i = 0; i < m->nnodes; i++) {
