@@ -36,7 +36,9 @@ pass_fuse(Module *m, bool *changed)
                 ir_fusion_problem(m, v, user[v]))
                 continue;
             const Node *u = &m->nodes[user[v]];
-            if (n->op == OP_BATCHNORM && (u->op != OP_NEURON || u->fused_into < 0)) continue;
+            Op into = u->fused_into >= 0 ? m->nodes[u->fused_into].op : OP_INPUT;
+            bool is_pooled = into == OP_MAXPOOL2D || into == OP_AVGPOOL2D || into == OP_SUMPOOL2D;
+            if (n->op == OP_BATCHNORM && (u->op != OP_NEURON || !is_pooled)) continue;
             n->fused_into = user[v];
             *changed = true;
         }
