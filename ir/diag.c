@@ -195,3 +195,13 @@ die_at(const char *file, int line, const char *fmt, ...)
     fputc('\n', stderr);
     abort();
 }
+
+void
+diag_format(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}

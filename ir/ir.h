@@ -38,6 +38,9 @@ void diag_file_error(const char *file, const char *fmt, ...) __attribute__((form
  * the file is taken from the message itself. */
 void diag_reader_error(const char *path, const char *msg);
 
+/* printf into a caller's message buffer (err, errlen; NULL or 0: nothing), for the code that
+ * returns its errors instead of printing them */
+void diag_format(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int diag_error_count(void);
 void diag_set_stream(FILE *f); /* default stderr */
 void diag_reset(void);         /* forget sources and counts (tests, fuzzing) */

@@ -7,7 +7,6 @@
 #include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,14 +48,6 @@ static struct {
 } nv;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
-static void
-set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 
 /* Resolve every function of h into nv; false with nv.error set if one is missing. */
@@ -67,7 +58,7 @@ resolve(void *h, const char *lib)
     {                                                                                              \
         void *sym = dlsym(h, #name);                                                               \
         if (!sym) {                                                                                \
-            set_err(nv.error, sizeof nv.error,                                                     \
+            diag_format(nv.error, sizeof nv.error,                                                     \
                     "NVRTC is unavailable: %s does not define " #name " (not an NVRTC library?)",  \
                     lib);                                                                          \
             return false;                                                                          \
@@ -88,7 +79,7 @@ load(void)
         h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
         if (!h) {
             const char *why = dlerror();
-            set_err(nv.error, sizeof nv.error, "NVRTC is unavailable: SNN_NVRTC=%s cannot be loaded "
+            diag_format(nv.error, sizeof nv.error, "NVRTC is unavailable: SNN_NVRTC=%s cannot be loaded "
                     "(%s)", env, why ? why : "dlopen failed");
             return;
         }
@@ -107,9 +98,9 @@ load(void)
         if (!h) {
             /* a library that is there but cannot load says why; one that is not there, how to fix */
             if (first[0] && !strstr(first, "No such file"))
-                set_err(nv.error, sizeof nv.error, "NVRTC is unavailable: %s", first);
+                diag_format(nv.error, sizeof nv.error, "NVRTC is unavailable: %s", first);
             else
-                set_err(nv.error, sizeof nv.error, "NVRTC is unavailable: libnvrtc.so.13 not found "
+                diag_format(nv.error, sizeof nv.error, "NVRTC is unavailable: libnvrtc.so.13 not found "
                         "(install the CUDA toolkit's NVRTC or set SNN_NVRTC)");
             return;
         }
@@ -120,7 +111,7 @@ load(void)
     }
     nvrtcResult rc = nv.nvrtcVersion(&nv.major, &nv.minor);
     if (rc != NVRTC_SUCCESS) {
-        set_err(nv.error, sizeof nv.error, "NVRTC is unavailable: nvrtcVersion failed in %s (%s)",
+        diag_format(nv.error, sizeof nv.error, "NVRTC is unavailable: nvrtcVersion failed in %s (%s)",
                 nv.library, nv.nvrtcGetErrorString(rc));
         dlclose(h);
         return;
@@ -132,7 +123,7 @@ bool
 cuda_nvrtc_load(char *err, size_t errlen)
 {
     pthread_once(&load_once, load);
-    if (!nv.is_loaded) set_err(err, errlen, "%s", nv.error);
+    if (!nv.is_loaded) diag_format(err, errlen, "%s", nv.error);
     return nv.is_loaded;
 }
 
@@ -234,7 +225,7 @@ compile_now(const char *source, const char *name, const char *arch, bool is_cubi
     nvrtcProgram prog = NULL;
     nvrtcResult rc = nv.nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
     if (rc != NVRTC_SUCCESS) {
-        set_err(err, errlen, "NVRTC cannot create a program for %s (%s)", name,
+        diag_format(err, errlen, "NVRTC cannot create a program for %s (%s)", name,
                 nv.nvrtcGetErrorString(rc));
         return false;
     }
@@ -252,11 +243,11 @@ compile_now(const char *source, const char *name, const char *arch, bool is_cubi
         char line[512];
         first_line(img->log, line, sizeof line);
         if (crc == NVRTC_ERROR_INVALID_OPTION) { /* our options are fixed: the architecture */
-            set_err(err, errlen, "NVRTC %d.%d does not support %s (%s)", nv.major, nv.minor, arch,
+            diag_format(err, errlen, "NVRTC %d.%d does not support %s (%s)", nv.major, nv.minor, arch,
                     line[0] ? line : nv.nvrtcGetErrorString(crc));
             img->log[0] = 0; /* its one line is in err */
         } else
-            set_err(err, errlen, "NVRTC cannot compile %s for %s (%s)%s", name, arch,
+            diag_format(err, errlen, "NVRTC cannot compile %s for %s (%s)%s", name, arch,
                     nv.nvrtcGetErrorString(crc), img->log[0] ? "; its log follows" : "");
     }
     size_t size = 0;
@@ -264,7 +255,7 @@ compile_now(const char *source, const char *name, const char *arch, bool is_cubi
         rc = is_cubin ? nv.nvrtcGetCUBINSize(prog, &size) : nv.nvrtcGetPTXSize(prog, &size);
         is_ok = rc == NVRTC_SUCCESS && size > 0;
         if (!is_ok)
-            set_err(err, errlen, "NVRTC gave no %s for %s (%s)", is_cubin ? "cubin" : "PTX", arch,
+            diag_format(err, errlen, "NVRTC gave no %s for %s (%s)", is_cubin ? "cubin" : "PTX", arch,
                     rc != NVRTC_SUCCESS ? nv.nvrtcGetErrorString(rc) : "size 0");
     }
     if (is_ok) {
@@ -275,7 +266,7 @@ compile_now(const char *source, const char *name, const char *arch, bool is_cubi
                       : nv.nvrtcGetPTX(prog, (char *)img->data);
         is_ok = rc == NVRTC_SUCCESS;
         if (!is_ok)
-            set_err(err, errlen, "NVRTC cannot hand over the %s for %s (%s)",
+            diag_format(err, errlen, "NVRTC cannot hand over the %s for %s (%s)",
                     is_cubin ? "cubin" : "PTX", arch, nv.nvrtcGetErrorString(rc));
         /* PTX's size counts its NUL; make sure there is exactly one, at the end */
         if (is_ok && !is_cubin) size = strlen((char *)img->data) + 1;
@@ -296,12 +287,12 @@ cuda_nvrtc_compile(const char *source, const char *name, const char *arch, bool 
     img->log = calloc(1, 1);
     if (!img->log) die("out of memory");
     if (!cuda_arch_is_valid(arch)) {
-        set_err(err, errlen, "'%s' is not a CUDA architecture (sm_NN or compute_NN, e.g. sm_90)",
+        diag_format(err, errlen, "'%s' is not a CUDA architecture (sm_NN or compute_NN, e.g. sm_90)",
                 arch);
         return false;
     }
     if (is_cubin && !cuda_arch_is_real(arch)) {
-        set_err(err, errlen, "a cubin is built for a real architecture (sm_NN), not the virtual %s",
+        diag_format(err, errlen, "a cubin is built for a real architecture (sm_NN), not the virtual %s",
                 arch);
         return false;
     }
@@ -342,7 +333,7 @@ cuda_override_load(CudaOverride *ov, char *err, size_t errlen)
     bool is_cu = n > 3 && !strcmp(path + n - 3, ".cu");
     bool is_ptx = n > 4 && !strcmp(path + n - 4, ".ptx");
     if (!is_cu && !is_ptx) {
-        set_err(err, errlen, "SNN_KERNEL_OVERRIDE=%s names neither CUDA C (.cu) nor PTX (.ptx)",
+        diag_format(err, errlen, "SNN_KERNEL_OVERRIDE=%s names neither CUDA C (.cu) nor PTX (.ptx)",
                 path);
         return false;
     }
@@ -350,14 +341,14 @@ cuda_override_load(CudaOverride *ov, char *err, size_t errlen)
     size_t len;
     char msg[600];
     if (rt_read_file(path, &buf, &len, msg, sizeof msg) != 0) {
-        set_err(err, errlen, "SNN_KERNEL_OVERRIDE: %s", msg);
+        diag_format(err, errlen, "SNN_KERNEL_OVERRIDE: %s", msg);
         return false;
     }
     char *text = realloc(buf, len + 1);
     if (!text) die("out of memory");
     text[len] = 0;
     if (memchr(text, 0, len) || (is_ptx && len == 0)) {
-        set_err(err, errlen, "SNN_KERNEL_OVERRIDE=%s is %s, not %s text", path,
+        diag_format(err, errlen, "SNN_KERNEL_OVERRIDE=%s is %s, not %s text", path,
                 len ? "binary" : "empty", is_ptx ? "PTX" : "CUDA C");
         free(text);
         return false;
@@ -390,7 +381,7 @@ cuda_build_image(const char *source, const char *name, const CudaOverride *ov, c
     img->log = calloc(1, 1);
     if (!img->log) die("out of memory");
     if (is_cubin) {
-        set_err(err, errlen, "SNN_KERNEL_OVERRIDE=%s is PTX, which stands in for PTX only, not a "
+        diag_format(err, errlen, "SNN_KERNEL_OVERRIDE=%s is PTX, which stands in for PTX only, not a "
                 "cubin for %s (override with a .cu file, or ask for PTX alone)", ov->path, arch);
         return false;
     }

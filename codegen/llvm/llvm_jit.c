@@ -4,7 +4,6 @@
  * checked where it happens and reported with LLVM's own message; nothing here prints. Must not
  * change what a program computes: that is llvm_gen.c's contract with kir_eval. */
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,14 +43,6 @@ struct CgLlvm {
     bool is_cache_hit;  /* the code came from the cache */
 };
 
-static void
-set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* Report an LLVMErrorRef (consuming it) as "what: LLVM's message"; returns true if there was one.
  */
@@ -60,7 +51,7 @@ llvm_failed(LLVMErrorRef e, const char *what, char *err, size_t errlen)
 {
     if (!e) return false;
     char *msg = LLVMGetErrorMessage(e);
-    set_err(err, errlen, "%s: %s", what, msg);
+    diag_format(err, errlen, "%s: %s", what, msg);
     LLVMDisposeErrorMessage(msg);
     return true;
 }
@@ -72,7 +63,7 @@ bool
 cg_llvm_set_args(const char *args, char *err, size_t errlen)
 {
     if (strlen(args) >= sizeof llvm_args) {
-        set_err(err, errlen, "--llvm-args is longer than %zu characters", sizeof llvm_args - 1);
+        diag_format(err, errlen, "--llvm-args is longer than %zu characters", sizeof llvm_args - 1);
         return false;
     }
     snprintf(llvm_args, sizeof llvm_args, "%s", args);
@@ -82,7 +73,7 @@ cg_llvm_set_args(const char *args, char *err, size_t errlen)
     int argc = 1;
     for (char *tok = strtok(copy, " \t"); tok; tok = strtok(NULL, " \t")) {
         if (argc == 64) {
-            set_err(err, errlen, "--llvm-args holds more than 63 options");
+            diag_format(err, errlen, "--llvm-args holds more than 63 options");
             return false;
         }
         argv[argc++] = tok;
@@ -116,7 +107,7 @@ llvm_target_machine(const char *cpu_name, char *err, size_t errlen)
     char *msg = NULL;
     LLVMTargetRef target;
     if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
-        set_err(err, errlen, "LLVM target %s: %s", triple, msg ? msg : "?");
+        diag_format(err, errlen, "LLVM target %s: %s", triple, msg ? msg : "?");
         LLVMDisposeMessage(msg);
         LLVMDisposeMessage(triple);
         return NULL;
@@ -128,7 +119,7 @@ llvm_target_machine(const char *cpu_name, char *err, size_t errlen)
     LLVMTargetMachineRef tm =
         LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelAggressive,
                                 LLVMRelocPIC, LLVMCodeModelJITDefault);
-    if (!tm) set_err(err, errlen, "LLVM: cannot create a target machine for %s (%s)", triple, cpu);
+    if (!tm) diag_format(err, errlen, "LLVM: cannot create a target machine for %s (%s)", triple, cpu);
     if (is_host) {
         LLVMDisposeMessage(cpu);
         LLVMDisposeMessage(features);
@@ -228,7 +219,7 @@ cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err, size
         char *msg = NULL;
         if (!llvm_optimise(mod, tm, err, errlen) ||
             LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) {
-            if (msg) set_err(err, errlen, "LLVM code generation: %s", msg);
+            if (msg) diag_format(err, errlen, "LLVM code generation: %s", msg);
             LLVMDisposeMessage(msg);
             LLVMDisposeModule(mod);
             LLVMContextDispose(ctx);
@@ -349,24 +340,24 @@ bind_buffers(CgLlvm *cg, int batch, const float *const *inputs, float *const *ou
         int64_t n = kb->size.per_batch * batch + kb->size.fixed;
         bufs[i] = NULL;
         if (n < 0) {
-            set_err(err, errlen, "buffer '%s': negative size %lld", kb->name, (long long)n);
+            diag_format(err, errlen, "buffer '%s': negative size %lld", kb->name, (long long)n);
             return false;
         }
         if ((kb->kind == KB_INPUT || kb->kind == KB_OUTPUT) && kb->type != KT_F32) {
-            set_err(err, errlen, "caller buffer '%s' is not f32", kb->name);
+            diag_format(err, errlen, "caller buffer '%s' is not f32", kb->name);
             return false;
         }
         switch (kb->kind) {
         case KB_INPUT:
             if (!m || kb->io < 0 || kb->io >= m->ninputs || !inputs || !inputs[kb->io]) {
-                set_err(err, errlen, "buffer '%s': no input %d", kb->name, kb->io);
+                diag_format(err, errlen, "buffer '%s': no input %d", kb->name, kb->io);
                 return false;
             }
             bufs[i] = (void *)inputs[kb->io]; /* read-only: llvm_gen refuses stores to inputs */
             break;
         case KB_OUTPUT:
             if (!m || kb->io < 0 || kb->io >= m->noutputs || !outputs || !outputs[kb->io]) {
-                set_err(err, errlen, "buffer '%s': no output %d", kb->name, kb->io);
+                diag_format(err, errlen, "buffer '%s': no output %d", kb->name, kb->io);
                 return false;
             }
             bufs[i] = outputs[kb->io];
@@ -497,12 +488,12 @@ cg_llvm_write_object(const KProgram *p, const char *cpu, const CgLlvmObjectData 
     const void *weights = data->weights;
     size_t weights_len = data->weights_len;
     if (weights_len >= (size_t)1 << 32) {
-        set_err(err, errlen, "the weights take %zu bytes; at most 4 GiB can be embedded (use "
+        diag_format(err, errlen, "the weights take %zu bytes; at most 4 GiB can be embedded (use "
                 "--no-embed-weights)", weights_len);
         return false;
     }
     if (data->cuda_images_len >= (size_t)1 << 32) {
-        set_err(err, errlen, "the CUDA images take %zu bytes; at most 4 GiB can be embedded",
+        diag_format(err, errlen, "the CUDA images take %zu bytes; at most 4 GiB can be embedded",
                 data->cuda_images_len);
         return false;
     }
@@ -525,7 +516,7 @@ cg_llvm_write_object(const KProgram *p, const char *cpu, const CgLlvmObjectData 
     if (is_ok) {
         char *msg = NULL;
         if (LLVMTargetMachineEmitToFile(tm, mod, (char *)path, LLVMObjectFile, &msg)) {
-            set_err(err, errlen, "LLVM: cannot write '%s': %s", path, msg ? msg : "?");
+            diag_format(err, errlen, "LLVM: cannot write '%s': %s", path, msg ? msg : "?");
             is_ok = false;
         }
         LLVMDisposeMessage(msg);
