@@ -12,6 +12,7 @@
 #endif
 #include "frontend/frontend.h"
 #include "ir/ir.h"
+#include "nir/nir.h"
 #include "passes/pass.h"
 #include "runtime/clock.h"
 #include "runtime/cuda_driver.h"
@@ -64,12 +65,15 @@ typedef struct Options {
     const char *archs[MAX_CUDA_ARCHS]; /* its entries (sm_NN, compute_NN), or "none" alone */
     int narchs;
     char arch_list[256];   /* where archs point */
+    bool is_nir;           /* the model file is a NIR graph (.nir) */
+    NirImportOptions nir;  /* --dt, --integrator, --reset, --reset-step, --timesteps */
+    const NirImport *import; /* the imported graph's text and weights (is_nir) */
 } Options;
 
 static void
 usage(FILE *f)
 {
-    fputs("usage: snnc [options] MODEL.snn|MODEL.snnir\n"
+    fputs("usage: snnc [options] MODEL.snn|MODEL.snnir|MODEL.nir\n"
           "\n"
           "Compile a spiking neural network and run it or print its IR.\n"
           "\n"
@@ -85,6 +89,8 @@ usage(FILE *f)
           "  --explain               print the schedule a tuner reads: kernels, the layers each\n"
           "                          computes, buffers (layout, type, size), arena bytes, launches\n"
           "                          per inference, at --batch (--device=cuda: the GPU's)\n"
+          "  --emit=snn              a NIR graph as an equivalent .snn model (to -o FILE.snn, its\n"
+          "                          weights beside it as FILE.safetensors; or the text to stdout)\n"
           "  --emit=weights          write the weights the model runs with (--weights, the model's\n"
           "                          file, or its seeded initialisation) as f32 safetensors (needs -o)\n"
           "  -o FILE                 where --emit writes; without --emit, build a shared library\n"
@@ -135,6 +141,19 @@ usage(FILE *f)
           "                          double, rounded once: the interpreter's bits) or f32 (float\n"
           "                          with an FMA per term, as float32 frameworks: about twice as\n"
           "                          fast; outputs may differ in the last bits, and spikes with them)\n"
+          "\n"
+          "\n",
+          f);
+    fputs("NIR graphs (MODEL.nir, docs/nir.md): NIR's neurons are continuous in time; these choose\n"
+          "the step they run with (written into the imported neurons, so the IR shows them):\n"
+          "  --timesteps=N           steps per inference (required: NIR does not say)\n"
+          "  --dt=SECONDS            the step (default 1e-4, the exporters' convention r = tau/dt)\n"
+          "  --integrator=euler|exact  forward Euler (default: v <- (1 - dt/tau) v + ...) or the\n"
+          "                          exact exponential decay e^(-dt/tau)\n"
+          "  --reset=value|subtract  after a spike v <- v_reset (default, NIR's definition) or\n"
+          "                          v <- v - v_th\n"
+          "  --reset-step=same|next  the reset acts in the step that fires (default) or in the next\n"
+          "                          step's update (snnTorch)\n"
           "\n"
           "Passes (the graph-IR pipeline; --help-passes lists them):\n"
           "  -O0 .. -O3              -O0: no pass (lowering only: every layer step by step); -O1 and\n"
@@ -451,7 +470,8 @@ parse_options(int argc, char **argv, Options *o)
            O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU,
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
-           O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS, O_ACCUMULATE };
+           O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS, O_ACCUMULATE, O_DT, O_INTEGRATOR,
+           O_RESET, O_RESET_STEP, O_TIMESTEPS };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -479,6 +499,11 @@ parse_options(int argc, char **argv, Options *o)
         {"explain", no_argument, 0, O_EXPLAIN},
         {"llvm-args", required_argument, 0, O_LLVM_ARGS},
         {"accumulate", required_argument, 0, O_ACCUMULATE},
+        {"dt", required_argument, 0, O_DT},
+        {"integrator", required_argument, 0, O_INTEGRATOR},
+        {"reset", required_argument, 0, O_RESET},
+        {"reset-step", required_argument, 0, O_RESET_STEP},
+        {"timesteps", required_argument, 0, O_TIMESTEPS},
         {0, 0, 0, 0},
     };
     o->batch = 64;
@@ -488,6 +513,7 @@ parse_options(int argc, char **argv, Options *o)
     o->seed = -1;
     o->backend = NULL; /* chosen after the options: see below */
     bool is_f64_asked = false;
+    const char *nir_flag = NULL; /* the last NIR-only option given */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu < 1 ? 1 : ncpu > 1024 ? 1024 : (int)ncpu;
     opterr = 0;
@@ -498,10 +524,12 @@ parse_options(int argc, char **argv, Options *o)
             if (strcmp(optarg, "ir") != 0 && strcmp(optarg, "kernel") != 0 &&
                 strcmp(optarg, "weights") != 0 && strcmp(optarg, "cuda") != 0 &&
                 strcmp(optarg, "ptx") != 0 && strcmp(optarg, "cubin") != 0 &&
+                strcmp(optarg, "snn") != 0 &&
                 ((strcmp(optarg, "llvm") != 0 && strcmp(optarg, "obj") != 0) ||
                  !find_backend("cpu")))
-                usage_error("--emit=%s is not available (this build emits: ir, kernel, weights, "
-                            "cuda, ptx, cubin%s)", optarg, find_backend("cpu") ? ", llvm, obj" : "");
+                usage_error("--emit=%s is not available (this build emits: ir, snn, kernel, "
+                            "weights, cuda, ptx, cubin%s)", optarg,
+                            find_backend("cpu") ? ", llvm, obj" : "");
             o->emit = optarg;
             break;
         case 'O':
@@ -583,6 +611,45 @@ parse_options(int argc, char **argv, Options *o)
             else
                 usage_error("--accumulate expects exact or f32, got '%s'", optarg);
             break;
+        case O_DT: {
+            char *end;
+            errno = 0;
+            o->nir.dt = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(o->nir.dt > 0) || !isfinite(o->nir.dt))
+                usage_error("--dt expects a positive number of seconds, got '%s'", optarg);
+            break;
+        }
+        case O_INTEGRATOR:
+            if (strcmp(optarg, "euler") == 0)
+                o->nir.integrator = NIR_EULER;
+            else if (strcmp(optarg, "exact") == 0)
+                o->nir.integrator = NIR_EXACT;
+            else
+                usage_error("--integrator expects euler or exact, got '%s'", optarg);
+            nir_flag = "--integrator";
+            break;
+        case O_RESET:
+            if (strcmp(optarg, "value") == 0)
+                o->nir.reset = NIR_RESET_VALUE;
+            else if (strcmp(optarg, "subtract") == 0)
+                o->nir.reset = NIR_RESET_SUBTRACT;
+            else
+                usage_error("--reset expects value or subtract, got '%s'", optarg);
+            nir_flag = "--reset";
+            break;
+        case O_RESET_STEP:
+            if (strcmp(optarg, "same") == 0)
+                o->nir.reset_next = false;
+            else if (strcmp(optarg, "next") == 0)
+                o->nir.reset_next = true;
+            else
+                usage_error("--reset-step expects same or next, got '%s'", optarg);
+            nir_flag = "--reset-step";
+            break;
+        case O_TIMESTEPS:
+            o->nir.timesteps = (int)parse_int("--timesteps", optarg, 1, 1 << 20);
+            nir_flag = "--timesteps";
+            break;
         case O_LLVM_ARGS: {
 #ifdef SNN_HAVE_LLVM
             char why[256];
@@ -621,6 +688,16 @@ parse_options(int argc, char **argv, Options *o)
     if (optind + 1 < argc)
         usage_error("one model file at a time (got '%s' and '%s')", argv[optind], argv[optind + 1]);
     o->path = argv[optind];
+    size_t plen = strlen(o->path);
+    o->is_nir = plen > 4 && strcmp(o->path + plen - 4, ".nir") == 0;
+    if (o->nir.dt > 0 && !nir_flag) nir_flag = "--dt";
+    if (nir_flag && !o->is_nir)
+        usage_error("%s is for NIR graphs (MODEL.nir); a .snn model says this itself", nir_flag);
+    if (is_emit(o, "snn") && !o->is_nir)
+        usage_error("--emit=snn translates a NIR graph (MODEL.nir); for a .snn model, --emit=ir "
+                    "prints its canonical form");
+    if (o->is_nir && o->model)
+        usage_error("--model picks one model of a .snn file; a NIR graph is one model");
     if (!o->emit && !o->run && !o->out && !o->explain)
         usage_error("nothing to do: give --run, --emit=ir, --explain or -o MODEL.so");
     if (o->out && !o->emit && !find_backend("cpu"))
@@ -1490,13 +1567,22 @@ cuda_backend_run(void *state, const Module *m, const InterpOptions *io, int batc
     return true;
 }
 
+/* The weights a model runs with: --weights, else an imported graph's, else the model's own. */
+static bool
+bind_weights(Module *m, const Options *o)
+{
+    if (o->weights || !o->import) return weights_bind(m, o->weights);
+    RtTensorSet set = {o->import->tensors, o->import->ntensors};
+    return weights_bind_set(m, &set, o->path);
+}
+
 /* --emit=obj -o FILE, or -o MODEL.so */
 static int
 build_binary(Module *m, const Options *o)
 {
 #ifdef SNN_HAVE_LLVM
     bool embed = !o->no_embed_weights;
-    if (embed && !weights_bind(m, o->weights)) return 1;
+    if (embed && !bind_weights(m, o)) return 1;
     KProgram *kp = kir_lower(m);
     if (!kp) return 1;
     CudaBuild b;
@@ -1525,15 +1611,103 @@ build_binary(Module *m, const Options *o)
 #endif
 }
 
+/* "dir/model.snn" → "dir/model.safetensors" (malloc'ed) */
+static char *
+weights_path_beside(const char *snn_path)
+{
+    size_t len = strlen(snn_path);
+    const char *slash = strrchr(snn_path, '/');
+    const char *dot = strrchr(snn_path, '.');
+    if (dot && (!slash || dot > slash + 1)) len = (size_t)(dot - snn_path);
+    char *p = malloc(len + sizeof ".safetensors");
+    if (!p) die("out of memory");
+    memcpy(p, snn_path, len);
+    memcpy(p + len, ".safetensors", sizeof ".safetensors");
+    return p;
+}
+
+/* A NIR graph: imported into .snn text and weights (nir/), which the frontend then reads like a
+ * file. The text is named after where --emit=snn writes it, else MODEL.nir.snn, in messages and
+ * IR locations. */
+static Module *
+load_nir(Options *o, NirImport *im, char **text_path, char **weights_path)
+{
+    NirImportOptions no = o->nir;
+    bool is_snn_file = is_emit(o, "snn") && o->out;
+    if (is_snn_file) {
+        *weights_path = weights_path_beside(o->out);
+        const char *slash = strrchr(*weights_path, '/');
+        no.weights_ref = slash ? slash + 1 : *weights_path;
+    }
+    char err[1024];
+    if (!nir_import_file(o->path, &no, im, err, sizeof err)) {
+        diag_reader_error(NULL, err);
+        return NULL;
+    }
+    if (!o->quiet)
+        for (const char *line = im->notes; *line;) {
+            const char *end = strchr(line, '\n');
+            int len = end ? (int)(end - line) : (int)strlen(line);
+            fprintf(stderr, "%s: note: %.*s\n", o->path, len, line);
+            line += len + (end != NULL);
+        }
+    size_t n = strlen(o->path) + 5;
+    *text_path = malloc(n);
+    if (!*text_path) die("out of memory");
+    snprintf(*text_path, n, "%s.snn", o->path);
+    o->import = im;
+    return fe_load_text(is_snn_file ? o->out : *text_path, im->text, im->len, NULL);
+}
+
+/* --emit=snn: the imported model's text (to -o or stdout) and, with -o, its weights beside it */
+static int
+emit_snn(const Options *o, const char *weights_path)
+{
+    char err[512];
+    const NirImport *im = o->import;
+    if (!o->out) {
+        fwrite(im->text, 1, im->len, stdout);
+        if (!o->quiet && im->ntensors)
+            fprintf(stderr, "%s: note: the weights are written with -o FILE.snn only (beside it, "
+                    "as FILE.safetensors)\n", o->path);
+        return 0;
+    }
+    if (rt_write_file(o->out, im->text, im->len, err, sizeof err) != 0) {
+        diag_reader_error(NULL, err);
+        return 1;
+    }
+    if (rt_safetensors_write(weights_path, im->tensors, im->ntensors, RT_F32, err,
+                             sizeof err) != 0) {
+        diag_reader_error(NULL, err);
+        return 1;
+    }
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
     Options o = {0};
     parse_options(argc, argv, &o);
-    Module *m = fe_load(o.path, o.model);
+    NirImport import = {0};
+    char *nir_text_path = NULL, *nir_weights_path = NULL;
+    Module *m = o.is_nir ? load_nir(&o, &import, &nir_text_path, &nir_weights_path)
+                         : fe_load(o.path, o.model);
+    if (m && is_emit(&o, "snn")) {
+        int rc = emit_snn(&o, nir_weights_path);
+        module_free(m);
+        nir_import_free(&import);
+        free(nir_text_path);
+        free(nir_weights_path);
+        diag_reset();
+        return rc;
+    }
     if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
     if (!m || !passes_run(m, &o.passes)) {
         module_free(m);
+        nir_import_free(&import);
+        free(nir_text_path);
+        free(nir_weights_path);
         diag_reset();
         return 1;
     }
@@ -1545,7 +1719,7 @@ main(int argc, char **argv)
         rc = kp ? 0 : 1;
         kir_free(kp);
     } else if (o.emit && strcmp(o.emit, "weights") == 0) {
-        rc = weights_bind(m, o.weights) ? write_weights(m, o.out) : 1;
+        rc = bind_weights(m, &o) ? write_weights(m, o.out) : 1;
     } else if (is_emit(&o, "ptx") || is_emit(&o, "cubin")) {
         rc = emit_cuda_image(m, &o);
     } else if (o.emit && strcmp(o.emit, "obj") != 0) {
@@ -1581,12 +1755,15 @@ main(int argc, char **argv)
         rc = build_binary(m, &o);
     }
     if (rc == 0 && o.run) {
-        if (!weights_bind(m, o.weights))
+        if (!bind_weights(m, &o))
             rc = 1;
         else
             rc = run(m, &o);
     }
     module_free(m);
+    nir_import_free(&import);
+    free(nir_text_path);
+    free(nir_weights_path);
     diag_reset();
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "snnc: error: cannot write to standard output: %s\n", strerror(errno));

@@ -351,6 +351,9 @@ void print_double(char *buf, size_t n, double x);
 /* weights.c: bind weight data from a safetensors file (checking names, shapes, dtypes: missing, extra,
  * mis-shaped are errors) or from the seeded PyTorch-default initialisation. */
 bool weights_bind(Module *m, const char *override_path);
+/* the same from tensors in memory (an imported model's); path names them in messages */
+struct RtTensorSet;
+bool weights_bind_set(Module *m, const struct RtTensorSet *set, const char *path);
 /* The module's weights as tensors viewing their data (name and data borrowed, dtype f32), for
  * writers; free the array only. */
 struct RtTensor;

@@ -111,6 +111,39 @@ list_weights(const Module *m, char *buf, size_t n)
 }
 
 bool
+weights_bind_set(Module *m, const RtTensorSet *set, const char *path)
+{
+    bool ok = true;
+    for (int i = 0; i < m->nweights; i++)
+        if (!check_tensor(m, &m->weights[i], rt_tensorset_find(set, m->weights[i].name), path))
+            ok = false;
+    for (int i = 0; i < set->ntensors; i++) {
+        const char *name = set->tensors[i].name ? set->tensors[i].name : "";
+        if (module_find_weight(m, name) >= 0)
+            continue;
+        if (m->nweights == 0) {
+            diag_file_error(path, "tensor '%s' is not used by the model (it has no weights)", name);
+        } else {
+            char list[1024];
+            list_weights(m, list, sizeof list);
+            diag_file_error(path, "tensor '%s' is not used by the model (its weights are: %s)",
+                            name, list);
+        }
+        ok = false;
+    }
+    if (ok)
+        for (int i = 0; i < m->nweights; i++) {
+            Weight *w = &m->weights[i];
+            const RtTensor *t = rt_tensorset_find(set, w->name);
+            w->data = arena_alloc(&m->arena, (size_t)(w->numel ? w->numel : 1) * sizeof(float));
+            int64_t n = t->numel < w->numel ? t->numel : w->numel; /* equal: the shapes match */
+            if (n > 0)
+                memcpy(w->data, t->data, (size_t)n * sizeof(float));
+        }
+    return ok;
+}
+
+bool
 weights_bind(Module *m, const char *override_path)
 {
     const char *path = override_path ? override_path : m->weights_path;
@@ -128,33 +161,7 @@ weights_bind(Module *m, const char *override_path)
         rt_tensorset_free(&set);
         return false;
     }
-    bool ok = true;
-    for (int i = 0; i < m->nweights; i++)
-        if (!check_tensor(m, &m->weights[i], rt_tensorset_find(&set, m->weights[i].name), path))
-            ok = false;
-    for (int i = 0; i < set.ntensors; i++) {
-        const char *name = set.tensors[i].name ? set.tensors[i].name : "";
-        if (module_find_weight(m, name) >= 0)
-            continue;
-        if (m->nweights == 0) {
-            diag_file_error(path, "tensor '%s' is not used by the model (it has no weights)", name);
-        } else {
-            char list[1024];
-            list_weights(m, list, sizeof list);
-            diag_file_error(path, "tensor '%s' is not used by the model (its weights are: %s)",
-                            name, list);
-        }
-        ok = false;
-    }
-    if (ok)
-        for (int i = 0; i < m->nweights; i++) {
-            Weight *w = &m->weights[i];
-            const RtTensor *t = rt_tensorset_find(&set, w->name);
-            w->data = arena_alloc(&m->arena, (size_t)(w->numel ? w->numel : 1) * sizeof(float));
-            int64_t n = t->numel < w->numel ? t->numel : w->numel; /* equal: the shapes match */
-            if (n > 0)
-                memcpy(w->data, t->data, (size_t)n * sizeof(float));
-        }
+    bool ok = weights_bind_set(m, &set, path);
     rt_tensorset_free(&set);
     return ok;
 }

@@ -24,7 +24,7 @@ typedef struct RtTensor {
                     rounded) */
 } RtTensor;
 
-typedef struct {
+typedef struct RtTensorSet {
     RtTensor *tensors;
     int ntensors;
 } RtTensorSet;

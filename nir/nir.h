@@ -1,0 +1,117 @@
+/* NIR import: a .nir file (HDF5, ../docs/nir.md) → a tree of groups and datasets (h5read.c, the
+ * only file that needs libhdf5) → a checked graph of NIR nodes (graph.c) → an equivalent .snn model
+ * text and its weights (to_snn.c), which the frontend then compiles like any .snn file. The
+ * discretisation NIR leaves open (dt, Euler or exact decay, reset kind and timing) is chosen by
+ * NirImportOptions and written into the generated neuron definitions, so it is explicit in the IR.
+ * Nothing here prints: every function reports one sentence through an error buffer. */
+#ifndef SNN_NIR_H
+#define SNN_NIR_H
+
+#include "runtime/tensor_io.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    NIR_MAX_RANK = 8,
+    NIR_MAX_DEPTH = 16,          /* nested graphs */
+    NIR_MAX_NODES = 100000,      /* nodes in one file, all graphs together */
+};
+#define NIR_MAX_NUMEL ((int64_t)1 << 30) /* elements of one dataset; larger claims are errors */
+
+/* ---- the file as a tree (h5read.c builds it from HDF5; tests and the fuzz target build it by
+ * hand) ---- */
+typedef enum { NIR_GROUP, NIR_NUMBERS, NIR_STRINGS, NIR_OTHER } NirObjKind;
+
+typedef struct NirObj NirObj;
+struct NirObj {
+    char *name;
+    NirObjKind kind;
+    NirObj *kids; /* NIR_GROUP: its members, sorted by name */
+    int nkids;
+    bool is_int;  /* NIR_NUMBERS: stored as integers */
+    int rank;     /* datasets: 0 for a scalar */
+    int64_t dims[NIR_MAX_RANK];
+    int64_t numel;
+    double *num;  /* NIR_NUMBERS: numel values */
+    char **str;   /* NIR_STRINGS: numel strings */
+};
+
+void nir_obj_free(NirObj *o); /* frees what o owns (not o itself) */
+const NirObj *nir_obj_find(const NirObj *group, const char *name);
+
+/* h5read.c: the whole file; false with one sentence in err. Without libhdf5 in the build it says so. */
+bool nir_h5_read(const char *path, NirObj *root, char *err, size_t errlen);
+bool nir_h5_available(void);
+
+/* ---- the graph (graph.c) ---- */
+#define NIR_KINDS(X)                                                                              \
+    X(INPUT, "Input") X(OUTPUT, "Output") X(AFFINE, "Affine") X(LINEAR, "Linear")                 \
+    X(SCALE, "Scale") X(CONV1D, "Conv1d") X(CONV2D, "Conv2d") X(SUMPOOL2D, "SumPool2d")           \
+    X(AVGPOOL2D, "AvgPool2d") X(FLATTEN, "Flatten") X(DELAY, "Delay") X(THRESHOLD, "Threshold")   \
+    X(I, "I") X(IF, "IF") X(LI, "LI") X(LIF, "LIF") X(CUBALI, "CubaLI") X(CUBALIF, "CubaLIF")
+
+typedef enum {
+#define X(k, s) NK_##k,
+    NIR_KINDS(X)
+#undef X
+    NK_COUNT
+} NirKind;
+const char *nir_kind_name(NirKind k);
+
+typedef struct NirNode {
+    char *name;          /* dotted path from the top graph: "rec.lif" */
+    NirKind kind;
+    const NirObj *group; /* its fields */
+    bool is_top;         /* an Input/Output of the top-level graph (a model input/output) */
+    int nin;             /* incoming edges (their sum is the node's input) */
+    int *in;             /* source node indices */
+    int64_t numel_hint;  /* unused by the graph; to_snn's scratch */
+} NirNode;
+
+typedef struct NirGraph {
+    char *version;       /* the file's "version" ("" when absent) */
+    NirNode *nodes;
+    int nnodes;
+} NirGraph;
+
+/* The top graph of root (the file) flattened: nested graphs' nodes named "sub.node", an edge into
+ * a nested graph goes to its one Input node, an edge out of it leaves from its one Output node.
+ * Checks what the structure needs (types known, edges name existing nodes, depth and size
+ * limits); fields are checked by to_snn. path is for messages. */
+bool nir_graph_build(const NirObj *root, const char *path, NirGraph *g, char *err, size_t errlen);
+void nir_graph_free(NirGraph *g);
+
+/* ---- translation to the language (to_snn.c) ---- */
+typedef enum { NIR_EULER, NIR_EXACT } NirIntegrator;
+typedef enum { NIR_RESET_VALUE, NIR_RESET_SUBTRACT } NirReset;
+
+typedef struct NirImportOptions {
+    double dt;                /* seconds per step; <= 0: recovered from the exporters' convention
+                                 (r = tau/dt), else 1e-4 */
+    NirIntegrator integrator; /* euler (default) or exact */
+    NirReset reset;           /* value (default: the spec's v <- v_reset) or subtract */
+    bool reset_next;          /* the reset acts at the next step's update (snnTorch) */
+    int timesteps;            /* T of the model (required) */
+    const char *model_name;   /* NULL: from the file name */
+    const char *weights_ref;  /* NULL: no `weights` statement (the caller binds them) */
+} NirImportOptions;
+
+typedef struct NirImport {
+    char *text;          /* the .snn model */
+    size_t len;
+    RtTensor *tensors;   /* its weights, named as the model names them */
+    int ntensors;
+    char notes[2048];    /* what was detected and chosen, one line each ("" if nothing) */
+} NirImport;
+
+bool nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirImport *out,
+                char *err, size_t errlen);
+void nir_import_free(NirImport *im);
+
+/* file → .snn text and weights in one call */
+bool nir_import_file(const char *path, const NirImportOptions *o, NirImport *out, char *err,
+                     size_t errlen);
+
+#endif

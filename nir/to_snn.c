@@ -1,0 +1,1204 @@
+/* A NIR graph → a .snn model and its weights. Each node becomes one binding; its input is the sum of
+ * the nodes with an edge into it. Cycles are broken by a one-step delay on the edge that closes them
+ * (depth-first from the inputs): that edge reads prev(source), visible in the text and the IR.
+ * NIR's continuous-time neurons become neuron definitions written here, with the discretisation
+ * chosen by NirImportOptions folded into their parameters (decay and gain per step, rounded to
+ * float32 like the frameworks' parameter tensors), so the equations a user reads are the ones run:
+ *   euler   v <- (1 - dt/tau) v + (dt/tau) r I + (dt/tau) v_leak
+ *   exact   v <- e^(-dt/tau) v + (1 - e^(-dt/tau)) (r I + v_leak)
+ * Exporters that write r = tau/dt (and w_in = tau_syn/dt), snnTorch's convention, mean an input
+ * gain of exactly 1 under Euler; that is detected per node, and tau = dt/(1 - beta) computed in
+ * float32 is inverted exactly, so beta is the exporter's own float. */
+#include "nir/nir.h"
+#include "ir/ir.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Buf {
+    char *s;
+    size_t len, cap;
+    bool is_oom;
+} Buf;
+
+static void
+put(Buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || b->is_oom) {
+        va_end(ap2);
+        return;
+    }
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->is_oom = true;
+            va_end(ap2);
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    b->len += (size_t)n;
+}
+
+/* a number as the language reads it back exactly */
+static const char *
+num(char *buf, size_t n, double x)
+{
+    print_double(buf, n, x);
+    return buf;
+}
+
+typedef struct Shape {
+    int rank;
+    int64_t dims[NIR_MAX_RANK];
+} Shape;
+
+static int64_t
+shape_numel(const Shape *s)
+{
+    int64_t n = 1;
+    for (int d = 0; d < s->rank; d++)
+        n *= s->dims[d];
+    return n;
+}
+
+static bool
+shape_eq(const Shape *a, const Shape *b)
+{
+    if (a->rank != b->rank) return false;
+    for (int d = 0; d < a->rank; d++)
+        if (a->dims[d] != b->dims[d]) return false;
+    return true;
+}
+
+static const char *
+shape_str(char *buf, size_t n, const Shape *s)
+{
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < s->rank && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)s->dims[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
+/* the neuron definitions a model may need: one per kind and reset variant */
+typedef enum { NV_SAME_VALUE, NV_SAME_SUB, NV_NEXT_VALUE, NV_NEXT_SUB, NV_COUNT } NeuronVariant;
+
+typedef struct Ctx {
+    const NirGraph *g;
+    const char *path;
+    const NirImportOptions *o;
+    char *err;
+    size_t errlen;
+    char **ident;      /* per node: its binding name in the text (NULL: none of its own) */
+    char **ref;        /* per node: what a reader writes to use its value */
+    Shape *shape;      /* per node: its per-sample output shape */
+    int *order;        /* nodes in definition order */
+    int norder;
+    bool *is_back;     /* per node i, per incoming edge j: in[j] -> i closes a cycle (flattened) */
+    bool *is_back_src; /* per node: the source of such an edge (so it needs a name of its own) */
+    int *back_base;
+    bool used[NK_COUNT][NV_COUNT];
+    Buf *texts;        /* per node: its statements */
+    Buf *out;          /* where emit_node writes: texts[the node being emitted] */
+    int *state;        /* per node: 0 not emitted, 1 being emitted, 2 emitted (shape known) */
+    bool *is_used_early; /* per node: read before it was emitted (so it needs its own name) */
+    RtTensor *tensors;
+    int ntensors, captensors;
+    Buf notes;
+    int ngain_one, ngain_other; /* nodes where r = tau/dt held (gain 1) or did not */
+    double dt;
+} Ctx;
+
+static bool
+fail(Ctx *c, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    rt_io_error(c->err, c->errlen, c->path, "%s", msg);
+    return false;
+}
+
+static bool
+node_fail(Ctx *c, int id, const char *field, const char *fmt, ...)
+{
+    char msg[640];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const NirNode *n = &c->g->nodes[id];
+    if (field)
+        return fail(c, "node '%s' (%s): field '%s': %s", n->name, nir_kind_name(n->kind), field, msg);
+    return fail(c, "node '%s' (%s): %s", n->name, nir_kind_name(n->kind), msg);
+}
+
+/* ---- fields ---- */
+
+static const NirObj *
+numbers(Ctx *c, int id, const char *field, bool is_required, bool *ok)
+{
+    const NirObj *f = nir_obj_find(c->g->nodes[id].group, field);
+    if (!f) {
+        if (is_required) *ok = node_fail(c, id, field, "missing");
+        return NULL;
+    }
+    if (f->kind != NIR_NUMBERS) {
+        *ok = node_fail(c, id, field, "expected numbers, found %s",
+                        f->kind == NIR_STRINGS ? "strings" : f->kind == NIR_GROUP ? "a group"
+                                                                                   : "another type");
+        return NULL;
+    }
+    for (int64_t i = 0; i < f->numel; i++)
+        if (!isfinite(f->num[i])) {
+            *ok = node_fail(c, id, field, "element %lld is %g (not finite)", (long long)i, f->num[i]);
+            return NULL;
+        }
+    return f;
+}
+
+/* one value per layer: a scalar, or an array whose elements are all equal and whose shape is the
+ * layer's (or has one element) */
+static bool
+uniform(Ctx *c, int id, const char *field, const Shape *layer, bool is_required, double def,
+        double *out)
+{
+    bool ok = true;
+    const NirObj *f = numbers(c, id, field, is_required, &ok);
+    if (!ok) return false;
+    if (!f) {
+        *out = def;
+        return true;
+    }
+    if (f->numel == 0) return node_fail(c, id, field, "empty");
+    if (f->numel != 1 && layer && f->numel != shape_numel(layer)) {
+        char a[128];
+        return node_fail(c, id, field, "%lld values for a layer of shape %s", (long long)f->numel,
+                         shape_str(a, sizeof a, layer));
+    }
+    for (int64_t i = 1; i < f->numel; i++)
+        if (f->num[i] != f->num[0])
+            return node_fail(c, id, field,
+                             "values differ across neurons (%g at 0, %g at %lld); snnc's neuron "
+                             "parameters are one value per layer", f->num[0], f->num[i],
+                             (long long)i);
+    *out = f->num[0];
+    return true;
+}
+
+/* an int or a pair (an array of 1 or 2 integers, or a scalar) */
+static bool
+pair(Ctx *c, int id, const char *field, bool is_required, int64_t def, int64_t out[2], int64_t lo)
+{
+    bool ok = true;
+    const NirObj *f = numbers(c, id, field, is_required, &ok);
+    if (!ok) return false;
+    if (!f) {
+        out[0] = out[1] = def;
+        return true;
+    }
+    if (f->numel != 1 && f->numel != 2)
+        return node_fail(c, id, field, "expected one or two integers, found %lld values",
+                         (long long)f->numel);
+    for (int k = 0; k < 2; k++) {
+        double v = f->num[f->numel == 2 ? k : 0];
+        if (v != floor(v) || v < (double)lo || v > 1e9)
+            return node_fail(c, id, field, "%g is not an integer in [%lld, 1e9]", v, (long long)lo);
+        out[k] = (int64_t)v;
+    }
+    return true;
+}
+
+static bool
+add_tensor(Ctx *c, int id, const char *slot, const NirObj *f)
+{
+    if (c->ntensors == c->captensors) {
+        int cap = c->captensors ? 2 * c->captensors : 16;
+        RtTensor *t = realloc(c->tensors, (size_t)cap * sizeof *t);
+        if (!t) return fail(c, "out of memory");
+        c->tensors = t;
+        c->captensors = cap;
+    }
+    char name[1024];
+    snprintf(name, sizeof name, "%s.%s", c->g->nodes[id].name, slot);
+    RtTensor *t = &c->tensors[c->ntensors];
+    char msg[256];
+    bool is_vector = strcmp(slot, "bias") == 0; /* [out] however the file shapes it */
+    if (rt_tensor_init(t, name, is_vector ? 1 : f->rank, is_vector ? &f->numel : f->dims, msg,
+                       sizeof msg) != 0)
+        return node_fail(c, id, slot, "%s", msg);
+    c->ntensors++;
+    for (int64_t i = 0; i < f->numel; i++)
+        t->data[i] = (float)f->num[i];
+    return true;
+}
+
+/* ---- shapes of nodes ---- */
+
+/* the shape of an Input (field `shape`, or NIR 0.x's `input_type` group) or the checked shape of
+ * an Output */
+static bool
+io_shape(Ctx *c, int id, Shape *s, bool *is_given)
+{
+    const NirObj *grp = c->g->nodes[id].group;
+    const NirObj *f = nir_obj_find(grp, "shape");
+    const char *field = "shape";
+    if (!f) {
+        const NirObj *t = nir_obj_find(grp, c->g->nodes[id].kind == NK_INPUT ? "input_type"
+                                                                                : "output_type");
+        field = c->g->nodes[id].kind == NK_INPUT ? "input_type" : "output_type";
+        if (t && t->kind == NIR_GROUP && t->nkids == 1) f = &t->kids[0];
+        else if (t && t->kind == NIR_NUMBERS) f = t;
+    }
+    *is_given = f != NULL;
+    if (!f) return true;
+    if (f->kind != NIR_NUMBERS || f->rank > 1)
+        return node_fail(c, id, field, "expected a list of dimensions");
+    if (f->numel < 1 || f->numel > IR_MAX_RANK)
+        return node_fail(c, id, field, "%lld dimensions (1 to %d)", (long long)f->numel, IR_MAX_RANK);
+    s->rank = (int)f->numel;
+    int64_t total = 1;
+    for (int d = 0; d < s->rank; d++) {
+        double v = f->num[d];
+        if (v != floor(v) || v < 1 || v > 1e9)
+            return node_fail(c, id, field, "dimension %d is %g (a positive integer expected)", d, v);
+        s->dims[d] = (int64_t)v;
+        total *= s->dims[d];
+        if (total > ((int64_t)1 << 31)) return node_fail(c, id, field, "more than 2^31 elements");
+    }
+    return true;
+}
+
+static int64_t
+conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil)
+{
+    return (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+}
+
+/* ---- neuron parameters ---- */
+
+static double
+f32(double x)
+{
+    return (double)(float)x;
+}
+
+/* decay and gain per step for time constant tau and input gain r */
+static void
+discretise(Ctx *c, double tau, double r, double *decay, double *gain, bool *is_conv)
+{
+    double dt = c->dt;
+    *is_conv = false;
+    if (c->o->integrator == NIR_EXACT) {
+        double d = exp(-dt / tau);
+        *decay = f32(d);
+        *gain = f32((1.0 - d) * r);
+        return;
+    }
+    *decay = f32(1.0 - dt / tau);
+    *gain = f32(dt / tau * r);
+    /* the exporters' convention: r = tau/dt in float32, i.e. v <- beta v + I */
+    if ((float)r == (float)(tau / dt) || fabs(r - tau / dt) <= 1e-6 * fabs(tau / dt)) {
+        *is_conv = true;
+        *gain = 1.0;
+        /* tau = dt / (1 - beta) was computed in float32: find that beta */
+        float b0 = (float)(1.0 - dt / tau);
+        float b = b0;
+        for (int k = 0; k < 8; k++) {
+            float cand = b0;
+            for (int s = 0; s < k / 2 + 1 && k; s++)
+                cand = nextafterf(cand, k % 2 ? 2.0f : -2.0f);
+            if ((float)(dt / (double)(1.0f - cand)) == (float)tau) {
+                b = cand;
+                break;
+            }
+        }
+        *decay = (double)b;
+    }
+}
+
+/* ---- emitting ---- */
+
+static void
+note(Ctx *c, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    put(&c->notes, "%s\n", msg);
+}
+
+static NeuronVariant
+variant(const Ctx *c)
+{
+    bool sub = c->o->reset == NIR_RESET_SUBTRACT;
+    if (c->o->reset_next) return sub ? NV_NEXT_SUB : NV_NEXT_VALUE;
+    return sub ? NV_SAME_SUB : NV_SAME_VALUE;
+}
+
+static const char *const variant_suffix[NV_COUNT] = {"", "_sub", "_next", "_sub_next"};
+
+/* the input expression of node id: its sources summed (a back edge reads the source's previous
+ * step) */
+static void
+input_expr(Ctx *c, int id, Buf *b)
+{
+    const NirNode *n = &c->g->nodes[id];
+    for (int j = 0; j < n->nin; j++) {
+        int src = n->in[j];
+        bool is_back = c->is_back[c->back_base[id] + j];
+        /* a back edge's source is bound later, under its own name (is_back_src); so is a node read
+         * while it is still being emitted */
+        if (c->state[src] != 2) c->is_used_early[src] = true;
+        put(b, "%s%s%s%s", j ? " + " : "", is_back ? "prev(" : "",
+            is_back || c->state[src] != 2 ? c->ident[src] : c->ref[src], is_back ? ")" : "");
+    }
+}
+
+/* the shape of node id's input (all sources agree; back edges are checked at the end) */
+static bool
+input_shape(Ctx *c, int id, Shape *s)
+{
+    const NirNode *n = &c->g->nodes[id];
+    bool is_set = false;
+    for (int j = 0; j < n->nin; j++) {
+        if (c->state[n->in[j]] != 2) continue; /* its shape is checked once it is known */
+        const Shape *t = &c->shape[n->in[j]];
+        if (!is_set) {
+            *s = *t;
+            is_set = true;
+        } else if (!shape_eq(s, t)) {
+            char a[128], b2[128];
+            return node_fail(c, id, NULL, "its inputs differ in shape: %s from '%s', %s from '%s'",
+                             shape_str(a, sizeof a, s), c->g->nodes[n->in[0]].name,
+                             shape_str(b2, sizeof b2, t), c->g->nodes[n->in[j]].name);
+        }
+    }
+    if (!is_set)
+        return node_fail(c, id, NULL, "its input's shape depends on itself (a cycle with nothing "
+                                      "feeding it from outside)");
+    return true;
+}
+
+static bool
+set_ident(Ctx *c, int id)
+{
+    c->ref[id] = c->ident[id];
+    return true;
+}
+
+/* a node that passes its input through: reuse the source's name when there is one source */
+static bool
+pass_through(Ctx *c, int id, const Shape *in)
+{
+    const NirNode *n = &c->g->nodes[id];
+    c->shape[id] = *in;
+    if (n->nin == 1 && !c->is_back[c->back_base[id]] && !c->is_back_src[id] &&
+        !c->is_used_early[id]) {
+        c->ref[id] = c->ref[n->in[0]];
+        return true;
+    }
+    /* a sum: bound to its own name (add of the sources) */
+    Buf e = {0};
+    input_expr(c, id, &e);
+    put(c->out, "  %s = %s\n", c->ident[id], e.s ? e.s : "");
+    free(e.s);
+    return set_ident(c, id);
+}
+
+static bool emit_node(Ctx *c, int id, int depth);
+
+/* a node's statements, after those of the nodes it reads (a back edge's source too: its shape may
+ * be needed first, though its text comes later) */
+static bool
+emit(Ctx *c, int id, int depth)
+{
+    if (c->state[id]) return true; /* done, or being done further up: its shape comes later */
+    if (depth > 2000) return fail(c, "the graph is more than 2000 nodes deep along its cycles");
+    c->state[id] = 1;
+    const NirNode *n = &c->g->nodes[id];
+    for (int j = 0; j < n->nin; j++)
+        if (!emit(c, n->in[j], depth + 1)) return false;
+    c->out = &c->texts[id];
+    if (!emit_node(c, id, depth)) return false;
+    c->state[id] = 2;
+    return true;
+}
+
+static bool
+emit_node(Ctx *c, int id, int depth)
+{
+    (void)depth;
+    const NirNode *n = &c->g->nodes[id];
+    char nb[64];
+    Shape in = {0};
+    if (n->kind != NK_INPUT && !input_shape(c, id, &in)) return false;
+    Buf e = {0};
+    if (n->kind != NK_INPUT) input_expr(c, id, &e);
+    const char *x = e.s ? e.s : "";
+    bool ok = true;
+    switch (n->kind) {
+    case NK_INPUT: {
+        bool is_given;
+        Shape s = {0};
+        if (!io_shape(c, id, &s, &is_given)) return false;
+        if (!n->is_top) {
+            ok = pass_through(c, id, &in);
+            if (ok && is_given && shape_numel(&s) != shape_numel(&in)) {
+                char a[128], b2[128];
+                ok = node_fail(c, id, "shape", "%s, but its input is %s", shape_str(a, sizeof a, &s),
+                               shape_str(b2, sizeof b2, &in));
+            }
+            break;
+        }
+        if (!is_given) return node_fail(c, id, "shape", "missing");
+        c->shape[id] = s;
+        char a[128];
+        shape_str(a, sizeof a, &s);
+        put(c->out, "  input %s : f32[T, %s\n", c->ident[id], a + 1);
+        set_ident(c, id);
+        break;
+    }
+    case NK_OUTPUT: {
+        bool is_given;
+        Shape s = {0};
+        if (!(ok = io_shape(c, id, &s, &is_given))) break;
+        if (is_given && shape_numel(&s) != shape_numel(&in)) {
+            char a[128], b2[128];
+            ok = node_fail(c, id, "shape", "%s, but its input is %s", shape_str(a, sizeof a, &s),
+                           shape_str(b2, sizeof b2, &in));
+            break;
+        }
+        if (!n->is_top) {
+            ok = pass_through(c, id, &in);
+            break;
+        }
+        c->shape[id] = in;
+        put(c->out, "  output %s = sequence(%s)\n", c->ident[id], x);
+        break;
+    }
+    case NK_AFFINE:
+    case NK_LINEAR: {
+        const NirObj *w = numbers(c, id, "weight", true, &ok);
+        if (!ok) break;
+        if (w->rank != 2 || w->dims[0] < 1 || w->dims[1] < 1) {
+            ok = node_fail(c, id, "weight", "expected [out, in], found rank %d", w->rank);
+            break;
+        }
+        if (w->dims[1] != shape_numel(&in)) {
+            char a[128];
+            ok = node_fail(c, id, "weight", "[%lld, %lld] for an input of shape %s (%lld values)",
+                           (long long)w->dims[0], (long long)w->dims[1], shape_str(a, sizeof a, &in),
+                           (long long)shape_numel(&in));
+            break;
+        }
+        const NirObj *bias = n->kind == NK_AFFINE ? numbers(c, id, "bias", true, &ok) : NULL;
+        if (!ok) break;
+        if (bias && bias->numel != w->dims[0]) {
+            ok = node_fail(c, id, "bias", "%lld values for %lld outputs", (long long)bias->numel,
+                           (long long)w->dims[0]);
+            break;
+        }
+        ok = add_tensor(c, id, "weight", w) && (!bias || add_tensor(c, id, "bias", bias));
+        c->shape[id] = (Shape){1, {w->dims[0]}};
+        put(c->out, "  %s = dense(%s, %lld, bias = %s, name = \"%s\")\n", c->ident[id], x,
+            (long long)w->dims[0], bias ? "true" : "false", n->name);
+        set_ident(c, id);
+        break;
+    }
+    case NK_SCALE: {
+        double k;
+        if (!(ok = uniform(c, id, "scale", &in, true, 0, &k))) break;
+        c->shape[id] = in;
+        put(c->out, "  %s = scale(%s, %s)\n", c->ident[id], x, num(nb, sizeof nb, f32(k)));
+        set_ident(c, id);
+        break;
+    }
+    case NK_CONV1D:
+        ok = node_fail(c, id, NULL, "1-D convolutions are not supported yet (snnc's language has "
+                                    "conv2d only)");
+        break;
+    case NK_CONV2D: {
+        const NirObj *w = numbers(c, id, "weight", true, &ok);
+        if (!ok) break;
+        if (w->rank != 4 || w->dims[0] < 1 || w->dims[1] < 1 || w->dims[2] < 1 || w->dims[3] < 1) {
+            ok = node_fail(c, id, "weight", "expected [out, in/groups, kh, kw], found rank %d",
+                           w->rank);
+            break;
+        }
+        int64_t stride[2], dil[2], pad[2], groups[2];
+        if (!(ok = pair(c, id, "stride", false, 1, stride, 1) &&
+                   pair(c, id, "dilation", false, 1, dil, 1) &&
+                   pair(c, id, "groups", false, 1, groups, 1)))
+            break;
+        const NirObj *p = nir_obj_find(n->group, "padding");
+        if (p && p->kind == NIR_STRINGS && p->numel == 1) {
+            if (strcmp(p->str[0], "valid") == 0) {
+                pad[0] = pad[1] = 0;
+            } else if (strcmp(p->str[0], "same") == 0 && (dil[0] * (w->dims[2] - 1)) % 2 == 0 &&
+                       (dil[1] * (w->dims[3] - 1)) % 2 == 0 && stride[0] == 1 && stride[1] == 1) {
+                pad[0] = dil[0] * (w->dims[2] - 1) / 2;
+                pad[1] = dil[1] * (w->dims[3] - 1) / 2;
+            } else {
+                ok = node_fail(c, id, "padding", "'%s' is not supported here (\"valid\", or \"same\" "
+                               "with stride 1 and an odd dilated kernel)", p->str[0]);
+                break;
+            }
+        } else if (!(ok = pair(c, id, "padding", false, 0, pad, 0))) {
+            break;
+        }
+        if (in.rank != 3) {
+            char a[128];
+            ok = node_fail(c, id, NULL, "its input has shape %s; a 2-D convolution reads [C, H, W]",
+                           shape_str(a, sizeof a, &in));
+            break;
+        }
+        int64_t cin = in.dims[0];
+        if (cin % groups[0] != 0 || w->dims[0] % groups[0] != 0 || w->dims[1] * groups[0] != cin) {
+            ok = node_fail(c, id, "weight", "[%lld, %lld, ...] with groups = %lld for %lld input "
+                           "channels", (long long)w->dims[0], (long long)w->dims[1],
+                           (long long)groups[0], (long long)cin);
+            break;
+        }
+        int64_t oh = conv_out(in.dims[1], w->dims[2], stride[0], pad[0], dil[0]);
+        int64_t ow = conv_out(in.dims[2], w->dims[3], stride[1], pad[1], dil[1]);
+        if (oh < 1 || ow < 1) {
+            ok = node_fail(c, id, "weight", "the kernel does not fit the %lldx%lld input",
+                           (long long)in.dims[1], (long long)in.dims[2]);
+            break;
+        }
+        const NirObj *bias = numbers(c, id, "bias", false, &ok);
+        if (!ok) break;
+        bool has_bias = bias && bias->numel > 0;
+        if (has_bias && bias->numel != w->dims[0]) {
+            ok = node_fail(c, id, "bias", "%lld values for %lld output channels",
+                           (long long)bias->numel, (long long)w->dims[0]);
+            break;
+        }
+        ok = add_tensor(c, id, "weight", w) && (!has_bias || add_tensor(c, id, "bias", bias));
+        c->shape[id] = (Shape){3, {w->dims[0], oh, ow}};
+        put(c->out,
+            "  %s = conv2d(%s, %lld, kernel = (%lld, %lld), stride = (%lld, %lld), pad = (%lld, "
+            "%lld), dilation = (%lld, %lld), groups = %lld, bias = %s, name = \"%s\")\n",
+            c->ident[id], x, (long long)w->dims[0], (long long)w->dims[2], (long long)w->dims[3],
+            (long long)stride[0], (long long)stride[1], (long long)pad[0], (long long)pad[1],
+            (long long)dil[0], (long long)dil[1], (long long)groups[0], has_bias ? "true" : "false",
+            n->name);
+        set_ident(c, id);
+        break;
+    }
+    case NK_SUMPOOL2D:
+    case NK_AVGPOOL2D: {
+        int64_t k[2], stride[2], pad[2];
+        if (!(ok = pair(c, id, "kernel_size", true, 0, k, 1) &&
+                   pair(c, id, "stride", false, 0, stride, 1) &&
+                   pair(c, id, "padding", false, 0, pad, 0)))
+            break;
+        if (!nir_obj_find(n->group, "stride")) stride[0] = k[0], stride[1] = k[1];
+        char a[128];
+        if (in.rank != 3) {
+            ok = node_fail(c, id, NULL, "its input has shape %s; 2-D pooling reads [C, H, W]",
+                           shape_str(a, sizeof a, &in));
+            break;
+        }
+        int64_t oh = conv_out(in.dims[1], k[0], stride[0], pad[0], 1);
+        int64_t ow = conv_out(in.dims[2], k[1], stride[1], pad[1], 1);
+        if (oh < 1 || ow < 1 || pad[0] * 2 > k[0] || pad[1] * 2 > k[1]) {
+            ok = node_fail(c, id, "kernel_size", "a %lldx%lld window (padding %lld, %lld) does not "
+                           "fit the input %s", (long long)k[0], (long long)k[1], (long long)pad[0],
+                           (long long)pad[1], shape_str(a, sizeof a, &in));
+            break;
+        }
+        c->shape[id] = (Shape){3, {in.dims[0], oh, ow}};
+        put(c->out, "  %s = %s(%s, (%lld, %lld), stride = (%lld, %lld), pad = (%lld, %lld))\n",
+            c->ident[id], n->kind == NK_SUMPOOL2D ? "sumpool2d" : "avgpool2d", x, (long long)k[0],
+            (long long)k[1], (long long)stride[0], (long long)stride[1], (long long)pad[0],
+            (long long)pad[1]);
+        set_ident(c, id);
+        break;
+    }
+    case NK_FLATTEN: {
+        double sd = 0, ed = -1;
+        if (!(ok = uniform(c, id, "start_dim", NULL, false, 0, &sd) &&
+                   uniform(c, id, "end_dim", NULL, false, -1, &ed)))
+            break;
+        int64_t s0 = (int64_t)sd < 0 ? (int64_t)sd + in.rank : (int64_t)sd;
+        int64_t e0 = (int64_t)ed < 0 ? (int64_t)ed + in.rank : (int64_t)ed;
+        if (sd != floor(sd) || ed != floor(ed) || s0 < 0 || e0 >= in.rank || s0 > e0) {
+            ok = node_fail(c, id, "start_dim", "dimensions %g to %g of a rank-%d input", sd, ed,
+                           in.rank);
+            break;
+        }
+        if (in.rank - (e0 - s0) != 1 && s0 != e0) {
+            ok = node_fail(c, id, "start_dim", "flattening dimensions %lld to %lld of a rank-%d "
+                           "input leaves %lld dimensions; snnc flattens whole samples only",
+                           (long long)s0, (long long)e0, in.rank, (long long)(in.rank - (e0 - s0)));
+            break;
+        }
+        if (s0 == e0 || in.rank == 1) {
+            ok = pass_through(c, id, &in);
+            break;
+        }
+        c->shape[id] = (Shape){1, {shape_numel(&in)}};
+        put(c->out, "  %s = flatten(%s)\n", c->ident[id], x);
+        set_ident(c, id);
+        break;
+    }
+    case NK_DELAY: {
+        double d;
+        if (!(ok = uniform(c, id, "delay", &in, true, 0, &d))) break;
+        double steps = d / c->dt;
+        double k = nearbyint(steps);
+        if (k < 0 || fabs(steps - k) > 1e-6 * (k > 1 ? k : 1) || k > 1e6) {
+            ok = node_fail(c, id, "delay", "%g s is not a whole number of steps of dt = %g s", d,
+                           c->dt);
+            break;
+        }
+        c->shape[id] = in;
+        if (k == 0) {
+            ok = pass_through(c, id, &in);
+            break;
+        }
+        put(c->out, "  %s = delay(%s, steps = %lld)\n", c->ident[id], x, (long long)k);
+        set_ident(c, id);
+        break;
+    }
+    case NK_THRESHOLD: {
+        double th;
+        if (!(ok = uniform(c, id, "threshold", &in, true, 0, &th))) break;
+        c->used[NK_THRESHOLD][0] = true;
+        c->shape[id] = in;
+        put(c->out, "  %s = NIR_Threshold(%s, v_th = %s)\n", c->ident[id], x,
+            num(nb, sizeof nb, f32(th)));
+        set_ident(c, id);
+        break;
+    }
+    case NK_I:
+    case NK_IF: {
+        double r, th = 0, vr = 0;
+        if (!(ok = uniform(c, id, "r", &in, true, 0, &r))) break;
+        if (n->kind == NK_IF && !(ok = uniform(c, id, "v_threshold", &in, true, 0, &th) &&
+                                       uniform(c, id, "v_reset", &in, false, 0, &vr)))
+            break;
+        double gain = f32(c->dt * r);
+        bool is_conv = (float)r == (float)(1.0 / c->dt);
+        if (is_conv) gain = 1.0;
+        c->shape[id] = in;
+        if (n->kind == NK_I) {
+            c->used[NK_I][0] = true;
+            put(c->out, "  %s = NIR_I(%s, gain = %s)\n", c->ident[id], x, num(nb, sizeof nb, gain));
+        } else {
+            NeuronVariant v = variant(c);
+            c->used[NK_IF][v] = true;
+            char b1[64], b2[64];
+            put(c->out, "  %s = NIR_IF%s(%s, gain = %s, v_th = %s, v_reset = %s)\n", c->ident[id],
+                variant_suffix[v], x, num(nb, sizeof nb, gain), num(b1, sizeof b1, f32(th)),
+                num(b2, sizeof b2, f32(vr)));
+        }
+        set_ident(c, id);
+        break;
+    }
+    case NK_LI:
+    case NK_LIF: {
+        double tau, r, vl, th = 0, vr = 0;
+        if (!(ok = uniform(c, id, "tau", &in, true, 0, &tau) &&
+                   uniform(c, id, "r", &in, true, 0, &r) &&
+                   uniform(c, id, "v_leak", &in, false, 0, &vl)))
+            break;
+        if (n->kind == NK_LIF && !(ok = uniform(c, id, "v_threshold", &in, true, 0, &th) &&
+                                        uniform(c, id, "v_reset", &in, false, 0, &vr)))
+            break;
+        if (tau <= 0) {
+            ok = node_fail(c, id, "tau", "%g (a time constant must be positive)", tau);
+            break;
+        }
+        double decay, gain;
+        bool is_conv;
+        discretise(c, tau, r, &decay, &gain, &is_conv);
+        if (is_conv) c->ngain_one++; else c->ngain_other++;
+        c->shape[id] = in;
+        char b0[64], b1[64], b2[64], b3[64];
+        if (n->kind == NK_LI) {
+            c->used[NK_LI][0] = true;
+            put(c->out, "  %s = NIR_LI(%s, decay = %s, gain = %s, v_leak = %s)\n", c->ident[id], x,
+                num(nb, sizeof nb, decay), num(b0, sizeof b0, gain), num(b1, sizeof b1, f32(vl)));
+        } else {
+            NeuronVariant v = variant(c);
+            c->used[NK_LIF][v] = true;
+            put(c->out, "  %s = NIR_LIF%s(%s, decay = %s, gain = %s, v_leak = %s, v_th = %s, "
+                "v_reset = %s)\n", c->ident[id], variant_suffix[v], x, num(nb, sizeof nb, decay),
+                num(b0, sizeof b0, gain), num(b1, sizeof b1, f32(vl)), num(b2, sizeof b2, f32(th)),
+                num(b3, sizeof b3, f32(vr)));
+        }
+        set_ident(c, id);
+        break;
+    }
+    case NK_CUBALI:
+    case NK_CUBALIF: {
+        double ts, tm, r, vl, win, th = 0, vr = 0;
+        if (!(ok = uniform(c, id, "tau_syn", &in, true, 0, &ts) &&
+                   uniform(c, id, "tau_mem", &in, true, 0, &tm) &&
+                   uniform(c, id, "r", &in, true, 0, &r) &&
+                   uniform(c, id, "v_leak", &in, false, 0, &vl) &&
+                   uniform(c, id, "w_in", &in, false, 1, &win)))
+            break;
+        if (n->kind == NK_CUBALIF && !(ok = uniform(c, id, "v_threshold", &in, true, 0, &th) &&
+                                            uniform(c, id, "v_reset", &in, false, 0, &vr)))
+            break;
+        if (ts <= 0 || tm <= 0) {
+            ok = node_fail(c, id, ts <= 0 ? "tau_syn" : "tau_mem", "%g (a time constant must be "
+                           "positive)", ts <= 0 ? ts : tm);
+            break;
+        }
+        double sdecay, sgain, decay, gain;
+        bool is_sconv, is_conv;
+        discretise(c, ts, win, &sdecay, &sgain, &is_sconv);
+        discretise(c, tm, r, &decay, &gain, &is_conv);
+        if (is_conv && is_sconv) c->ngain_one++; else c->ngain_other++;
+        c->shape[id] = in;
+        char b0[64], b1[64], b2[64], b3[64], b4[64], b5[64];
+        NeuronVariant v = n->kind == NK_CUBALI ? 0 : variant(c);
+        c->used[n->kind][v] = true;
+        put(c->out, "  %s = NIR_%s%s(%s, syn_decay = %s, syn_gain = %s, decay = %s, gain = %s, "
+            "v_leak = %s", c->ident[id], n->kind == NK_CUBALI ? "CubaLI" : "CubaLIF",
+            variant_suffix[v], x, num(nb, sizeof nb, sdecay), num(b0, sizeof b0, sgain),
+            num(b1, sizeof b1, decay), num(b2, sizeof b2, gain), num(b3, sizeof b3, f32(vl)));
+        if (n->kind == NK_CUBALIF)
+            put(c->out, ", v_th = %s, v_reset = %s", num(b4, sizeof b4, f32(th)),
+                num(b5, sizeof b5, f32(vr)));
+        put(c->out, ")\n");
+        set_ident(c, id);
+        break;
+    }
+    case NK_COUNT: unreachable();
+    }
+    free(e.s);
+    return ok;
+}
+
+/* the neuron definitions, each with the reset the options chose */
+static void
+emit_neurons(Ctx *c, Buf *b)
+{
+    static const char *const fire_reset[NV_COUNT][2] = {
+        /* after the update                   before the update */
+        {"  fire v > v_th\n  reset v = v_reset\n", ""},
+        {"  fire v > v_th\n  reset v -= v_th\n", ""},
+        {"  fire v > v_th\n", "  reset v = v_reset\n"},
+        {"  reset v -= v_th\n  fire v > v_th\n", ""},
+    };
+    static const char *const reset_doc[NV_COUNT] = {
+        "reset to v_reset in the step it fires",
+        "reset by subtracting v_th in the step it fires",
+        "reset to v_reset at the start of the next step (snnTorch's reset_mechanism=\"zero\")",
+        "reset by subtracting v_th in the next step's update (snnTorch's reset_mechanism=\"subtract\")",
+    };
+    if (c->used[NK_THRESHOLD][0])
+        put(b, "# NIR Threshold: a spike where the input exceeds v_th (no state)\n"
+               "neuron NIR_Threshold(v_th = 1.0) {\n  fire I > v_th\n}\n\n");
+    if (c->used[NK_I][0])
+        put(b, "# NIR I: dv/dt = r I, gain = dt r\nneuron NIR_I(gain = 1.0) {\n  state v = 0.0\n"
+               "  v = v + gain * I\n  output v\n}\n\n");
+    if (c->used[NK_LI][0])
+        put(b, "# NIR LI: tau dv/dt = (v_leak - v) + r I\nneuron NIR_LI(decay = 0.9, gain = 1.0, "
+               "v_leak = 0.0) {\n  state v = v_leak\n  v = decay * v + gain * I + (1 - decay) * "
+               "v_leak\n  output v\n}\n\n");
+    if (c->used[NK_CUBALI][0])
+        put(b, "# NIR CubaLI: tau_syn di/dt = -i + w_in I; tau_mem dv/dt = (v_leak - v) + r i\n"
+               "neuron NIR_CubaLI(syn_decay = 0.9, syn_gain = 1.0, decay = 0.9, gain = 1.0, "
+               "v_leak = 0.0) {\n  state i = 0.0\n  state v = v_leak\n  i = syn_decay * i + "
+               "syn_gain * I\n  v = decay * v + gain * i + (1 - decay) * v_leak\n  output v\n}\n\n");
+    for (int v = 0; v < NV_COUNT; v++) {
+        if (c->used[NK_IF][v])
+            put(b, "# NIR IF: dv/dt = r I, spike when v > v_th; %s\nneuron NIR_IF%s(gain = 1.0, "
+                   "v_th = 1.0, v_reset = 0.0) {\n  state v = 0.0\n%s  v = v + gain * I\n%s}\n\n",
+                reset_doc[v], variant_suffix[v], fire_reset[v][1], fire_reset[v][0]);
+        if (c->used[NK_LIF][v])
+            put(b, "# NIR LIF: tau dv/dt = (v_leak - v) + r I, spike when v > v_th; %s\n"
+                   "neuron NIR_LIF%s(decay = 0.9, gain = 1.0, v_leak = 0.0, v_th = 1.0, "
+                   "v_reset = 0.0) {\n  state v = v_leak\n%s  v = decay * v + gain * I + (1 - decay)"
+                   " * v_leak\n%s}\n\n",
+                reset_doc[v], variant_suffix[v], fire_reset[v][1], fire_reset[v][0]);
+        if (c->used[NK_CUBALIF][v])
+            put(b, "# NIR CubaLIF: tau_syn di/dt = -i + w_in I; tau_mem dv/dt = (v_leak - v) + r i, "
+                   "spike when v > v_th; %s\nneuron NIR_CubaLIF%s(syn_decay = 0.9, syn_gain = 1.0, "
+                   "decay = 0.9, gain = 1.0, v_leak = 0.0, v_th = 1.0, v_reset = 0.0) {\n"
+                   "  state i = 0.0\n  state v = v_leak\n%s  i = syn_decay * i + syn_gain * I\n"
+                   "  v = decay * v + gain * i + (1 - decay) * v_leak\n%s}\n\n",
+                reset_doc[v], variant_suffix[v], fire_reset[v][1], fire_reset[v][0]);
+    }
+}
+
+/* ---- names and order ---- */
+
+static bool
+is_reserved(const char *s)
+{
+    static const char *const words[] = {
+        "include", "neuron", "model", "state", "let", "fire", "reset", "refractory", "output",
+        "surrogate", "timesteps", "weights", "seed", "schedule", "fuse", "input", "loc", "true",
+        "false", "and", "or", "not", "down", "I", "spike", "T", "B", "memory", "accumulate", NULL};
+    for (int i = 0; words[i]; i++)
+        if (strcmp(s, words[i]) == 0) return true;
+    return strncmp(s, "NIR_", 4) == 0;
+}
+
+static bool
+make_idents(Ctx *c)
+{
+    int n = c->g->nnodes;
+    for (int i = 0; i < n; i++) {
+        const char *name = c->g->nodes[i].name;
+        size_t len = strlen(name);
+        char *s = malloc(len + 16);
+        if (!s) return fail(c, "out of memory");
+        size_t k = 0;
+        if (!((name[0] >= 'A' && name[0] <= 'Z') || (name[0] >= 'a' && name[0] <= 'z') ||
+              name[0] == '_'))
+            s[k++] = 'n', s[k++] = '_';
+        for (size_t j = 0; j < len; j++) {
+            char ch = name[j];
+            bool is_ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+                         (ch >= '0' && ch <= '9') || ch == '_';
+            s[k++] = is_ok ? ch : '_';
+        }
+        s[k] = 0;
+        if (is_reserved(s)) s[k++] = '_', s[k] = 0;
+        /* unique: a suffix _2, _3... */
+        size_t base = k;
+        for (int tries = 2;; tries++) {
+            bool is_taken = false;
+            for (int j = 0; j < i && !is_taken; j++)
+                is_taken = strcmp(c->ident[j], s) == 0;
+            if (!is_taken) break;
+            snprintf(s + base, 16, "_%d", tries);
+        }
+        c->ident[i] = s;
+    }
+    return true;
+}
+
+/* depth-first from the model's inputs along the edges: an edge into a node on the current path
+ * closes a cycle and becomes a delay; then the nodes in an order where every other edge points
+ * forward */
+static bool
+schedule(Ctx *c)
+{
+    const NirGraph *g = c->g;
+    int n = g->nnodes, nedges = 0;
+    c->back_base = calloc((size_t)n + 1, sizeof *c->back_base);
+    for (int i = 0; i < n && c->back_base; i++) {
+        c->back_base[i] = nedges;
+        nedges += g->nodes[i].nin;
+    }
+    if (!c->back_base) return fail(c, "out of memory");
+    c->back_base[n] = nedges;
+    c->is_back = calloc((size_t)nedges + 1, sizeof *c->is_back);
+    c->is_back_src = calloc((size_t)n + 1, sizeof *c->is_back_src);
+    /* successors: (dst, edge index) lists */
+    int *nsucc = calloc((size_t)n + 1, sizeof *nsucc), *sbase = calloc((size_t)n + 1, sizeof *sbase);
+    int *succ = malloc(((size_t)nedges + 1) * sizeof *succ);
+    int *state = calloc((size_t)n, sizeof *state); /* 0 new, 1 on path, 2 done */
+    int *stack = malloc(((size_t)n + 1) * sizeof *stack), *pos = calloc((size_t)n + 1, sizeof *pos);
+    int *indeg = calloc((size_t)n + 1, sizeof *indeg);
+    int *edst = malloc(((size_t)nedges + 1) * sizeof *edst); /* edge → its destination */
+    bool ok = c->is_back && c->is_back_src && nsucc && sbase && succ && state && stack && pos && indeg && edst;
+    if (ok) {
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < g->nodes[i].nin; j++)
+                edst[c->back_base[i] + j] = i;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < g->nodes[i].nin; j++)
+                nsucc[g->nodes[i].in[j]]++;
+        for (int i = 0, s = 0; i < n; i++) {
+            sbase[i] = s;
+            s += nsucc[i];
+            nsucc[i] = 0;
+        }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < g->nodes[i].nin; j++) {
+                int src = g->nodes[i].in[j];
+                succ[sbase[src] + nsucc[src]++] = c->back_base[i] + j;
+            }
+        for (int pass = 0; pass < 2; pass++)
+            for (int root = 0; root < n; root++) {
+                bool is_start = pass == 0 ? g->nodes[root].is_top && g->nodes[root].kind == NK_INPUT
+                                          : true;
+                if (!is_start || state[root]) continue;
+                int sp = 0;
+                stack[sp++] = root;
+                state[root] = 1;
+                pos[root] = 0;
+                while (sp) {
+                    int u = stack[sp - 1];
+                    if (pos[u] == nsucc[u]) {
+                        state[u] = 2;
+                        sp--;
+                        continue;
+                    }
+                    int e = succ[sbase[u] + pos[u]++];
+                    int v = edst[e];
+                    if (state[v] == 1) {
+                        c->is_back[e] = true;
+                    } else if (state[v] == 0) {
+                        state[v] = 1;
+                        pos[v] = 0;
+                        stack[sp++] = v;
+                    }
+                }
+            }
+        /* A synapse (affine, linear, scale, conv, pooling, flatten) with one input that closes a
+         * cycle takes the delay on its input instead: it then acts on the previous step's spikes
+         * (at the first step on zeros, so a bias counts from the start), as snnTorch's recurrent
+         * layers compute it. Its one input is its only way into the cycle, so no cycle remains. */
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < g->nodes[i].nin; j++) {
+                int e = c->back_base[i] + j;
+                if (!c->is_back[e]) continue;
+                for (int u = g->nodes[i].in[j], hops = 0; hops < n; hops++) {
+                    NirKind k = g->nodes[u].kind;
+                    bool is_synapse = k == NK_AFFINE || k == NK_LINEAR || k == NK_SCALE ||
+                                      k == NK_CONV2D || k == NK_SUMPOOL2D || k == NK_AVGPOOL2D ||
+                                      k == NK_FLATTEN;
+                    int ue = c->back_base[u];
+                    if (!is_synapse || g->nodes[u].nin != 1 || c->is_back[ue]) break;
+                    c->is_back[e] = false;
+                    c->is_back[ue] = true;
+                    e = ue;
+                    u = g->nodes[u].in[0];
+                }
+            }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < g->nodes[i].nin; j++)
+                if (c->is_back[c->back_base[i] + j]) c->is_back_src[g->nodes[i].in[j]] = true;
+        /* Kahn over the forward edges, taking the lowest-numbered ready node first */
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < g->nodes[i].nin; j++)
+                indeg[i] += !c->is_back[c->back_base[i] + j];
+        c->order = malloc(((size_t)n + 1) * sizeof *c->order);
+        ok = c->order != NULL;
+        int *ready = stack, nready = 0;
+        for (int i = 0; ok && i < n; i++)
+            if (indeg[i] == 0) ready[nready++] = i;
+        while (ok && nready) {
+            int best = 0;
+            for (int k = 1; k < nready; k++)
+                if (ready[k] < ready[best]) best = k;
+            int u = ready[best];
+            ready[best] = ready[--nready];
+            c->order[c->norder++] = u;
+            for (int k = 0; k < nsucc[u]; k++) {
+                int e = succ[sbase[u] + k];
+                if (c->is_back[e]) continue;
+                int v = edst[e];
+                if (--indeg[v] == 0) ready[nready++] = v;
+            }
+        }
+    }
+    free(nsucc);
+    free(sbase);
+    free(succ);
+    free(state);
+    free(stack);
+    free(pos);
+    free(indeg);
+    free(edst);
+    if (!ok) return fail(c, "out of memory");
+    if (c->norder != n) return fail(c, "internal: cycle left after breaking back edges");
+    return true;
+}
+
+static void
+ctx_free(Ctx *c)
+{
+    int n = c->g->nnodes;
+    for (int i = 0; c->ident && i < n; i++)
+        free(c->ident[i]);
+    free(c->ident);
+    free(c->ref);
+    free(c->shape);
+    free(c->order);
+    free(c->is_back);
+    free(c->is_back_src);
+    free(c->back_base);
+    for (int i = 0; c->texts && i < n; i++)
+        free(c->texts[i].s);
+    free(c->texts);
+    free(c->state);
+    free(c->is_used_early);
+    free(c->notes.s);
+}
+
+static char *
+model_name(const char *path, const char *given)
+{
+    const char *base = given;
+    char buf[256];
+    if (!base) {
+        const char *slash = strrchr(path, '/');
+        base = slash ? slash + 1 : path;
+        snprintf(buf, sizeof buf, "%s", base);
+        char *dot = strrchr(buf, '.');
+        if (dot && dot != buf) *dot = 0;
+        base = buf;
+    }
+    size_t len = strlen(base);
+    char *s = malloc(len + 4);
+    if (!s) return NULL;
+    size_t k = 0;
+    if (!((base[0] >= 'A' && base[0] <= 'Z') || (base[0] >= 'a' && base[0] <= 'z') || base[0] == '_'))
+        s[k++] = 'm', s[k++] = '_';
+    for (size_t j = 0; j < len; j++) {
+        char ch = base[j];
+        bool is_ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+                     (ch >= '0' && ch <= '9') || ch == '_';
+        s[k++] = is_ok ? ch : '_';
+    }
+    s[k] = 0;
+    if (is_reserved(s)) s[k++] = '_', s[k] = 0;
+    return s;
+}
+
+bool
+nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirImport *out,
+           char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    Ctx c = {.g = g, .path = path, .o = o, .err = err, .errlen = errlen};
+    c.dt = o->dt > 0 ? o->dt : 1e-4;
+    if (o->timesteps < 1)
+        return fail(&c, "a NIR graph does not say how many timesteps to run: give --timesteps=N");
+    int n = g->nnodes;
+    c.ident = calloc((size_t)n + 1, sizeof *c.ident);
+    c.ref = calloc((size_t)n + 1, sizeof *c.ref);
+    c.shape = calloc((size_t)n + 1, sizeof *c.shape);
+    bool ok = c.ident && c.ref && c.shape ? true : fail(&c, "out of memory");
+    ok = ok && make_idents(&c) && schedule(&c);
+    if (ok) {
+        c.texts = calloc((size_t)n + 1, sizeof *c.texts);
+        c.state = calloc((size_t)n + 1, sizeof *c.state);
+        c.is_used_early = calloc((size_t)n + 1, sizeof *c.is_used_early);
+        if (!c.texts || !c.state || !c.is_used_early) ok = fail(&c, "out of memory");
+    }
+    for (int k = 0; ok && k < c.norder; k++)
+        ok = emit(&c, c.order[k], 0);
+    /* every edge, now that every shape is known (input_shape compared those known at the time) */
+    for (int i = 0; ok && i < n; i++)
+        if (g->nodes[i].nin) {
+            Shape want;
+            ok = input_shape(&c, i, &want);
+            for (int j = 0; ok && j < g->nodes[i].nin; j++) {
+                const Shape *s = &c.shape[g->nodes[i].in[j]];
+                if (!shape_eq(s, &want)) {
+                    char a[128], b[128];
+                    ok = node_fail(&c, i, NULL, "its inputs differ in shape: %s from '%s', %s from "
+                                   "'%s'", shape_str(a, sizeof a, &want),
+                                   g->nodes[g->nodes[i].in[0]].name, shape_str(b, sizeof b, s),
+                                   g->nodes[g->nodes[i].in[j]].name);
+                }
+                int src = g->nodes[i].in[j];
+                if (ok && (c.is_back[c.back_base[i] + j] || c.is_used_early[src]) &&
+                    c.ref[src] != c.ident[src])
+                    ok = node_fail(&c, i, NULL, "internal: a name read early was not bound");
+            }
+        }
+    Buf body = {0};
+    for (int k = 0; ok && k < c.norder; k++) {
+        const Buf *b = &c.texts[c.order[k]];
+        if (b->is_oom) ok = fail(&c, "out of memory");
+        else if (b->s) put(&body, "%s", b->s);
+    }
+    char *name = ok ? model_name(path, o->model_name) : NULL;
+    if (ok && !name) ok = fail(&c, "out of memory");
+    if (ok) {
+        Buf t = {0};
+        const char *slash = strrchr(path, '/');
+        char dtb[64];
+        put(&t, "# Imported by snnc from the NIR graph %s%s%s%s.\n", slash ? slash + 1 : path,
+            g->version[0] ? " (NIR " : "", g->version, g->version[0] ? ")" : "");
+        put(&t, "# Discretisation: dt = %s s, %s integration, %s reset%s (snnc --dt, --integrator, "
+            "--reset, --reset-step).\n", num(dtb, sizeof dtb, c.dt),
+            o->integrator == NIR_EXACT ? "exact (exponential)" : "forward Euler",
+            o->reset == NIR_RESET_SUBTRACT ? "subtract" : "to-value",
+            o->reset_next ? " at the next step" : "");
+        put(&t, "# Neuron parameters per step, rounded to float32: decay (of v, and syn_decay of "
+                "the synaptic current)\n# and gain (of the input) stand for NIR's tau, r and "
+                "w_in.\n\n");
+        emit_neurons(&c, &t);
+        put(&t, "model %s {\n  timesteps %d\n", name, o->timesteps);
+        if (o->weights_ref) put(&t, "  weights \"%s\"\n", o->weights_ref);
+        put(&t, "%s}\n", body.s ? body.s : "");
+        if (c.ngain_one)
+            note(&c, "%d neuron layer(s) follow the exporters' convention r = tau/dt (and w_in = "
+                     "tau_syn/dt) for dt = %s s: their input gain is exactly 1 (v <- beta v + I)",
+                 c.ngain_one, dtb);
+        if (c.ngain_other)
+            note(&c, "%d neuron layer(s) do not follow r = tau/dt for dt = %s s: their gains are "
+                     "computed from tau, r and w_in", c.ngain_other, dtb);
+        if (t.is_oom || body.is_oom) {
+            free(t.s);
+            ok = fail(&c, "out of memory");
+        } else {
+            out->text = t.s;
+            out->len = t.len;
+            snprintf(out->notes, sizeof out->notes, "%s", c.notes.s ? c.notes.s : "");
+            out->tensors = c.tensors;
+            out->ntensors = c.ntensors;
+            c.tensors = NULL;
+        }
+    }
+    free(name);
+    free(body.s);
+    if (!ok) {
+        for (int i = 0; i < c.ntensors; i++)
+            rt_tensor_free(&c.tensors[i]);
+        free(c.tensors);
+    }
+    ctx_free(&c);
+    return ok;
+}
+
+void
+nir_import_free(NirImport *im)
+{
+    free(im->text);
+    for (int i = 0; i < im->ntensors; i++)
+        rt_tensor_free(&im->tensors[i]);
+    free(im->tensors);
+    memset(im, 0, sizeof *im);
+}
+
+bool
+nir_import_file(const char *path, const NirImportOptions *o, NirImport *out, char *err,
+                size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    NirObj root;
+    if (!nir_h5_read(path, &root, err, errlen)) return false;
+    NirGraph g;
+    bool ok = nir_graph_build(&root, path, &g, err, errlen);
+    if (ok) ok = nir_to_snn(&g, path, o, out, err, errlen);
+    if (ok) nir_graph_free(&g);
+    nir_obj_free(&root);
+    return ok;
+}
