@@ -154,6 +154,9 @@ usage(FILE *f)
           "                          v <- v - v_th\n"
           "  --reset-step=same|next  the reset acts in the step that fires (default) or in the next\n"
           "                          step's update (snnTorch)\n"
+          "  --impulses              IF, I and the synaptic current of CubaLIF take each step's\n"
+          "                          input as an impulse (v += r I, i += w_in I; Norse) instead of\n"
+          "                          a current over dt\n"
           "\n"
           "Passes (the graph-IR pipeline; --help-passes lists them):\n"
           "  -O0 .. -O3              -O0: no pass (lowering only: every layer step by step); -O1 and\n"
@@ -372,6 +375,7 @@ print_version(void)
     } else {
         printf("nvrtc: none (%s)\n", err);
     }
+    printf("nir: %s\n", nir_h5_available() ? "on (libhdf5)" : "off (built without libhdf5)");
 }
 
 /* --cuda-arch=LIST into o->archs, checked against what the command builds */
@@ -471,7 +475,7 @@ parse_options(int argc, char **argv, Options *o)
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
            O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS, O_ACCUMULATE, O_DT, O_INTEGRATOR,
-           O_RESET, O_RESET_STEP, O_TIMESTEPS };
+           O_RESET, O_RESET_STEP, O_TIMESTEPS, O_IMPULSES };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -504,6 +508,7 @@ parse_options(int argc, char **argv, Options *o)
         {"reset", required_argument, 0, O_RESET},
         {"reset-step", required_argument, 0, O_RESET_STEP},
         {"timesteps", required_argument, 0, O_TIMESTEPS},
+        {"impulses", no_argument, 0, O_IMPULSES},
         {0, 0, 0, 0},
     };
     o->batch = 64;
@@ -645,6 +650,10 @@ parse_options(int argc, char **argv, Options *o)
             else
                 usage_error("--reset-step expects same or next, got '%s'", optarg);
             nir_flag = "--reset-step";
+            break;
+        case O_IMPULSES:
+            o->nir.impulses = true;
+            nir_flag = "--impulses";
             break;
         case O_TIMESTEPS:
             o->nir.timesteps = (int)parse_int("--timesteps", optarg, 1, 1 << 20);

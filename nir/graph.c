@@ -54,7 +54,7 @@ typedef struct Sub {
 typedef struct Edges {
     const NirObj *edges; /* the strings dataset */
     char *prefix;        /* "" or "sub." */
-    const char *graph;   /* for messages: the graph's dotted name or "the top graph" */
+    char *graph;         /* for messages: "graph 'sub'" or "the top graph" */
 } Edges;
 
 typedef struct Builder {
@@ -189,7 +189,11 @@ add_graph(Builder *b, const NirObj *group, const char *prefix, const char *gname
                         depth ? "graph '" : "", depth ? gname : "the top graph", depth ? "'" : "");
         if (!grow((void **)&b->edges, &b->capedges, b->nedges + 1, sizeof *b->edges))
             return fail(b, "out of memory");
-        b->edges[b->nedges++] = (Edges){edges, join("", prefix), depth ? gname : "the top graph"};
+        char what[600];
+        snprintf(what, sizeof what, depth ? "graph '%s'" : "the top graph", gname);
+        Edges *e = &b->edges[b->nedges++];
+        *e = (Edges){edges, join("", prefix), join("", what)};
+        if (!e->prefix || !e->graph) return fail(b, "out of memory");
     }
     return true;
 }
@@ -273,14 +277,16 @@ build(Builder *b, const NirObj *root)
     }
     int ninputs = 0, noutputs = 0;
     for (int i = 0; i < b->g->nnodes; i++) {
-        const NirNode *n = &b->g->nodes[i];
-        ninputs += n->is_top && n->kind == NK_INPUT;
-        noutputs += n->is_top && n->kind == NK_OUTPUT;
-        if (n->nin == 0 && !(n->is_top && n->kind == NK_INPUT))
-            return fail(b, "node '%s' (%s): no edge leads into it", n->name, nir_kind_name(n->kind));
+        ninputs += b->g->nodes[i].is_top && b->g->nodes[i].kind == NK_INPUT;
+        noutputs += b->g->nodes[i].is_top && b->g->nodes[i].kind == NK_OUTPUT;
     }
     if (ninputs == 0) return fail(b, "the top graph has no Input node");
     if (noutputs == 0) return fail(b, "the top graph has no Output node");
+    for (int i = 0; i < b->g->nnodes; i++) {
+        const NirNode *n = &b->g->nodes[i];
+        if (n->nin == 0 && !(n->is_top && n->kind == NK_INPUT))
+            return fail(b, "node '%s' (%s): no edge leads into it", n->name, nir_kind_name(n->kind));
+    }
     return true;
 }
 
@@ -293,8 +299,10 @@ nir_graph_build(const NirObj *root, const char *path, NirGraph *g, char *err, si
     for (int i = 0; i < b.nsubs; i++)
         free(b.subs[i].name);
     free(b.subs);
-    for (int i = 0; i < b.nedges; i++)
+    for (int i = 0; i < b.nedges; i++) {
         free(b.edges[i].prefix);
+        free(b.edges[i].graph);
+    }
     free(b.edges);
     if (!ok) nir_graph_free(g);
     return ok;

@@ -16,7 +16,7 @@
 enum {
     NIR_MAX_RANK = 8,
     NIR_MAX_DEPTH = 16,          /* nested graphs */
-    NIR_MAX_NODES = 100000,      /* nodes in one file, all graphs together */
+    NIR_MAX_NODES = 10000,       /* nodes in one file, all graphs together */
 };
 #define NIR_MAX_NUMEL ((int64_t)1 << 30) /* elements of one dataset; larger claims are errors */
 
@@ -40,6 +40,10 @@ struct NirObj {
 
 void nir_obj_free(NirObj *o); /* frees what o owns (not o itself) */
 const NirObj *nir_obj_find(const NirObj *group, const char *name);
+
+/* tree_text.c: a tree from text, one dataset per line ("node/nodes/lif/tau f 4 1e-3 1e-3 1e-3
+ * 1e-3"; kinds s, f, i; dimensions "-" or "2x3"): .nir files for tests and the fuzz target */
+bool nir_tree_parse(const char *text, size_t len, NirObj *root, char *err, size_t errlen);
 
 /* h5read.c: the whole file; false with one sentence in err. Without libhdf5 in the build it says so. */
 bool nir_h5_read(const char *path, NirObj *root, char *err, size_t errlen);
@@ -93,6 +97,9 @@ typedef struct NirImportOptions {
     NirIntegrator integrator; /* euler (default) or exact */
     NirReset reset;           /* value (default: the spec's v <- v_reset) or subtract */
     bool reset_next;          /* the reset acts at the next step's update (snnTorch) */
+    bool impulses;            /* IF, I and the synaptic current of CubaLI/CubaLIF take each step's
+                                 input as an impulse (v += r I, i += w_in I: Norse) instead of a
+                                 current integrated over dt */
     int timesteps;            /* T of the model (required) */
     const char *model_name;   /* NULL: from the file name */
     const char *weights_ref;  /* NULL: no `weights` statement (the caller binds them) */

@@ -246,8 +246,12 @@ add_tensor(Ctx *c, int id, const char *slot, const NirObj *f)
                        sizeof msg) != 0)
         return node_fail(c, id, slot, "%s", msg);
     c->ntensors++;
-    for (int64_t i = 0; i < f->numel; i++)
+    for (int64_t i = 0; i < f->numel; i++) {
         t->data[i] = (float)f->num[i];
+        if (!isfinite(t->data[i]))
+            return node_fail(c, id, slot, "element %lld is %g, outside float32's range",
+                             (long long)i, f->num[i]);
+    }
     return true;
 }
 
@@ -290,7 +294,8 @@ io_shape(Ctx *c, int id, Shape *s, bool *is_given)
 static int64_t
 conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil)
 {
-    return (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+    int64_t span = in + 2 * pad - dil * (k - 1) - 1;
+    return span < 0 ? 0 : span / stride + 1; /* 0: the window does not fit */
 }
 
 /* ---- neuron parameters ---- */
@@ -333,6 +338,17 @@ discretise(Ctx *c, double tau, double r, double *decay, double *gain, bool *is_c
         }
         *decay = (double)b;
     }
+}
+
+/* the float32 values a layer is written with must be finite (a huge r or a tiny tau overflow) */
+static bool
+finite32(Ctx *c, int id, int n, const double *v, const char *const *what)
+{
+    for (int i = 0; i < n; i++)
+        if (!isfinite((float)v[i]))
+            return node_fail(c, id, NULL, "its %s is %g, outside float32's range (check --dt and "
+                             "the node's parameters)", what[i], v[i]);
+    return true;
 }
 
 /* ---- emitting ---- */
@@ -452,9 +468,10 @@ emit_node(Ctx *c, int id, int depth)
     const NirNode *n = &c->g->nodes[id];
     char nb[64];
     Shape in = {0};
-    if (n->kind != NK_INPUT && !input_shape(c, id, &in)) return false;
+    bool is_model_input = n->kind == NK_INPUT && n->is_top;
+    if (!is_model_input && !input_shape(c, id, &in)) return false;
     Buf e = {0};
-    if (n->kind != NK_INPUT) input_expr(c, id, &e);
+    if (!is_model_input) input_expr(c, id, &e);
     const char *x = e.s ? e.s : "";
     bool ok = true;
     switch (n->kind) {
@@ -528,7 +545,9 @@ emit_node(Ctx *c, int id, int depth)
     }
     case NK_SCALE: {
         double k;
-        if (!(ok = uniform(c, id, "scale", &in, true, 0, &k))) break;
+        if (!(ok = uniform(c, id, "scale", &in, true, 0, &k) &&
+                   finite32(c, id, 1, &k, (const char *const[]){"scale"})))
+            break;
         c->shape[id] = in;
         put(c->out, "  %s = scale(%s, %s)\n", c->ident[id], x, num(nb, sizeof nb, f32(k)));
         set_ident(c, id);
@@ -685,7 +704,9 @@ emit_node(Ctx *c, int id, int depth)
     }
     case NK_THRESHOLD: {
         double th;
-        if (!(ok = uniform(c, id, "threshold", &in, true, 0, &th))) break;
+        if (!(ok = uniform(c, id, "threshold", &in, true, 0, &th) &&
+                   finite32(c, id, 1, &th, (const char *const[]){"threshold"})))
+            break;
         c->used[NK_THRESHOLD][0] = true;
         c->shape[id] = in;
         put(c->out, "  %s = NIR_Threshold(%s, v_th = %s)\n", c->ident[id], x,
@@ -700,9 +721,11 @@ emit_node(Ctx *c, int id, int depth)
         if (n->kind == NK_IF && !(ok = uniform(c, id, "v_threshold", &in, true, 0, &th) &&
                                        uniform(c, id, "v_reset", &in, false, 0, &vr)))
             break;
-        double gain = f32(c->dt * r);
-        bool is_conv = (float)r == (float)(1.0 / c->dt);
-        if (is_conv) gain = 1.0;
+        double gain = c->o->impulses ? f32(r) : f32(c->dt * r);
+        if (!c->o->impulses && (float)r == (float)(1.0 / c->dt)) gain = 1.0; /* r = 1/dt */
+        if (!(ok = finite32(c, id, 3, (const double[]){gain, th, vr},
+                            (const char *const[]){"input gain", "v_threshold", "v_reset"})))
+            break;
         c->shape[id] = in;
         if (n->kind == NK_I) {
             c->used[NK_I][0] = true;
@@ -735,6 +758,10 @@ emit_node(Ctx *c, int id, int depth)
         double decay, gain;
         bool is_conv;
         discretise(c, tau, r, &decay, &gain, &is_conv);
+        if (!(ok = finite32(c, id, 5, (const double[]){decay, gain, vl, th, vr},
+                            (const char *const[]){"decay", "input gain", "v_leak", "v_threshold",
+                                                  "v_reset"})))
+            break;
         if (is_conv) c->ngain_one++; else c->ngain_other++;
         c->shape[id] = in;
         char b0[64], b1[64], b2[64], b3[64];
@@ -773,7 +800,13 @@ emit_node(Ctx *c, int id, int depth)
         double sdecay, sgain, decay, gain;
         bool is_sconv, is_conv;
         discretise(c, ts, win, &sdecay, &sgain, &is_sconv);
+        if (c->o->impulses) sgain = f32(win), is_sconv = true;
         discretise(c, tm, r, &decay, &gain, &is_conv);
+        if (!(ok = finite32(c, id, 7, (const double[]){sdecay, sgain, decay, gain, vl, th, vr},
+                            (const char *const[]){"synaptic decay", "synaptic input gain", "decay",
+                                                  "input gain", "v_leak", "v_threshold",
+                                                  "v_reset"})))
+            break;
         if (is_conv && is_sconv) c->ngain_one++; else c->ngain_other++;
         c->shape[id] = in;
         char b0[64], b1[64], b2[64], b3[64], b4[64], b5[64];
@@ -1141,6 +1174,9 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
             o->integrator == NIR_EXACT ? "exact (exponential)" : "forward Euler",
             o->reset == NIR_RESET_SUBTRACT ? "subtract" : "to-value",
             o->reset_next ? " at the next step" : "");
+        if (o->impulses)
+            put(&t, "# Impulse inputs (--impulses): IF and I add r I per step, a synaptic current "
+                "w_in I.\n");
         put(&t, "# Neuron parameters per step, rounded to float32: decay (of v, and syn_decay of "
                 "the synaptic current)\n# and gain (of the input) stand for NIR's tau, r and "
                 "w_in.\n\n");

@@ -7,6 +7,7 @@ packages=(
   build-essential cmake flex bison zlib1g-dev      # the compiler itself
   llvm-14-dev llvm-14-tools                        # LLVM (CPU backend) and FileCheck/lit for tests
   clang libclang-rt-14-dev                         # libFuzzer and sanitizer runtimes for fuzz targets
+  libhdf5-dev                                      # NIR import (.nir files are HDF5)
   python3                                          # lit runs on it
   dataset-fashion-mnist                            # the examples' data set (IDX files)
 )

@@ -220,6 +220,61 @@ def gen_snn():
                 put("fuzz_snn", prefix + os.path.basename(p), data)
 
 
+# ---- NIR graphs as nir_tree_parse text (first byte: the import options, fuzz_nir.c) ----
+
+NIR_HEAD = "node/type s - NIRGraph\nversion s - 1.0.8\n"
+NIR_MLP = ("node/nodes/x/type s - Input\nnode/nodes/x/shape i 1 4\n"
+           "node/nodes/fc/type s - Affine\nnode/nodes/fc/weight f 3x4 1 0 0 0 0 1 0 0 0 0 1 0\n"
+           "node/nodes/fc/bias f 3 0.5 0 -0.5\n"
+           "node/nodes/lif/type s - LIF\nnode/nodes/lif/tau f 3 1e-3 1e-3 1e-3\n"
+           "node/nodes/lif/r f 3 10 10 10\nnode/nodes/lif/v_leak f 3 0 0 0\n"
+           "node/nodes/lif/v_threshold f 3 1 1 1\nnode/nodes/lif/v_reset f 3 0 0 0\n"
+           "node/nodes/out/type s - Output\nnode/edges s 3x2 x fc fc lif lif out\n")
+NIR_REC = ("node/nodes/in/type s - Input\nnode/nodes/in/shape i 1 3\n"
+           "node/nodes/0/type s - Affine\nnode/nodes/0/weight f 3x3 1 0 0 0 1 0 0 0 1\n"
+           "node/nodes/0/bias f 3 0 0 0\nnode/nodes/r.lif/type s - CubaLIF\n"
+           "node/nodes/r.lif/tau_syn f - 5e-4\nnode/nodes/r.lif/tau_mem f - 1e-3\n"
+           "node/nodes/r.lif/r f - 10\nnode/nodes/r.lif/v_leak f - 0\nnode/nodes/r.lif/w_in f - 5\n"
+           "node/nodes/r.lif/v_threshold f - 1\n"
+           "node/nodes/r.w/type s - Linear\nnode/nodes/r.w/weight f 3x3 0 1 0 0 0 1 1 0 0\n"
+           "node/nodes/s/type s - NIRGraph\nnode/nodes/s/nodes/i/type s - Input\n"
+           "node/nodes/s/nodes/li/type s - LI\nnode/nodes/s/nodes/li/tau f - 2e-4\n"
+           "node/nodes/s/nodes/li/r f - 1\nnode/nodes/s/nodes/li/v_leak f - 0\n"
+           "node/nodes/s/nodes/o/type s - Output\nnode/nodes/s/edges s 2x2 i li li o\n"
+           "node/nodes/out/type s - Output\n"
+           "node/edges s 6x2 in 0 0 r.lif r.lif r.w r.w r.lif r.lif s s out\n")
+NIR_CONV = ("node/nodes/x/type s - Input\nnode/nodes/x/shape i 3 2 4 4\n"
+            "node/nodes/c/type s - Conv2d\nnode/nodes/c/weight f 2x1x3x3 "
+            "1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1\nnode/nodes/c/bias f 2 0 1\n"
+            "node/nodes/c/groups i - 2\nnode/nodes/c/padding s - same\n"
+            "node/nodes/p/type s - AvgPool2d\nnode/nodes/p/kernel_size i 2 2 2\n"
+            "node/nodes/q/type s - SumPool2d\nnode/nodes/q/kernel_size i - 2\n"
+            "node/nodes/q/stride i - 1\nnode/nodes/f/type s - Flatten\n"
+            "node/nodes/k/type s - Scale\nnode/nodes/k/scale f 2 3 3\n"
+            "node/nodes/d/type s - Delay\nnode/nodes/d/delay f - 3e-4\n"
+            "node/nodes/th/type s - Threshold\nnode/nodes/th/threshold f - 0.5\n"
+            "node/nodes/i/type s - I\nnode/nodes/i/r f - 2\n"
+            "node/nodes/if/type s - IF\nnode/nodes/if/r f - 10000\n"
+            "node/nodes/if/v_threshold f - 1\nnode/nodes/cl/type s - CubaLI\n"
+            "node/nodes/cl/tau_syn f - 5e-4\nnode/nodes/cl/tau_mem f - 1e-3\n"
+            "node/nodes/cl/r f - 10\nnode/nodes/cl/v_leak f - 0\nnode/nodes/cl/w_in f - 5\n"
+            "node/nodes/o1/type s - Output\nnode/nodes/o2/type s - Output\n"
+            "node/nodes/o3/type s - Output\nnode/nodes/o4/type s - Output\n"
+            "node/edges s 14x2 x c c p p q q f f k k d d th th o1 f i i o2 f if if o3 f cl cl o4\n")
+
+
+def gen_nir():
+    t = "fuzz_nir"
+    for opt in (0, 0x07, 0x1a):
+        put(t, f"mlp_{opt:02x}", bytes([opt]) + (NIR_HEAD + NIR_MLP).encode())
+    put(t, "recurrent", b"\x05" + (NIR_HEAD + NIR_REC).encode())
+    put(t, "conv_all_nodes", b"\x00" + (NIR_HEAD + NIR_CONV).encode())
+    put(t, "invalid_shape", b"\x00" + (NIR_HEAD + NIR_MLP.replace("3x4 1 0 0 0", "3x5 1 0 0 0 0"))
+        .encode())
+    put(t, "invalid_edge", b"\x00" + (NIR_HEAD + NIR_MLP.replace("lif out\n", "lif nope\n"))
+        .encode())
+
+
 if __name__ == "__main__":
     import warnings
     warnings.simplefilter("ignore")  # zipfile warns about the deliberate duplicate member
@@ -228,5 +283,6 @@ if __name__ == "__main__":
     gen_idx()
     gen_npz()
     gen_snn()
+    gen_nir()
     for target in sorted(os.listdir(SEEDS)):
         print(target, len(os.listdir(os.path.join(SEEDS, target))), "seeds")

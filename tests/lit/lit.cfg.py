@@ -16,6 +16,7 @@ config.substitutions.append(("%snnc", config.snnc_path))
 config.substitutions.append(("%npycmp", config.npycmp_path))
 config.substitutions.append(("%examples", os.path.join(config.snnc_src_root, "examples")))
 config.substitutions.append(("%parity", os.path.join(config.snnc_src_root, "tests", "parity")))
+config.substitutions.append(("%nirdir", os.path.join(config.snnc_src_root, "tests", "nir")))
 
 path = [config.llvm_tools_dir, os.environ.get("PATH", "")]
 config.environment["PATH"] = os.pathsep.join(path)
@@ -40,6 +41,8 @@ try:
     version = subprocess.run([config.snnc_path, "--version"], capture_output=True, text=True, env=env)
     if re.search(r"^nvrtc: \d+\.\d+", version.stdout, re.M):
         config.available_features.add("nvrtc")
+    if re.search(r"^nir: on", version.stdout, re.M):
+        config.available_features.add("nir")
 except OSError:
     pass
 ptxas = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK) else None)

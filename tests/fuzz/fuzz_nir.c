@@ -1,0 +1,54 @@
+/* fuzz_nir.c: libFuzzer target for NIR import after the HDF5 layer: the first byte chooses the
+ * import options (integrator, reset, reset step, impulses, dt), the rest is a .nir file's tree as
+ * nir_tree_parse text. Never a crash, hang or leak; and a graph that imports must give a .snn text
+ * the frontend compiles (the importer checks everything the language would reject). libhdf5 itself
+ * is not fuzzed here: its reader is its own project's. */
+#include "frontend/frontend.h"
+#include "nir/nir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static FILE *devnull;
+    if (!devnull) {
+        devnull = fopen("/dev/null", "w");
+        if (!devnull) die("cannot open /dev/null");
+    }
+    if (size == 0) return 0;
+    diag_set_stream(devnull);
+    NirImportOptions o = {
+        .integrator = data[0] & 1 ? NIR_EXACT : NIR_EULER,
+        .reset = data[0] & 2 ? NIR_RESET_SUBTRACT : NIR_RESET_VALUE,
+        .reset_next = (data[0] & 4) != 0,
+        .impulses = (data[0] & 8) != 0,
+        .dt = data[0] & 16 ? 1e-3 : 1e-4,
+        .timesteps = 1 + (data[0] >> 5),
+    };
+    NirObj root;
+    char err[1024];
+    if (nir_tree_parse((const char *)data + 1, size - 1, &root, err, sizeof err)) {
+        NirGraph g;
+        if (nir_graph_build(&root, "fuzz.nir", &g, err, sizeof err)) {
+            NirImport im;
+            if (nir_to_snn(&g, "fuzz.nir", &o, &im, err, sizeof err)) {
+                Module *m = fe_load_text("fuzz.nir.snn", im.text, im.len, NULL);
+                if (!m) { /* say why, then fail */
+                    diag_set_stream(stderr);
+                    fe_load_text("fuzz.nir.snn", im.text, im.len, NULL);
+                    die("an imported graph does not compile:\n%s", im.text);
+                }
+                module_free(m);
+                nir_import_free(&im);
+            }
+            nir_graph_free(&g);
+        }
+        nir_obj_free(&root);
+    }
+    diag_reset();
+    return 0;
+}

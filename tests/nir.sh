@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs every NIR fixture (tests/nir/<case>: model.nir exported by a framework or built with the nir
+# package, input.npy, expected.npz with the framework's own outputs, args with the snnc options that
+# state the exporter's discretisation) through the interpreter (float32) and the compiled CPU
+# backend when the build has it, comparing every output bit for bit unless the case has a
+# `tolerance` file (npycmp options; tests/nir/README.md says why). Each case is also translated
+# with --emit=snn and the written .snn model (with its weights file) run again: the same bytes.
+# Without NIR support in the build (no libhdf5) the test is skipped (exit 77).
+# Usage: nir.sh SNNC NPYCMP NIR_DIR WORK_DIR
+set -u
+snnc=$1 npycmp=$2 dir=$3 work=$4
+mkdir -p "$work"
+first=$(ls -d "$dir"/*/ | head -1)
+if "$snnc" --emit=snn "$first/model.nir" --timesteps=1 -q 2>&1 >/dev/null | grep -q "NIR support is off"; then
+  echo "nir: skipped (this build has no NIR support)"
+  exit 77
+fi
+pass=0 fail=0
+backends=(interp)
+"$snnc" --help | grep -q -- '--backend=cpu' && backends+=(cpu)
+for case in "$dir"/*/; do
+  name=$(basename "$case")
+  [ -f "$case/model.nir" ] || continue
+  read -r -a args < "$case/args"
+  cmp_args=(--exact '*')
+  [ -f "$case/tolerance" ] && read -r -a cmp_args < "$case/tolerance"
+  for backend in "${backends[@]}"; do
+    out="$work/$name.$backend.npz"
+    log="$work/$name.$backend.log"
+    if "$snnc" --run --backend="$backend" --precision=f32 "$case/model.nir" "${args[@]}" \
+         --input="$case/input.npy" --output="$out" -q >"$log" 2>&1 &&
+       "$npycmp" "${cmp_args[@]}" "$out" "$case/expected.npz" >>"$log" 2>&1; then
+      pass=$((pass + 1))
+    else
+      fail=$((fail + 1))
+      echo "FAIL: $name ($backend)"
+      cat "$log"
+    fi
+  done
+  # --emit=snn writes an equivalent model: it computes the same bytes
+  snn="$work/$name/imported.snn"
+  mkdir -p "$work/$name"
+  log="$work/$name.emit.log"
+  if "$snnc" --emit=snn "$case/model.nir" "${args[@]}" -o "$snn" -q >"$log" 2>&1 &&
+     [ -f "$work/$name/imported.safetensors" ] &&
+     "$snnc" --run --backend=interp --precision=f32 "$snn" --input="$case/input.npy" \
+       --output="$work/$name.emitted.npz" -q >>"$log" 2>&1 &&
+     "$npycmp" --exact '*' "$work/$name.emitted.npz" "$work/$name.interp.npz" >>"$log" 2>&1; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $name (--emit=snn, then the .snn)"
+    cat "$log"
+  fi
+done
+echo "nir (${backends[*]}, --emit=snn): $pass passed, $fail failed"
+[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
