@@ -91,6 +91,8 @@ usage(FILE *f)
           "                          per inference, at --batch (--device=cuda: the GPU's)\n"
           "  --emit=snn              a NIR graph as an equivalent .snn model (to -o FILE.snn, its\n"
           "                          weights beside it as FILE.safetensors; or the text to stdout)\n"
+          "  --emit=nir              the model as a NIR graph (needs -o FILE.nir; --dt: the step its\n"
+          "                          time constants are written for, default 1e-4)\n"
           "  --emit=weights          write the weights the model runs with (--weights, the model's\n"
           "                          file, or its seeded initialisation) as f32 safetensors (needs -o)\n"
           "  -o FILE                 where --emit writes; without --emit, build a shared library\n"
@@ -518,7 +520,10 @@ parse_options(int argc, char **argv, Options *o)
     o->seed = -1;
     o->backend = NULL; /* chosen after the options: see below */
     bool is_f64_asked = false;
-    const char *nir_flag = NULL; /* the last NIR-only option given */
+    /* the NIR options given, a bit each in the order of nir_option_names */
+    static const char *const nir_option_names[] = {"--dt", "--impulses", "--integrator", "--reset",
+                                                   "--reset-step", "--timesteps"};
+    unsigned nir_given = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu < 1 ? 1 : ncpu > 1024 ? 1024 : (int)ncpu;
     opterr = 0;
@@ -529,10 +534,10 @@ parse_options(int argc, char **argv, Options *o)
             if (strcmp(optarg, "ir") != 0 && strcmp(optarg, "kernel") != 0 &&
                 strcmp(optarg, "weights") != 0 && strcmp(optarg, "cuda") != 0 &&
                 strcmp(optarg, "ptx") != 0 && strcmp(optarg, "cubin") != 0 &&
-                strcmp(optarg, "snn") != 0 &&
+                strcmp(optarg, "snn") != 0 && strcmp(optarg, "nir") != 0 &&
                 ((strcmp(optarg, "llvm") != 0 && strcmp(optarg, "obj") != 0) ||
                  !find_backend("cpu")))
-                usage_error("--emit=%s is not available (this build emits: ir, snn, kernel, "
+                usage_error("--emit=%s is not available (this build emits: ir, snn, nir, kernel, "
                             "weights, cuda, ptx, cubin%s)", optarg,
                             find_backend("cpu") ? ", llvm, obj" : "");
             o->emit = optarg;
@@ -622,6 +627,7 @@ parse_options(int argc, char **argv, Options *o)
             o->nir.dt = strtod(optarg, &end);
             if (errno || end == optarg || *end || !(o->nir.dt > 0) || !isfinite(o->nir.dt))
                 usage_error("--dt expects a positive number of seconds, got '%s'", optarg);
+            nir_given |= 1u << 0;
             break;
         }
         case O_INTEGRATOR:
@@ -631,7 +637,7 @@ parse_options(int argc, char **argv, Options *o)
                 o->nir.integrator = NIR_EXACT;
             else
                 usage_error("--integrator expects euler or exact, got '%s'", optarg);
-            nir_flag = "--integrator";
+            nir_given |= 1u << 2;
             break;
         case O_RESET:
             if (strcmp(optarg, "value") == 0)
@@ -640,7 +646,7 @@ parse_options(int argc, char **argv, Options *o)
                 o->nir.reset = NIR_RESET_SUBTRACT;
             else
                 usage_error("--reset expects value or subtract, got '%s'", optarg);
-            nir_flag = "--reset";
+            nir_given |= 1u << 3;
             break;
         case O_RESET_STEP:
             if (strcmp(optarg, "same") == 0)
@@ -649,15 +655,15 @@ parse_options(int argc, char **argv, Options *o)
                 o->nir.reset_next = true;
             else
                 usage_error("--reset-step expects same or next, got '%s'", optarg);
-            nir_flag = "--reset-step";
+            nir_given |= 1u << 4;
             break;
         case O_IMPULSES:
             o->nir.impulses = true;
-            nir_flag = "--impulses";
+            nir_given |= 1u << 1;
             break;
         case O_TIMESTEPS:
             o->nir.timesteps = (int)parse_int("--timesteps", optarg, 1, 1 << 20);
-            nir_flag = "--timesteps";
+            nir_given |= 1u << 5;
             break;
         case O_LLVM_ARGS: {
 #ifdef SNN_HAVE_LLVM
@@ -699,9 +705,15 @@ parse_options(int argc, char **argv, Options *o)
     o->path = argv[optind];
     size_t plen = strlen(o->path);
     o->is_nir = plen > 4 && strcmp(o->path + plen - 4, ".nir") == 0;
-    if (o->nir.dt > 0 && !nir_flag) nir_flag = "--dt";
-    if (nir_flag && !o->is_nir)
-        usage_error("%s is for NIR graphs (MODEL.nir); a .snn model says this itself", nir_flag);
+    /* NIR options read a .nir file; --emit=nir writes time constants for a reader's --dt and
+     * --impulses */
+    unsigned nir_allowed = o->is_nir ? ~0u : is_emit(o, "nir") ? 3u : 0u;
+    for (int i = 0; i < 6; i++)
+        if (nir_given & ~nir_allowed & (1u << i))
+            usage_error("%s is for NIR graphs (MODEL.nir)%s; a .snn model says this itself",
+                        nir_option_names[i],
+                        is_emit(o, "nir") ? " (--emit=nir takes --dt and --impulses)" : "");
+    if (is_emit(o, "nir") && !o->out) usage_error("--emit=nir needs -o FILE.nir");
     if (is_emit(o, "snn") && !o->is_nir)
         usage_error("--emit=snn translates a NIR graph (MODEL.nir); for a .snn model, --emit=ir "
                     "prints its canonical form");
@@ -1635,6 +1647,18 @@ weights_path_beside(const char *snn_path)
     return p;
 }
 
+/* notes, one per line, as "FILE: note: ..." on stderr */
+static void
+print_notes(const char *file, const char *notes)
+{
+    for (const char *line = notes; *line;) {
+        const char *end = strchr(line, '\n');
+        int len = end ? (int)(end - line) : (int)strlen(line);
+        fprintf(stderr, "%s: note: %.*s\n", file, len, line);
+        line += len + (end != NULL);
+    }
+}
+
 /* A NIR graph: imported into .snn text and weights (nir/), which the frontend then reads like a
  * file. The text is named after where --emit=snn writes it, else MODEL.nir.snn, in messages and
  * IR locations. */
@@ -1653,19 +1677,35 @@ load_nir(Options *o, NirImport *im, char **text_path, char **weights_path)
         diag_reader_error(NULL, err);
         return NULL;
     }
-    if (!o->quiet)
-        for (const char *line = im->notes; *line;) {
-            const char *end = strchr(line, '\n');
-            int len = end ? (int)(end - line) : (int)strlen(line);
-            fprintf(stderr, "%s: note: %.*s\n", o->path, len, line);
-            line += len + (end != NULL);
-        }
+    if (!o->quiet) print_notes(o->path, im->notes);
     size_t n = strlen(o->path) + 5;
     *text_path = malloc(n);
     if (!*text_path) die("out of memory");
     snprintf(*text_path, n, "%s.snn", o->path);
     o->import = im;
     return fe_load_text(is_snn_file ? o->out : *text_path, im->text, im->len, NULL);
+}
+
+/* --emit=nir -o FILE: the model (weights bound) as a NIR graph, and what the reader should know */
+static int
+emit_nir(Module *m, const Options *o)
+{
+    if (!bind_weights(m, o)) return 1;
+    NirObj root;
+    char notes[2048], err[1024];
+    if (!nir_from_module(m, o->nir.dt, o->nir.impulses, &root, notes, sizeof notes, err,
+                         sizeof err)) {
+        diag_file_error(o->path, "--emit=nir: %s", err);
+        return 1;
+    }
+    bool ok = nir_h5_write(o->out, &root, err, sizeof err);
+    nir_obj_free(&root);
+    if (!ok) {
+        diag_reader_error(NULL, err);
+        return 1;
+    }
+    if (!o->quiet) print_notes(o->out, notes);
+    return 0;
 }
 
 /* --emit=snn: the imported model's text (to -o or stdout) and, with -o, its weights beside it */
@@ -1702,8 +1742,8 @@ main(int argc, char **argv)
     char *nir_text_path = NULL, *nir_weights_path = NULL;
     Module *m = o.is_nir ? load_nir(&o, &import, &nir_text_path, &nir_weights_path)
                          : fe_load(o.path, o.model);
-    if (m && is_emit(&o, "snn")) {
-        int rc = emit_snn(&o, nir_weights_path);
+    if (m && (is_emit(&o, "snn") || is_emit(&o, "nir"))) {
+        int rc = is_emit(&o, "snn") ? emit_snn(&o, nir_weights_path) : emit_nir(m, &o);
         module_free(m);
         nir_import_free(&import);
         free(nir_text_path);

@@ -117,6 +117,22 @@ bool nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, 
                 char *err, size_t errlen);
 void nir_import_free(NirImport *im);
 
+/* the neuron definitions nir_to_snn writes (every kind and reset variant) in a model that uses
+ * each: what --emit=nir compares a model's NIR_* neurons with (malloc'ed) */
+char *nir_neuron_library(void);
+
+/* ---- export (from_ir.c, h5write.c) ---- */
+struct Module;
+/* A module with bound weights → a NIR file's tree. dt: the step its neurons' time constants are
+ * written for; impulses: IF, I and synaptic gains written for readers that take inputs as
+ * impulses (--impulses). notes gets what the reader should know (one line each), err why it
+ * failed. */
+bool nir_from_module(const struct Module *m, double dt, bool impulses, NirObj *root, char *notes,
+                     size_t noteslen, char *err, size_t errlen);
+/* h5write.c: the tree as an HDF5 file (arrays gzip-compressed, strings variable-length UTF-8,
+ * as nir.write stores them) */
+bool nir_h5_write(const char *path, const NirObj *root, char *err, size_t errlen);
+
 /* file → .snn text and weights in one call */
 bool nir_import_file(const char *path, const NirImportOptions *o, NirImport *out, char *err,
                      size_t errlen);

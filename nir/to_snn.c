@@ -382,12 +382,13 @@ input_expr(Ctx *c, int id, Buf *b)
     const NirNode *n = &c->g->nodes[id];
     for (int j = 0; j < n->nin; j++) {
         int src = n->in[j];
-        bool is_back = c->is_back[c->back_base[id] + j];
+        bool is_back = c->is_back[c->back_base[id] + j] && c->g->nodes[id].kind != NK_DELAY;
         /* a back edge's source is bound later, under its own name (is_back_src); so is a node read
          * while it is still being emitted */
         if (c->state[src] != 2) c->is_used_early[src] = true;
         put(b, "%s%s%s%s", j ? " + " : "", is_back ? "prev(" : "",
-            is_back || c->state[src] != 2 ? c->ident[src] : c->ref[src], is_back ? ")" : "");
+            c->is_back[c->back_base[id] + j] || c->state[src] != 2 ? c->ident[src] : c->ref[src],
+            is_back ? ")" : "");
     }
 }
 
@@ -442,29 +443,9 @@ pass_through(Ctx *c, int id, const Shape *in)
     return set_ident(c, id);
 }
 
-static bool emit_node(Ctx *c, int id, int depth);
-
-/* a node's statements, after those of the nodes it reads (a back edge's source too: its shape may
- * be needed first, though its text comes later) */
 static bool
-emit(Ctx *c, int id, int depth)
+emit_node(Ctx *c, int id)
 {
-    if (c->state[id]) return true; /* done, or being done further up: its shape comes later */
-    if (depth > 2000) return fail(c, "the graph is more than 2000 nodes deep along its cycles");
-    c->state[id] = 1;
-    const NirNode *n = &c->g->nodes[id];
-    for (int j = 0; j < n->nin; j++)
-        if (!emit(c, n->in[j], depth + 1)) return false;
-    c->out = &c->texts[id];
-    if (!emit_node(c, id, depth)) return false;
-    c->state[id] = 2;
-    return true;
-}
-
-static bool
-emit_node(Ctx *c, int id, int depth)
-{
-    (void)depth;
     const NirNode *n = &c->g->nodes[id];
     char nb[64];
     Shape in = {0};
@@ -688,7 +669,7 @@ emit_node(Ctx *c, int id, int depth)
         if (!(ok = uniform(c, id, "delay", &in, true, 0, &d))) break;
         double steps = d / c->dt;
         double k = nearbyint(steps);
-        if (k < 0 || fabs(steps - k) > 1e-6 * (k > 1 ? k : 1) || k > 1e6) {
+        if (k < 0 || fabs(steps - k) > 1e-6 * (k > 1 ? k : 1) || k > 1e6 || (k == 0 && d > 0)) {
             ok = node_fail(c, id, "delay", "%g s is not a whole number of steps of dt = %g s", d,
                            c->dt);
             break;
@@ -882,6 +863,26 @@ emit_neurons(Ctx *c, Buf *b)
     }
 }
 
+char *
+nir_neuron_library(void)
+{
+    Ctx c = {0};
+    for (int k = 0; k < NK_COUNT; k++)
+        for (int v = 0; v < NV_COUNT; v++)
+            c.used[k][v] = true;
+    Buf t = {0};
+    emit_neurons(&c, &t);
+    put(&t, "model nir_neurons {\n  timesteps 1\n  input x : f32[T, 1]\n");
+    static const char *const kinds[] = {"Threshold", "I", "LI", "CubaLI", "IF", "LIF", "CubaLIF"};
+    int k = 0;
+    for (int i = 0; i < 7; i++)
+        for (int v = 0; v < (i < 4 ? 1 : NV_COUNT); v++, k++)
+            put(&t, "  output o%d = sequence(NIR_%s%s(x))\n", k, kinds[i], variant_suffix[v]);
+    put(&t, "}\n");
+    if (t.is_oom) die("out of memory");
+    return t.s;
+}
+
 /* ---- names and order ---- */
 
 static bool
@@ -955,7 +956,9 @@ schedule(Ctx *c)
     int *stack = malloc(((size_t)n + 1) * sizeof *stack), *pos = calloc((size_t)n + 1, sizeof *pos);
     int *indeg = calloc((size_t)n + 1, sizeof *indeg);
     int *edst = malloc(((size_t)nedges + 1) * sizeof *edst); /* edge → its destination */
-    bool ok = c->is_back && c->is_back_src && nsucc && sbase && succ && state && stack && pos && indeg && edst;
+    int *pri = malloc(((size_t)n + 1) * sizeof *pri);         /* Kahn's preference */
+    bool ok = c->is_back && c->is_back_src && nsucc && sbase && succ && state && stack && pos &&
+              indeg && edst && pri;
     if (ok) {
         for (int i = 0; i < n; i++)
             for (int j = 0; j < g->nodes[i].nin; j++)
@@ -973,6 +976,14 @@ schedule(Ctx *c)
                 int src = g->nodes[i].in[j];
                 succ[sbase[src] + nsucc[src]++] = c->back_base[i] + j;
             }
+        /* a Delay of a positive time reads its input's past: its input edge needs no order (the
+         * language's delay may name a value defined later) and breaks any cycle through it */
+        for (int i = 0; i < n; i++) {
+            const NirObj *d = nir_obj_find(g->nodes[i].group, "delay");
+            bool is_positive = d && d->kind == NIR_NUMBERS && d->numel > 0 && d->num[0] > 0;
+            for (int j = 0; g->nodes[i].kind == NK_DELAY && is_positive && j < g->nodes[i].nin; j++)
+                c->is_back[c->back_base[i] + j] = true;
+        }
         for (int pass = 0; pass < 2; pass++)
             for (int root = 0; root < n; root++) {
                 bool is_start = pass == 0 ? g->nodes[root].is_top && g->nodes[root].kind == NK_INPUT
@@ -991,6 +1002,7 @@ schedule(Ctx *c)
                     }
                     int e = succ[sbase[u] + pos[u]++];
                     int v = edst[e];
+                    if (c->is_back[e]) continue; /* into a Delay */
                     if (state[v] == 1) {
                         c->is_back[e] = true;
                     } else if (state[v] == 0) {
@@ -1007,7 +1019,7 @@ schedule(Ctx *c)
         for (int i = 0; i < n; i++)
             for (int j = 0; j < g->nodes[i].nin; j++) {
                 int e = c->back_base[i] + j;
-                if (!c->is_back[e]) continue;
+                if (!c->is_back[e] || g->nodes[i].kind == NK_DELAY) continue;
                 for (int u = g->nodes[i].in[j], hops = 0; hops < n; hops++) {
                     NirKind k = g->nodes[u].kind;
                     bool is_synapse = k == NK_AFFINE || k == NK_LINEAR || k == NK_SCALE ||
@@ -1024,7 +1036,33 @@ schedule(Ctx *c)
         for (int i = 0; i < n; i++)
             for (int j = 0; j < g->nodes[i].nin; j++)
                 if (c->is_back[c->back_base[i] + j]) c->is_back_src[g->nodes[i].in[j]] = true;
-        /* Kahn over the forward edges, taking the lowest-numbered ready node first */
+        /* Kahn over the forward edges, taking first the ready node a walk along every edge from
+         * the inputs reaches first (so the text reads in the direction data flows) */
+        int npri = 0;
+        for (int i = 0; i < n; i++)
+            pri[i] = -1;
+        for (int pass = 0; pass < 2; pass++)
+            for (int root = 0; root < n; root++) {
+                bool is_start = pass == 1 || (g->nodes[root].is_top && g->nodes[root].kind == NK_INPUT);
+                if (!is_start || pri[root] >= 0) continue;
+                int sp = 0;
+                stack[sp++] = root;
+                pri[root] = npri++;
+                pos[root] = 0;
+                while (sp) {
+                    int u = stack[sp - 1];
+                    if (pos[u] == nsucc[u]) {
+                        sp--;
+                        continue;
+                    }
+                    int v = edst[succ[sbase[u] + pos[u]++]];
+                    if (pri[v] < 0) {
+                        pri[v] = npri++;
+                        pos[v] = 0;
+                        stack[sp++] = v;
+                    }
+                }
+            }
         for (int i = 0; i < n; i++)
             for (int j = 0; j < g->nodes[i].nin; j++)
                 indeg[i] += !c->is_back[c->back_base[i] + j];
@@ -1036,7 +1074,7 @@ schedule(Ctx *c)
         while (ok && nready) {
             int best = 0;
             for (int k = 1; k < nready; k++)
-                if (ready[k] < ready[best]) best = k;
+                if (pri[ready[k]] < pri[ready[best]]) best = k;
             int u = ready[best];
             ready[best] = ready[--nready];
             c->order[c->norder++] = u;
@@ -1056,6 +1094,7 @@ schedule(Ctx *c)
     free(pos);
     free(indeg);
     free(edst);
+    free(pri);
     if (!ok) return fail(c, "out of memory");
     if (c->norder != n) return fail(c, "internal: cycle left after breaking back edges");
     return true;
@@ -1133,8 +1172,28 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
         c.is_used_early = calloc((size_t)n + 1, sizeof *c.is_used_early);
         if (!c.texts || !c.state || !c.is_used_early) ok = fail(&c, "out of memory");
     }
-    for (int k = 0; ok && k < c.norder; k++)
-        ok = emit(&c, c.order[k], 0);
+    /* Each node once one of its inputs has a known shape (the model's inputs first), in definition
+     * order, until all are done: a node in a cycle may need a source defined after it (read by
+     * name; its shape is checked below) */
+    for (bool is_progress = true; ok && is_progress;) {
+        is_progress = false;
+        for (int k = 0; ok && k < c.norder; k++) {
+            int id = c.order[k];
+            const NirNode *nd = &g->nodes[id];
+            bool is_ready = nd->kind == NK_INPUT && nd->is_top;
+            for (int j = 0; !is_ready && j < nd->nin; j++)
+                is_ready = c.state[nd->in[j]] == 2;
+            if (c.state[id] == 2 || !is_ready) continue;
+            c.out = &c.texts[id];
+            ok = emit_node(&c, id);
+            c.state[id] = 2;
+            is_progress = true;
+        }
+    }
+    for (int i = 0; ok && i < n; i++)
+        if (c.state[i] != 2)
+            ok = node_fail(&c, i, NULL, "its input's shape depends on itself (a cycle with nothing "
+                                        "feeding it from outside)");
     /* every edge, now that every shape is known (input_shape compared those known at the time) */
     for (int i = 0; ok && i < n; i++)
         if (g->nodes[i].nin) {

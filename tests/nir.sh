@@ -4,7 +4,8 @@
 # state the exporter's discretisation) through the interpreter (float32) and the compiled CPU
 # backend when the build has it, comparing every output bit for bit unless the case has a
 # `tolerance` file (npycmp options; tests/nir/README.md says why). Each case is also translated
-# with --emit=snn and the written .snn model (with its weights file) run again: the same bytes.
+# with --emit=snn and the written .snn model (with its weights file) run again, and that model
+# exported with --emit=nir and run again: the same bytes each time (nir -> snn -> nir).
 # Without NIR support in the build (no libhdf5) the test is skipped (exit 77).
 # Usage: nir.sh SNNC NPYCMP NIR_DIR WORK_DIR
 set -u
@@ -52,6 +53,22 @@ for case in "$dir"/*/; do
     echo "FAIL: $name (--emit=snn, then the .snn)"
     cat "$log"
   fi
+  # and that model exported again as NIR (--emit=nir), read back with the same options: the same bytes
+  log="$work/$name.export.log"
+  export_args=()
+  for a in "${args[@]}"; do
+    case "$a" in --dt=*|--impulses) export_args+=("$a") ;; esac
+  done
+  if "$snnc" --emit=nir "$snn" "${export_args[@]}" -o "$work/$name/exported.nir" -q >"$log" 2>&1 &&
+     "$snnc" --run --backend=interp --precision=f32 "$work/$name/exported.nir" "${args[@]}" \
+       --input="$case/input.npy" --output="$work/$name.exported.npz" -q >>"$log" 2>&1 &&
+     "$npycmp" --exact '*' "$work/$name.exported.npz" "$work/$name.interp.npz" >>"$log" 2>&1; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $name (--emit=snn, --emit=nir, then the .nir)"
+    cat "$log"
+  fi
 done
-echo "nir (${backends[*]}, --emit=snn): $pass passed, $fail failed"
+echo "nir (${backends[*]}, --emit=snn, --emit=nir): $pass passed, $fail failed"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
