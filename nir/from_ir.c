@@ -291,8 +291,23 @@ export_neuron(Ex *x, ValueId v, NirObj *g)
         }
         bool is_cuba = strncmp(kind, "Cuba", 4) == 0;
         bool is_spiking = strncmp(kind, is_cuba ? "CubaLIF" : "LIF", is_cuba ? 7 : 3) == 0;
+        double decay = param(m, n, "decay");
+        if (!(decay < 1) || !(decay > -1) || (is_cuba && !(param(m, n, "syn_decay") < 1))) {
+            if (!is_cuba && decay == 1) { /* no leak: NIR's I or IF */
+                put_string(g, "type", is_spiking ? "IF" : "I");
+                put_param(g, "r", t, x->impulses ? param(m, n, "gain") : param(m, n, "gain") / dt);
+                if (is_spiking) {
+                    put_param(g, "v_threshold", t, param(m, n, "v_th"));
+                    put_param(g, "v_reset", t, param(m, n, "v_reset"));
+                    want_reset(x, sub ? NIR_RESET_SUBTRACT : NIR_RESET_VALUE, next);
+                }
+                return true;
+            }
+            return fail(x, "layer '%s': a decay of %g per step has no positive time constant",
+                        name_of(x, v), is_cuba && decay < 1 ? param(m, n, "syn_decay") : decay);
+        }
         put_string(g, "type", is_cuba ? (is_spiking ? "CubaLIF" : "CubaLI") : (is_spiking ? "LIF" : "LI"));
-        continuous(dt, param(m, n, "decay"), param(m, n, "gain"), &tau, &r);
+        continuous(dt, decay, param(m, n, "gain"), &tau, &r);
         put_param(g, is_cuba ? "tau_mem" : "tau", t, tau);
         put_param(g, "r", t, r);
         put_param(g, "v_leak", t, param(m, n, "v_leak"));

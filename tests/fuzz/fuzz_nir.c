@@ -1,8 +1,9 @@
-/* fuzz_nir.c: libFuzzer target for NIR import after the HDF5 layer: the first byte chooses the
- * import options (integrator, reset, reset step, impulses, dt), the rest is a .nir file's tree as
- * nir_tree_parse text. Never a crash, hang or leak; and a graph that imports must give a .snn text
- * the frontend compiles (the importer checks everything the language would reject). libhdf5 itself
- * is not fuzzed here: its reader is its own project's. */
+/* fuzz_nir.c: libFuzzer target for NIR import and export after the HDF5 layer: the first byte
+ * chooses the import options (integrator, reset, reset step, impulses, dt), the rest is a .nir
+ * file's tree as nir_tree_parse text. Never a crash, hang or leak; a graph that imports must give
+ * a .snn text the frontend compiles (the importer checks everything the language would reject),
+ * and that model must export to NIR (--emit=nir) and import again. libhdf5 itself is not fuzzed
+ * here: its reader is its own project's. */
 #include "frontend/frontend.h"
 #include "nir/nir.h"
 
@@ -41,6 +42,25 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     diag_set_stream(stderr);
                     fe_load_text("fuzz.nir.snn", im.text, im.len, NULL);
                     die("an imported graph does not compile:\n%s", im.text);
+                }
+                RtTensorSet set = {im.tensors, im.ntensors};
+                if (!weights_bind_set(m, &set, "fuzz.nir")) die("imported weights do not bind");
+                NirObj back;
+                char notes[2048];
+                bool is_exported = nir_from_module(m, o.dt, o.impulses, &back, notes, sizeof notes,
+                                                   err, sizeof err);
+                /* only a neuron without a time constant (decay >= 1 in a synapse, say) may fail */
+                if (!is_exported && !strstr(err, "has no positive time constant"))
+                    die("an imported graph does not export: %s\n%s", err, im.text);
+                NirGraph g2;
+                NirImport im2;
+                if (is_exported) {
+                    if (!nir_graph_build(&back, "back.nir", &g2, err, sizeof err) ||
+                        !nir_to_snn(&g2, "back.nir", &o, &im2, err, sizeof err))
+                        die("an exported graph does not import: %s\n%s", err, im.text);
+                    nir_import_free(&im2);
+                    nir_graph_free(&g2);
+                    nir_obj_free(&back);
                 }
                 module_free(m);
                 nir_import_free(&im);
