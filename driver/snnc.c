@@ -592,7 +592,13 @@ parse_options(int argc, char **argv, Options *o)
         case O_CPU: o->cpu = optarg; break;
         case O_CUDA_ARCH: o->cuda_arch = optarg; break;
         case O_DEVICE: o->device = optarg; break;
-        case O_PASSES: pass_list_option("--passes", optarg); o->passes.passes = optarg; break;
+        case O_PASSES: {
+            char err[768];
+            if (!*optarg) usage_error("--passes needs a comma-separated list of passes (see --help-passes)");
+            if (!pass_check_pipeline(optarg, err, sizeof err)) usage_error("--passes: %s", err);
+            o->passes.passes = optarg;
+            break;
+        }
         case O_DISABLE_PASS:
             pass_list_option("--disable-pass", optarg);
             o->passes.disable = optarg;

@@ -66,6 +66,21 @@ pass_check_list(const char *list, char *err, size_t errlen)
     return true;
 }
 
+bool
+pass_check_pipeline(const char *list, char *err, size_t errlen)
+{
+    if (!pass_check_list(list, err, errlen)) return false;
+    int n = 0;
+    for (const char *p = list; *p; n++)
+        p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',');
+    if (n > NPASSES * 4) {
+        snprintf(err, errlen, "%d passes listed; a pipeline runs at most %d (4 times the %d passes)",
+                 n, NPASSES * 4, NPASSES);
+        return false;
+    }
+    return true;
+}
+
 void
 pass_options_from_env(PassOptions *o)
 {

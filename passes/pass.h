@@ -35,6 +35,9 @@ void pass_options_from_env(PassOptions *o);
 /* Every name of a comma-separated list is a pass; false with a message naming the first that is
  * not (and the passes there are). */
 bool pass_check_list(const char *list, char *err, size_t errlen);
+/* The same for --passes, whose list is also capped at 4 times the table's length (a pipeline is
+ * run as listed; nothing is dropped silently). */
+bool pass_check_pipeline(const char *list, char *err, size_t errlen);
 /* The pipeline o asks for, on m. False after reporting an error. */
 bool passes_run(Module *m, const PassOptions *o);
 /* --help-passes: name, minimum level, description, one per line. */
