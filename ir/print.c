@@ -15,17 +15,19 @@ print_double(char *buf, size_t n, double x)
         snprintf(buf, n, signbit(x) ? "-0" : "0");
         return;
     }
-    /* like Python's repr: fixed notation for 1e-4 <= |x| < 1e16, else the shortest exponent form */
+    /* like Python's repr: fixed notation for 1e-4 <= |x| < 2^53, else the shortest exponent form
+     * (an integral value at or above 2^53 written without one would read back as an integer
+     * literal, which the language limits to 2^53) */
     double ax = fabs(x);
-    if (ax >= 1e-4 && ax < 1e16) {
+    if (ax >= 1e-4 && ax < 9007199254740992.0) {
         for (int digits = 0; digits <= 20; digits++) {
             snprintf(buf, n, "%.*f", digits, x);
             if (strtod(buf, NULL) == x)
                 return;
         }
     }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, x);
+    for (int prec = 0; prec <= 16; prec++) {
+        snprintf(buf, n, "%.*e", prec, x);
         if (strtod(buf, NULL) == x)
             return;
     }
