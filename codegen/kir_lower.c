@@ -1043,7 +1043,10 @@ conv_geometry(Lower *lw, ValueId v)
     cv.d = conv_geom(lw->m, n);
     /* W[o][cg][kh][kw] → [cg][kh][kw][o]: a row of output channels per (cg, kh, kw); one
      * channel's taps are neighbours, as neighbouring output pixels use them */
-    cv.w = wbuf_transposed(lw, n, 0, 4, (const int[]){1, 2, 3, 0});
+    if (n->op == OP_CONV1D) /* W[o][cg][k] → [cg][k][o], the same as [cg][1][k][o] */
+        cv.w = wbuf_transposed(lw, n, 0, 3, (const int[]){1, 2, 0});
+    else
+        cv.w = wbuf_transposed(lw, n, 0, 4, (const int[]){1, 2, 3, 0});
     cv.bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
     cv.list = cv.count = cv.tap_w = cv.tap_x = -1;
     return cv;
@@ -2537,6 +2540,7 @@ kir_lower_for(const Module *m, KTarget target)
                 lower_dense(&lw, v);
             break;
         case OP_CONV2D:
+        case OP_CONV1D:
             if (p->target == KTARGET_GPU)
                 lower_conv2d_flat(&lw, v);
             else if (is_spike_value(&lw, nd->args[0]))

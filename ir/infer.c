@@ -166,6 +166,39 @@ infer_node(Infer *in, ValueId v)
         }
         return 1;
     }
+    case OP_CONV1D: {
+        if (!x)
+            return 0;
+        if (x->rank != 2) {
+            diag_error(n->loc, "conv1d expects samples of shape [C, L], got %s", tstr(x, b1));
+            return -1;
+        }
+        int64_t out = node_attr_i(n, "out", 0), g = node_attr_i(n, "groups", 0);
+        int64_t k = node_attr_i(n, "kernel", 0), s = node_attr_i(n, "stride", 0);
+        int64_t p = node_attr_i(n, "pad", 0), d = node_attr_i(n, "dilation", 0);
+        if (x->dims[0] % g || out % g) {
+            diag_error(n->loc, "conv1d: groups = %lld must divide the input channels (%lld) and out (%lld)",
+                       (long long)g, (long long)x->dims[0], (long long)out);
+            return -1;
+        }
+        dims[0] = out;
+        dims[1] = pool_out(x->dims[1], k, s, p, d);
+        if (dims[1] <= 0) {
+            diag_error(n->loc, "conv1d: a kernel of %lld (dilation %lld) does not fit the input of "
+                               "length %lld with padding %lld",
+                       (long long)k, (long long)d, (long long)x->dims[1], (long long)p);
+            return -1;
+        }
+        set_type(n, DT_F32, true, 2, dims);
+        if (in->final) {
+            int64_t w[3] = {out, x->dims[0] / g, k};
+            if (!add_weight(in, v, 0, 3, w))
+                return -1;
+            if (node_attr_i(n, "bias", 0) && !add_weight(in, v, 1, 1, &out))
+                return -1;
+        }
+        return 1;
+    }
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D:
     case OP_SUMPOOL2D: {

@@ -667,7 +667,8 @@ eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
     case OP_INPUT: eval_input(ip, v, t); break;
     case OP_POISSON: eval_poisson(ip, v, t); break;
     case OP_DENSE: eval_dense(ip, v, t); break;
-    case OP_CONV2D: eval_conv2d(ip, v, t); break;
+    case OP_CONV2D:
+    case OP_CONV1D: eval_conv2d(ip, v, t); break;
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D:
     case OP_SUMPOOL2D: eval_pool(ip, v, t); break;
@@ -829,7 +830,7 @@ setup(Interp *ip)
             if (ip->failed)
                 break;
         }
-        if (n->op == OP_DENSE || n->op == OP_CONV2D) {
+        if (n->op == OP_DENSE || op_is_conv(n->op)) {
             ValueId a = n->args[0];
             r->is_spike_input =
                 m->nodes[a].type.dtype == DT_SPIKE || m->nodes[a].type.dtype == DT_I8;
@@ -851,14 +852,15 @@ setup(Interp *ip)
             if ((size_t)out > scratch)
                 scratch = (size_t)out;
         }
-        if (n->op == OP_CONV2D) {
+        if (op_is_conv(n->op)) {
             ConvGeom g = conv_geom(ip->m, n);
             const Weight *w = weight(ip, n, 0);
             bool ok = g.G > 0 && g.C % g.G == 0 && g.O % g.G == 0 && g.SH > 0 && g.SW > 0 &&
                       w->numel == g.O * (g.C / g.G) * g.KH * g.KW &&
                       (!(int)node_attr_i(n, "bias", 0) || weight(ip, n, 1)->numel == g.O);
             if (!ok) {
-                fail(ip, "interpreter: conv2d '%s' has inconsistent shapes", node_layer_name(m, n));
+                fail(ip, "interpreter: %s '%s' has inconsistent shapes", op_info(n->op)->name,
+                     node_layer_name(m, n));
                 break;
             }
             int64_t Cg = g.C / g.G, Og = g.O / g.G, K = (int64_t)g.KH * g.KW;

@@ -306,7 +306,12 @@ double node_attr_f(const Node *n, const char *name);
 typedef struct ConvGeom {
     int64_t C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, G, Cg, Og;
 } ConvGeom;
-ConvGeom conv_geom(const Module *m, const Node *n);
+ConvGeom conv_geom(const Module *m, const Node *n); /* conv1d: a conv2d of height 1 */
+static inline bool
+op_is_conv(Op op)
+{
+    return op == OP_CONV2D || op == OP_CONV1D;
+}
 /* How messages name a node's op: the neuron's name for neuron layers ("LIF"), else the op ("dense"). */
 const char *node_op_name(const Module *m, const Node *n);
 NExpr *nexpr_new(Arena *a, NxKind kind);

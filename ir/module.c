@@ -387,6 +387,20 @@ ConvGeom
 conv_geom(const Module *m, const Node *n)
 {
     const Type *xt = &m->nodes[n->args[0]].type;
+    if (n->op == OP_CONV1D) {
+        ConvGeom g = {
+            .C = xt->dims[0], .H = 1, .W = xt->dims[1],
+            .O = n->type.dims[0], .OH = 1, .OW = n->type.dims[1],
+            .KH = 1, .KW = node_attr_i(n, "kernel", 0),
+            .SH = 1, .SW = node_attr_i(n, "stride", 0),
+            .PH = 0, .PW = node_attr_i(n, "pad", 0),
+            .DH = 1, .DW = node_attr_i(n, "dilation", 0),
+            .G = node_attr_i(n, "groups", 0),
+        };
+        g.Cg = g.G > 0 ? g.C / g.G : 0;
+        g.Og = g.G > 0 ? g.O / g.G : 0;
+        return g;
+    }
     ConvGeom g = {
         .C = xt->dims[0],
         .H = xt->dims[1],

@@ -72,6 +72,7 @@ ir_fill_static(const Module *m, const ValueId *order, bool *is_static)
         case OP_INPUT: s = !n->is_per_step_input; break;
         case OP_DENSE:
         case OP_CONV2D:
+        case OP_CONV1D:
         case OP_MAXPOOL2D:
         case OP_AVGPOOL2D:
         case OP_SUMPOOL2D:
@@ -105,7 +106,7 @@ check_attrs(const Module *m, const Node *n)
             strcmp(s->name, "steps") == 0)
             lo = 1, what = "at least 1";
         else if (strcmp(s->name, "stride") == 0)
-            lo = n->op == OP_CONV2D ? 1 : 0, what = n->op == OP_CONV2D ? "at least 1" : "0 (= kernel) or more";
+            lo = op_is_conv(n->op) ? 1 : 0, what = op_is_conv(n->op) ? "at least 1" : "0 (= kernel) or more";
         else if (strcmp(s->name, "pad") == 0)
             lo = 0, what = "0 or more";
         if (what) {

@@ -467,6 +467,29 @@ export_node(Ex *x, ValueId v)
         put_ints(g, "input_shape", in->rank, in->dims);
         return true;
     }
+    case OP_CONV1D: {
+        put_string(g, "type", "Conv1d");
+        put_weight(x, g, "weight", n, 0);
+        if (node_attr_i(n, "bias", 0)) {
+            put_weight(x, g, "bias", n, 1);
+        } else {
+            const Weight *w = &m->weights[n->first_weight];
+            double *z = calloc((size_t)w->dims[0] + 1, sizeof *z);
+            if (!z) die("out of memory");
+            put_numbers(g, "bias", false, 1, w->dims, z);
+            free(z);
+        }
+        int64_t one;
+        one = node_attr_i(n, "stride", 0);
+        put_ints(g, "stride", 1, &one);
+        one = node_attr_i(n, "pad", 0);
+        put_ints(g, "padding", 1, &one);
+        one = node_attr_i(n, "dilation", 0);
+        put_ints(g, "dilation", 1, &one);
+        put_int(g, "groups", node_attr_i(n, "groups", 0));
+        put_ints(g, "input_shape", in->rank, in->dims);
+        return true;
+    }
     case OP_AVGPOOL2D: case OP_SUMPOOL2D: {
         put_string(g, "type", n->op == OP_AVGPOOL2D ? "AvgPool2d" : "SumPool2d");
         int64_t k[2], s[2], p[2];

@@ -534,10 +534,75 @@ emit_node(Ctx *c, int id)
         set_ident(c, id);
         break;
     }
-    case NK_CONV1D:
-        ok = node_fail(c, id, NULL, "1-D convolutions are not supported yet (snnc's language has "
-                                    "conv2d only)");
+    case NK_CONV1D: {
+        const NirObj *w = numbers(c, id, "weight", true, &ok);
+        if (!ok) break;
+        if (w->rank != 3 || w->dims[0] < 1 || w->dims[1] < 1 || w->dims[2] < 1) {
+            ok = node_fail(c, id, "weight", "expected [out, in/groups, k], found rank %d", w->rank);
+            break;
+        }
+        int64_t stride[2], dil[2], pad[2], groups[2];
+        if (!(ok = pair(c, id, "stride", false, 1, stride, 1) &&
+                   pair(c, id, "dilation", false, 1, dil, 1) &&
+                   pair(c, id, "groups", false, 1, groups, 1)))
+            break;
+        const NirObj *p = nir_obj_find(n->group, "padding");
+        if (p && p->kind == NIR_STRINGS && p->numel == 1) {
+            if (strcmp(p->str[0], "valid") == 0) {
+                pad[0] = 0;
+            } else if (strcmp(p->str[0], "same") == 0 && (dil[0] * (w->dims[2] - 1)) % 2 == 0 &&
+                       stride[0] == 1) {
+                pad[0] = dil[0] * (w->dims[2] - 1) / 2;
+            } else {
+                ok = node_fail(c, id, "padding", "'%s' is not supported here (\"valid\", or \"same\" "
+                               "with stride 1 and an odd dilated kernel)", p->str[0]);
+                break;
+            }
+        } else if (!(ok = pair(c, id, "padding", false, 0, pad, 0))) {
+            break;
+        }
+        if (stride[0] != stride[1] || dil[0] != dil[1] || pad[0] != pad[1] ||
+            groups[0] != groups[1]) {
+            ok = node_fail(c, id, NULL, "stride, padding, dilation and groups of a 1-D "
+                                        "convolution are one number each");
+            break;
+        }
+        char a[128];
+        if (in.rank != 2) {
+            ok = node_fail(c, id, NULL, "its input has shape %s; a 1-D convolution reads [C, L]",
+                           shape_str(a, sizeof a, &in));
+            break;
+        }
+        int64_t cin = in.dims[0];
+        if (w->dims[0] % groups[0] != 0 || w->dims[1] * groups[0] != cin) {
+            ok = node_fail(c, id, "weight", "[%lld, %lld, ...] with groups = %lld for %lld input "
+                           "channels", (long long)w->dims[0], (long long)w->dims[1],
+                           (long long)groups[0], (long long)cin);
+            break;
+        }
+        int64_t ol = conv_out(in.dims[1], w->dims[2], stride[0], pad[0], dil[0]);
+        if (ol < 1) {
+            ok = node_fail(c, id, "weight", "the kernel does not fit the input of length %lld",
+                           (long long)in.dims[1]);
+            break;
+        }
+        const NirObj *bias = numbers(c, id, "bias", false, &ok);
+        if (!ok) break;
+        bool has_bias = bias && bias->numel > 0;
+        if (has_bias && bias->numel != w->dims[0]) {
+            ok = node_fail(c, id, "bias", "%lld values for %lld output channels",
+                           (long long)bias->numel, (long long)w->dims[0]);
+            break;
+        }
+        ok = add_tensor(c, id, "weight", w) && (!has_bias || add_tensor(c, id, "bias", bias));
+        c->shape[id] = (Shape){2, {w->dims[0], ol}};
+        put(c->out, "  %s = conv1d(%s, %lld, kernel = %lld, stride = %lld, pad = %lld, dilation = "
+            "%lld, groups = %lld, bias = %s, name = \"%s\")\n", c->ident[id], x,
+            (long long)w->dims[0], (long long)w->dims[2], (long long)stride[0], (long long)pad[0],
+            (long long)dil[0], (long long)groups[0], has_bias ? "true" : "false", n->name);
+        set_ident(c, id);
         break;
+    }
     case NK_CONV2D: {
         const NirObj *w = numbers(c, id, "weight", true, &ok);
         if (!ok) break;

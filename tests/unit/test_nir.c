@@ -151,10 +151,15 @@ test_malformed(void)
                  "node/nodes/b/type s - Input\nnode/nodes/b/shape i 1 5\n"
                  "node/nodes/out/type s - Output\nnode/edges s 2x2 a out b out\n", &o,
                  "node 'out' (Output): its inputs differ in shape: [4] from 'a', [5] from 'b'");
-    expect_error(HEAD "node/nodes/x/type s - Input\nnode/nodes/x/shape i 2 2 8\n"
+    expect_error(HEAD "node/nodes/x/type s - Input\nnode/nodes/x/shape i 3 2 8 8\n"
                  "node/nodes/c/type s - Conv1d\nnode/nodes/c/weight f 1x2x1 1 1\n"
                  "node/nodes/out/type s - Output\nnode/edges s 2x2 x c c out\n", &o,
-                 "node 'c' (Conv1d): 1-D convolutions are not supported yet");
+                 "node 'c' (Conv1d): its input has shape [2, 8, 8]; a 1-D convolution reads [C, L]");
+    expect_error(HEAD "node/nodes/x/type s - Input\nnode/nodes/x/shape i 2 2 8\n"
+                 "node/nodes/c/type s - Conv1d\nnode/nodes/c/weight f 1x2x1 1 1\n"
+                 "node/nodes/c/stride i 2 1 2\n"
+                 "node/nodes/out/type s - Output\nnode/edges s 2x2 x c c out\n", &o,
+                 "are one number each");
     expect_error(HEAD "node/nodes/x/type s - Input\nnode/nodes/x/shape i 1 4\n"
                  "node/nodes/d/type s - Delay\nnode/nodes/d/delay f 1 1.5e-4\n"
                  "node/nodes/out/type s - Output\nnode/edges s 2x2 x d d out\n", &o,
@@ -306,6 +311,7 @@ test_translation(void)
     expect_text(t, "c = conv2d(x, 2, kernel = (3, 3), stride = (1, 1), pad = (1, 1), dilation = "
                    "(1, 1), groups = 2, bias = true, name = \"c\")");
     expect_text(t, "p = avgpool2d(c, (2, 2), stride = (2, 2), pad = (0, 0))");
+
     expect_text(t, "q = sumpool2d(p, (2, 2), stride = (1, 1), pad = (0, 0))");
     expect_text(t, "f = flatten(q)");
     expect_text(t, "k = scale(f, 3)");
@@ -315,6 +321,14 @@ test_translation(void)
     expect_text(t, "if = NIR_IF(f, gain = 1, v_th = 1, v_reset = 0)"); /* r = 1/dt */
     expect_text(t, "cl = NIR_CubaLIF(f, syn_decay = 0.800000011920929, syn_gain = 1, decay = "
                    "0.8999999761581421, gain = 1, v_leak = 0, v_th = 1, v_reset = 0)");
+    free(t);
+    t = expect_ok(HEAD "node/nodes/x/type s - Input\nnode/nodes/x/shape i 2 2 8\n"
+                  "node/nodes/c/type s - Conv1d\nnode/nodes/c/weight f 2x1x3 1 2 3 4 5 6\n"
+                  "node/nodes/c/groups i - 2\nnode/nodes/c/padding s - same\n"
+                  "node/nodes/c/bias f 2 0 0\nnode/nodes/c/dilation i 1 2\n"
+                  "node/nodes/out/type s - Output\nnode/edges s 2x2 x c c out\n", &o);
+    expect_text(t, "c = conv1d(x, 2, kernel = 3, stride = 1, pad = 2, dilation = 2, groups = 2, "
+                   "bias = true, name = \"c\")");
     free(t);
     /* --impulses: IF and the synaptic current take r I and w_in I per step */
     NirImportOptions imp = o;
