@@ -909,11 +909,13 @@ lower_dense(Lower *lw, ValueId v)
     const Node *n = &lw->m->nodes[v];
     Dense d = {v, n->args[0], lw->vs[n->args[0]].numel, lw->vs[v].numel, 0, -1,
                is_spike_value(lw, n->args[0]), 0, NULL, NULL};
-    d.mr = d.is_sparse ? SPIKE_MR : DENSE_MR;
+    /* spikes into few outputs: all outputs in one tile (a wide layer over spikes comes here
+     * only when not marked events: then tiled like real inputs, zeros still skipped) */
+    bool is_one_tile = d.is_sparse && d.O <= DENSE_SPIKE_TILE;
+    d.mr = is_one_tile ? SPIKE_MR : DENSE_MR;
     d.w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
     d.bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
-    /* spikes: all outputs in one tile (they are few, see kir_lower's dispatch) */
-    int nt = d.O < tile_lanes(lw, DENSE_NT) || d.is_sparse ? (int)d.O : tile_lanes(lw, DENSE_NT);
+    int nt = d.O < tile_lanes(lw, DENSE_NT) || is_one_tile ? (int)d.O : tile_lanes(lw, DENSE_NT);
     int64_t nfull = d.O / nt, tail = d.O % nt, ntiles = nfull + (tail > 0);
     d.R = rows_of(lw, v);
     KExpr *nrb = bin(lw, KB_DIV, bin(lw, KB_ADD, d.R, ci(lw, d.mr - 1)), ci(lw, d.mr));
@@ -2534,7 +2536,8 @@ kir_lower_for(const Module *m, KTarget target)
         case OP_DENSE:
             if (p->target == KTARGET_GPU)
                 lower_dense_flat(&lw, v);
-            else if (is_spike_value(&lw, nd->args[0]) && lw.vs[v].numel > DENSE_SPIKE_TILE)
+            else if (nd->is_events && is_spike_value(&lw, nd->args[0]) &&
+                     lw.vs[v].numel > DENSE_SPIKE_TILE)
                 lower_dense_events(&lw, v);
             else
                 lower_dense(&lw, v);
@@ -2543,7 +2546,7 @@ kir_lower_for(const Module *m, KTarget target)
         case OP_CONV1D:
             if (p->target == KTARGET_GPU)
                 lower_conv2d_flat(&lw, v);
-            else if (is_spike_value(&lw, nd->args[0]))
+            else if (nd->is_events && is_spike_value(&lw, nd->args[0]))
                 lower_conv2d_events(&lw, v);
             else
                 lower_conv2d(&lw, v);

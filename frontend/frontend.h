@@ -65,6 +65,7 @@ typedef enum {
     MST_FUSE,       /* fuse name into a (an AST_IDENT) */
     MST_MEMORY,     /* memory name (reuse or separate); `memory` is a keyword only there */
     MST_ACCUMULATE, /* accumulate name (exact or f32); likewise */
+    MST_EVENTS,     /* events name (a layer); likewise */
 } StmtKind;
 
 typedef struct AstStmt {

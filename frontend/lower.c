@@ -1155,6 +1155,7 @@ lower_model(Lower *L, const AstItem *it, const char *path)
             break;
         }
         case MST_FUSE:
+        case MST_EVENTS:
             break; /* once every value is bound: below */
         case MST_ACCUMULATE: {
             int k = choice_stmt(st, "accumulate", "exact", "f32", &has_accumulate);
@@ -1296,6 +1297,22 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         }
         m->nodes[va].fused_into = vb;
         m->nodes[va].fused_loc = st->loc;
+    }
+    for (int i = 0; i < it->nstmts; i++) {
+        const AstStmt *st = &it->stmts[i];
+        if (st->kind != MST_EVENTS)
+            continue;
+        ValueId v = sym_find(L, st->name);
+        if (v < 0) {
+            diag_error(st->loc, "events: '%s' is not a value of model '%s'", st->name, m->name);
+            return false;
+        }
+        if (m->nodes[v].is_events) {
+            diag_error(st->loc, "events: '%s' is given twice", st->name);
+            return false;
+        }
+        m->nodes[v].is_events = true;
+        m->nodes[v].events_loc = st->loc;
     }
     m->outputs = outs;
     m->inputs = ins;

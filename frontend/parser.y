@@ -412,15 +412,19 @@ mstmt:
   | SEED expr { $$ = stmt(p, MST_SEED, @1, NULL, $2); }
   | SCHEDULE name { $$ = stmt(p, MST_SCHEDULE, @1, $2, no_expr()); }
   | IDENT name {
-        /* words that are statements only here: memory reuse|separate, accumulate exact|f32 */
-        bool is_memory = strcmp($1->str, "memory") == 0;
-        if (!is_memory && strcmp($1->str, "accumulate") != 0) {
+        /* words that are statements only here: memory reuse|separate, accumulate exact|f32,
+         * events LAYER */
+        StmtKind k;
+        if (strcmp($1->str, "memory") == 0) k = MST_MEMORY;
+        else if (strcmp($1->str, "accumulate") == 0) k = MST_ACCUMULATE;
+        else if (strcmp($1->str, "events") == 0) k = MST_EVENTS;
+        else {
             fail(p, @1, "unexpected '%s %s': a model statement is NAME = ..., output, input, "
-                        "timesteps, seed, weights, schedule, memory, accumulate or fuse",
+                        "timesteps, seed, weights, schedule, memory, accumulate, events or fuse",
                  $1->str, $2->str);
             YYABORT;
         }
-        $$ = stmt(p, is_memory ? MST_MEMORY : MST_ACCUMULATE, @1, $2, no_expr());
+        $$ = stmt(p, k, @1, $2, no_expr());
     }
   | FUSE name name name {
         if (strcmp($3->str, "into") != 0) {

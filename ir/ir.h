@@ -232,6 +232,12 @@ typedef struct Node {
      * may be fused) */
     ValueId fused_into;
     Loc fused_loc; /* the `fuse` statement that asked for it (line 0: a pass chose it) */
+    /* a dense or conv layer reading spikes that sums only its nonzero inputs, event by event,
+     * on the CPU: per row a list of the inputs that spiked, and only their weight rows added
+     * (printed `events a`, chosen by the events pass; otherwise the kernel for real inputs,
+     * which visits every input and skips the zero products) */
+    bool is_events;
+    Loc events_loc; /* the `events` statement (line 0: a pass chose it) */
     Loc loc;
 } Node;
 

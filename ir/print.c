@@ -382,6 +382,13 @@ ir_print(FILE *f, const Module *m)
         put_value(f, m, pos, n->fused_into);
         fputc('\n', f);
     }
+    for (int i = 0; i < m->nnodes; i++) {
+        if (!m->nodes[order[i]].is_events)
+            continue;
+        fputs("  events ", f);
+        put_value(f, m, pos, order[i]);
+        fputc('\n', f);
+    }
     free(order);
     free(pos);
     fputs("}\n", f);

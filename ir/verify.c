@@ -240,6 +240,20 @@ ir_verify_fusions(const Module *m)
     bool ok = true;
     for (int v = 0; v < m->nnodes && ok; v++) {
         const Node *n = &m->nodes[v];
+        if (!n->is_events)
+            continue;
+        bool is_layer = n->op == OP_DENSE || op_is_conv(n->op);
+        DType in = n->nargs ? m->nodes[n->args[0]].type.dtype : DT_F32;
+        if (!is_layer || (in != DT_SPIKE && in != DT_I8)) {
+            diag_error(n->events_loc.line > 0 ? n->events_loc : n->loc,
+                       "events: '%s' is %s; only a dense or conv layer reading spikes sums event "
+                       "by event", n->name ? n->name : node_op_name(m, n),
+                       is_layer ? "a layer reading real values" : node_op_name(m, n));
+            ok = false;
+        }
+    }
+    for (int v = 0; v < m->nnodes && ok; v++) {
+        const Node *n = &m->nodes[v];
         if (n->fused_into < 0)
             continue;
         const char *why = ir_fusion_problem(m, v, n->fused_into);

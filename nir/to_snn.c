@@ -549,10 +549,10 @@ emit_node(Ctx *c, int id)
         const NirObj *p = nir_obj_find(n->group, "padding");
         if (p && p->kind == NIR_STRINGS && p->numel == 1) {
             if (strcmp(p->str[0], "valid") == 0) {
-                pad[0] = 0;
+                pad[0] = pad[1] = 0;
             } else if (strcmp(p->str[0], "same") == 0 && (dil[0] * (w->dims[2] - 1)) % 2 == 0 &&
                        stride[0] == 1) {
-                pad[0] = dil[0] * (w->dims[2] - 1) / 2;
+                pad[0] = pad[1] = dil[0] * (w->dims[2] - 1) / 2;
             } else {
                 ok = node_fail(c, id, "padding", "'%s' is not supported here (\"valid\", or \"same\" "
                                "with stride 1 and an odd dilated kernel)", p->str[0]);

@@ -135,6 +135,12 @@ same_on_target(const char *text, int batch, int64_t sample_base, char **printed,
         module_free(m);
         return false;
     }
+    /* event-driven spike layers where the schedule is layer by layer (as -O1 and up); step by
+     * step the kernels for real inputs read the spikes (as -O0) */
+    if (schedule == SCHEDULE_LAYER && !pass_events(m, &changed)) {
+        module_free(m);
+        return false;
+    }
     KProgram *p = kir_lower_for(m, target);
     if (!p)
         return false;
@@ -207,7 +213,8 @@ same_on_target(const char *text, int batch, int64_t sample_base, char **printed,
 }
 
 /* the same for both targets' lowerings, time-batched (the time-batch pass's schedule) and step by
- * step (with the memory plan), and time-batched after the fuse pass (with the memory plan);
+ * step (with the memory plan), and time-batched after the fuse pass (with the memory plan); spike
+ * layers event-driven when time-batched;
  * printed: the CPU's time-batched kernel IR without either */
 static bool
 same_as_interp(const char *text, int batch, int64_t sample_base, char **printed)
