@@ -14,7 +14,8 @@ Python 3 versions), so a failing seed reproduces anywhere.
 
 What a model may contain (see docs/language.md): 1-3 inputs (static f32/f16/bf16/spike, per-step
 f32/spike [T, ...], ranks 0-4); encoders poisson/bernoulli (gain, seed, stream); layers dense (with and
-without bias), conv2d (kernel/stride/pad/dilation as ints or pairs, groups incl. depthwise), max/avg/sum
+without bias), conv2d (kernel/stride/pad/dilation as ints or pairs, groups incl. depthwise), conv1d over
+[C, L] values, max/avg/sum
 pooling (stride 0 or not, padding), flatten, batchnorm (any rank), add/sub/mul, scale (k * x, x / k,
 scale(x, f, divisor = d)), delay/prev (1..T+1 steps) and recurrences (dense, conv, direct, two-layer
 cycles, through a state probe, of f32-emitting neurons); every prelude neuron with random parameters
@@ -348,6 +349,39 @@ class Gen:
         v = Val("conv2d(%s)" % self.args([src.expr], order), (out, oh, ow), "f", False)
         if name:
             self.wall.append(("conv2d", name, out, c // groups, kh, kw, bias))
+        return v
+
+    def conv1d(self, src):
+        """conv1d over a [C, L] value: stride, padding, dilation, groups, bias at random"""
+        r = self.r
+        c, l = src.shape
+        groups = 1
+        if r.random() < 0.3:
+            divs = [g for g in range(2, c + 1) if c % g == 0]
+            if divs:
+                groups = r.choice(divs)
+        out = groups * r.randint(1, max(1, 6 // groups)) if groups > 1 else r.randint(1, 7)
+        for _ in range(50):
+            k, s, d = r.choice([1, 2, 3, 3, 5]), r.choice([1, 1, 2, 3]), r.choice([1, 1, 2])
+            p = r.randint(0, k // 2 + 1)
+            ol = self.conv_out(l, k, s, p, d)
+            if ol >= 1:
+                break
+        else:
+            k, s, d, p, ol = 1, 1, 1, 0, l
+        bias = r.random() < 0.6
+        name = self.layer_name("conv")
+        order = [("out", str(out)), ("kernel", str(k)),
+                 ("stride", str(s) if s != 1 or r.random() < 0.2 else None),
+                 ("pad", str(p) if p or r.random() < 0.2 else None),
+                 ("dilation", str(d) if d != 1 or r.random() < 0.2 else None),
+                 ("groups", str(groups) if groups != 1 or r.random() < 0.1 else None),
+                 ("bias", ("true" if bias else "false") if not bias or r.random() < 0.2 else None)]
+        if name:
+            order.append(("name", '"%s"' % name))
+        v = Val("conv1d(%s)" % self.args([src.expr], order), (out, ol), "f", False)
+        if name:
+            self.wall.append(("conv1d", name, out, c // groups, k, bias))
         return v
 
     def pool2d(self, src):
@@ -784,6 +818,10 @@ class Gen:
             if src is not None and r.random() < 0.8:
                 self.neuron_layer(self.bind(src) if r.random() < 0.3 else src)
                 self.pool.append(Val(self.neurons[-1][0], src.shape, self.neurons[-1][4], True))
+        elif c < 0.45 and r.random() < 0.25 and self.take(lambda v: len(v.shape) == 2, keep=True):
+            v = self.conv1d(self.take(lambda v: len(v.shape) == 2))
+            self.neuron_layer(v)
+            self.pool.append(Val(self.neurons[-1][0], v.shape, self.neurons[-1][4], True))
         elif c < 0.45:
             src = self.take(chw)
             if src is None:
@@ -956,6 +994,13 @@ class Gen:
                 _, _, out, fan_in, bias = decl
                 a = r.choice([1.0, 1.5, 2.5]) / math.sqrt(fan_in)
                 tensors.append((name + ".weight", [out, fan_in], [r.uniform(-a, a * 1.2) for _ in range(out * fan_in)]))
+                if bias:
+                    tensors.append((name + ".bias", [out], [r.uniform(-0.3, 0.6) for _ in range(out)]))
+            elif op == "conv1d":
+                _, _, out, cin, k, bias = decl
+                a = r.choice([1.0, 2.0]) / math.sqrt(cin * k)
+                n = out * cin * k
+                tensors.append((name + ".weight", [out, cin, k], [r.uniform(-a, a * 1.2) for _ in range(n)]))
                 if bias:
                     tensors.append((name + ".bias", [out], [r.uniform(-0.3, 0.6) for _ in range(out)]))
             elif op == "conv2d":
