@@ -150,6 +150,22 @@ put_weight(Ex *x, NirObj *g, const char *field, const Node *n, int slot)
     free(d);
 }
 
+/* a convolution's weight and bias (zeros when it has none: NIR readers want one) */
+static void
+put_conv_weights(Ex *x, NirObj *g, const Node *n)
+{
+    put_weight(x, g, "weight", n, 0);
+    if (node_attr_i(n, "bias", 0)) {
+        put_weight(x, g, "bias", n, 1);
+        return;
+    }
+    const Weight *w = &x->m->weights[n->first_weight];
+    double *z = calloc((size_t)w->dims[0] + 1, sizeof *z);
+    if (!z) die("out of memory");
+    put_numbers(g, "bias", false, 1, w->dims, z);
+    free(z);
+}
+
 static void
 edge(Ex *x, const char *src, const char *dst)
 {
@@ -444,18 +460,8 @@ export_node(Ex *x, ValueId v)
         return true;
     }
     case OP_CONV2D: {
-        bool bias = node_attr_i(n, "bias", 0) != 0;
         put_string(g, "type", "Conv2d");
-        put_weight(x, g, "weight", n, 0);
-        if (bias) {
-            put_weight(x, g, "bias", n, 1);
-        } else { /* NIR readers want a bias: zeros */
-            const Weight *w = &m->weights[n->first_weight];
-            double *z = calloc((size_t)w->dims[0] + 1, sizeof *z);
-            if (!z) die("out of memory");
-            put_numbers(g, "bias", false, 1, w->dims, z);
-            free(z);
-        }
+        put_conv_weights(x, g, n);
         int64_t p[2];
         for (int k = 0; k < 2; k++) p[k] = node_attr_i(n, "stride", k);
         put_ints(g, "stride", 2, p);
@@ -469,16 +475,7 @@ export_node(Ex *x, ValueId v)
     }
     case OP_CONV1D: {
         put_string(g, "type", "Conv1d");
-        put_weight(x, g, "weight", n, 0);
-        if (node_attr_i(n, "bias", 0)) {
-            put_weight(x, g, "bias", n, 1);
-        } else {
-            const Weight *w = &m->weights[n->first_weight];
-            double *z = calloc((size_t)w->dims[0] + 1, sizeof *z);
-            if (!z) die("out of memory");
-            put_numbers(g, "bias", false, 1, w->dims, z);
-            free(z);
-        }
+        put_conv_weights(x, g, n);
         int64_t one;
         one = node_attr_i(n, "stride", 0);
         put_ints(g, "stride", 1, &one);

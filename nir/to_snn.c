@@ -443,6 +443,82 @@ pass_through(Ctx *c, int id, const Shape *in)
     return set_ident(c, id);
 }
 
+/* Conv1d (nsp 1: [C, L]) and Conv2d (nsp 2: [C, H, W]): PyTorch's fields, checked against the
+ * input's shape */
+static bool
+emit_conv(Ctx *c, int id, const Shape *in, const char *x, int nsp)
+{
+    const NirNode *n = &c->g->nodes[id];
+    bool ok = true;
+    const NirObj *w = numbers(c, id, "weight", true, &ok);
+    if (!ok) return false;
+    bool is_shaped = w->rank == 2 + nsp;
+    for (int d = 0; is_shaped && d < w->rank; d++)
+        is_shaped = w->dims[d] >= 1;
+    if (!is_shaped)
+        return node_fail(c, id, "weight", "expected [out, in/groups, %s], found rank %d",
+                         nsp == 1 ? "k" : "kh, kw", w->rank);
+    const int64_t *k = w->dims + 2; /* nsp kernel sizes */
+    int64_t stride[2], dil[2], pad[2], groups[2];
+    if (!(pair(c, id, "stride", false, 1, stride, 1) && pair(c, id, "dilation", false, 1, dil, 1) &&
+          pair(c, id, "groups", false, 1, groups, 1)))
+        return false;
+    const NirObj *p = nir_obj_find(n->group, "padding");
+    if (p && p->kind == NIR_STRINGS && p->numel == 1) {
+        bool is_same = strcmp(p->str[0], "same") == 0;
+        for (int d = 0; d < nsp; d++)
+            is_same = is_same && (dil[d] * (k[d] - 1)) % 2 == 0 && stride[d] == 1;
+        if (strcmp(p->str[0], "valid") != 0 && !is_same)
+            return node_fail(c, id, "padding", "'%s' is not supported here (\"valid\", or \"same\" "
+                             "with stride 1 and an odd dilated kernel)", p->str[0]);
+        for (int d = 0; d < 2; d++)
+            pad[d] = is_same ? dil[d < nsp ? d : 0] * (k[d < nsp ? d : 0] - 1) / 2 : 0;
+    } else if (!pair(c, id, "padding", false, 0, pad, 0)) {
+        return false;
+    }
+    if (nsp == 1 && (stride[0] != stride[1] || dil[0] != dil[1] || pad[0] != pad[1] ||
+                     groups[0] != groups[1]))
+        return node_fail(c, id, NULL, "stride, padding, dilation and groups of a 1-D convolution "
+                                      "are one number each");
+    char a[128];
+    if (in->rank != 1 + nsp)
+        return node_fail(c, id, NULL, "its input has shape %s; a %d-D convolution reads %s",
+                         shape_str(a, sizeof a, in), nsp, nsp == 1 ? "[C, L]" : "[C, H, W]");
+    int64_t cin = in->dims[0];
+    if (cin % groups[0] != 0 || w->dims[0] % groups[0] != 0 || w->dims[1] * groups[0] != cin)
+        return node_fail(c, id, "weight", "[%lld, %lld, ...] with groups = %lld for %lld input "
+                         "channels", (long long)w->dims[0], (long long)w->dims[1],
+                         (long long)groups[0], (long long)cin);
+    Shape out = {1 + nsp, {w->dims[0]}};
+    for (int d = 0; d < nsp; d++) {
+        out.dims[1 + d] = conv_out(in->dims[1 + d], k[d], stride[d], pad[d], dil[d]);
+        if (out.dims[1 + d] < 1)
+            return node_fail(c, id, "weight", "the kernel does not fit the input %s",
+                             shape_str(a, sizeof a, in));
+    }
+    const NirObj *bias = numbers(c, id, "bias", false, &ok);
+    if (!ok) return false;
+    bool has_bias = bias && bias->numel > 0;
+    if (has_bias && bias->numel != w->dims[0])
+        return node_fail(c, id, "bias", "%lld values for %lld output channels",
+                         (long long)bias->numel, (long long)w->dims[0]);
+    if (!add_tensor(c, id, "weight", w) || (has_bias && !add_tensor(c, id, "bias", bias)))
+        return false;
+    c->shape[id] = out;
+    if (nsp == 1)
+        put(c->out, "  %s = conv1d(%s, %lld, kernel = %lld, stride = %lld, pad = %lld, dilation = "
+            "%lld", c->ident[id], x, (long long)w->dims[0], (long long)k[0], (long long)stride[0],
+            (long long)pad[0], (long long)dil[0]);
+    else
+        put(c->out, "  %s = conv2d(%s, %lld, kernel = (%lld, %lld), stride = (%lld, %lld), pad = "
+            "(%lld, %lld), dilation = (%lld, %lld)", c->ident[id], x, (long long)w->dims[0],
+            (long long)k[0], (long long)k[1], (long long)stride[0], (long long)stride[1],
+            (long long)pad[0], (long long)pad[1], (long long)dil[0], (long long)dil[1]);
+    put(c->out, ", groups = %lld, bias = %s, name = \"%s\")\n", (long long)groups[0],
+        has_bias ? "true" : "false", n->name);
+    return set_ident(c, id);
+}
+
 static bool
 emit_node(Ctx *c, int id)
 {
@@ -534,144 +610,8 @@ emit_node(Ctx *c, int id)
         set_ident(c, id);
         break;
     }
-    case NK_CONV1D: {
-        const NirObj *w = numbers(c, id, "weight", true, &ok);
-        if (!ok) break;
-        if (w->rank != 3 || w->dims[0] < 1 || w->dims[1] < 1 || w->dims[2] < 1) {
-            ok = node_fail(c, id, "weight", "expected [out, in/groups, k], found rank %d", w->rank);
-            break;
-        }
-        int64_t stride[2], dil[2], pad[2], groups[2];
-        if (!(ok = pair(c, id, "stride", false, 1, stride, 1) &&
-                   pair(c, id, "dilation", false, 1, dil, 1) &&
-                   pair(c, id, "groups", false, 1, groups, 1)))
-            break;
-        const NirObj *p = nir_obj_find(n->group, "padding");
-        if (p && p->kind == NIR_STRINGS && p->numel == 1) {
-            if (strcmp(p->str[0], "valid") == 0) {
-                pad[0] = pad[1] = 0;
-            } else if (strcmp(p->str[0], "same") == 0 && (dil[0] * (w->dims[2] - 1)) % 2 == 0 &&
-                       stride[0] == 1) {
-                pad[0] = pad[1] = dil[0] * (w->dims[2] - 1) / 2;
-            } else {
-                ok = node_fail(c, id, "padding", "'%s' is not supported here (\"valid\", or \"same\" "
-                               "with stride 1 and an odd dilated kernel)", p->str[0]);
-                break;
-            }
-        } else if (!(ok = pair(c, id, "padding", false, 0, pad, 0))) {
-            break;
-        }
-        if (stride[0] != stride[1] || dil[0] != dil[1] || pad[0] != pad[1] ||
-            groups[0] != groups[1]) {
-            ok = node_fail(c, id, NULL, "stride, padding, dilation and groups of a 1-D "
-                                        "convolution are one number each");
-            break;
-        }
-        char a[128];
-        if (in.rank != 2) {
-            ok = node_fail(c, id, NULL, "its input has shape %s; a 1-D convolution reads [C, L]",
-                           shape_str(a, sizeof a, &in));
-            break;
-        }
-        int64_t cin = in.dims[0];
-        if (w->dims[0] % groups[0] != 0 || w->dims[1] * groups[0] != cin) {
-            ok = node_fail(c, id, "weight", "[%lld, %lld, ...] with groups = %lld for %lld input "
-                           "channels", (long long)w->dims[0], (long long)w->dims[1],
-                           (long long)groups[0], (long long)cin);
-            break;
-        }
-        int64_t ol = conv_out(in.dims[1], w->dims[2], stride[0], pad[0], dil[0]);
-        if (ol < 1) {
-            ok = node_fail(c, id, "weight", "the kernel does not fit the input of length %lld",
-                           (long long)in.dims[1]);
-            break;
-        }
-        const NirObj *bias = numbers(c, id, "bias", false, &ok);
-        if (!ok) break;
-        bool has_bias = bias && bias->numel > 0;
-        if (has_bias && bias->numel != w->dims[0]) {
-            ok = node_fail(c, id, "bias", "%lld values for %lld output channels",
-                           (long long)bias->numel, (long long)w->dims[0]);
-            break;
-        }
-        ok = add_tensor(c, id, "weight", w) && (!has_bias || add_tensor(c, id, "bias", bias));
-        c->shape[id] = (Shape){2, {w->dims[0], ol}};
-        put(c->out, "  %s = conv1d(%s, %lld, kernel = %lld, stride = %lld, pad = %lld, dilation = "
-            "%lld, groups = %lld, bias = %s, name = \"%s\")\n", c->ident[id], x,
-            (long long)w->dims[0], (long long)w->dims[2], (long long)stride[0], (long long)pad[0],
-            (long long)dil[0], (long long)groups[0], has_bias ? "true" : "false", n->name);
-        set_ident(c, id);
-        break;
-    }
-    case NK_CONV2D: {
-        const NirObj *w = numbers(c, id, "weight", true, &ok);
-        if (!ok) break;
-        if (w->rank != 4 || w->dims[0] < 1 || w->dims[1] < 1 || w->dims[2] < 1 || w->dims[3] < 1) {
-            ok = node_fail(c, id, "weight", "expected [out, in/groups, kh, kw], found rank %d",
-                           w->rank);
-            break;
-        }
-        int64_t stride[2], dil[2], pad[2], groups[2];
-        if (!(ok = pair(c, id, "stride", false, 1, stride, 1) &&
-                   pair(c, id, "dilation", false, 1, dil, 1) &&
-                   pair(c, id, "groups", false, 1, groups, 1)))
-            break;
-        const NirObj *p = nir_obj_find(n->group, "padding");
-        if (p && p->kind == NIR_STRINGS && p->numel == 1) {
-            if (strcmp(p->str[0], "valid") == 0) {
-                pad[0] = pad[1] = 0;
-            } else if (strcmp(p->str[0], "same") == 0 && (dil[0] * (w->dims[2] - 1)) % 2 == 0 &&
-                       (dil[1] * (w->dims[3] - 1)) % 2 == 0 && stride[0] == 1 && stride[1] == 1) {
-                pad[0] = dil[0] * (w->dims[2] - 1) / 2;
-                pad[1] = dil[1] * (w->dims[3] - 1) / 2;
-            } else {
-                ok = node_fail(c, id, "padding", "'%s' is not supported here (\"valid\", or \"same\" "
-                               "with stride 1 and an odd dilated kernel)", p->str[0]);
-                break;
-            }
-        } else if (!(ok = pair(c, id, "padding", false, 0, pad, 0))) {
-            break;
-        }
-        if (in.rank != 3) {
-            char a[128];
-            ok = node_fail(c, id, NULL, "its input has shape %s; a 2-D convolution reads [C, H, W]",
-                           shape_str(a, sizeof a, &in));
-            break;
-        }
-        int64_t cin = in.dims[0];
-        if (cin % groups[0] != 0 || w->dims[0] % groups[0] != 0 || w->dims[1] * groups[0] != cin) {
-            ok = node_fail(c, id, "weight", "[%lld, %lld, ...] with groups = %lld for %lld input "
-                           "channels", (long long)w->dims[0], (long long)w->dims[1],
-                           (long long)groups[0], (long long)cin);
-            break;
-        }
-        int64_t oh = conv_out(in.dims[1], w->dims[2], stride[0], pad[0], dil[0]);
-        int64_t ow = conv_out(in.dims[2], w->dims[3], stride[1], pad[1], dil[1]);
-        if (oh < 1 || ow < 1) {
-            ok = node_fail(c, id, "weight", "the kernel does not fit the %lldx%lld input",
-                           (long long)in.dims[1], (long long)in.dims[2]);
-            break;
-        }
-        const NirObj *bias = numbers(c, id, "bias", false, &ok);
-        if (!ok) break;
-        bool has_bias = bias && bias->numel > 0;
-        if (has_bias && bias->numel != w->dims[0]) {
-            ok = node_fail(c, id, "bias", "%lld values for %lld output channels",
-                           (long long)bias->numel, (long long)w->dims[0]);
-            break;
-        }
-        ok = add_tensor(c, id, "weight", w) && (!has_bias || add_tensor(c, id, "bias", bias));
-        c->shape[id] = (Shape){3, {w->dims[0], oh, ow}};
-        put(c->out,
-            "  %s = conv2d(%s, %lld, kernel = (%lld, %lld), stride = (%lld, %lld), pad = (%lld, "
-            "%lld), dilation = (%lld, %lld), groups = %lld, bias = %s, name = \"%s\")\n",
-            c->ident[id], x, (long long)w->dims[0], (long long)w->dims[2], (long long)w->dims[3],
-            (long long)stride[0], (long long)stride[1], (long long)pad[0], (long long)pad[1],
-            (long long)dil[0], (long long)dil[1], (long long)groups[0], has_bias ? "true" : "false",
-            n->name);
-        set_ident(c, id);
-        break;
-    }
+    case NK_CONV1D:
+    case NK_CONV2D: ok = emit_conv(c, id, &in, x, n->kind == NK_CONV1D ? 1 : 2); break;
     case NK_SUMPOOL2D:
     case NK_AVGPOOL2D: {
         int64_t k[2], stride[2], pad[2];

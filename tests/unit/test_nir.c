@@ -175,7 +175,7 @@ test_malformed(void)
     expect_error(HEAD "node/nodes/x/type s - Input\nnode/nodes/x/shape i 3 1 3 4\n"
                  "node/nodes/c/type s - Conv2d\nnode/nodes/c/weight f 1x1x5x1 1 1 1 1 1\n"
                  "node/nodes/out/type s - Output\nnode/edges s 2x2 x c c out\n", &o,
-                 "the kernel does not fit the 3x4 input");
+                 "the kernel does not fit the input [1, 3, 4]");
     /* a cycle nothing feeds */
     expect_error(HEAD MLP_NODES "node/nodes/a/type s - Scale\nnode/nodes/a/scale f 1 1\n"
                  "node/nodes/b/type s - Scale\nnode/nodes/b/scale f 1 1\n"
