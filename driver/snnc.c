@@ -711,6 +711,7 @@ parse_options(int argc, char **argv, Options *o)
     o->path = argv[optind];
     size_t plen = strlen(o->path);
     o->is_nir = plen > 4 && strcmp(o->path + plen - 4, ".nir") == 0;
+    o->nir.given = nir_given; /* bit i is nir_option_names[i]: NIR_GIVEN_* (nir.h) */
     /* NIR options read a .nir file; --emit=nir writes time constants for a reader's --dt and
      * --impulses */
     unsigned nir_allowed = o->is_nir ? ~0u : is_emit(o, "nir") ? 3u : 0u;

@@ -582,7 +582,8 @@ nir_from_module(const Module *m, double dt, bool impulses, NirObj *root, char *n
                  x.reset_next == 1 ? " --reset-step=next" : "", x.impulses ? " --impulses" : "");
         NirObj *meta = add_kid(top, "metadata", NIR_GROUP);
         put_string(meta, "snnc_import_options", opts);
-        note(&x, "snnc reads it back as this model with: %s", opts);
+        note(&x, "stored in the file, and taken by snnc when it reads it back as this model: %s",
+             opts);
         if (x.is_mixed)
             note(&x, "the model's neuron layers reset in different ways; NIR cannot say which: "
                      "the options above reproduce the last one's");

@@ -91,6 +91,11 @@ void nir_graph_free(NirGraph *g);
 typedef enum { NIR_EULER, NIR_EXACT } NirIntegrator;
 typedef enum { NIR_RESET_VALUE, NIR_RESET_SUBTRACT } NirReset;
 
+enum {
+    NIR_GIVEN_DT = 1, NIR_GIVEN_IMPULSES = 2, NIR_GIVEN_INTEGRATOR = 4, NIR_GIVEN_RESET = 8,
+    NIR_GIVEN_RESET_STEP = 16, NIR_GIVEN_TIMESTEPS = 32,
+};
+
 typedef struct NirImportOptions {
     double dt;                /* seconds per step; <= 0: recovered from the exporters' convention
                                  (r = tau/dt), else 1e-4 */
@@ -101,6 +106,9 @@ typedef struct NirImportOptions {
                                  input as an impulse (v += r I, i += w_in I: Norse) instead of a
                                  current integrated over dt */
     int timesteps;            /* T of the model (required) */
+    unsigned given;           /* NIR_GIVEN_* of the options the user set: the file's stored
+                                 options (snnc_import_options, written by --emit=nir) fill the
+                                 others (nir_import_file) */
     const char *model_name;   /* NULL: from the file name */
     const char *weights_ref;  /* NULL: no `weights` statement (the caller binds them) */
 } NirImportOptions;

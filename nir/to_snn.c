@@ -1288,16 +1288,74 @@ nir_import_free(NirImport *im)
     memset(im, 0, sizeof *im);
 }
 
+/* The options a graph written by snnc --emit=nir stores (node/metadata/snnc_import_options, e.g.
+ * "--timesteps=10 --dt=0.0001 --reset=subtract --reset-step=next") for those the user did not
+ * give; what was taken goes into taken, what was not understood into ignored. */
+static void
+stored_options(const NirObj *root, NirImportOptions *o, char *taken, size_t tlen, char *ignored,
+               size_t ilen)
+{
+    taken[0] = ignored[0] = 0;
+    const NirObj *f = nir_obj_find(nir_obj_find(nir_obj_find(root, "node"), "metadata"),
+                                   "snnc_import_options");
+    if (!f || f->kind != NIR_STRINGS || f->numel != 1) return;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", f->str[0]);
+    for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        const char *v = strchr(t, '=') ? strchr(t, '=') + 1 : "";
+        unsigned bit = 0; /* the option's NIR_GIVEN_*: 0 when not understood */
+        char *end = NULL;
+        if (strncmp(t, "--timesteps=", 12) == 0) {
+            long n = strtol(v, &end, 10);
+            if (*v && !*end && n >= 1 && n <= 1 << 20) bit = NIR_GIVEN_TIMESTEPS;
+            if (bit && !(o->given & bit)) o->timesteps = (int)n;
+        } else if (strncmp(t, "--dt=", 5) == 0) {
+            double d = strtod(v, &end);
+            if (*v && !*end && d > 0 && isfinite(d)) bit = NIR_GIVEN_DT;
+            if (bit && !(o->given & bit)) o->dt = d;
+        } else if (strncmp(t, "--integrator=", 13) == 0) {
+            if (strcmp(v, "euler") == 0 || strcmp(v, "exact") == 0) bit = NIR_GIVEN_INTEGRATOR;
+            if (bit && !(o->given & bit)) o->integrator = v[1] == 'u' ? NIR_EULER : NIR_EXACT;
+        } else if (strncmp(t, "--reset=", 8) == 0) {
+            if (strcmp(v, "value") == 0 || strcmp(v, "subtract") == 0) bit = NIR_GIVEN_RESET;
+            if (bit && !(o->given & bit))
+                o->reset = v[0] == 'v' ? NIR_RESET_VALUE : NIR_RESET_SUBTRACT;
+        } else if (strncmp(t, "--reset-step=", 13) == 0) {
+            if (strcmp(v, "same") == 0 || strcmp(v, "next") == 0) bit = NIR_GIVEN_RESET_STEP;
+            if (bit && !(o->given & bit)) o->reset_next = v[0] == 'n';
+        } else if (strcmp(t, "--impulses") == 0) {
+            bit = NIR_GIVEN_IMPULSES;
+            if (!(o->given & bit)) o->impulses = true;
+        }
+        char *dst = !bit ? ignored : !(o->given & bit) ? taken : NULL;
+        size_t len = dst == taken ? tlen : ilen, k = dst ? strlen(dst) : 0;
+        if (dst && k + 1 < len) snprintf(dst + k, len - k, "%s%s", k ? " " : "", t);
+    }
+}
+
 bool
-nir_import_file(const char *path, const NirImportOptions *o, NirImport *out, char *err,
+nir_import_file(const char *path, const NirImportOptions *given, NirImport *out, char *err,
                 size_t errlen)
 {
     memset(out, 0, sizeof *out);
     NirObj root;
     if (!nir_h5_read(path, &root, err, errlen)) return false;
+    NirImportOptions opts = *given, *o = &opts;
+    char taken[512], ignored[512];
+    stored_options(&root, o, taken, sizeof taken, ignored, sizeof ignored);
     NirGraph g;
     bool ok = nir_graph_build(&root, path, &g, err, errlen);
     if (ok) ok = nir_to_snn(&g, path, o, out, err, errlen);
+    if (ok && (taken[0] || ignored[0])) {
+        size_t k = strlen(out->notes);
+        if (taken[0])
+            k += (size_t)snprintf(out->notes + k, sizeof out->notes - k, "the file stores the "
+                                  "options it was exported with; taken where not given: %s\n",
+                                  taken);
+        if (ignored[0] && k < sizeof out->notes)
+            snprintf(out->notes + k, sizeof out->notes - k, "stored options not understood, "
+                     "ignored: %s\n", ignored);
+    }
     if (ok) nir_graph_free(&g);
     nir_obj_free(&root);
     return ok;
