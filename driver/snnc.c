@@ -159,6 +159,8 @@ usage(FILE *f)
           "  --impulses              IF, I and the synaptic current of CubaLIF take each step's\n"
           "                          input as an impulse (v += r I, i += w_in I; Norse) instead of\n"
           "                          a current over dt\n"
+          "  --spike-inputs          the graph's inputs are spikes (0/1): declared spike, so the\n"
+          "                          layers reading them sum only what spiked\n"
           "\n"
           "Passes (the graph-IR pipeline; --help-passes lists them):\n"
           "  -O0 .. -O3              -O0: no pass (lowering only: every layer step by step); -O1 and\n"
@@ -477,7 +479,7 @@ parse_options(int argc, char **argv, Options *o)
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
            O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS, O_ACCUMULATE, O_DT, O_INTEGRATOR,
-           O_RESET, O_RESET_STEP, O_TIMESTEPS, O_IMPULSES };
+           O_RESET, O_RESET_STEP, O_TIMESTEPS, O_IMPULSES, O_SPIKE_INPUTS };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -511,6 +513,7 @@ parse_options(int argc, char **argv, Options *o)
         {"reset-step", required_argument, 0, O_RESET_STEP},
         {"timesteps", required_argument, 0, O_TIMESTEPS},
         {"impulses", no_argument, 0, O_IMPULSES},
+        {"spike-inputs", no_argument, 0, O_SPIKE_INPUTS},
         {0, 0, 0, 0},
     };
     o->batch = 64;
@@ -522,7 +525,7 @@ parse_options(int argc, char **argv, Options *o)
     bool is_f64_asked = false;
     /* the NIR options given, a bit each in the order of nir_option_names */
     static const char *const nir_option_names[] = {"--dt", "--impulses", "--integrator", "--reset",
-                                                   "--reset-step", "--timesteps"};
+                                                   "--reset-step", "--timesteps", "--spike-inputs"};
     unsigned nir_given = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu < 1 ? 1 : ncpu > 1024 ? 1024 : (int)ncpu;
@@ -663,6 +666,10 @@ parse_options(int argc, char **argv, Options *o)
                 usage_error("--reset-step expects same or next, got '%s'", optarg);
             nir_given |= 1u << 4;
             break;
+        case O_SPIKE_INPUTS:
+            o->nir.spike_inputs = true;
+            nir_given |= 1u << 6;
+            break;
         case O_IMPULSES:
             o->nir.impulses = true;
             nir_given |= 1u << 1;
@@ -715,7 +722,7 @@ parse_options(int argc, char **argv, Options *o)
     /* NIR options read a .nir file; --emit=nir writes time constants for a reader's --dt and
      * --impulses */
     unsigned nir_allowed = o->is_nir ? ~0u : is_emit(o, "nir") ? 3u : 0u;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         if (nir_given & ~nir_allowed & (1u << i))
             usage_error("%s is for NIR graphs (MODEL.nir)%s; a .snn model says this itself",
                         nir_option_names[i],

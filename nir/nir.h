@@ -93,7 +93,7 @@ typedef enum { NIR_RESET_VALUE, NIR_RESET_SUBTRACT } NirReset;
 
 enum {
     NIR_GIVEN_DT = 1, NIR_GIVEN_IMPULSES = 2, NIR_GIVEN_INTEGRATOR = 4, NIR_GIVEN_RESET = 8,
-    NIR_GIVEN_RESET_STEP = 16, NIR_GIVEN_TIMESTEPS = 32,
+    NIR_GIVEN_RESET_STEP = 16, NIR_GIVEN_TIMESTEPS = 32, NIR_GIVEN_SPIKE_INPUTS = 64,
 };
 
 typedef struct NirImportOptions {
@@ -102,6 +102,8 @@ typedef struct NirImportOptions {
     NirIntegrator integrator; /* euler (default) or exact */
     NirReset reset;           /* value (default: the spec's v <- v_reset) or subtract */
     bool reset_next;          /* the reset acts at the next step's update (snnTorch) */
+    bool spike_inputs;        /* the model's inputs are spikes (0/1): declared spike, so the
+                                 layers reading them sum event by event */
     bool impulses;            /* IF, I and the synaptic current of CubaLI/CubaLIF take each step's
                                  input as an impulse (v += r I, i += w_in I: Norse) instead of a
                                  current integrated over dt */

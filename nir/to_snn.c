@@ -549,7 +549,8 @@ emit_node(Ctx *c, int id)
         c->shape[id] = s;
         char a[128];
         shape_str(a, sizeof a, &s);
-        put(c->out, "  input %s : f32[T, %s\n", c->ident[id], a + 1);
+        put(c->out, "  input %s : %s[T, %s\n", c->ident[id], c->o->spike_inputs ? "spike" : "f32",
+            a + 1);
         set_ident(c, id);
         break;
     }
@@ -1323,6 +1324,9 @@ stored_options(const NirObj *root, NirImportOptions *o, char *taken, size_t tlen
         } else if (strncmp(t, "--reset-step=", 13) == 0) {
             if (strcmp(v, "same") == 0 || strcmp(v, "next") == 0) bit = NIR_GIVEN_RESET_STEP;
             if (bit && !(o->given & bit)) o->reset_next = v[0] == 'n';
+        } else if (strcmp(t, "--spike-inputs") == 0) {
+            bit = NIR_GIVEN_SPIKE_INPUTS;
+            if (!(o->given & bit)) o->spike_inputs = true;
         } else if (strcmp(t, "--impulses") == 0) {
             bit = NIR_GIVEN_IMPULSES;
             if (!(o->given & bit)) o->impulses = true;
