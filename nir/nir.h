@@ -71,7 +71,6 @@ typedef struct NirNode {
     bool is_top;         /* an Input/Output of the top-level graph (a model input/output) */
     int nin;             /* incoming edges (their sum is the node's input) */
     int *in;             /* source node indices */
-    int64_t numel_hint;  /* unused by the graph; to_snn's scratch */
 } NirNode;
 
 typedef struct NirGraph {
