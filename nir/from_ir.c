@@ -294,31 +294,23 @@ export_neuron(Ex *x, ValueId v, NirObj *g)
             put_param(g, "threshold", t, param(m, n, "v_th"));
             return true;
         }
-        if (kind[0] == 'I' && (kind[1] == 0 || kind[1] == 'F')) {
-            bool is_if = kind[1] == 'F';
-            put_string(g, "type", is_if ? "IF" : "I");
+        /* I and IF, and an LI or LIF without leak (decay 1): NIR's integrators */
+        bool is_integrator = kind[0] == 'I' && (kind[1] == 0 || kind[1] == 'F');
+        bool is_cuba = strncmp(kind, "Cuba", 4) == 0;
+        bool is_spiking = is_integrator ? kind[1] == 'F'
+                                        : strncmp(kind, is_cuba ? "CubaLIF" : "LIF", is_cuba ? 7 : 3) == 0;
+        double decay = is_integrator ? 1.0 : param(m, n, "decay");
+        if (is_integrator || (!is_cuba && decay == 1)) {
+            put_string(g, "type", is_spiking ? "IF" : "I");
             put_param(g, "r", t, x->impulses ? param(m, n, "gain") : param(m, n, "gain") / dt);
-            if (is_if) {
+            if (is_spiking) {
                 put_param(g, "v_threshold", t, param(m, n, "v_th"));
                 put_param(g, "v_reset", t, param(m, n, "v_reset"));
                 want_reset(x, sub ? NIR_RESET_SUBTRACT : NIR_RESET_VALUE, next);
             }
             return true;
         }
-        bool is_cuba = strncmp(kind, "Cuba", 4) == 0;
-        bool is_spiking = strncmp(kind, is_cuba ? "CubaLIF" : "LIF", is_cuba ? 7 : 3) == 0;
-        double decay = param(m, n, "decay");
         if (!(decay < 1) || !(decay > -1) || (is_cuba && !(param(m, n, "syn_decay") < 1))) {
-            if (!is_cuba && decay == 1) { /* no leak: NIR's I or IF */
-                put_string(g, "type", is_spiking ? "IF" : "I");
-                put_param(g, "r", t, x->impulses ? param(m, n, "gain") : param(m, n, "gain") / dt);
-                if (is_spiking) {
-                    put_param(g, "v_threshold", t, param(m, n, "v_th"));
-                    put_param(g, "v_reset", t, param(m, n, "v_reset"));
-                    want_reset(x, sub ? NIR_RESET_SUBTRACT : NIR_RESET_VALUE, next);
-                }
-                return true;
-            }
             return fail(x, "layer '%s': a decay of %g per step has no positive time constant",
                         name_of(x, v), is_cuba && decay < 1 ? param(m, n, "syn_decay") : decay);
         }
