@@ -15,7 +15,15 @@ typedef enum {
     KT_U8,   /* spikes 0/1 stored as bytes */
     KT_I8,   /* bipolar spikes */
     KT_BOOL, /* comparison results */
+    KT_F16,  /* storage only, of weight buffers (Node.wstore): IEEE binary16; a load gives its f32 */
+    KT_BF16, /* storage only, likewise: bfloat16 */
 } KType;
+/* the type of a loaded element: f32 for the 16-bit storage types, else the type itself */
+static inline KType
+ktype_value(KType t)
+{
+    return t == KT_F16 || t == KT_BF16 ? KT_F32 : t;
+}
 const char *ktype_name(KType t);
 size_t ktype_size(KType t); /* bytes of an element in memory */
 
@@ -223,10 +231,11 @@ bool kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *co
  * counts are integers). Shared by kir_eval and the compiled backends so that they count alike. */
 void kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, double *spike_counts);
 
-/* The memory weight buffer b binds to: the module's weight data itself (nperm 0; *packed NULL), or
- * a malloc'ed copy packed by the buffer's transpose (returned and left in *packed for the caller to
- * free). NULL with a message in err if the weight is unbound or not of the program's size. */
-const float *kir_bind_weight(const KProgram *p, int b, float **packed, char *err, size_t errlen);
+/* The memory weight buffer b binds to: the module's weight data itself (f32, nperm 0; *packed
+ * NULL), or a malloc'ed copy packed by the buffer's transpose and narrowed to its type (f16, bf16:
+ * runtime/layout.h rt_narrow16), returned and left in *packed for the caller to free. NULL with a
+ * message in err if the weight is unbound or not of the program's size. */
+const void *kir_bind_weight(const KProgram *p, int b, void **packed, char *err, size_t errlen);
 
 /* kir_meta.c: the program described for model.so (the text runtime/session.c reads: inputs,
  * outputs, weights, counted layers, every buffer in order); malloc'ed. kir_describe: for the CPU

@@ -4,6 +4,7 @@
  * must stay obvious and never be clever about speed. Every index is bounds-checked. */
 #include "codegen/kir.h"
 #include "runtime/layout.h"
+#include "runtime/f16.h"
 #include "runtime/philox.h"
 
 #include <math.h>
@@ -95,6 +96,8 @@ load(Eval *ev, const KExpr *e)
     case KT_U8:
     case KT_BOOL: r.i = ((const uint8_t *)m)[i]; break;
     case KT_I8: r.i = ((const int8_t *)m)[i]; break;
+    case KT_F16: r.f = rt_f16_to_f32(((const uint16_t *)m)[i]); break;
+    case KT_BF16: r.f = rt_bf16_to_f32(((const uint16_t *)m)[i]); break;
     default: unreachable();
     }
     return r;
@@ -255,7 +258,7 @@ eval(Eval *ev, const KExpr *e)
 
 static void exec(Eval *ev, KStmt *const *s, int n);
 
-/* the f64 value of buf[i] (tile statements read f32 and f64 buffers only) */
+/* the f64 value of buf[i] (tile statements read f32, f64, f16 and bf16 buffers only) */
 static double
 load_f64(Eval *ev, int buf, int64_t i)
 {
@@ -264,6 +267,8 @@ load_f64(Eval *ev, int buf, int64_t i)
     switch (ev->p->bufs[buf].type) {
     case KT_F32: return ((const float *)ev->mem[buf])[i];
     case KT_F64: return ((const double *)ev->mem[buf])[i];
+    case KT_F16: return rt_f16_to_f32(((const uint16_t *)ev->mem[buf])[i]);
+    case KT_BF16: return rt_bf16_to_f32(((const uint16_t *)ev->mem[buf])[i]);
     default:
         efail(ev, "kernel IR: tile access to %s buffer '%s'", ktype_name(ev->p->bufs[buf].type),
               ev->p->bufs[buf].name);
@@ -346,6 +351,9 @@ store(Eval *ev, const KStmt *s)
     case KT_U8:
     case KT_BOOL: ((uint8_t *)m)[i] = (uint8_t)v.i; break;
     case KT_I8: ((int8_t *)m)[i] = (int8_t)v.i; break;
+    case KT_F16:
+    case KT_BF16: efail(ev, "kernel IR: store to %s buffer '%s' (16-bit types are weights')",
+                        ktype_name(ev->p->bufs[s->buf].type), ev->p->bufs[s->buf].name);
     }
 }
 
@@ -427,8 +435,8 @@ run_kernel(Eval *ev, const Kernel *k)
     free_kernel_state(ev, k->nlocals);
 }
 
-const float *
-kir_bind_weight(const KProgram *p, int b, float **packed, char *err, size_t errlen)
+const void *
+kir_bind_weight(const KProgram *p, int b, void **packed, char *err, size_t errlen)
 {
     const KBuf *kb = &p->bufs[b];
     *packed = NULL;
@@ -442,16 +450,24 @@ kir_bind_weight(const KProgram *p, int b, float **packed, char *err, size_t errl
                  (long long)w->numel, (long long)kb->size.fixed);
         return NULL;
     }
-    if (kb->nperm == 0) return w->data;
-    if (kb->nperm != w->rank) {
+    bool is_16 = kb->type == KT_F16 || kb->type == KT_BF16;
+    if (kb->nperm == 0 && !is_16) return w->data;
+    if (kb->nperm != 0 && kb->nperm != w->rank) {
         snprintf(err, errlen, "weight '%s': a transpose of rank %d for a weight of rank %d",
                  kb->name, kb->nperm, w->rank);
         return NULL;
     }
-    *packed = malloc((size_t)(w->numel ? w->numel : 1) * sizeof **packed);
-    if (!*packed) die("out of memory");
-    rt_transpose_f32(w->data, w->rank, w->dims, kb->perm, *packed);
-    return *packed;
+    size_t n = (size_t)(w->numel ? w->numel : 1);
+    float *f = malloc(n * sizeof *f);
+    if (!f) die("out of memory");
+    if (kb->nperm) rt_transpose_f32(w->data, w->rank, w->dims, kb->perm, f);
+    else memcpy(f, w->data, (size_t)w->numel * sizeof *f);
+    if (!is_16) return *packed = f;
+    uint16_t *h = malloc(n * sizeof *h);
+    if (!h) die("out of memory");
+    rt_narrow16(f, w->numel, kb->type == KT_BF16, h);
+    free(f);
+    return *packed = h;
 }
 
 void
@@ -544,7 +560,7 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
             case KB_OUTPUT: ev->mem[b] = outputs[kb->io]; break;
             case KB_WEIGHT: {
                 char msg[256];
-                float *packed;
+                void *packed;
                 ev->mem[b] = (void *)kir_bind_weight(p, b, &packed, msg, sizeof msg);
                 owned[b] = packed != NULL;
                 if (!ev->mem[b]) efail(ev, "kernel IR: %s", msg);

@@ -50,7 +50,7 @@ kx_load(KProgram *p, int buf, KExpr *index)
 {
     if (buf < 0 || buf >= p->nbufs)
         die("kir: buffer %d out of range", buf);
-    KExpr *e = kx_new(p, KX_LOAD, p->bufs[buf].type);
+    KExpr *e = kx_new(p, KX_LOAD, ktype_value(p->bufs[buf].type));
     e->buf = buf;
     e->a = index;
     return e;
@@ -2254,8 +2254,14 @@ plan_buffers(Lower *lw)
     const Module *m = lw->m;
     KProgram *p = lw->p;
     /* weights first: buffer index == weight index */
-    for (int w = 0; w < m->nweights; w++)
-        add_buf(lw, m->weights[w].name, KT_F32, (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
+    for (int w = 0; w < m->nweights; w++) {
+        const Node *n = &m->nodes[m->weights[w].node];
+        KType t = node_stored_weight(m, n) != w ? KT_F32
+                  : n->wstore == WSTORE_F16    ? KT_F16
+                  : n->wstore == WSTORE_BF16   ? KT_BF16
+                                               : KT_F32;
+        add_buf(lw, m->weights[w].name, t, (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
+    }
     for (int k = 0; k < m->ninputs; k++) {
         ValueId v = m->inputs[k];
         const Node *n = &m->nodes[v];

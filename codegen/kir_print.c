@@ -17,6 +17,8 @@ ktype_name(KType t)
     case KT_U8: return "u8";
     case KT_I8: return "i8";
     case KT_BOOL: return "bool";
+    case KT_F16: return "f16";
+    case KT_BF16: return "bf16";
     }
     return "?";
 }
@@ -28,6 +30,8 @@ ktype_size(KType t)
     case KT_F32: return 4;
     case KT_F64:
     case KT_I64: return 8;
+    case KT_F16:
+    case KT_BF16: return 2;
     default: return 1; /* u8, i8, bool (a byte) */
     }
 }

@@ -36,15 +36,7 @@ typedef struct Explain {
 static int64_t
 ktype_bytes(KType t)
 {
-    switch (t) {
-    case KT_F32: return 4;
-    case KT_F64:
-    case KT_I64: return 8;
-    case KT_U8:
-    case KT_I8:
-    case KT_BOOL: return 1; /* the runtimes' element sizes (runtime/model_parts.c) */
-    }
-    unreachable();
+    return (int64_t)ktype_size(t); /* the runtimes' element sizes (runtime/model_parts.c) */
 }
 
 static int64_t

@@ -5,6 +5,7 @@
 #include "codegen/cuda/cuda_gen.h"
 #include "codegen/cuda/nvrtc.h"
 #include "codegen/kir.h"
+#include "driver/calibrate.h"
 #include "driver/explain.h"
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
@@ -42,6 +43,9 @@ typedef struct Options {
     bool run;
     const char *backend;
     InterpPrecision precision;
+    const char *precision_mode; /* fp16, bf16, mixed: dense and conv weights stored narrower */
+    WeightStore narrow;         /* WSTORE_F32 unless precision_mode */
+    int64_t calibrate;          /* calibration samples (of --data / --input) */
     int accumulate; /* -1: as the model says; else an Accumulate */
     const char *data;
     const char *input_args[MAX_INPUT_ARGS];
@@ -126,7 +130,14 @@ usage(FILE *f)
           "  --threads=N             threads of the CPU backend (default: the online CPUs; results\n"
           "                          are the same for every N)\n"
           "  --precision=f64|f32     interpreter arithmetic: double (its default) or float32 like\n"
-          "                          PyTorch\n"
+          "                          PyTorch (fp32 = f32)\n"
+          "  --precision=fp16|bf16|mixed  float32 arithmetic with dense and conv weights stored in\n"
+          "                          16 bits (rounded to nearest; half the bytes; membrane state and\n"
+          "                          thresholds stay f32); mixed: f16 only for the layers where no\n"
+          "                          spike and no output changes on the calibration inputs (--data\n"
+          "                          or --input, with or without --run); fp16/bf16 with them report\n"
+          "                          the spike agreement measured\n"
+          "  --calibrate=N           calibration samples: the first N of the data (default 64)\n"
           "  --data=fashion-mnist[:DIR]  the Fashion-MNIST test set (IDX files; default directory\n"
           "                          $SNN_DATA_DIR, then /usr/share/datasets/fashion-mnist)\n"
           "  --input=FILE.npy        input samples, sample-major [N, ...]; NAME=FILE.npy for one of\n"
@@ -474,7 +485,7 @@ parse_device(Options *o, bool is_f64_asked)
 static void
 parse_options(int argc, char **argv, Options *o)
 {
-    enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
+    enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_CALIBRATE, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
            O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU,
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
@@ -483,6 +494,7 @@ parse_options(int argc, char **argv, Options *o)
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
+        {"calibrate", required_argument, 0, O_CALIBRATE},
         {"data", required_argument, 0, O_DATA},       {"input", required_argument, 0, O_INPUT},
         {"batch", required_argument, 0, O_BATCH},     {"limit", required_argument, 0, O_LIMIT},
         {"seed", required_argument, 0, O_SEED},       {"output", required_argument, 0, O_OUTPUT},
@@ -519,6 +531,7 @@ parse_options(int argc, char **argv, Options *o)
     o->batch = 64;
     o->opt_level = 2;
     o->accumulate = -1;
+    o->calibrate = 64;
     o->limit = -1;
     o->seed = -1;
     o->backend = NULL; /* chosen after the options: see below */
@@ -560,15 +573,34 @@ parse_options(int argc, char **argv, Options *o)
             o->backend = optarg;
             break;
         case O_PRECISION:
+            /* the last --precision wins, whole */
+            o->precision_mode = NULL;
+            o->narrow = WSTORE_F32;
+            is_f64_asked = false;
             if (strcmp(optarg, "f64") == 0) {
                 o->precision = INTERP_F64;
                 is_f64_asked = true;
-            }
-            else if (strcmp(optarg, "f32") == 0)
+            } else if (strcmp(optarg, "f32") == 0 || strcmp(optarg, "fp32") == 0) {
                 o->precision = INTERP_F32;
-            else
-                usage_error("--precision expects f64 or f32, got '%s'", optarg);
+            } else if (strcmp(optarg, "fp16") == 0 || strcmp(optarg, "bf16") == 0 ||
+                       strcmp(optarg, "mixed") == 0) {
+                o->precision = INTERP_F32;
+                o->precision_mode = optarg;
+                o->narrow = strcmp(optarg, "bf16") == 0 ? WSTORE_BF16 : WSTORE_F16;
+            } else {
+                usage_error("--precision expects f64, f32 (fp32), fp16, bf16 or mixed, got '%s'",
+                            optarg);
+            }
             break;
+        case O_CALIBRATE: {
+            char *end;
+            long long v = strtoll(optarg, &end, 10);
+            if (*end || v < 1 || v > 1000000)
+                usage_error("--calibrate expects a number of samples (1 to 1000000), got '%s'",
+                            optarg);
+            o->calibrate = v;
+            break;
+        }
         case O_DATA: o->data = optarg; break;
         case O_INPUT:
             if (o->ninput_args == MAX_INPUT_ARGS)
@@ -748,8 +780,14 @@ parse_options(int argc, char **argv, Options *o)
     if (o->report_json && !o->run && !is_build(o))
         usage_error("--report=json reports a run (--run) or a build (-o MODEL.so, --emit=obj, "
                     "--emit=ptx, --emit=cubin)");
-    if (!o->run && (o->data || o->ninput_args || o->output || o->limit >= 0))
-        usage_error("--data, --input, --output, --limit and --report need --run");
+    if (!o->run && (o->output || o->limit >= 0))
+        usage_error("--output, --limit and --report need --run");
+    if (!o->run && !o->precision_mode && (o->data || o->ninput_args))
+        usage_error("--data and --input need --run (or --precision=fp16|bf16|mixed, which "
+                    "calibrates on them)");
+    if (o->precision_mode && !strcmp(o->precision_mode, "mixed") && !o->data && !o->ninput_args)
+        usage_error("--precision=mixed chooses per layer on calibration inputs: give --data or "
+                    "--input");
     if (o->data && o->ninput_args)
         usage_error("give either --data or --input, not both");
 }
@@ -1747,6 +1785,34 @@ emit_snn(const Options *o, const char *weights_path)
     return 0;
 }
 
+/* --precision=fp16|bf16|mixed: the storage of dense and conv weights, chosen or checked on the
+ * calibration samples when --data or --input gives them (driver/calibrate.c) */
+static bool
+apply_precision(Module *m, const Options *o)
+{
+    if (!o->data && !o->ninput_args) {
+        precision_set_all(m, o->narrow);
+        return true;
+    }
+    Data d = {0};
+    bool ok = load_inputs(m, o, &d) && bind_weights(m, o);
+    if (ok) {
+        PrecisionRequest rq = {
+            .mode = o->precision_mode,
+            .narrow = o->narrow,
+            .is_mixed = strcmp(o->precision_mode, "mixed") == 0,
+            .inputs = (const float *const *)d.inputs,
+            .numel = d.numel,
+            .n = d.n < o->calibrate ? d.n : o->calibrate,
+            .batch = o->batch,
+            .quiet = o->quiet,
+        };
+        ok = precision_calibrate(m, &rq);
+    }
+    data_free(&d);
+    return ok;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1766,7 +1832,7 @@ main(int argc, char **argv)
         return rc;
     }
     if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
-    if (!m || !passes_run(m, &o.passes)) {
+    if (!m || !passes_run(m, &o.passes) || (o.precision_mode && !apply_precision(m, &o))) {
         module_free(m);
         nir_import_free(&import);
         free(nir_text_path);

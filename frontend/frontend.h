@@ -57,6 +57,7 @@ typedef enum {
     /* model body */
     MST_TIMESTEPS,  /* timesteps a */
     MST_WEIGHTS,    /* weights "a" */
+    MST_WSTORE,     /* weights name : a (an AST_IDENT: f32, f16 or bf16) */
     MST_SEED,       /* seed a */
     MST_INPUT,      /* input name : type */
     MST_BIND,       /* name = a [: type] [loc(...)] */

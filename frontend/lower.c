@@ -1156,6 +1156,7 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         }
         case MST_FUSE:
         case MST_EVENTS:
+        case MST_WSTORE:
             break; /* once every value is bound: below */
         case MST_ACCUMULATE: {
             int k = choice_stmt(st, "accumulate", "exact", "f32", &has_accumulate);
@@ -1313,6 +1314,30 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         }
         m->nodes[v].is_events = true;
         m->nodes[v].events_loc = st->loc;
+    }
+    for (int i = 0; i < it->nstmts; i++) {
+        const AstStmt *st = &it->stmts[i];
+        if (st->kind != MST_WSTORE)
+            continue;
+        ValueId v = sym_find(L, st->name);
+        if (v < 0) {
+            diag_error(st->loc, "weights: '%s' is not a value of model '%s'", st->name, m->name);
+            return false;
+        }
+        const char *t = st->a->str;
+        WeightStore ws = !strcmp(t, "f16") ? WSTORE_F16 : !strcmp(t, "bf16") ? WSTORE_BF16
+                                                                             : WSTORE_F32;
+        if (ws == WSTORE_F32 && strcmp(t, "f32") != 0) {
+            diag_error(st->a->loc, "weights %s: a weight is stored as f32, f16 or bf16, not '%s'",
+                       st->name, t);
+            return false;
+        }
+        if (m->nodes[v].wstore_loc.line > 0) {
+            diag_error(st->loc, "weights: the storage of '%s' is given twice", st->name);
+            return false;
+        }
+        m->nodes[v].wstore = ws;
+        m->nodes[v].wstore_loc = st->loc;
     }
     m->outputs = outs;
     m->inputs = ins;

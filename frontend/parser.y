@@ -403,12 +403,14 @@ mstmts:
   | mstmts ";" { $$ = $1; }
     ;
 
-/* mstmt := 'timesteps' expr | 'weights' STRING | 'seed' expr | 'schedule' name
+/* mstmt := 'timesteps' expr | 'weights' STRING | 'weights' name ':' name | 'seed' expr
+ *        | 'schedule' name
  *        | 'fuse' name 'into' name | 'memory' name | 'accumulate' name | 'input' name ':' type
  *        | name '=' expr [':' type] [locann] | 'output' name '=' expr [':' type] [locann] */
 mstmt:
     TIMESTEPS expr { $$ = stmt(p, MST_TIMESTEPS, @1, NULL, $2); }
   | WEIGHTS STRING { $$ = stmt(p, MST_WEIGHTS, @1, NULL, leaf($2)); }
+  | WEIGHTS name ":" name { $$ = stmt(p, MST_WSTORE, @1, $2, leaf($4)); }
   | SEED expr { $$ = stmt(p, MST_SEED, @1, NULL, $2); }
   | SCHEDULE name { $$ = stmt(p, MST_SCHEDULE, @1, $2, no_expr()); }
   | IDENT name {

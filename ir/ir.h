@@ -214,6 +214,9 @@ typedef struct NeuronDef {
 typedef int32_t ValueId; /* index into Module.nodes; -1 = none */
 #define IR_MAX_ARGS 3
 
+/* The storage of a layer's weight (Node.wstore): WSTORE_F32 as given; WSTORE_F16 (IEEE binary16)
+ * and WSTORE_BF16 (bfloat16) each value rounded to nearest, ties to even (runtime/f16.h). */
+typedef enum { WSTORE_F32, WSTORE_F16, WSTORE_BF16 } WeightStore;
 typedef struct Node {
     Op op;
     const char *name; /* value name ("fc1"); NULL: printed as %N */
@@ -238,6 +241,12 @@ typedef struct Node {
      * which visits every input and skips the zero products) */
     bool is_events;
     Loc events_loc; /* the `events` statement (line 0: a pass chose it) */
+    /* how a dense or conv layer's weight (its first weight slot; a bias stays f32) is stored
+     * (printed `weights a : f16`, chosen by --precision): its values are the float weight rounded
+     * to that type, everywhere (weights_bind rounds them, the interpreter computes with them),
+     * and compiled code keeps and loads 2 bytes per weight */
+    WeightStore wstore;
+    Loc wstore_loc; /* the `weights` statement (line 0: --precision chose it) */
     Loc loc;
 } Node;
 
@@ -302,6 +311,10 @@ int module_add_neuron(Module *m, NeuronDef *nd);   /* returns its index; nd must
 int module_find_neuron(const Module *m, const char *name);
 ValueId module_find_value(const Module *m, const char *name);
 int module_find_weight(const Module *m, const char *name);
+const char *wstore_name(WeightStore s); /* "f32", "f16", "bf16" */
+/* the index into Module.weights of the weight Node.wstore applies to, or -1 (not a dense or conv
+ * layer) */
+int node_stored_weight(const Module *m, const Node *n);
 /* The layer name that prefixes a node's weights ("fc1"): its name attribute. */
 const char *node_layer_name(const Module *m, const Node *n);
 /* A node's attribute by its ops.def name (the name must exist for the op: a wrong name is a bug). */
@@ -362,6 +375,9 @@ void print_double(char *buf, size_t n, double x);
 /* weights.c: bind weight data from a safetensors file (checking names, shapes, dtypes: missing, extra,
  * mis-shaped are errors) or from the seeded PyTorch-default initialisation. */
 bool weights_bind(Module *m, const char *override_path);
+/* round every weight whose layer stores it narrower (Node.wstore) to that type's values; the
+ * binders call it, and whoever changes wstore after binding */
+void weights_round_stored(Module *m);
 /* the same from tensors in memory (an imported model's); path names them in messages */
 struct RtTensorSet;
 bool weights_bind_set(Module *m, const struct RtTensorSet *set, const char *path);

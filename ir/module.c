@@ -345,6 +345,21 @@ module_find_weight(const Module *m, const char *name)
     return -1;
 }
 
+const char *
+wstore_name(WeightStore s)
+{
+    return s == WSTORE_F16 ? "f16" : s == WSTORE_BF16 ? "bf16" : "f32";
+}
+
+int
+node_stored_weight(const Module *m, const Node *n)
+{
+    if ((n->op != OP_DENSE && !op_is_conv(n->op)) || n->nweights < 1 || n->first_weight < 0 ||
+        n->first_weight >= m->nweights)
+        return -1;
+    return n->first_weight;
+}
+
 static int
 attr_slot(const Node *n, const char *name)
 {

@@ -389,6 +389,14 @@ ir_print(FILE *f, const Module *m)
         put_value(f, m, pos, order[i]);
         fputc('\n', f);
     }
+    for (int i = 0; i < m->nnodes; i++) {
+        WeightStore ws = m->nodes[order[i]].wstore;
+        if (ws == WSTORE_F32)
+            continue;
+        fputs("  weights ", f);
+        put_value(f, m, pos, order[i]);
+        fprintf(f, " : %s\n", wstore_name(ws));
+    }
     free(order);
     free(pos);
     fputs("}\n", f);

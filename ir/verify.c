@@ -254,6 +254,16 @@ ir_verify_fusions(const Module *m)
     }
     for (int v = 0; v < m->nnodes && ok; v++) {
         const Node *n = &m->nodes[v];
+        if (n->wstore == WSTORE_F32 || node_stored_weight(m, n) >= 0)
+            continue;
+        diag_error(n->wstore_loc.line > 0 ? n->wstore_loc : n->loc,
+                   "weights: '%s' is %s; only a dense or conv layer's weight is stored as %s",
+                   n->name ? n->name : node_op_name(m, n), node_op_name(m, n),
+                   wstore_name(n->wstore));
+        ok = false;
+    }
+    for (int v = 0; v < m->nnodes && ok; v++) {
+        const Node *n = &m->nodes[v];
         if (n->fused_into < 0)
             continue;
         const char *why = ir_fusion_problem(m, v, n->fused_into);

@@ -5,6 +5,7 @@
  * value[i] = (float)((2u - 1) * bound), u = rt_uniform(m->seed, fnv1a32(name), 0, i),
  * bound = 1/sqrt(fan_in), fan_in = weight numel / out channels; batchnorm: 1, 0, mean 0, var 1. */
 #include "ir/ir.h"
+#include "runtime/f16.h"
 #include "runtime/philox.h"
 #include "runtime/tensor_io.h"
 
@@ -110,6 +111,21 @@ list_weights(const Module *m, char *buf, size_t n)
         snprintf(buf + k, n - k, ", ... (%d in all)", m->nweights);
 }
 
+void
+weights_round_stored(Module *m)
+{
+    for (int v = 0; v < m->nnodes; v++) {
+        const Node *n = &m->nodes[v];
+        int wi = node_stored_weight(m, n);
+        if (wi < 0 || n->wstore == WSTORE_F32 || !m->weights[wi].data)
+            continue;
+        float *d = m->weights[wi].data;
+        for (int64_t i = 0; i < m->weights[wi].numel; i++)
+            d[i] = n->wstore == WSTORE_F16 ? rt_f16_to_f32(rt_f32_to_f16(d[i]))
+                                           : rt_bf16_to_f32(rt_f32_to_bf16(d[i]));
+    }
+}
+
 bool
 weights_bind_set(Module *m, const RtTensorSet *set, const char *path)
 {
@@ -140,6 +156,7 @@ weights_bind_set(Module *m, const RtTensorSet *set, const char *path)
             if (n > 0)
                 memcpy(w->data, t->data, (size_t)n * sizeof(float));
         }
+    if (ok) weights_round_stored(m);
     return ok;
 }
 
@@ -150,6 +167,7 @@ weights_bind(Module *m, const char *override_path)
     if (!path) {
         for (int i = 0; i < m->nweights; i++)
             init_seeded(m, &m->weights[i]);
+        weights_round_stored(m);
         return true;
     }
 

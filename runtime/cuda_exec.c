@@ -352,7 +352,7 @@ fail:
 }
 
 snn_status
-rt_cuda_exec_set_weights(RtCudaExec *x, float *const *mem, char *err, size_t errlen)
+rt_cuda_exec_set_weights(RtCudaExec *x, void *const *mem, char *err, size_t errlen)
 {
     const snn_model *m = x->m;
     x->last = CUDA_SUCCESS;
@@ -370,14 +370,7 @@ rt_cuda_exec_set_weights(RtCudaExec *x, float *const *mem, char *err, size_t err
         if (kb->kind != RT_BUF_WEIGHT) continue;
         size_t n = buf_elems(kb, 0);
         unsigned char *dst = host + (x->addr[b] - x->arena);
-        if (kb->type == RT_ELEM_F64) { /* a weight the kernels read as double */
-            for (size_t i = 0; i < n; i++) {
-                double v = mem[b][i];
-                memcpy(dst + i * sizeof v, &v, sizeof v);
-            }
-        } else if (n) {
-            memcpy(dst, mem[b], n * sizeof(float)); /* f32, the only type the model check lets in */
-        }
+        if (n) memcpy(dst, mem[b], n * kb->elem); /* f32, f16 or bf16, packed by the session */
     }
     if (!push(x, err, errlen)) {
         free(host);

@@ -24,7 +24,7 @@ void rt_cuda_exec_destroy(RtCudaExec *x); /* NULL is fine */
 
 /* Replace the device weights from packed host f32 arrays (mem[b] for every weight buffer b, as
  * the CPU session binds them): all of them, or none on failure (the old ones are kept). */
-snn_status rt_cuda_exec_set_weights(RtCudaExec *x, float *const *mem, char *err, size_t errlen);
+snn_status rt_cuda_exec_set_weights(RtCudaExec *x, void *const *mem, char *err, size_t errlen);
 
 /* One batch: inputs[i]/outputs[i] host arrays, or device addresses when is_device (read and
  * written in place by the kernels). The counted layers' spikes are added on the device;

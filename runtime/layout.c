@@ -1,5 +1,6 @@
 /* layout.c: see layout.h. */
 #include "runtime/layout.h"
+#include "runtime/f16.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -55,4 +56,11 @@ rt_arena_layout(int n, const size_t *bytes, const int *slot, size_t align, size_
         total += (size + align - 1) & ~(align - 1);
     }
     return total;
+}
+
+void
+rt_narrow16(const float *src, int64_t n, int is_bf16, uint16_t *dst)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = is_bf16 ? rt_f32_to_bf16(src[i]) : rt_f32_to_f16(src[i]);
 }

@@ -13,6 +13,10 @@
 void rt_transpose_f32(const float *src, int rank, const int64_t *dims, const int *perm,
                       float *dst);
 
+/* dst[i] = src[i] rounded to IEEE binary16 (is_bf16 0) or bfloat16 (1), to nearest, ties to even
+ * (runtime/f16.h): how 16-bit weight buffers are filled, by every binder alike. */
+void rt_narrow16(const float *src, int64_t n, int is_bf16, uint16_t *dst);
+
 /* The offsets of n buffers in one arena. Buffers with the same slot k > 0 share one region: the
  * compiler's memory plan gives a slot to buffers whose lifetimes do not overlap (KBuf.slot); slot 0
  * is a region of its own; bytes[i] == SIZE_MAX leaves buffer i out (off[i] is not written). A

@@ -248,6 +248,7 @@ static const struct {
 } elem_types[] = {
     [RT_ELEM_F32] = {"f32", 4}, [RT_ELEM_F64] = {"f64", 8}, [RT_ELEM_I64] = {"i64", 8},
     [RT_ELEM_U8] = {"u8", 1},   [RT_ELEM_I8] = {"i8", 1},   [RT_ELEM_BOOL] = {"bool", 1},
+    [RT_ELEM_F16] = {"f16", 2}, [RT_ELEM_BF16] = {"bf16", 2},
 };
 
 static void
@@ -418,7 +419,10 @@ program_check(const snn_model *m, const RtBuf *bufs, int nbufs, const RtLayer *l
                     : b->kind == RT_BUF_WEIGHT ? m->nweights
                                                : 1;
         if (b->kind != RT_BUF_TEMP && (b->io < 0 || b->io >= limit)) return false;
-        if (b->kind != RT_BUF_TEMP && b->type != RT_ELEM_F32) return false;
+        bool is_16 = b->type == RT_ELEM_F16 || b->type == RT_ELEM_BF16;
+        if (b->kind != RT_BUF_TEMP && b->type != RT_ELEM_F32 && !(is_16 && b->kind == RT_BUF_WEIGHT))
+            return false;
+        if (is_16 && b->kind != RT_BUF_WEIGHT) return false;
         if (b->kind == RT_BUF_WEIGHT) {
             const snn_tensor_info *w = &m->weights[b->io].info;
             if (b->per_batch != 0 || b->fixed != w->numel) return false;

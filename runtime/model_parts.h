@@ -16,8 +16,12 @@
 enum { RT_MAX_NAME = 256, RT_WORK_MAX_DEPTH = 64, RT_MAX_SLOT = 1 << 20 };
 
 typedef enum { RT_BUF_INPUT, RT_BUF_OUTPUT, RT_BUF_WEIGHT, RT_BUF_TEMP } RtBufKind;
-/* element types of buffers, as the description names them (f32 f64 i64 u8 i8 bool) */
-typedef enum { RT_ELEM_F32, RT_ELEM_F64, RT_ELEM_I64, RT_ELEM_U8, RT_ELEM_I8, RT_ELEM_BOOL } RtElem;
+/* element types of buffers, as the description names them (f32 f64 i64 u8 i8 bool f16 bf16; the
+ * 16-bit ones only for weights, filled by runtime/layout.h rt_narrow16) */
+typedef enum {
+    RT_ELEM_F32, RT_ELEM_F64, RT_ELEM_I64, RT_ELEM_U8, RT_ELEM_I8, RT_ELEM_BOOL, RT_ELEM_F16,
+    RT_ELEM_BF16
+} RtElem;
 
 typedef struct RtBuf {
     char name[RT_MAX_NAME];

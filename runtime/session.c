@@ -48,7 +48,7 @@ struct snn_session {
     pthread_mutex_t lock;
     void **bufs;            /* [nbufs] what the CPU code gets */
     unsigned char *arena;   /* cpu: every temporary buffer, sized for max_batch */
-    float **weight_mem;     /* [nbufs] cpu: owned weight memory (packed), NULL until loaded */
+    void **weight_mem;      /* [nbufs] cpu: owned weight memory (packed), NULL until loaded */
     const void **in_ptrs;   /* [ninputs] the inputs of the run under way */
     void **out_ptrs;        /* [noutputs] */
     bool has_weights;
@@ -251,7 +251,7 @@ snn_model_devices(const snn_model *m)
  * it made and returns the status. */
 static snn_status
 weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, const RtBuf *bufs,
-                 int nbufs, float **mem)
+                 int nbufs, void **mem)
 {
     for (int i = 0; i < m->nweights; i++) {
         const snn_tensor_info *w = &m->weights[i].info;
@@ -292,20 +292,30 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
         if (kb->kind != RT_BUF_WEIGHT) continue;
         const snn_tensor_info *w = &m->weights[kb->io].info;
         const RtTensor *t = rt_tensorset_find(set, w->name);
-        mem[b] = malloc((size_t)(w->numel ? w->numel : 1) * sizeof(float));
-        if (!mem[b]) {
+        size_t n = (size_t)(w->numel ? w->numel : 1);
+        bool is_16 = kb->type == RT_ELEM_F16 || kb->type == RT_ELEM_BF16;
+        float *f = malloc(n * sizeof *f);
+        uint16_t *h = is_16 ? malloc(n * sizeof *h) : NULL;
+        if (!f || (is_16 && !h)) {
+            free(f);
             for (int k = 0; k < b; k++)
                 free(mem[k]);
             return fail(SNN_ERR_MEMORY, "out of memory for weight '%s'", w->name);
         }
-        if (kb->nperm) rt_transpose_f32(t->data, w->rank, w->dims, kb->perm, mem[b]);
-        else if (w->numel) memcpy(mem[b], t->data, (size_t)w->numel * sizeof(float));
+        if (kb->nperm) rt_transpose_f32(t->data, w->rank, w->dims, kb->perm, f);
+        else if (w->numel) memcpy(f, t->data, (size_t)w->numel * sizeof *f);
+        mem[b] = f;
+        if (is_16) { /* rounded as the compiler rounded it (ir/weights.c) */
+            rt_narrow16(f, w->numel, kb->type == RT_ELEM_BF16, h);
+            free(f);
+            mem[b] = h;
+        }
     }
     return SNN_OK;
 }
 
 static void
-free_weight_mem(int nbufs, float **mem)
+free_weight_mem(int nbufs, void **mem)
 {
     for (int b = 0; b < nbufs; b++)
         free(mem[b]);
@@ -326,7 +336,7 @@ load_weights_bytes(snn_session *s, const void *data, size_t size, const char *wh
     /* packed for the program the session runs: CUDA's has buffers of its own */
     const RtBuf *bufs = s->cuda ? m->cuda_bufs : m->bufs;
     int nbufs = s->cuda ? m->ncuda_bufs : m->nbufs;
-    float **mem = calloc((size_t)nbufs + 1, sizeof *mem);
+    void **mem = calloc((size_t)nbufs + 1, sizeof *mem);
     if (!mem) {
         rt_tensorset_free(&set);
         return fail(SNN_ERR_MEMORY, "out of memory loading weights");

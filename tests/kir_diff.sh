@@ -80,6 +80,12 @@ for model in "$root"/examples/*.snn; do
   "$python" "$root/tests/lit/Inputs/mknpy.py" "$work/$name.input.npy" --shape "$shape" \
     --values 0.9,0.1,1.7,-0.3,0.55,2.2,0,0.35,1.1,-1.2,0.8,0.05,3 || { fail=$((fail + 1)); continue; }
   check "$name" "$model" "$work/$name.input.npy" "${extra[@]}"
+  # 16-bit weights (--precision=fp16|bf16): every backend loads the same rounded values
+  case $name in
+    fmnist_mlp|fmnist_conv|recurrent)
+      check "$name.fp16" "$model" "$work/$name.input.npy" "${extra[@]}" --precision=fp16
+      check "$name.bf16" "$model" "$work/$name.input.npy" "${extra[@]}" --precision=bf16 ;;
+  esac
 done
 
 for case in "$root"/tests/parity/*/; do

@@ -53,6 +53,8 @@ mtype(KType t) /* the C type of a buffer element */
     case KT_F64: return "double";
     case KT_I64: return "long long";
     case KT_I8: return "signed char";
+    case KT_F16:
+    case KT_BF16: return "unsigned short"; /* the bits; loads widen them (snn_f16_f32) */
     default: return "unsigned char"; /* u8, bool */
     }
 }
@@ -107,7 +109,9 @@ expr_as(Gen *g, const KExpr *e, KType to)
     switch (to) {
     case KT_F32:
     case KT_F64:
-    case KT_I64: fprintf(f, "((%s)(", ctype(to)); break;
+    case KT_I64:
+    case KT_F16: /* not value types: never converted to */
+    case KT_BF16: fprintf(f, "((%s)(", ctype(to)); break;
     case KT_BOOL: fputs("((", f); break;
     case KT_U8: fputs(is_float(from) ? "((long long)(unsigned char)(long long)(" : "((long long)(unsigned char)(", f); break;
     case KT_I8: fputs(is_float(from) ? "((long long)(signed char)(long long)(" : "((long long)(signed char)(", f); break;
@@ -203,9 +207,10 @@ load(Gen *g, const KExpr *e)
     /* the element as a value of its own type (u8/i8 widen to long long, bool compares) */
     fputs("(", f);
     if (bt == KT_U8 || bt == KT_I8) fputs("(long long)", f);
+    if (bt == KT_F16 || bt == KT_BF16) fputs(bt == KT_F16 ? "snn_f16_f32(" : "snn_bf16_f32(", f);
     fprintf(f, "b%d[", e->buf);
     expr_as(g, e->a, KT_I64);
-    fputs(bt == KT_BOOL ? "] != 0)" : "])", f);
+    fputs(bt == KT_BOOL ? "] != 0)" : bt == KT_F16 || bt == KT_BF16 ? "]))" : "])", f);
 }
 
 static void
@@ -288,6 +293,8 @@ tile(Gen *g, const KStmt *s)
     /* a tile holds doubles, or floats under accumulate f32 (fmaf then: one rounding per term) */
     bool is_f32 = g->k->locals[s->var].type == KT_F32;
     const char *tt = is_f32 ? "float" : "double";
+    KType bt = s->kind == KS_VSET ? KT_F32 : g->p->bufs[s->buf].type;
+    const char *widen = bt == KT_F16 ? "snn_f16_f32" : bt == KT_BF16 ? "snn_bf16_f32" : "";
     if (s->kind == KS_VSET || s->kind == KS_VFMA) {
         indent(g);
         fprintf(f, "const %s a_ = ", tt);
@@ -308,10 +315,10 @@ tile(Gen *g, const KStmt *s)
     fprintf(f, "SNN_UNROLL for (int l_ = 0; l_ < %d; l_++) ", n);
     switch (s->kind) {
     case KS_VSET: fprintf(f, "v%d[l_] = a_;\n", s->var); break;
-    case KS_VLOAD: fprintf(f, "v%d[l_] = (%s)b%d[i_ + l_];\n", s->var, tt, s->buf); break;
+    case KS_VLOAD: fprintf(f, "v%d[l_] = (%s)%s(b%d[i_ + l_]);\n", s->var, tt, widen, s->buf); break;
     case KS_VFMA:
-        fprintf(f, "v%d[l_] = %s(a_, (%s)b%d[i_ + l_], v%d[l_]);\n", s->var, is_f32 ? "fmaf" : "fma",
-                tt, s->buf, s->var);
+        fprintf(f, "v%d[l_] = %s(a_, (%s)%s(b%d[i_ + l_]), v%d[l_]);\n", s->var,
+                is_f32 ? "fmaf" : "fma", tt, widen, s->buf, s->var);
         break;
     case KS_VSTORE:
         fprintf(f, "b%d[i_ + l_ * %lldLL] = (%s)v%d[l_];\n", s->buf, (long long)s->stride,
@@ -554,6 +561,14 @@ static const char prelude[] =
     "SNN_FN float snn_tanhf(float x) { return (float)tanh((double)x); }\n"
     "SNN_FN float snn_powf(float x, float y) { return (float)pow((double)x, (double)y); }\n"
     "#endif\n"
+    "/* 16-bit weights as the floats they stand for, exactly (runtime/f16.h's conversions) */\n"
+    "SNN_FN float snn_bf16_f32(unsigned short h) { return snn_bits_f32((uint32_t)h << 16); }\n"
+    "SNN_FN float snn_f16_f32(unsigned short h) {\n"
+    "    uint32_t a = h & 0x7fffu;\n"
+    "    float r = a >= 0x7c00u ? snn_bits_f32((a << 13) | 0x7f800000u)\n"
+    "                           : snn_bits_f32(a << 13) * 0x1p112f;\n"
+    "    return (h & 0x8000u) ? -r : r;\n"
+    "}\n"
     "SNN_FN float snn_f32_nan(void) { return snn_bits_f32(0x7fc00000u); }\n"
     "SNN_FN float snn_f32_inf(void) { return snn_bits_f32(0x7f800000u); }\n"
     "SNN_FN float snn_f32_ninf(void) { return snn_bits_f32(0xff800000u); }\n"

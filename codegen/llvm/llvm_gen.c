@@ -19,6 +19,7 @@
 #include "runtime/philox.h"
 
 typedef struct Gen {
+    bool has_f16c; /* the target converts halves in hardware (widen16) */
     const KProgram *p;
     LLVMContextRef ctx;
     LLVMModuleRef mod;
@@ -79,6 +80,9 @@ llvm_gen_elem_size(KType t)
     case KT_I8:
     case KT_BOOL:
         return 1;
+    case KT_F16:
+    case KT_BF16:
+        return 2;
     }
     return 1;
 }
@@ -96,6 +100,8 @@ val_type(Gen *g, KType t)
 {
     switch (t) {
     case KT_F32:
+    case KT_F16: /* loads widen them: kir.h ktype_value */
+    case KT_BF16:
         return g->t_f32;
     case KT_F64:
         return g->t_f64;
@@ -118,10 +124,14 @@ mem_type(Gen *g, KType t)
     case KT_I8:
     case KT_BOOL:
         return g->t_i8;
+    case KT_F16:
+    case KT_BF16:
+        return LLVMInt16TypeInContext(g->ctx);
     default:
         return val_type(g, t);
     }
 }
+
 
 /* et, or a vector of et as long as `like` when like is a vector (SIMD lanes: see simd_plan) */
 static LLVMTypeRef
@@ -174,6 +184,8 @@ const_of(Gen *g, KType t, double v)
 {
     switch (t) {
     case KT_F32:
+    case KT_F16:
+    case KT_BF16:
         return LLVMConstReal(g->t_f32, (double)(float)v);
     case KT_F64:
         return LLVMConstReal(g->t_f64, v);
@@ -185,6 +197,47 @@ const_of(Gen *g, KType t, double v)
         return LLVMConstInt(g->t_i1, v != 0, 0);
     }
     return NULL;
+}
+
+/* the i32 constant c, in every lane when like is a vector */
+static LLVMValueRef
+const_like_i32(Gen *g, unsigned c, LLVMValueRef like)
+{
+    LLVMValueRef k = LLVMConstInt(g->t_i32, c, 0);
+    if (LLVMGetTypeKind(LLVMTypeOf(like)) != LLVMVectorTypeKind) return k;
+    unsigned n = LLVMGetVectorSize(LLVMTypeOf(like));
+    LLVMValueRef lanes[64];
+    for (unsigned i = 0; i < n && i < 64; i++)
+        lanes[i] = k;
+    return LLVMConstVector(lanes, n);
+}
+
+/* 16-bit weight elements (i16, or a vector of them) as the f32 values they stand for, exactly:
+ * bfloat16 is the top half of a float; binary16 is F16C's conversion where the target has it,
+ * else rebiased with integer operations and one multiplication by 2^112 (exact for normals and
+ * subnormals alike), inf and NaN kept with their payload, as runtime/f16.h rt_f16_to_f32: without
+ * F16C, LLVM 14 would widen a half with a call to __gnu_h2f_ieee, which x86's libgcc lacks. */
+static LLVMValueRef
+widen16(Gen *g, LLVMValueRef v, KType bt)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMTypeRef i32 = shaped(g->t_i32, v), f32 = shaped(g->t_f32, v);
+    if (bt == KT_F16 && g->has_f16c) /* vcvtph2ps: exact, one instruction per 8 lanes */
+        return LLVMBuildFPExt(b, LLVMBuildBitCast(b, v, shaped(LLVMHalfTypeInContext(g->ctx), v), ""),
+                              f32, "");
+    LLVMValueRef u = LLVMBuildZExt(b, v, i32, "");
+    if (bt == KT_BF16)
+        return LLVMBuildBitCast(b, LLVMBuildShl(b, u, const_like_i32(g, 16, v), ""), f32, "");
+    LLVMValueRef a = LLVMBuildAnd(b, u, const_like_i32(g, 0x7fff, v), "");
+    LLVMValueRef sign = LLVMBuildShl(b, LLVMBuildAnd(b, u, const_like_i32(g, 0x8000, v), ""),
+                                     const_like_i32(g, 16, v), "");
+    LLVMValueRef m = LLVMBuildShl(b, a, const_like_i32(g, 13, v), "");
+    LLVMValueRef fin = LLVMBuildFMul(b, LLVMBuildBitCast(b, m, f32, ""),
+                                     const_like(g, KT_F32, 0x1p112, v), "");
+    LLVMValueRef inf = LLVMBuildOr(b, m, const_like_i32(g, 0x7f800000, v), "");
+    LLVMValueRef is_inf = LLVMBuildICmp(b, LLVMIntUGE, a, const_like_i32(g, 0x7c00, v), "");
+    LLVMValueRef r = LLVMBuildSelect(b, is_inf, inf, LLVMBuildBitCast(b, fin, i32, ""), "");
+    return LLVMBuildBitCast(b, LLVMBuildOr(b, r, sign, ""), f32, "");
 }
 
 /* Convert v from type `from` to type `to` as kir_eval's KX_CAST does: float → float rounds to
@@ -617,7 +670,9 @@ gen_expr(Gen *g, const KExpr *e)
         else if (bt == KT_U8 || bt == KT_I8)
             v = bt == KT_U8 ? LLVMBuildZExt(g->b, v, g->t_i64, "")
                             : LLVMBuildSExt(g->b, v, g->t_i64, "");
-        return convert(g, v, bt, e->type);
+        else if (bt == KT_F16 || bt == KT_BF16)
+            v = widen16(g, v, bt);
+        return convert(g, v, ktype_value(bt), e->type);
     }
     case KX_UN:
         return gen_un(g, e);
@@ -739,14 +794,15 @@ static LLVMValueRef
 load_piece(Gen *g, int buf, LLVMValueRef index, int off, int len, KType tt)
 {
     KType bt = g->p->bufs[buf].type;
-    LLVMTypeRef et = val_type(g, bt);
+    LLVMTypeRef et = mem_type(g, bt);
     LLVMValueRef i = LLVMBuildAdd(g->b, index, LLVMConstInt(g->t_i64, (unsigned)off, 0), "");
     LLVMValueRef ptr = LLVMBuildInBoundsGEP2(g->b, et, g->bufptr[buf], &i, 1, "");
     LLVMTypeRef pt = piece_type(g, et, len);
     ptr = LLVMBuildBitCast(g->b, ptr, LLVMPointerType(pt, 0), "");
     LLVMValueRef v = tag_access(g, LLVMBuildLoad2(g->b, pt, ptr, ""));
     LLVMSetAlignment(v, (unsigned)llvm_gen_elem_size(bt));
-    return convert(g, v, bt, tt);
+    if (bt == KT_F16 || bt == KT_BF16) v = widen16(g, v, bt);
+    return convert(g, v, ktype_value(bt), tt);
 }
 
 static LLVMValueRef
@@ -774,7 +830,8 @@ is_tile_buffer(Gen *g, const KStmt *s, bool is_store)
         return false;
     }
     const KBuf *kb = &g->p->bufs[s->buf];
-    if (kb->type != KT_F32 && kb->type != KT_F64) {
+    bool is_16 = kb->type == KT_F16 || kb->type == KT_BF16;
+    if (kb->type != KT_F32 && kb->type != KT_F64 && !(is_16 && !is_store)) {
         gen_fail(g, "kernel %s: tile access to %s buffer '%s'", g->k->name, ktype_name(kb->type),
                  kb->name);
         return false;
@@ -1159,6 +1216,8 @@ elem_name(KType mt)
     case KT_F32: return "f32";
     case KT_F64: return "f64";
     case KT_I64: return "i64";
+    case KT_F16:
+    case KT_BF16: return "i16";
     default: return "i8";
     }
 }
@@ -1170,7 +1229,7 @@ masked_intrinsic(Gen *g, const char *what, KType bt, LLVMTypeRef *fty)
     LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(et);
     LLVMTypeRef mk = lanes_of(g->t_i1), vp = LLVMPointerType(vt, 0);
     LLVMTypeRef pv = lanes_of(LLVMPointerType(et, 0));
-    const char *en = elem_name(bt == KT_F32 || bt == KT_F64 || bt == KT_I64 ? bt : KT_U8);
+    const char *en = elem_name(bt);
     char name[96];
     bool is_gs = strcmp(what, "gather") == 0 || strcmp(what, "scatter") == 0;
     if (is_gs) /* llvm.masked.gather.v8f32.v8p0f32 */
@@ -1238,6 +1297,8 @@ vload_buf(Gen *g, int buf, VV idx)
     else if (bt == KT_U8 || bt == KT_I8)
         v = bt == KT_U8 ? LLVMBuildZExt(b, v, shaped(g->t_i64, v), "")
                         : LLVMBuildSExt(b, v, shaped(g->t_i64, v), "");
+    else if (bt == KT_F16 || bt == KT_BF16)
+        v = widen16(g, v, bt);
     return is_vector(v) ? vv_var(v) : vv_uni(v);
 }
 
@@ -1283,7 +1344,7 @@ vexpr(Gen *g, const KExpr *e)
     }
     case KX_LOAD: {
         VV v = vload_buf(g, e->buf, vexpr_as(g, e->a, KT_I64));
-        return g->has_failed ? v : vconv(g, v, g->p->bufs[e->buf].type, e->type);
+        return g->has_failed ? v : vconv(g, v, ktype_value(g->p->bufs[e->buf].type), e->type);
     }
     case KX_UN: {
         VV a = vexpr(g, e->a);
@@ -1906,11 +1967,33 @@ enum_attr(LLVMContextRef ctx, const char *name, uint64_t val)
     return kind ? LLVMCreateEnumAttribute(ctx, kind, val) : NULL;
 }
 
+/* whether tm's code may use F16C (vcvtph2ps): its feature string says so (the host's does), or its
+ * CPU is one of those that have it */
+static bool
+has_f16c(LLVMTargetMachineRef tm)
+{
+    static const char *const cpus[] = {"x86-64-v3", "x86-64-v4", "znver", "haswell", "broadwell",
+                                       "skylake", "cascadelake", "cooperlake", "icelake",
+                                       "tigerlake", "sapphirerapids", "alderlake", "raptorlake",
+                                       "meteorlake", "graniterapids", "emeraldrapids", "ivybridge"};
+    if (!tm) return false;
+    char *features = LLVMGetTargetMachineFeatureString(tm);
+    char *cpu = LLVMGetTargetMachineCPU(tm);
+    bool has = features && strstr(features, "+f16c") != NULL;
+    for (size_t i = 0; !has && cpu && i < sizeof cpus / sizeof cpus[0]; i++)
+        has = strncmp(cpu, cpus[i], strlen(cpus[i])) == 0;
+    LLVMDisposeMessage(features);
+    LLVMDisposeMessage(cpu);
+    return has;
+}
+
 LLVMModuleRef
-llvm_gen_module(const KProgram *p, LLVMContextRef ctx, char *err, size_t errlen)
+llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm, char *err,
+                size_t errlen)
 {
     Gen g = {0};
     g.p = p;
+    g.has_f16c = has_f16c(tm);
     g.ctx = ctx;
     g.err = err;
     g.errlen = errlen;

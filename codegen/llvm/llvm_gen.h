@@ -25,8 +25,10 @@ typedef SnnkRt LlvmRt;
 typedef SnnkEntryFn LlvmEntryFn;
 
 /* ---- llvm_gen.c ---- */
-/* Build and verify the module of p in ctx. Returns NULL with a message in err. */
-LLVMModuleRef llvm_gen_module(const KProgram *p, LLVMContextRef ctx, char *err, size_t errlen);
+/* Build and verify the module of p in ctx, for target machine tm (its features choose how 16-bit
+ * weights widen: F16C's conversion where it has one). Returns NULL with a message in err. */
+LLVMModuleRef llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm,
+                              char *err, size_t errlen);
 /* Bytes one element of a buffer of type t occupies in memory. */
 size_t llvm_gen_elem_size(KType t);
 

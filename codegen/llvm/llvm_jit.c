@@ -38,7 +38,8 @@ struct CgLlvm {
     size_t arena_bytes;
     size_t *temp_bytes, *temp_off; /* [nbufs] at the last run's batch */
     int *temp_slot;                /* [nbufs] KBuf.slot */
-    float **packed;     /* [nbufs] transposed weights (KBuf.nperm), packed by the first run */
+    void **packed;      /* [nbufs] transposed (KBuf.nperm) or narrowed (f16, bf16) weights, packed
+                         * by the first run */
     const float **packed_from; /* [nbufs] the weight data each was packed from */
     bool is_cache_hit;  /* the code came from the cache */
 };
@@ -199,7 +200,7 @@ cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err, size
     LLVMTargetMachineRef tm = llvm_host_target_machine(err, errlen);
     if (!tm) return NULL;
     LLVMContextRef ctx = LLVMContextCreate();
-    LLVMModuleRef mod = llvm_gen_module(p, ctx, err, errlen);
+    LLVMModuleRef mod = llvm_gen_module(p, ctx, tm, err, errlen);
     if (!mod) {
         LLVMContextDispose(ctx);
         LLVMDisposeTargetMachine(tm);
@@ -365,7 +366,7 @@ bind_buffers(CgLlvm *cg, int batch, const float *const *inputs, float *const *ou
         case KB_WEIGHT: {
             /* packed weights are kept while the module's weight data stays where it was */
             const float *data = kb->io >= 0 && kb->io < m->nweights ? m->weights[kb->io].data : NULL;
-            if (kb->nperm && cg->packed[i] && data && cg->packed_from[i] == data) {
+            if (cg->packed[i] && data && cg->packed_from[i] == data) {
                 bufs[i] = cg->packed[i];
                 break;
             }
@@ -435,7 +436,7 @@ cg_llvm_module_text(const KProgram *p, bool optimised, char *err, size_t errlen)
     LLVMTargetMachineRef tm = llvm_host_target_machine(err, errlen);
     if (!tm) return NULL;
     LLVMContextRef ctx = LLVMContextCreate();
-    LLVMModuleRef mod = llvm_gen_module(p, ctx, err, errlen);
+    LLVMModuleRef mod = llvm_gen_module(p, ctx, tm, err, errlen);
     char *text = NULL;
     if (mod && (optimised ? llvm_optimise(mod, tm, err, errlen) : true)) {
         if (!optimised) {
@@ -500,7 +501,7 @@ cg_llvm_write_object(const KProgram *p, const char *cpu, const CgLlvmObjectData 
     LLVMTargetMachineRef tm = llvm_target_machine(cpu, err, errlen);
     if (!tm) return false;
     LLVMContextRef ctx = LLVMContextCreate();
-    LLVMModuleRef mod = llvm_gen_module(p, ctx, err, errlen);
+    LLVMModuleRef mod = llvm_gen_module(p, ctx, tm, err, errlen);
     bool is_ok = mod != NULL;
     if (is_ok) {
         add_bytes(mod, "snnk_meta", meta, strlen(meta) + 1, 1);

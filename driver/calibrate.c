@@ -1,0 +1,289 @@
+/* calibrate.c: --precision=fp16|bf16|mixed with calibration inputs. The storage of every dense and
+ * conv weight (Node.wstore) is chosen, or checked, by running the model on the calibration samples
+ * with the reference interpreter in float32 (the arithmetic every compiled backend has; narrowed
+ * weights have the same values everywhere, so what the interpreter sees is what they compute) and
+ * comparing every spike of every layer, and every output element, with the model's own weights.
+ *   fp16, bf16: every layer narrowed; the report gives the agreement measured.
+ *   mixed:      each layer in turn (in step order) is tried in f16 on top of the layers kept so
+ *               far, and kept only when no spike and no output of any sample changes.
+ * The spikes are read through a calibration copy of the module: its IR text without fusion, with an
+ * extra `sequence` output per spiking layer, parsed again (the text round-trips by design). */
+#include "driver/calibrate.h"
+
+#include "frontend/frontend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* what one configuration changed against the baseline */
+typedef struct Diff {
+    int64_t spikes, spikes_changed;   /* elements of the spike sequences */
+    int64_t outputs, outputs_changed; /* elements of the model's own outputs */
+    int first_layer;                  /* the first spiking layer (index into Cal.layer) that changed */
+} Diff;
+
+typedef struct Cal {
+    const Module *m;
+    Module *cm;          /* the calibration copy */
+    int nlayers;         /* spiking layers: cm's outputs [nout, nout + nlayers) */
+    ValueId *layer;      /* their nodes in m */
+    int nout;            /* m's outputs */
+    int64_t *per;        /* cm output j: floats per sample */
+    float **base;        /* baseline outputs, all samples */
+    float **cur;         /* one batch */
+    float **orig;        /* m's weights as bound, per weight (before any rounding here) */
+    int *w_of;           /* cm's weight j is m's weight w_of[j] (the copy orders nodes anew) */
+    const float *const *inputs;
+    const int64_t *numel;
+    int64_t n;
+    int batch;
+} Cal;
+
+static char *
+calibration_text(const Module *m, ValueId **layer_out, int *nlayers_out)
+{
+    char *ir = ir_print_to_string(m);
+    int *num = malloc(((size_t)m->nnodes + 1) * sizeof *num);
+    if (num) ir_value_numbers(m, num);
+    size_t len = strlen(ir), cap = len + 64 * (size_t)m->nnodes + 64;
+    char *t = malloc(cap);
+    ValueId *layer = malloc(((size_t)m->nnodes + 1) * sizeof *layer);
+    if (!t || !layer || !num) die("out of memory");
+    size_t k = 0;
+    /* every line but fusion and weight storage; the closing brace comes after the new outputs */
+    const char *end = strrchr(ir, '}');
+    for (const char *p = ir; p < end;) {
+        const char *nl = strchr(p, '\n');
+        size_t l = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        bool is_storage = !strncmp(p, "  weights ", 10) && p[10] != '"';
+        if (strncmp(p, "  fuse ", 7) != 0 && !is_storage) {
+            memcpy(t + k, p, l);
+            k += l;
+        }
+        p += l;
+    }
+    int nl = 0;
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        const Node *n = &m->nodes[v];
+        if (n->op != OP_NEURON || (n->type.dtype != DT_SPIKE && n->type.dtype != DT_I8)) continue;
+        if (n->name)
+            k += (size_t)snprintf(t + k, cap - k, "  output calibration_%d = sequence(%s)\n", nl,
+                                  n->name);
+        else
+            k += (size_t)snprintf(t + k, cap - k, "  output calibration_%d = sequence(%%%d)\n", nl,
+                                  num[v]);
+        layer[nl++] = v;
+    }
+    snprintf(t + k, cap - k, "}\n");
+    free(ir);
+    free(num);
+    *layer_out = layer;
+    *nlayers_out = nl;
+    return t;
+}
+
+/* cm's weights: m's as bound, rounded where store[v] says (store indexed by m's nodes) */
+static void
+set_weights(Cal *c, const WeightStore *store)
+{
+    for (int j = 0; j < c->cm->nweights; j++) {
+        Weight *w = &c->cm->weights[j];
+        int i = c->w_of[j];
+        memcpy(w->data, c->orig[i], (size_t)w->numel * sizeof(float));
+        c->cm->nodes[w->node].wstore = store[c->m->weights[i].node];
+    }
+    weights_round_stored(c->cm);
+}
+
+/* run every sample; into base (is_base) or compared with it into d */
+static bool
+run_all(Cal *c, bool is_base, Diff *d)
+{
+    InterpOptions io = {INTERP_F32, -1};
+    const float **in = malloc(((size_t)c->cm->ninputs + 1) * sizeof *in);
+    float **out = malloc(((size_t)c->cm->noutputs + 1) * sizeof *out);
+    if (!in || !out) die("out of memory");
+    memset(d, 0, sizeof *d);
+    d->first_layer = -1;
+    char err[512];
+    bool ok = true;
+    for (int64_t s = 0; s < c->n && ok; s += c->batch) {
+        int b = (int)(c->n - s < c->batch ? c->n - s : c->batch);
+        for (int k = 0; k < c->cm->ninputs; k++)
+            in[k] = c->inputs[k] + s * c->numel[k];
+        for (int j = 0; j < c->cm->noutputs; j++)
+            out[j] = is_base ? c->base[j] + s * c->per[j] : c->cur[j];
+        if (!interp_run(c->cm, &io, b, s, in, out, NULL, err, sizeof err)) {
+            fprintf(stderr, "snnc: error: calibration: %s\n", err);
+            ok = false;
+            break;
+        }
+        if (is_base) continue;
+        for (int j = 0; j < c->cm->noutputs; j++) {
+            const float *ref = c->base[j] + s * c->per[j];
+            int64_t changed = 0, total = (int64_t)b * c->per[j];
+            for (int64_t i = 0; i < total; i++)
+                changed += memcmp(&ref[i], &c->cur[j][i], sizeof(float)) != 0;
+            bool is_spikes = j >= c->nout;
+            *(is_spikes ? &d->spikes : &d->outputs) += total;
+            *(is_spikes ? &d->spikes_changed : &d->outputs_changed) += changed;
+            if (is_spikes && changed && (d->first_layer < 0 || j - c->nout < d->first_layer))
+                d->first_layer = j - c->nout;
+        }
+    }
+    free(in);
+    free(out);
+    return ok;
+}
+
+static double
+percent_equal(int64_t changed, int64_t total)
+{
+    return total ? 100.0 * (double)(total - changed) / (double)total : 100.0;
+}
+
+static const char *
+layer_name(const Module *m, ValueId v)
+{
+    return m->nodes[v].name ? m->nodes[v].name : node_op_name(m, &m->nodes[v]);
+}
+
+static void
+report_diff(const Cal *c, const char *what, const Diff *d)
+{
+    fprintf(stderr, "  %s: spikes %.4f%% equal (%lld of %lld changed), outputs %.4f%% equal",
+            what, percent_equal(d->spikes_changed, d->spikes), (long long)d->spikes_changed,
+            (long long)d->spikes, percent_equal(d->outputs_changed, d->outputs));
+    if (d->first_layer >= 0)
+        fprintf(stderr, "; first changed layer %s", layer_name(c->m, c->layer[d->first_layer]));
+    fputc('\n', stderr);
+}
+
+static int64_t
+weight_bytes(const Module *m, const WeightStore *store)
+{
+    int64_t bytes = 0;
+    for (int i = 0; i < m->nweights; i++) {
+        const Node *n = &m->nodes[m->weights[i].node];
+        bool is_16 = node_stored_weight(m, n) == i && store[m->weights[i].node] != WSTORE_F32;
+        bytes += m->weights[i].numel * (is_16 ? 2 : 4);
+    }
+    return bytes;
+}
+
+bool
+precision_calibrate(Module *m, const PrecisionRequest *rq)
+{
+    Cal c = {.m = m, .inputs = rq->inputs, .numel = rq->numel, .n = rq->n, .batch = rq->batch};
+    char *text = calibration_text(m, &c.layer, &c.nlayers);
+    c.cm = fe_load_text("calibration-copy.snnir", text, strlen(text), NULL);
+    free(text);
+    if (!c.cm || c.cm->nweights != m->nweights || c.cm->nnodes < m->nnodes) {
+        fprintf(stderr, "snnc: error: calibration: the model's IR did not read back as a copy\n");
+        module_free(c.cm);
+        free(c.layer);
+        return false;
+    }
+    c.nout = m->noutputs;
+    int no = c.cm->noutputs;
+    c.per = calloc((size_t)no + 1, sizeof *c.per);
+    c.base = calloc((size_t)no + 1, sizeof *c.base);
+    c.cur = calloc((size_t)no + 1, sizeof *c.cur);
+    c.orig = calloc((size_t)m->nweights + 1, sizeof *c.orig);
+    WeightStore *store = calloc((size_t)m->nnodes + 1, sizeof *store);
+    if (!c.per || !c.base || !c.cur || !c.orig || !store) die("out of memory");
+    for (int j = 0; j < no; j++) {
+        const Node *n = &c.cm->nodes[c.cm->outputs[j]];
+        c.per[j] = type_numel(&n->type) * (n->type.has_time ? c.cm->timesteps : 1);
+        c.base[j] = malloc((size_t)(c.per[j] * c.n + 1) * sizeof(float));
+        c.cur[j] = malloc((size_t)(c.per[j] * c.batch + 1) * sizeof(float));
+        if (!c.base[j] || !c.cur[j]) die("out of memory for calibration outputs");
+    }
+    c.w_of = calloc((size_t)m->nweights + 1, sizeof *c.w_of);
+    if (!c.w_of) die("out of memory");
+    for (int i = 0; i < m->nweights; i++) {
+        size_t bytes = (size_t)(m->weights[i].numel + 1) * sizeof(float);
+        c.orig[i] = malloc(bytes);
+        if (!c.orig[i]) die("out of memory");
+        memcpy(c.orig[i], m->weights[i].data, (size_t)m->weights[i].numel * sizeof(float));
+    }
+    for (int j = 0; j < m->nweights; j++) {
+        int i = module_find_weight(m, c.cm->weights[j].name);
+        if (i < 0 || m->weights[i].numel != c.cm->weights[j].numel)
+            die("calibration: weight '%s' of the copy is not the model's", c.cm->weights[j].name);
+        c.w_of[j] = i;
+        c.cm->weights[j].data = arena_alloc(&c.cm->arena, (size_t)(m->weights[i].numel + 1) *
+                                                             sizeof(float));
+    }
+    /* the baseline: the weights as the model gives them (storage written in the model stays) */
+    for (ValueId v = 0; v < m->nnodes; v++)
+        store[v] = m->nodes[v].wstore;
+    set_weights(&c, store);
+    bool ok = run_all(&c, true, &(Diff){0});
+    if (ok && !rq->quiet)
+        fprintf(stderr, "snnc: precision %s: calibrating on %lld samples (%d spiking layers, the "
+                        "interpreter in float32)\n",
+                rq->mode, (long long)c.n, c.nlayers);
+    int64_t bytes_before = weight_bytes(m, store);
+    Diff d;
+    if (ok && rq->is_mixed) {
+        for (ValueId v = 0; v < m->nnodes && ok; v++) {
+            const Node *n = &m->nodes[v];
+            if (node_stored_weight(m, n) < 0 || n->wstore_loc.line > 0) continue;
+            store[v] = rq->narrow;
+            set_weights(&c, store);
+            ok = run_all(&c, false, &d);
+            bool keep = ok && d.spikes_changed == 0 && d.outputs_changed == 0;
+            if (!keep) store[v] = WSTORE_F32;
+            if (ok && !rq->quiet) {
+                char what[160];
+                snprintf(what, sizeof what, "%s %s %s", layer_name(m, v), wstore_name(rq->narrow),
+                         keep ? "kept" : "refused");
+                report_diff(&c, what, &d);
+            }
+        }
+    } else if (ok) {
+        for (ValueId v = 0; v < m->nnodes; v++)
+            if (node_stored_weight(m, &m->nodes[v]) >= 0 && m->nodes[v].wstore_loc.line == 0)
+                store[v] = rq->narrow;
+        set_weights(&c, store);
+        ok = run_all(&c, false, &d);
+        if (ok && !rq->quiet) {
+            char what[64];
+            snprintf(what, sizeof what, "every layer %s", wstore_name(rq->narrow));
+            report_diff(&c, what, &d);
+        }
+    }
+    if (ok) {
+        for (ValueId v = 0; v < m->nnodes; v++)
+            m->nodes[v].wstore = store[v];
+        weights_round_stored(m);
+        if (!rq->quiet)
+            fprintf(stderr, "snnc: precision %s: weights %.2f MB -> %.2f MB\n", rq->mode,
+                    (double)bytes_before / 1e6, (double)weight_bytes(m, store) / 1e6);
+    }
+    for (int j = 0; j < no; j++) {
+        free(c.base[j]);
+        free(c.cur[j]);
+    }
+    for (int i = 0; i < m->nweights; i++)
+        free(c.orig[i]);
+    free(c.per);
+    free(c.base);
+    free(c.cur);
+    free(c.orig);
+    free(c.w_of);
+    free(store);
+    free(c.layer);
+    module_free(c.cm);
+    return ok;
+}
+
+void
+precision_set_all(Module *m, WeightStore narrow)
+{
+    for (ValueId v = 0; v < m->nnodes; v++)
+        if (node_stored_weight(m, &m->nodes[v]) >= 0 && m->nodes[v].wstore_loc.line == 0)
+            m->nodes[v].wstore = narrow;
+}
