@@ -63,4 +63,8 @@ typedef struct CgLlvmObjectData {
 bool cg_llvm_write_object(const KProgram *p, const char *cpu, const CgLlvmObjectData *data,
                           const char *path, char *err, size_t errlen);
 
+/* Tests: widen binary16 weights with integer operations even where the target has F16C (the
+ * code targets without it get; codegen/llvm/llvm_gen.c widen16). */
+extern bool llvm_gen_soft_f16;
+
 #endif

@@ -1967,6 +1967,8 @@ enum_attr(LLVMContextRef ctx, const char *name, uint64_t val)
     return kind ? LLVMCreateEnumAttribute(ctx, kind, val) : NULL;
 }
 
+bool llvm_gen_soft_f16 = false;
+
 /* whether tm's code may use F16C (vcvtph2ps): its feature string says so (the host's does), or its
  * CPU is one of those that have it */
 static bool
@@ -1993,7 +1995,7 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm, 
 {
     Gen g = {0};
     g.p = p;
-    g.has_f16c = has_f16c(tm);
+    g.has_f16c = has_f16c(tm) && !llvm_gen_soft_f16;
     g.ctx = ctx;
     g.err = err;
     g.errlen = errlen;

@@ -5,6 +5,7 @@
  * model lowered by kir_lower and run against interp_run in f32 mode. Writes no files. */
 #include "codegen/kir.h"
 #include "codegen/llvm/cg_llvm.h"
+#include "runtime/f16.h"
 #include "runtime/philox.h"
 #ifdef SNN_HAVE_KIR
 #include "frontend/frontend.h"
@@ -142,7 +143,7 @@ xv(TestProg *tp, const Kernel *k, int var)
 static KExpr *
 xld(TestProg *tp, int buf, KExpr *index)
 {
-    KExpr *e = x_new(tp, KX_LOAD, tp->p.bufs[buf].type);
+    KExpr *e = x_new(tp, KX_LOAD, ktype_value(tp->p.bufs[buf].type));
     e->buf = buf;
     e->a = index;
     return e;
@@ -1397,6 +1398,66 @@ test_layers(void)
 }
 #endif
 
+/* 16-bit weight buffers: every binary16 and bfloat16 value (from the f32 weights the binder
+ * narrows) loads as its exact f32, through scalar loads (and SIMD lanes: check_run), f64 and f32
+ * tiles, and with binary16 both ways LLVM widens: F16C's conversion and the integer one. */
+static void
+test_weights16(void)
+{
+    enum { N = 65536, L = 8 };
+    static const KType types[] = {KT_F16, KT_BF16};
+    for (int soft = 0; soft < 2; soft++)
+        for (size_t c = 0; c < 2; c++) {
+            KType wt = types[c];
+            if (wt == KT_BF16 && soft) continue; /* one way only */
+            llvm_gen_soft_f16 = soft;
+            static float W[N], want[N];
+            for (int h = 0; h < N; h++) {
+                W[h] = wt == KT_F16 ? rt_f16_to_f32((uint16_t)h) : rt_bf16_to_f32((uint16_t)h);
+                uint16_t r = wt == KT_F16 ? rt_f32_to_f16(W[h]) : rt_f32_to_bf16(W[h]);
+                want[h] = wt == KT_F16 ? rt_f16_to_f32(r) : rt_bf16_to_f32(r);
+            }
+            TestProg *tp = new_prog(1);
+            int bw = add_buf(tp, "W", wt, 0, N, KB_WEIGHT);
+            tp->weights[0].name = "W";
+            tp->weights[0].numel = N;
+            tp->weights[0].data = W;
+            int by = add_buf(tp, "y", KT_F32, 0, N, KB_OUTPUT);
+            int bz = add_buf(tp, "z", KT_F32, 0, N, KB_OUTPUT);
+            int bu = add_buf(tp, "u", KT_F32, 0, N, KB_OUTPUT);
+            Kernel *k = add_kernel(tp, "scalar", false);
+            int i = add_local(k, "i", KT_I64);
+            kbody(k, tp,
+                  pfor(sfor(tp, i, xi(tp, 0), xi(tp, N),
+                            sstore(tp, by, xv(tp, k, i), xld(tp, bw, xv(tp, k, i))), NULL)),
+                  NULL);
+            Kernel *kt = add_kernel(tp, "tiles", false);
+            int j = add_local(kt, "j", KT_I64);
+            int t64 = add_local(kt, "t64", KT_F64), t32 = add_local(kt, "t32", KT_F32);
+            kt->locals[t64].lanes = kt->locals[t32].lanes = L;
+            KExpr *at = xbin(tp, KB_MUL, xv(tp, kt, j), xi(tp, L));
+            kbody(kt, tp,
+                  sfor(tp, j, xi(tp, 0), xi(tp, N / L),
+                       stile(tp, KS_VLOAD, t64, bw, at, NULL, 1, false),
+                       stile(tp, KS_VSTORE, t64, bz, at, NULL, 1, false),
+                       stile(tp, KS_VSET, t32, -1, NULL, xc(tp, KT_F32, -0.0), 1, false),
+                       stile(tp, KS_VFMA, t32, bw, at, xc(tp, KT_F32, 1.0), 1, false),
+                       stile(tp, KS_VSTORE, t32, bu, at, NULL, 1, false), NULL),
+                  NULL);
+            /* fmaf(1, w, -0) is w for every w but NaN, whose payload fma may not keep */
+            static float want_u[N];
+            for (int h = 0; h < N; h++)
+                want_u[h] = isnan(want[h]) ? fmaf(1.0f, want[h], -0.0f) : want[h];
+            float *w[] = {want, want, want_u};
+            char what[64];
+            snprintf(what, sizeof what, "%s weights%s", ktype_name(wt),
+                     soft ? " (integer widening)" : "");
+            check_run(what, tp, 1, 0, NULL, w);
+            free_prog(tp);
+        }
+    llvm_gen_soft_f16 = false;
+}
+
 int
 main(void)
 {
@@ -1407,6 +1468,7 @@ main(void)
     test_matvec();
     test_steps();
     test_tiles();
+    test_weights16();
     test_uniform();
     test_errors();
     test_module_text();
