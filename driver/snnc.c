@@ -781,7 +781,7 @@ parse_options(int argc, char **argv, Options *o)
         usage_error("--report=json reports a run (--run) or a build (-o MODEL.so, --emit=obj, "
                     "--emit=ptx, --emit=cubin)");
     if (!o->run && (o->output || o->limit >= 0))
-        usage_error("--output, --limit and --report need --run");
+        usage_error("--output and --limit need --run");
     if (!o->run && !o->precision_mode && (o->data || o->ninput_args))
         usage_error("--data and --input need --run (or --precision=fp16|bf16|mixed, which "
                     "calibrates on them)");

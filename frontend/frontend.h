@@ -57,7 +57,6 @@ typedef enum {
     /* model body */
     MST_TIMESTEPS,  /* timesteps a */
     MST_WEIGHTS,    /* weights "a" */
-    MST_WSTORE,     /* weights name : a (an AST_IDENT: f32, f16 or bf16) */
     MST_SEED,       /* seed a */
     MST_INPUT,      /* input name : type */
     MST_BIND,       /* name = a [: type] [loc(...)] */
@@ -67,6 +66,7 @@ typedef enum {
     MST_MEMORY,     /* memory name (reuse or separate); `memory` is a keyword only there */
     MST_ACCUMULATE, /* accumulate name (exact or f32); likewise */
     MST_EVENTS,     /* events name (a layer); likewise */
+    MST_WSTORE,     /* weights name : a (an AST_IDENT: f32, f16 or bf16) */
 } StmtKind;
 
 typedef struct AstStmt {

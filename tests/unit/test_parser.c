@@ -96,6 +96,7 @@ put_type(FILE *f, const AstType *t)
 static const char *stmt_names[] = {
     "state", "let", "assign", "fire", "fire_down", "reset_to", "reset_sub", "refractory",
     "output", "surrogate", "timesteps", "weights", "seed", "input", "bind", "out", "schedule",
+    "fuse", "memory", "accumulate", "events", "wstore",
 };
 
 static void
@@ -299,6 +300,9 @@ test_valid(void)
        "model p; bind a (tuple 0 12 1.5f 0.5f 1e-05f 2500f 1f 9007199254740992 1e-310f); "
        "weights \"a\"b\\c\td\"");
     OK("model\tp\r\n{ x = 1 }", "model p; bind x 1");
+    /* weight storage: `weights NAME : TYPE` beside `weights "FILE"` */
+    OK("model p { weights \"w\" d = 1 weights d : f16 weights e : bf16 }",
+       "model p; weights \"w\"; bind d 1; wstore d f16; wstore e bf16");
 }
 
 /* locations: every node at its first token, statements at theirs, binds at the name */
