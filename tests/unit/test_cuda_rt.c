@@ -364,7 +364,7 @@ test_models(void)
               "malformed (line 17)");
     /* 16-bit element types are for weights only */
     check_bad(edit(toy_meta, "cuda_buf x input f32", "cuda_buf x input f16"), "do not fit");
-    check_bad(edit(toy_meta, "buf acc temp f32", "buf acc temp bf16"), "do not fit");
+    check_bad(edit(toy_meta, "buf acc temp f32", "buf acc temp bf16"), "malformed");
     check_bad(edit(toy_meta, "devices cpu,cuda", "devices cpu,tpu"),
               "its devices line names an unknown device 'tpu'");
     check_bad(edit(toy_meta, "end\n", "end\ncuda_kernel 5 x 0 grid 0 1\n"),
