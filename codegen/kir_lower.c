@@ -189,6 +189,7 @@ typedef struct Lower {
     int *region;     /* per node: recurrent component id, or -1 */
     uint32_t *stream;
     Kernel k;        /* the kernel being built */
+    ValueId epilogue; /* the batchnorm the conv being lowered computes as it stores, or -1 */
     int capkernels, caplocals;
 } Lower;
 
@@ -1125,6 +1126,17 @@ conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, in
     py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, cv->d.OH * cv->d.OW)),
                bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, cv->d.OW)), ow));
     tile_store(lw, c, cv->v, &py, cv->d.OH * cv->d.OW, t);
+    if (lw->epilogue < 0) return;
+    /* a batchnorm fused into this conv's kernel (fold-batchnorm): applied to each value just
+     * stored, read back while it is in cache; the arithmetic of the batchnorm kernel it replaces,
+     * on the same f32 values */
+    ValueId bn = lw->epilogue;
+    KExpr *l;
+    KStmt *fl = loop(lw, c, "l", ci(lw, lw->k.locals[t].lanes), false, &l);
+    Pos pe = py;
+    pe.i = bin(lw, KB_ADD, py.i, bin(lw, KB_MUL, l, ci(lw, cv->d.OH * cv->d.OW)));
+    vstore(lw, body(fl), bn, &pe,
+           batchnorm_expr(lw, &lw->m->nodes[bn], bin(lw, KB_ADD, o, l), vload(lw, bn, &pe)));
 }
 
 /* real-valued input: one tile of output channels [o0, o0 + lanes) of group g at every output
@@ -2308,6 +2320,10 @@ plan_buffers(Lower *lw)
             }
         }
     }
+    /* a conv fused into its batchnorm (fold-batchnorm) stores into the batchnorm's buffer */
+    for (ValueId v = 0; v < m->nnodes; v++)
+        if (op_is_conv(m->nodes[v].op) && m->nodes[v].fused_into >= 0)
+            lw->vs[v] = lw->vs[m->nodes[v].fused_into];
     (void)p;
 }
 
@@ -2472,6 +2488,7 @@ kir_lower_for(const Module *m, KTarget target)
     lw.p = p;
     lw.m = m;
     lw.T = m->timesteps;
+    lw.epilogue = -1;
     p->vnum = arena_alloc(&p->arena, ((size_t)m->nnodes + 1) * sizeof *p->vnum);
     ir_value_numbers(m, p->vnum);
     lw.acc = m->accumulate == ACC_F32 ? KT_F32 : KT_F64;
@@ -2519,6 +2536,31 @@ kir_lower_for(const Module *m, KTarget target)
         }
         if (nd->fused_into >= 0)
             continue; /* in its user's kernel */
+        /* a conv with this batchnorm in its epilogue (fold-batchnorm) */
+        ValueId conv = nd->op == OP_BATCHNORM && m->nodes[nd->args[0]].fused_into == v
+                           ? nd->args[0]
+                           : -1;
+        if (conv >= 0) {
+            const Node *cn = &m->nodes[conv];
+            begin_kernel(&lw, conv,
+                         arena_printf(&p->arena, "%s = %s(%s) with %s = batchnorm(%s) applied as "
+                                      "it stores: %s", value_name(&lw, conv),
+                                      node_op_name(m, cn), value_name(&lw, cn->args[0]),
+                                      value_name(&lw, v), value_name(&lw, conv), ctx_what(ctx)),
+                         is_step);
+            kernel_add_node(&lw, v);
+            lw.epilogue = v;
+            if (p->target == KTARGET_GPU)
+                lower_conv2d_flat(&lw, conv);
+            else if (cn->is_events && is_spike_value(&lw, cn->args[0]))
+                lower_conv2d_events(&lw, conv);
+            else
+                lower_conv2d(&lw, conv);
+            lw.epilogue = -1;
+            end_kernel(&lw);
+            p->bufs[lw.vs[v].buf].is_written_first = true;
+            continue;
+        }
         /* a neuron scan fused into this pooling (ir_fusion_problem: never a step kernel) */
         ValueId scan = (nd->op == OP_MAXPOOL2D || nd->op == OP_AVGPOOL2D ||
                         nd->op == OP_SUMPOOL2D) &&

@@ -32,8 +32,9 @@ pass_fuse(Module *m, bool *changed)
     for (int round = 0; round < 2; round++)
         for (ValueId v = 0; v < m->nnodes; v++) {
             Node *n = &m->nodes[v];
+            /* a conv into its batchnorm is fold-batchnorm's choice, after this pass's */
             if (n->fused_into >= 0 || nusers[v] != 1 || (n->op == OP_NEURON) != (round == 0) ||
-                ir_fusion_problem(m, v, user[v]))
+                op_is_conv(n->op) || ir_fusion_problem(m, v, user[v]))
                 continue;
             const Node *u = &m->nodes[user[v]];
             Op into = u->fused_into >= 0 ? m->nodes[u->fused_into].op : OP_INPUT;

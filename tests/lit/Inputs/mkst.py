@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Write a .safetensors file by hand (stdlib only).
 
-mkst.py OUT NAME:DTYPE:D1,D2 ... [--fill X] [--truncate N] [--hlen N] [--offsets NAME=BEGIN,END]
-DTYPE is F32, F16, BF16, I64, ...; every tensor is filled with X (default 0.1) and laid out in order.
+mkst.py OUT NAME:DTYPE:D1,D2 ... [--fill X] [--spread] [--truncate N] [--hlen N]
+        [--offsets NAME=BEGIN,END]
+DTYPE is F32, F16, BF16, I64, ...; every tensor is filled with X (default 0.1) and laid out in order;
+--spread makes F32 element k of each tensor X * (1 + ((k * 37) % 11) / 10), so neighbours differ.
 --truncate drops the last N bytes; --hlen writes N as the header length; --offsets overrides one
 tensor's data_offsets in the header."""
 import argparse
@@ -13,6 +15,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("out")
 ap.add_argument("tensors", nargs="*")
 ap.add_argument("--fill", type=float, default=0.1)
+ap.add_argument("--spread", action="store_true")
 ap.add_argument("--truncate", type=int, default=0)
 ap.add_argument("--hlen", type=int)
 ap.add_argument("--offsets", action="append", default=[])
@@ -26,7 +29,9 @@ for spec in a.tensors:
     n = 1
     for d in shape:
         n *= d
-    if dt == "F32":
+    if dt == "F32" and a.spread:
+        body = struct.pack("<%df" % n, *[a.fill * (1 + ((k * 37) % 11) / 10) for k in range(n)])
+    elif dt == "F32":
         body = struct.pack("<%df" % n, *([a.fill] * n))
     elif dt == "F16":
         body = struct.pack("<%de" % n, *([a.fill] * n))
