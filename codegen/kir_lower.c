@@ -1126,10 +1126,11 @@ conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, in
     py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, cv->d.OH * cv->d.OW)),
                bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, cv->d.OW)), ow));
     tile_store(lw, c, cv->v, &py, cv->d.OH * cv->d.OW, t);
-    if (lw->epilogue < 0) return;
-    /* a batchnorm fused into this conv's kernel (fold-batchnorm): applied to each value just
-     * stored, read back while it is in cache; the arithmetic of the batchnorm kernel it replaces,
-     * on the same f32 values */
+    if (lw->epilogue < 0 || lw->p->target != KTARGET_GPU) return;
+    /* a batchnorm fused into this conv's kernel (fold-batchnorm) on the GPU, where a thread
+     * computes one output value: applied to it as soon as it is stored (the CPU normalises whole
+     * rows: batchnorm_row); the arithmetic of the batchnorm kernel it replaces, on the same f32
+     * values */
     ValueId bn = lw->epilogue;
     KExpr *l;
     KStmt *fl = loop(lw, c, "l", ci(lw, lw->k.locals[t].lanes), false, &l);
@@ -1206,9 +1207,31 @@ conv_event_pixels(Lower *lw, Cur c, Conv *cv)
     for_tiles(lw, px, cv->d.Og, tile_lanes(lw, CONV_NT), conv_term_tile, cv);
 }
 
+/* the batchnorm fused into this conv (fold-batchnorm) on the CPU: over the row the conv has just
+ * stored, while it is in cache, channel by channel (its terms the same for the channel's pixels)
+ * over contiguous pixels (a loop the compiler can vectorise), in the batchnorm kernel's arithmetic
+ * on the same f32 values. (Normalising each tile's lanes as they are stored, channels a pixel
+ * apart, is a scalar loop; both measured at parity with the separate kernel on
+ * bench/cpu/models/conv_bn.snn, where the convolutions dominate: the gain is the conv's buffer
+ * and a launch per batchnorm.) */
+static void
+batchnorm_row(Lower *lw, Cur c, const Conv *cv)
+{
+    ValueId bn = lw->epilogue;
+    int64_t HW = cv->d.OH * cv->d.OW;
+    KExpr *ch, *i;
+    KStmt *fc = loop(lw, c, "ch", ci(lw, cv->d.G * cv->d.Og), false, &ch);
+    KStmt *fi = loop(lw, body(fc), "i", ci(lw, HW), false, &i);
+    Pos pe = cv->ps;
+    pe.i = bin(lw, KB_ADD, bin(lw, KB_MUL, ch, ci(lw, HW)), i);
+    vstore(lw, body(fi), bn, &pe,
+           batchnorm_expr(lw, &lw->m->nodes[bn], ch, vload(lw, bn, &pe)));
+}
+
 static void
 conv_groups(Lower *lw, Cur c, Conv *cv)
 {
+    Cur row = c;
     if (cv->d.G > 1) {
         KStmt *fg = loop(lw, c, "g", ci(lw, cv->d.G), false, &cv->g);
         c = body(fg);
@@ -1219,6 +1242,7 @@ conv_groups(Lower *lw, Cur c, Conv *cv)
         for_tiles(lw, c, cv->d.Og, tile_lanes(lw, CONV_NT), conv_tile, cv);
     else
         conv_event_pixels(lw, c, cv);
+    if (lw->epilogue >= 0 && lw->p->target == KTARGET_CPU) batchnorm_row(lw, row, cv);
 }
 
 /* PyTorch Conv2d gathered per output pixel and channel tile: acc = sum over c of the group, kh,

@@ -6,7 +6,9 @@
 
 Workloads (the CPU suite's, bench/cpu/peers.py): the Fashion-MNIST MLP (10,000 test images, batch
 256), the conv SNN (the first 1,024 test images, batch 64, bench/cpu/fmnist_conv_bench.safetensors)
-and one LIF layer (2^20 neurons, T = 8, one sample of uniform [0, 2) input, seeded). For each
+one LIF layer (2^20 neurons, T = 8, one sample of uniform [0, 2) input, seeded) and
+bench/cpu/models/conv_bn.snn (conv-batchnorm-LIF blocks without pooling, seeded weights, the
+first 1,024 test images, batch 64: the fold-batchnorm pass's workload). For each
 configuration snnc builds a model.so (weights embedded, CPU only) and snnc_bench times it on 2
 threads: the median of --repeats warm passes over the images (compile, first touch of memory and
 thread start excluded), the process's peak resident memory (/proc: VmHWM), the arena of
@@ -87,6 +89,8 @@ def main():
         "conv": (ROOT / "examples/fmnist_conv.snn", [conv_w], ["--fmnist", f"--limit={n_conv}"],
                  64, repeats),
         "lif": (ROOT / "examples/lif_layer.snn", [], [f"--input={lif_x}"], 1, repeats * 4),
+        "conv-bn": (HERE / "models/conv_bn.snn", [], ["--fmnist", f"--limit={n_conv}"], 64,
+                    repeats),
     }
     configs = [("-O0", ["-O0"]), ("-O2", [])]
     configs += [(f"-O2 -{p}", [f"--disable-pass={p}"]) for p in passes(snnc)]
