@@ -166,17 +166,23 @@ wrap_int(Gen *g, LLVMValueRef v, KType t)
 
 static LLVMValueRef const_of(Gen *g, KType t, double v);
 
-/* the constant v of type t, in every lane when like is a vector */
+/* the constant c, in every lane when like is a vector */
 static LLVMValueRef
-const_like(Gen *g, KType t, double v, LLVMValueRef like)
+const_splat(LLVMValueRef c, LLVMValueRef like)
 {
-    LLVMValueRef c = const_of(g, t, v);
     if (!is_vector(like)) return c;
     unsigned n = LLVMGetVectorSize(LLVMTypeOf(like));
     LLVMValueRef lanes[64];
     for (unsigned i = 0; i < n && i < 64; i++)
         lanes[i] = c;
     return LLVMConstVector(lanes, n);
+}
+
+/* the constant v of type t, in every lane when like is a vector */
+static LLVMValueRef
+const_like(Gen *g, KType t, double v, LLVMValueRef like)
+{
+    return const_splat(const_of(g, t, v), like);
 }
 
 static LLVMValueRef
@@ -203,13 +209,7 @@ const_of(Gen *g, KType t, double v)
 static LLVMValueRef
 const_like_i32(Gen *g, unsigned c, LLVMValueRef like)
 {
-    LLVMValueRef k = LLVMConstInt(g->t_i32, c, 0);
-    if (LLVMGetTypeKind(LLVMTypeOf(like)) != LLVMVectorTypeKind) return k;
-    unsigned n = LLVMGetVectorSize(LLVMTypeOf(like));
-    LLVMValueRef lanes[64];
-    for (unsigned i = 0; i < n && i < 64; i++)
-        lanes[i] = k;
-    return LLVMConstVector(lanes, n);
+    return const_splat(LLVMConstInt(g->t_i32, c, 0), like);
 }
 
 /* 16-bit weight elements (i16, or a vector of them) as the f32 values they stand for, exactly:
