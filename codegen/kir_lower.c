@@ -189,7 +189,8 @@ typedef struct Lower {
     int *region;     /* per node: recurrent component id, or -1 */
     uint32_t *stream;
     Kernel k;        /* the kernel being built */
-    ValueId epilogue; /* the batchnorm the conv being lowered computes as it stores, or -1 */
+    ValueId epilogue; /* the batchnorm the layer being lowered computes as it stores, or -1 */
+    bool is_epilogue_by_row; /* ... applied to whole rows afterwards (CPU conv: batchnorm_row) */
     int capkernels, caplocals;
 } Lower;
 
@@ -609,6 +610,16 @@ batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x)
     return to(lw, KT_F32, y);
 }
 
+/* the channel of element i of batchnorm value bn ([C, ...]: i / (numel / C)) */
+static KExpr *
+batchnorm_channel(Lower *lw, ValueId bn, KExpr *i)
+{
+    const Node *n = &lw->m->nodes[bn];
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+    int64_t inner = C ? lw->vs[bn].numel / C : 0;
+    return inner == 1 ? i : bin(lw, KB_DIV, i, ci(lw, inner));
+}
+
 /* a fused elementwise value at ps (LY_INLINE), computed where it is loaded */
 static KExpr *
 pointwise_expr(Lower *lw, ValueId v, Pos *ps)
@@ -617,11 +628,7 @@ pointwise_expr(Lower *lw, ValueId v, Pos *ps)
     kernel_add_node(lw, v);
     if (n->op != OP_BATCHNORM)
         return elementwise_expr(lw, n, ps);
-    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
-    int64_t inner = C ? lw->vs[v].numel / C : 0;
-    KExpr *cc = ps->ch         ? ps->ch
-                : inner == 1 ? pos_i(lw, ps)
-                             : bin(lw, KB_DIV, pos_i(lw, ps), ci(lw, inner));
+    KExpr *cc = ps->ch ? ps->ch : batchnorm_channel(lw, v, pos_i(lw, ps));
     return batchnorm_expr(lw, n, cc, vload(lw, n->args[0], ps));
 }
 
@@ -833,6 +840,18 @@ tile_store(Lower *lw, Cur c, ValueId v, Pos *ps, int64_t stride, int t)
 {
     KStmt *s = s_tile(lw, c, KS_VSTORE, t, lw->vs[v].buf, vindex(lw, v, ps), NULL);
     s->stride = stride;
+    if (lw->epilogue < 0 || lw->is_epilogue_by_row) return;
+    /* the batchnorm fused into this layer (fold-batchnorm), applied to each value just stored,
+     * read back while it is in cache: a dense layer's lanes are neighbouring outputs (a loop the
+     * compiler vectorises), the GPU's tiles one value */
+    KExpr *l;
+    KStmt *fl = loop(lw, c, "l", ci(lw, lw->k.locals[t].lanes), false, &l);
+    Pos pe = *ps;
+    pe.i = bin(lw, KB_ADD, ps->i, bin(lw, KB_MUL, l, ci(lw, stride)));
+    ValueId bn = lw->epilogue;
+    vstore(lw, body(fl), bn, &pe,
+           batchnorm_expr(lw, &lw->m->nodes[bn], batchnorm_channel(lw, bn, pe.i),
+                          vload(lw, bn, &pe)));
 }
 
 /* body(o0, lanes) for the tiles of [0, n): a loop over the full tiles of nt lanes, then the
@@ -1019,7 +1038,10 @@ lower_dense_events(Lower *lw, ValueId v)
     KStmt *fo = loop(lw, c, "o", ci(lw, O), false, &o);
     Pos py = ps;
     py.i = o;
-    vstore(lw, body(fo), v, &py, kx_load(lw->p, s.acc, bin(lw, KB_ADD, row, o)));
+    KExpr *y = kx_load(lw->p, s.acc, bin(lw, KB_ADD, row, o));
+    if (lw->epilogue >= 0) /* fold-batchnorm: on the value as the layer would store it */
+        y = batchnorm_expr(lw, &lw->m->nodes[lw->epilogue], o, to(lw, KT_F32, y));
+    vstore(lw, body(fo), v, &py, y);
 }
 
 /* ---- conv2d ---- */
@@ -1034,6 +1056,20 @@ typedef struct Conv {
     KExpr *g;          /* group */
     KExpr *oh, *ow, *nterms, *terms; /* the output pixel, its term count and first term */
 } Conv;
+
+/* a dense layer as the target wants it: one thread per output on the GPU; on the CPU event by
+ * event when marked and wide, else tiles */
+static void
+lower_dense_any(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    if (lw->p->target == KTARGET_GPU)
+        lower_dense_flat(lw, v);
+    else if (n->is_events && is_spike_value(lw, n->args[0]) && lw->vs[v].numel > DENSE_SPIKE_TILE)
+        lower_dense_events(lw, v);
+    else
+        lower_dense(lw, v);
+}
 
 static Conv
 conv_geometry(Lower *lw, ValueId v)
@@ -1126,18 +1162,6 @@ conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, in
     py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, cv->d.OH * cv->d.OW)),
                bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, cv->d.OW)), ow));
     tile_store(lw, c, cv->v, &py, cv->d.OH * cv->d.OW, t);
-    if (lw->epilogue < 0 || lw->p->target != KTARGET_GPU) return;
-    /* a batchnorm fused into this conv's kernel (fold-batchnorm) on the GPU, where a thread
-     * computes one output value: applied to it as soon as it is stored (the CPU normalises whole
-     * rows: batchnorm_row); the arithmetic of the batchnorm kernel it replaces, on the same f32
-     * values */
-    ValueId bn = lw->epilogue;
-    KExpr *l;
-    KStmt *fl = loop(lw, c, "l", ci(lw, lw->k.locals[t].lanes), false, &l);
-    Pos pe = py;
-    pe.i = bin(lw, KB_ADD, py.i, bin(lw, KB_MUL, l, ci(lw, cv->d.OH * cv->d.OW)));
-    vstore(lw, body(fl), bn, &pe,
-           batchnorm_expr(lw, &lw->m->nodes[bn], bin(lw, KB_ADD, o, l), vload(lw, bn, &pe)));
 }
 
 /* real-valued input: one tile of output channels [o0, o0 + lanes) of group g at every output
@@ -1242,7 +1266,7 @@ conv_groups(Lower *lw, Cur c, Conv *cv)
         for_tiles(lw, c, cv->d.Og, tile_lanes(lw, CONV_NT), conv_tile, cv);
     else
         conv_event_pixels(lw, c, cv);
-    if (lw->epilogue >= 0 && lw->p->target == KTARGET_CPU) batchnorm_row(lw, row, cv);
+    if (lw->is_epilogue_by_row) batchnorm_row(lw, row, cv);
 }
 
 /* PyTorch Conv2d gathered per output pixel and channel tile: acc = sum over c of the group, kh,
@@ -2344,9 +2368,11 @@ plan_buffers(Lower *lw)
             }
         }
     }
-    /* a conv fused into its batchnorm (fold-batchnorm) stores into the batchnorm's buffer */
+    /* a conv or dense layer fused into its batchnorm (fold-batchnorm) stores into the batchnorm's
+     * buffer */
     for (ValueId v = 0; v < m->nnodes; v++)
-        if (op_is_conv(m->nodes[v].op) && m->nodes[v].fused_into >= 0)
+        if ((op_is_conv(m->nodes[v].op) || m->nodes[v].op == OP_DENSE) &&
+            m->nodes[v].fused_into >= 0)
             lw->vs[v] = lw->vs[m->nodes[v].fused_into];
     (void)p;
 }
@@ -2560,7 +2586,7 @@ kir_lower_for(const Module *m, KTarget target)
         }
         if (nd->fused_into >= 0)
             continue; /* in its user's kernel */
-        /* a conv with this batchnorm in its epilogue (fold-batchnorm) */
+        /* a conv or dense layer with this batchnorm in its epilogue (fold-batchnorm) */
         ValueId conv = nd->op == OP_BATCHNORM && m->nodes[nd->args[0]].fused_into == v
                            ? nd->args[0]
                            : -1;
@@ -2574,13 +2600,17 @@ kir_lower_for(const Module *m, KTarget target)
                          is_step);
             kernel_add_node(&lw, v);
             lw.epilogue = v;
-            if (p->target == KTARGET_GPU)
+            lw.is_epilogue_by_row = cn->op != OP_DENSE && p->target == KTARGET_CPU;
+            if (cn->op == OP_DENSE)
+                lower_dense_any(&lw, conv);
+            else if (p->target == KTARGET_GPU)
                 lower_conv2d_flat(&lw, conv);
             else if (cn->is_events && is_spike_value(&lw, cn->args[0]))
                 lower_conv2d_events(&lw, conv);
             else
                 lower_conv2d(&lw, conv);
             lw.epilogue = -1;
+            lw.is_epilogue_by_row = false;
             end_kernel(&lw);
             p->bufs[lw.vs[v].buf].is_written_first = true;
             continue;
@@ -2605,15 +2635,7 @@ kir_lower_for(const Module *m, KTarget target)
                                      : "neuron scan fused over T: B*n neurons, state in registers";
         begin_kernel(&lw, v, describe(&lw, v, what), is_step);
         switch (nd->op) {
-        case OP_DENSE:
-            if (p->target == KTARGET_GPU)
-                lower_dense_flat(&lw, v);
-            else if (nd->is_events && is_spike_value(&lw, nd->args[0]) &&
-                     lw.vs[v].numel > DENSE_SPIKE_TILE)
-                lower_dense_events(&lw, v);
-            else
-                lower_dense(&lw, v);
-            break;
+        case OP_DENSE: lower_dense_any(&lw, v); break;
         case OP_CONV2D:
         case OP_CONV1D:
             if (p->target == KTARGET_GPU)

@@ -198,9 +198,10 @@ ir_fusion_problem(const Module *m, ValueId a, ValueId b)
         for (int k = 0; k < m->nodes[v].nargs; k++)
             if (v != b && m->nodes[v].args[k] == a)
                 return "the first value has other users";
-    if (op_is_conv(na->op)) {
+    if (op_is_conv(na->op) || na->op == OP_DENSE) {
         if (nb->op != OP_BATCHNORM)
-            return "a conv layer is fused only into the batchnorm that reads it (its epilogue)";
+            return "a conv or dense layer is fused only into the batchnorm that reads it (its "
+                   "epilogue)";
         if (nb->fused_into >= 0)
             return "the batchnorm is computed inside another kernel, so it has no buffer for the "
                    "conv to store into";
@@ -208,16 +209,18 @@ ir_fusion_problem(const Module *m, ValueId a, ValueId b)
     }
     if (is_pointwise(na->op)) {
         for (ValueId v = 0; v < m->nnodes; v++)
-            if (m->nodes[v].fused_into == a && op_is_conv(m->nodes[v].op))
-                return "a conv layer is fused into this batchnorm, whose kernel it becomes";
+            if (m->nodes[v].fused_into == a &&
+                (op_is_conv(m->nodes[v].op) || m->nodes[v].op == OP_DENSE))
+                return "a conv or dense layer is fused into this batchnorm, whose kernel it "
+                       "becomes";
         if (nb->op != OP_NEURON && !is_pointwise(nb->op))
             return "an elementwise value is fused only into a neuron layer or another elementwise "
                    "op";
         return NULL;
     }
     if (na->op != OP_NEURON)
-        return "only elementwise ops (batchnorm, add, sub, mul, scale), neuron layers and conv "
-               "layers (into their batchnorm) are fused";
+        return "only elementwise ops (batchnorm, add, sub, mul, scale), neuron layers and conv or "
+               "dense layers (into their batchnorm) are fused";
     bool is_readout = nb->op == OP_COUNT || nb->op == OP_MEAN || nb->op == OP_LAST ||
                       nb->op == OP_MAX || nb->op == OP_SEQUENCE;
     if (!is_readout && nb->op != OP_MAXPOOL2D && nb->op != OP_AVGPOOL2D &&
