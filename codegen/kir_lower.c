@@ -2587,7 +2587,9 @@ kir_lower_for(const Module *m, KTarget target)
         if (nd->fused_into >= 0)
             continue; /* in its user's kernel */
         /* a conv or dense layer with this batchnorm in its epilogue (fold-batchnorm) */
-        ValueId conv = nd->op == OP_BATCHNORM && m->nodes[nd->args[0]].fused_into == v
+        const Node *an = nd->nargs ? &m->nodes[nd->args[0]] : NULL;
+        ValueId conv = nd->op == OP_BATCHNORM && an->fused_into == v &&
+                               (op_is_conv(an->op) || an->op == OP_DENSE)
                            ? nd->args[0]
                            : -1;
         if (conv >= 0) {
