@@ -17,15 +17,22 @@ typedef enum {
     KT_BOOL, /* comparison results */
     KT_F16,  /* storage only, of weight buffers (Node.wstore): IEEE binary16; a load gives its f32 */
     KT_BF16, /* storage only, likewise: bfloat16 */
+    KT_BIT,  /* storage only, of 0/1 spike buffers (Node.layout): element e is bit e % 8 of byte
+              * e / 8; a load gives u8 0 or 1, a store sets the bit to (value != 0). Every kernel
+              * writes whole bytes' worth of elements per parallel iteration range (the lowering
+              * gives bits only to values of 8k elements per sample, and the thread pool cuts
+              * element ranges at multiples of 8), so no two threads share a byte. */
 } KType;
-/* the type of a loaded element: f32 for the 16-bit storage types, else the type itself */
+/* the type of a loaded element: f32 for the 16-bit storage types, u8 for bits, else the type */
 static inline KType
 ktype_value(KType t)
 {
-    return t == KT_F16 || t == KT_BF16 ? KT_F32 : t;
+    return t == KT_F16 || t == KT_BF16 ? KT_F32 : t == KT_BIT ? KT_U8 : t;
 }
 const char *ktype_name(KType t);
-size_t ktype_size(KType t); /* bytes of an element in memory */
+size_t ktype_size(KType t); /* bytes of an element in memory (KT_BIT: 1, a byte of 8: kbytes) */
+/* bytes that `elements` elements of type t take (bits: rounded up to whole bytes) */
+int64_t kbytes(KType t, int64_t elements);
 
 /* a*B + c: a size or a bound that depends on the batch */
 typedef struct KSize {
@@ -70,7 +77,8 @@ typedef enum {
     KX_BATCH,  /* B, the run-time batch size (i64) */
     KX_STEP,   /* t of the enclosing step loop of the schedule (i64); only in step kernels */
     KX_VAR,    /* var: a loop variable or a local (Kernel.locals[var]) */
-    KX_LOAD,   /* buf[a] */
+    KX_LOAD,   /* buf[a]; op KLOAD_BYTES (a KT_BIT buffer): byte a, elements 8a..8a+7 (element
+                * 8a + l in bit l), as u8, so a reader can skip 8 zero spikes at once */
     KX_UN,     /* op a (KUn) */
     KX_BIN,    /* a op b (KBin) */
     KX_SELECT, /* a ? b : c */
@@ -95,6 +103,7 @@ typedef enum {
  *   i64, the result f32.
  * - Expression trees may share subtrees: treat every KExpr as immutable. */
 
+enum { KLOAD_ELEMENT, KLOAD_BYTES }; /* KExpr.op of KX_LOAD */
 typedef enum { KU_NEG, KU_NOT, KU_EXP, KU_LOG, KU_SQRT, KU_TANH, KU_ABS, KU_FLOOR, KU_SIGMOID } KUn;
 typedef enum {
     KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_MIN, KB_MAX, KB_POW, KB_REM, /* REM: i64 only */

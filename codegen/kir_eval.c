@@ -86,9 +86,18 @@ static KVal eval(Eval *ev, const KExpr *e);
 static KVal
 load(Eval *ev, const KExpr *e)
 {
-    int64_t i = index_of(ev, e->buf, eval(ev, e->a));
+    KVal ix = eval(ev, e->a);
     void *m = ev->mem[e->buf];
     KVal r;
+    if (e->op == KLOAD_BYTES) { /* byte ix of a bit buffer: its 8 elements in bounds */
+        if (ev->p->bufs[e->buf].type != KT_BIT)
+            efail(ev, "kernel IR: a byte load from %s buffer '%s'",
+                  ktype_name(ev->p->bufs[e->buf].type), ev->p->bufs[e->buf].name);
+        index_of(ev, e->buf, (KVal){.i = ix.i < 0 || ix.i > INT64_MAX / 8 ? -1 : ix.i * 8 + 7});
+        r.i = ((const uint8_t *)m)[ix.i];
+        return r;
+    }
+    int64_t i = index_of(ev, e->buf, ix);
     switch (ev->p->bufs[e->buf].type) {
     case KT_F32: r.f = ((const float *)m)[i]; break;
     case KT_F64: r.f = ((const double *)m)[i]; break;
@@ -98,6 +107,7 @@ load(Eval *ev, const KExpr *e)
     case KT_I8: r.i = ((const int8_t *)m)[i]; break;
     case KT_F16: r.f = rt_f16_to_f32(((const uint16_t *)m)[i]); break;
     case KT_BF16: r.f = rt_bf16_to_f32(((const uint16_t *)m)[i]); break;
+    case KT_BIT: r.i = ((const uint8_t *)m)[i / 8] >> (i % 8) & 1; break;
     default: unreachable();
     }
     return r;
@@ -351,6 +361,11 @@ store(Eval *ev, const KStmt *s)
     case KT_U8:
     case KT_BOOL: ((uint8_t *)m)[i] = (uint8_t)v.i; break;
     case KT_I8: ((int8_t *)m)[i] = (int8_t)v.i; break;
+    case KT_BIT: {
+        uint8_t *byte = (uint8_t *)m + i / 8, bit = (uint8_t)(1u << (i % 8));
+        *byte = v.i != 0 ? *byte | bit : *byte & (uint8_t)~bit;
+        break;
+    }
     case KT_F16:
     case KT_BF16: efail(ev, "kernel IR: store to %s buffer '%s' (16-bit types are weights')",
                         ktype_name(ev->p->bufs[s->buf].type), ev->p->bufs[s->buf].name);
@@ -528,7 +543,7 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
         if (!bytes || !off || !slot) die("out of memory");
         for (int b = 0; b < p->nbufs; b++) {
             int64_t n = ksize_eval(p->bufs[b].size, batch);
-            bytes[b] = p->bufs[b].kind == KB_TEMP ? (size_t)(n ? n : 1) * ktype_size(p->bufs[b].type)
+            bytes[b] = p->bufs[b].kind == KB_TEMP ? (size_t)kbytes(p->bufs[b].type, n ? n : 1)
                                                   : SIZE_MAX;
             slot[b] = p->bufs[b].slot;
         }

@@ -56,6 +56,17 @@ kx_load(KProgram *p, int buf, KExpr *index)
     return e;
 }
 
+/* byte `index` of bit buffer buf (KLOAD_BYTES) */
+static KExpr *
+kx_load_bytes(KProgram *p, int buf, KExpr *index)
+{
+    KExpr *e = kx_load(p, buf, index);
+    if (p->bufs[buf].type != KT_BIT)
+        die("kir: byte load from %s buffer '%s'", ktype_name(p->bufs[buf].type), p->bufs[buf].name);
+    e->op = KLOAD_BYTES;
+    return e;
+}
+
 KExpr *
 kx_un(KProgram *p, KUn op, KExpr *a)
 {
@@ -319,7 +330,7 @@ s_store(Lower *lw, Cur c, int buf, KExpr *index, KExpr *e)
     KStmt *s = st_new(lw, KS_STORE);
     s->buf = buf;
     s->index = index;
-    s->a = to(lw, lw->p->bufs[buf].type, e);
+    s->a = to(lw, ktype_value(lw->p->bufs[buf].type), e);
     put(lw, c, s);
 }
 
@@ -1010,6 +1021,34 @@ scatter_add(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     s_tile(lw, c, KS_VSTORE, t, s->acc, ai, NULL);
 }
 
+static bool
+is_bits(Lower *lw, ValueId v)
+{
+    return lw->vs[v].buf >= 0 && lw->p->bufs[lw->vs[v].buf].type == KT_BIT;
+}
+
+/* The spikes of the row of bit-stored value x at ps (K elements, a multiple of 8, from the row's
+ * first, itself a multiple of 8): a byte at a time, and for a byte with a spike its bits in
+ * order. Returns where the body for element *k (a spike: its value is 1) goes. */
+static Cur
+for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, int64_t K, KExpr **k)
+{
+    Pos p0 = *ps;
+    p0.i = ci(lw, 0);
+    KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, 8)), *kb, *l;
+    int bv = local(lw, "byte", KT_I64);
+    KStmt *fb = loop(lw, c, "kb", ci(lw, K / 8), false, &kb);
+    s_assign(lw, body(fb), bv,
+             to(lw, KT_I64, kx_load_bytes(lw->p, lw->vs[x].buf, bin(lw, KB_ADD, byte0, kb))));
+    KStmt *nz = s_if(lw, body(fb), bin(lw, KB_NE, var(lw, bv), ci(lw, 0)));
+    KStmt *fl = loop(lw, body(nz), "l", ci(lw, 8), false, &l);
+    KStmt *set =
+        s_if(lw, body(fl), bin(lw, KB_NE, bin(lw, KB_REM, var(lw, bv), ci(lw, 2)), ci(lw, 0)));
+    s_assign(lw, body(fl), bv, bin(lw, KB_DIV, var(lw, bv), ci(lw, 2)));
+    *k = bin(lw, KB_ADD, bin(lw, KB_MUL, kb, ci(lw, 8)), l);
+    return body(set);
+}
+
 /* dense over spikes: acc[o] = bias[o], then for each k with x[k] != 0, acc[o] += x[k] W[o][k] */
 static void
 lower_dense_events(Lower *lw, ValueId v)
@@ -1026,14 +1065,21 @@ lower_dense_events(Lower *lw, ValueId v)
     KExpr *row;
     Scatter s = {acc_rows(lw, v, &ps, O, &row), w, bias, row, NULL, NULL, O};
     for_tiles(lw, c, O, SCATTER_NT, scatter_init, &s);
-    KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
-    Pos px = ps;
-    px.i = k;
-    s_assign(lw, body(fk), xv, to(lw, KT_F64, vload(lw, x, &px)));
-    KStmt *nz = s_if(lw, body(fk), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
-    s.k = k;
-    s.x = var(lw, xv);
-    for_tiles(lw, body(nz), O, SCATTER_NT, scatter_add, &s);
+    if (is_bits(lw, x)) {
+        Cur spike = for_bit_spikes(lw, c, x, &ps, K, &k);
+        s.k = k;
+        s.x = kx_const(lw->p, KT_F64, 1);
+        for_tiles(lw, spike, O, SCATTER_NT, scatter_add, &s);
+    } else {
+        KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
+        Pos px = ps;
+        px.i = k;
+        s_assign(lw, body(fk), xv, to(lw, KT_F64, vload(lw, x, &px)));
+        KStmt *nz = s_if(lw, body(fk), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
+        s.k = k;
+        s.x = var(lw, xv);
+        for_tiles(lw, body(nz), O, SCATTER_NT, scatter_add, &s);
+    }
     KExpr *o;
     KStmt *fo = loop(lw, c, "o", ci(lw, O), false, &o);
     Pos py = ps;
@@ -1338,26 +1384,42 @@ lower_conv2d_events(Lower *lw, ValueId v)
     KStmt *fz = loop(lw, c, "z", ci(lw, cv.d.G * HW), false, &z);
     s_store(lw, body(fz), cv.count, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, cv.d.G * HW)), z),
             ci(lw, 0));
-    Cur cl = c;
-    if (cv.d.G == 1) {
-        cv.g = ci(lw, 0);
+    int qv = local(lw, "qi", KT_I64), nv = local(lw, "n", KT_I64);
+    Cur spike;
+    if (is_bits(lw, cv.x)) {
+        /* the row's spikes in element order, (channel, pixel) from the element: per pixel the
+         * channels still come in order */
+        KExpr *e;
+        spike = for_bit_spikes(lw, c, cv.x, &cv.ps, cv.d.C * HW, &e);
+        int ev = local(lw, "e", KT_I64), chv = local(lw, "chan", KT_I64);
+        s_assign(lw, spike, ev, e);
+        s_assign(lw, spike, chv, bin(lw, KB_DIV, var(lw, ev), ci(lw, HW)));
+        q = bin(lw, KB_REM, var(lw, ev), ci(lw, HW));
+        cv.g = cv.d.G == 1 ? ci(lw, 0) : bin(lw, KB_DIV, var(lw, chv), ci(lw, cv.d.Cg));
+        cg = cv.d.G == 1 ? var(lw, chv) : bin(lw, KB_REM, var(lw, chv), ci(lw, cv.d.Cg));
     } else {
-        KStmt *fg = loop(lw, c, "g", ci(lw, cv.d.G), false, &cv.g);
-        cl = body(fg);
+        Cur cl = c;
+        if (cv.d.G == 1) {
+            cv.g = ci(lw, 0);
+        } else {
+            KStmt *fg = loop(lw, c, "g", ci(lw, cv.d.G), false, &cv.g);
+            cl = body(fg);
+        }
+        KStmt *fc = loop(lw, cl, "c", ci(lw, cv.d.Cg), false, &cg);
+        KStmt *fq = loop(lw, body(fc), "q", ci(lw, HW), false, &q);
+        int xv = local(lw, "x", KT_F64);
+        Pos px = cv.ps;
+        KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.d.Cg)), cg);
+        px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), q);
+        s_assign(lw, body(fq), xv, to(lw, KT_F64, vload(lw, cv.x, &px)));
+        KStmt *nz = s_if(lw, body(fq), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
+        spike = body(nz);
     }
-    KStmt *fc = loop(lw, cl, "c", ci(lw, cv.d.Cg), false, &cg);
-    KStmt *fq = loop(lw, body(fc), "q", ci(lw, HW), false, &q);
-    int xv = local(lw, "x", KT_F64), qv = local(lw, "qi", KT_I64), nv = local(lw, "n", KT_I64);
-    Pos px = cv.ps;
-    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.d.Cg)), cg);
-    px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), q);
-    s_assign(lw, body(fq), xv, to(lw, KT_F64, vload(lw, cv.x, &px)));
-    KStmt *nz = s_if(lw, body(fq), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
-    s_assign(lw, body(nz), qv, conv_count_index(lw, &cv, q));
-    s_assign(lw, body(nz), nv, kx_load(lw->p, cv.count, var(lw, qv)));
-    s_store(lw, body(nz), cv.list,
+    s_assign(lw, spike, qv, conv_count_index(lw, &cv, q));
+    s_assign(lw, spike, nv, kx_load(lw->p, cv.count, var(lw, qv)));
+    s_store(lw, spike, cv.list,
             bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv.d.Cg)), var(lw, nv)), cg);
-    s_store(lw, body(nz), cv.count, var(lw, qv), bin(lw, KB_ADD, var(lw, nv), ci(lw, 1)));
+    s_store(lw, spike, cv.count, var(lw, qv), bin(lw, KB_ADD, var(lw, nv), ci(lw, 1)));
     conv_groups(lw, c, &cv);
 }
 
@@ -2348,8 +2410,10 @@ plan_buffers(Lower *lw)
         }
         s->layout = lw->is_static[v] ? LY_STATIC : LY_FULL;
         int64_t per = s->numel * (lw->is_static[v] ? 1 : lw->T);
-        s->buf = add_buf(lw, value_name(lw, v), ktype_of(n->type.dtype), (KSize){per, 0}, KB_TEMP,
-                         -1, v);
+        /* spikes stored as bits (Node.layout) on the CPU; GPU threads write a neuron each */
+        KType t = n->layout == SPIKES_BITS && p->target == KTARGET_CPU ? KT_BIT
+                                                                       : ktype_of(n->type.dtype);
+        s->buf = add_buf(lw, value_name(lw, v), t, (KSize){per, 0}, KB_TEMP, -1, v);
         if (n->op == OP_NEURON && lw->region[v] >= 0) {
             /* step kernels keep the neuron's state between steps: buffers value+1.. */
             const NeuronDef *nd = m->neurons[n->neuron];
@@ -2374,7 +2438,6 @@ plan_buffers(Lower *lw)
         if ((op_is_conv(m->nodes[v].op) || m->nodes[v].op == OP_DENSE) &&
             m->nodes[v].fused_into >= 0)
             lw->vs[v] = lw->vs[m->nodes[v].fused_into];
-    (void)p;
 }
 
 /* flatten is a view of its operand (same elements, same order): resolve in topological order */
@@ -2476,8 +2539,8 @@ plan_memory(KProgram *p)
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0; j--) {
             const KBuf *x = &p->bufs[order[j]], *y = &p->bufs[order[j - 1]];
-            int64_t bx = ksize_eval(x->size, 64) * (int64_t)ktype_size(x->type);
-            int64_t by = ksize_eval(y->size, 64) * (int64_t)ktype_size(y->type);
+            int64_t bx = kbytes(x->type, ksize_eval(x->size, 64));
+            int64_t by = kbytes(y->type, ksize_eval(y->size, 64));
             if (bx <= by) break;
             int t = order[j];
             order[j] = order[j - 1];

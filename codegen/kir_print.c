@@ -19,6 +19,7 @@ ktype_name(KType t)
     case KT_BOOL: return "bool";
     case KT_F16: return "f16";
     case KT_BF16: return "bf16";
+    case KT_BIT: return "bit";
     }
     return "?";
 }
@@ -32,8 +33,14 @@ ktype_size(KType t)
     case KT_I64: return 8;
     case KT_F16:
     case KT_BF16: return 2;
-    default: return 1; /* u8, i8, bool (a byte) */
+    default: return 1; /* u8, i8, bool (a byte); bit (a byte holds 8: kbytes) */
     }
+}
+
+int64_t
+kbytes(KType t, int64_t elements)
+{
+    return t == KT_BIT ? (elements + 7) / 8 : elements * (int64_t)ktype_size(t);
 }
 
 const char *
@@ -195,7 +202,7 @@ print_expr(const Printer *pr, const KExpr *e)
     case KX_SAMPLE_BASE: fputs("sample_base", f); return;
     case KX_VAR: print_var(pr, e->var); return;
     case KX_LOAD:
-        fprintf(f, "@%s[", pr->p->bufs[e->buf].name);
+        fprintf(f, e->op == KLOAD_BYTES ? "bytes @%s[" : "@%s[", pr->p->bufs[e->buf].name);
         print_expr(pr, e->a);
         fputc(']', f);
         return;

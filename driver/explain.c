@@ -33,11 +33,6 @@ typedef struct Explain {
     int64_t *trip;      /* per kernel: the parallel loop's iterations, or -1 */
 } Explain;
 
-static int64_t
-ktype_bytes(KType t)
-{
-    return (int64_t)ktype_size(t); /* the runtimes' element sizes (runtime/model_parts.c) */
-}
 
 static int64_t
 buf_elems(const Explain *x, int b)
@@ -48,7 +43,7 @@ buf_elems(const Explain *x, int b)
 static int64_t
 buf_bytes(const Explain *x, int b)
 {
-    return buf_elems(x, b) * ktype_bytes(x->p->bufs[b].type);
+    return kbytes(x->p->bufs[b].type, buf_elems(x, b)); /* as the runtimes (rt_buf_bytes) */
 }
 
 /* a temporary every run clears first: neither stored before loaded nor a running total */

@@ -1157,6 +1157,7 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         case MST_FUSE:
         case MST_EVENTS:
         case MST_WSTORE:
+        case MST_LAYOUT:
             break; /* once every value is bound: below */
         case MST_ACCUMULATE: {
             int k = choice_stmt(st, "accumulate", "exact", "f32", &has_accumulate);
@@ -1338,6 +1339,29 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         }
         m->nodes[v].wstore = ws;
         m->nodes[v].wstore_loc = st->loc;
+    }
+    for (int i = 0; i < it->nstmts; i++) {
+        const AstStmt *st = &it->stmts[i];
+        if (st->kind != MST_LAYOUT)
+            continue;
+        ValueId v = sym_find(L, st->name);
+        if (v < 0) {
+            diag_error(st->loc, "layout: '%s' is not a value of model '%s'", st->name, m->name);
+            return false;
+        }
+        const char *t = st->a->str;
+        bool is_bits = !strcmp(t, "bits");
+        if (!is_bits && strcmp(t, "bytes") != 0) {
+            diag_error(st->a->loc, "layout %s: spikes are stored as bits or bytes, not '%s'",
+                       st->name, t);
+            return false;
+        }
+        if (m->nodes[v].layout_loc.line > 0) {
+            diag_error(st->loc, "layout: the layout of '%s' is given twice", st->name);
+            return false;
+        }
+        m->nodes[v].layout = is_bits ? SPIKES_BITS : SPIKES_BYTES;
+        m->nodes[v].layout_loc = st->loc;
     }
     m->outputs = outs;
     m->inputs = ins;

@@ -217,6 +217,9 @@ typedef int32_t ValueId; /* index into Module.nodes; -1 = none */
 /* The storage of a layer's weight (Node.wstore): WSTORE_F32 as given; WSTORE_F16 (IEEE binary16)
  * and WSTORE_BF16 (bfloat16) each value rounded to nearest, ties to even (runtime/f16.h). */
 typedef enum { WSTORE_F32, WSTORE_F16, WSTORE_BF16 } WeightStore;
+/* How a spike value's elements are stored (Node.layout): SPIKES_BYTES one byte each; SPIKES_BITS
+ * one bit each, 8 to a byte, element e in bit e % 8 of byte e / 8 (lossless: spikes are 0 or 1). */
+typedef enum { SPIKES_BYTES, SPIKES_BITS } SpikeLayout;
 typedef struct Node {
     Op op;
     const char *name; /* value name ("fc1"); NULL: printed as %N */
@@ -247,6 +250,11 @@ typedef struct Node {
      * and compiled code keeps and loads 2 bytes per weight */
     WeightStore wstore;
     Loc wstore_loc; /* the `weights` statement (line 0: --precision chose it) */
+    /* how a spike value with memory of its own is stored (printed `layout a : bits`, chosen by
+     * the pack-spikes pass): 1 bit per spike instead of a byte, on the CPU (ir_layout_problem
+     * says where it may be given; the GPU keeps bytes) */
+    SpikeLayout layout;
+    Loc layout_loc; /* the `layout` statement (line 0: a pass chose it) */
     Loc loc;
 } Node;
 
@@ -312,6 +320,7 @@ int module_find_neuron(const Module *m, const char *name);
 ValueId module_find_value(const Module *m, const char *name);
 int module_find_weight(const Module *m, const char *name);
 const char *wstore_name(WeightStore s); /* "f32", "f16", "bf16" */
+const char *spike_layout_name(SpikeLayout l); /* "bytes", "bits" */
 /* the index into Module.weights of the weight Node.wstore applies to, or -1 (not a dense or conv
  * layer) */
 int node_stored_weight(const Module *m, const Node *n);
@@ -350,6 +359,11 @@ bool ir_verify(Module *m);
  * sequence) or pools its 0/1 spikes in whole, non-overlapping windows of at most 16 (stride =
  * kernel, no padding, sizes divisible). */
 const char *ir_fusion_problem(const Module *m, ValueId a, ValueId b);
+/* Why value v's spikes cannot be stored as bits (`layout v : bits`), or NULL when they can: v is a
+ * 0/1 spike value with memory of its own (not a model input or output, not a flatten, which is a
+ * view of its operand, not computed inside another kernel) and a multiple of 8 elements per
+ * sample, so that a byte never holds two samples' (or two steps') spikes. */
+const char *ir_layout_problem(const Module *m, ValueId v);
 /* Every `fuse` of a typed module can be done (ir_fusion_problem); false after reporting the first
  * that cannot, at its fuse statement. */
 bool ir_verify_fusions(const Module *m);

@@ -351,6 +351,12 @@ wstore_name(WeightStore s)
     return s == WSTORE_F16 ? "f16" : s == WSTORE_BF16 ? "bf16" : "f32";
 }
 
+const char *
+spike_layout_name(SpikeLayout l)
+{
+    return l == SPIKES_BITS ? "bits" : "bytes";
+}
+
 int
 node_stored_weight(const Module *m, const Node *n)
 {

@@ -397,6 +397,14 @@ ir_print(FILE *f, const Module *m)
         put_value(f, m, pos, order[i]);
         fprintf(f, " : %s\n", wstore_name(ws));
     }
+    for (int i = 0; i < m->nnodes; i++) {
+        SpikeLayout l = m->nodes[order[i]].layout;
+        if (l == SPIKES_BYTES)
+            continue;
+        fputs("  layout ", f);
+        put_value(f, m, pos, order[i]);
+        fprintf(f, " : %s\n", spike_layout_name(l));
+    }
     free(order);
     free(pos);
     fputs("}\n", f);

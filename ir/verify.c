@@ -182,6 +182,25 @@ is_pointwise(Op op)
 }
 
 const char *
+ir_layout_problem(const Module *m, ValueId v)
+{
+    const Node *n = &m->nodes[v];
+    if (n->type.dtype != DT_SPIKE)
+        return n->type.dtype == DT_I8 ? "it holds -1/0/1 spikes (fire down), not 0/1"
+                                      : "it is not a spike value (0/1)";
+    if (n->op == OP_INPUT || n->is_output)
+        return "a model input or output is stored as the caller holds it";
+    if (n->op == OP_FLATTEN)
+        return "a flatten is a view of its operand, which holds the memory";
+    if (n->fused_into >= 0)
+        return "it is computed inside the kernel of the value it is fused into, without memory";
+    if (type_numel(&n->type) % 8 != 0)
+        return "its elements per sample are not a multiple of 8 (a byte would hold the spikes of "
+               "two samples or steps)";
+    return NULL;
+}
+
+const char *
 ir_fusion_problem(const Module *m, ValueId a, ValueId b)
 {
     if (b < 0 || b >= m->nnodes || a == b)
@@ -276,6 +295,18 @@ ir_verify_fusions(const Module *m)
                    n->name ? n->name : node_op_name(m, n), node_op_name(m, n),
                    wstore_name(n->wstore));
         ok = false;
+    }
+    for (int v = 0; v < m->nnodes && ok; v++) {
+        const Node *n = &m->nodes[v];
+        if (n->layout == SPIKES_BYTES)
+            continue;
+        const char *why = ir_layout_problem(m, v);
+        if (why) {
+            diag_error(n->layout_loc.line > 0 ? n->layout_loc : n->loc,
+                       "layout: '%s' cannot be stored as %s: %s",
+                       n->name ? n->name : node_op_name(m, n), spike_layout_name(n->layout), why);
+            ok = false;
+        }
     }
     for (int v = 0; v < m->nnodes && ok; v++) {
         const Node *n = &m->nodes[v];

@@ -33,7 +33,9 @@ pass_fuse(Module *m, bool *changed)
         for (ValueId v = 0; v < m->nnodes; v++) {
             Node *n = &m->nodes[v];
             /* a conv into its batchnorm is fold-batchnorm's choice, after this pass's */
+            /* a value whose layout is given keeps its memory (ir_layout_problem) */
             if (n->fused_into >= 0 || nusers[v] != 1 || (n->op == OP_NEURON) != (round == 0) ||
+                n->layout != SPIKES_BYTES ||
                 op_is_conv(n->op) || ir_fusion_problem(m, v, user[v]))
                 continue;
             const Node *u = &m->nodes[user[v]];

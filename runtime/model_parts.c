@@ -248,8 +248,15 @@ static const struct {
 } elem_types[] = {
     [RT_ELEM_F32] = {"f32", 4}, [RT_ELEM_F64] = {"f64", 8}, [RT_ELEM_I64] = {"i64", 8},
     [RT_ELEM_U8] = {"u8", 1},   [RT_ELEM_I8] = {"i8", 1},   [RT_ELEM_BOOL] = {"bool", 1},
-    [RT_ELEM_F16] = {"f16", 2}, [RT_ELEM_BF16] = {"bf16", 2},
+    [RT_ELEM_F16] = {"f16", 2}, [RT_ELEM_BF16] = {"bf16", 2}, [RT_ELEM_BIT] = {"bit", 1},
 };
+
+size_t
+rt_buf_bytes(const RtBuf *b, int64_t batch)
+{
+    size_t n = (size_t)(b->per_batch * batch + b->fixed);
+    return b->type == RT_ELEM_BIT ? (n + 7) / 8 : n * b->elem;
+}
 
 static void
 parse_buf(Parser *ps, RtBuf *b)
@@ -423,6 +430,8 @@ program_check(const snn_model *m, const RtBuf *bufs, int nbufs, const RtLayer *l
         if (b->kind != RT_BUF_TEMP && b->type != RT_ELEM_F32 && !(is_16 && b->kind == RT_BUF_WEIGHT))
             return false;
         if (is_16 && b->kind != RT_BUF_WEIGHT) return false;
+        if (b->type == RT_ELEM_BIT && (b->kind != RT_BUF_TEMP || bufs == m->cuda_bufs))
+            return false; /* spikes as bits: CPU temporaries only */
         if (b->kind == RT_BUF_WEIGHT) {
             const snn_tensor_info *w = &m->weights[b->io].info;
             if (b->per_batch != 0 || b->fixed != w->numel) return false;

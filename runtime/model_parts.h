@@ -16,18 +16,19 @@
 enum { RT_MAX_NAME = 256, RT_WORK_MAX_DEPTH = 64, RT_MAX_SLOT = 1 << 20 };
 
 typedef enum { RT_BUF_INPUT, RT_BUF_OUTPUT, RT_BUF_WEIGHT, RT_BUF_TEMP } RtBufKind;
-/* element types of buffers, as the description names them (f32 f64 i64 u8 i8 bool f16 bf16; the
- * 16-bit ones only for weights, filled by runtime/layout.h rt_narrow16) */
+/* element types of buffers, as the description names them (f32 f64 i64 u8 i8 bool f16 bf16 bit;
+ * the 16-bit ones only for weights, filled by runtime/layout.h rt_narrow16; bit only for CPU
+ * temporaries, 8 elements to a byte: rt_buf_bytes) */
 typedef enum {
     RT_ELEM_F32, RT_ELEM_F64, RT_ELEM_I64, RT_ELEM_U8, RT_ELEM_I8, RT_ELEM_BOOL, RT_ELEM_F16,
-    RT_ELEM_BF16
+    RT_ELEM_BF16, RT_ELEM_BIT
 } RtElem;
 
 typedef struct RtBuf {
     char name[RT_MAX_NAME];
     RtBufKind kind;
     RtElem type;
-    size_t elem;        /* bytes per element */
+    size_t elem;        /* bytes per element (bit: 1, the unit of access; rt_buf_bytes) */
     int64_t per_batch, fixed; /* elements: per_batch * B + fixed */
     int io;             /* input/output/weight index */
     int nperm;
@@ -36,6 +37,9 @@ typedef struct RtBuf {
     bool is_accumulator; /* cuda_buf spike counts (ZERO 2): each run adds; zeroed by the session */
     int slot;           /* temporaries: 0, memory of its own; k > 0, shared with slot k's others */
 } RtBuf;
+
+/* the bytes of buffer b at batch B (per_batch * B + fixed elements) */
+size_t rt_buf_bytes(const RtBuf *b, int64_t batch);
 
 typedef struct RtLayer {
     char name[RT_MAX_NAME];

@@ -466,7 +466,7 @@ open_cpu(snn_session *s, int threads)
             return fail(SNN_ERR_MEMORY, "max_batch %d needs more memory than can be had",
                         s->max_batch);
         }
-        bytes[b] = (size_t)n * kb->elem;
+        bytes[b] = rt_buf_bytes(kb, s->max_batch);
     }
     /* the memory plan: temporaries of one slot share a region */
     size_t total = rt_arena_layout(m->nbufs, bytes, slot, ARENA_ALIGN, off);
@@ -631,7 +631,7 @@ run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device)
             case RT_BUF_TEMP:
                 /* the kernels' temporaries start at zero, unless always stored before loaded */
                 if (kb->needs_zero)
-                    memset(s->bufs[b], 0, (size_t)(kb->per_batch * batch + kb->fixed) * kb->elem);
+                    memset(s->bufs[b], 0, rt_buf_bytes(kb, batch));
                 break;
             }
         }

@@ -79,6 +79,7 @@ llvm_gen_elem_size(KType t)
     case KT_U8:
     case KT_I8:
     case KT_BOOL:
+    case KT_BIT: /* accessed a byte (8 elements) at a time */
         return 1;
     case KT_F16:
     case KT_BF16:
@@ -108,6 +109,7 @@ val_type(Gen *g, KType t)
     case KT_I64:
     case KT_U8:
     case KT_I8:
+    case KT_BIT: /* loads give u8 0/1 */
         return g->t_i64;
     case KT_BOOL:
         return g->t_i1;
@@ -123,6 +125,7 @@ mem_type(Gen *g, KType t)
     case KT_U8:
     case KT_I8:
     case KT_BOOL:
+    case KT_BIT: /* a byte holds 8 elements */
         return g->t_i8;
     case KT_F16:
     case KT_BF16:
@@ -198,6 +201,7 @@ const_of(Gen *g, KType t, double v)
     case KT_I64:
     case KT_U8:
     case KT_I8:
+    case KT_BIT:
         return LLVMConstInt(g->t_i64, (unsigned long long)(long long)v, 1);
     case KT_BOOL:
         return LLVMConstInt(g->t_i1, v != 0, 0);
@@ -454,6 +458,46 @@ elem_ptr(Gen *g, int buf, const KExpr *index)
                                  "");
 }
 
+/* ---- bit buffers (KT_BIT): element e is bit e % 8 of byte e / 8 ---- */
+
+/* the byte of element idx (i64) of bit buffer buf, and the bit's position in it (i8) */
+static LLVMValueRef
+bit_byte(Gen *g, int buf, LLVMValueRef idx, LLVMValueRef *shift)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef byte = LLVMBuildAShr(b, idx, LLVMConstInt(g->t_i64, 3, 0), "");
+    *shift = LLVMBuildTrunc(b, LLVMBuildAnd(b, idx, LLVMConstInt(g->t_i64, 7, 0), ""), g->t_i8, "");
+    return LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &byte, 1, "");
+}
+
+/* element idx of bit buffer buf as an i64 0/1; bytes: byte idx (KLOAD_BYTES) as an i64 */
+static LLVMValueRef
+load_bit(Gen *g, int buf, LLVMValueRef idx, bool is_bytes)
+{
+    LLVMBuilderRef b = g->b;
+    if (is_bytes) {
+        LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &idx, 1, "");
+        return LLVMBuildZExt(b, tag_access(g, LLVMBuildLoad2(b, g->t_i8, ptr, "")), g->t_i64, "");
+    }
+    LLVMValueRef sh, ptr = bit_byte(g, buf, idx, &sh);
+    LLVMValueRef v = LLVMBuildLShr(b, tag_access(g, LLVMBuildLoad2(b, g->t_i8, ptr, "")), sh, "");
+    return LLVMBuildZExt(b, LLVMBuildAnd(b, v, LLVMConstInt(g->t_i8, 1, 0), ""), g->t_i64, "");
+}
+
+/* element idx of bit buffer buf = (v != 0), v an i64: the byte read, the bit set or cleared */
+static void
+store_bit(Gen *g, int buf, LLVMValueRef idx, LLVMValueRef v)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef sh, ptr = bit_byte(g, buf, idx, &sh);
+    LLVMValueRef old = tag_access(g, LLVMBuildLoad2(b, g->t_i8, ptr, ""));
+    LLVMValueRef bit = LLVMBuildShl(b, LLVMConstInt(g->t_i8, 1, 0), sh, "");
+    LLVMValueRef on = LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
+    LLVMValueRef nv = LLVMBuildSelect(b, on, LLVMBuildOr(b, old, bit, ""),
+                                      LLVMBuildAnd(b, old, LLVMBuildNot(b, bit, ""), ""), "");
+    tag_access(g, LLVMBuildStore(b, nv, ptr));
+}
+
 /* op(a) for a of type t, as type rt (a scalar, or SIMD lanes) */
 static LLVMValueRef
 un_value(Gen *g, int op, KType t, LLVMValueRef a, KType rt)
@@ -661,6 +705,10 @@ gen_expr(Gen *g, const KExpr *e)
         return convert(g, v, lt, e->type);
     }
     case KX_LOAD: {
+        if (e->buf >= 0 && e->buf < g->p->nbufs && g->bufptr[e->buf] &&
+            g->p->bufs[e->buf].type == KT_BIT)
+            return convert(g, load_bit(g, e->buf, gen_expr_as(g, e->a, KT_I64), e->op == KLOAD_BYTES),
+                           KT_U8, e->type);
         LLVMValueRef ptr = elem_ptr(g, e->buf, e->a);
         if (!ptr) return LLVMGetUndef(val_type(g, e->type));
         KType bt = g->p->bufs[e->buf].type;
@@ -943,14 +991,21 @@ gen_stmt(Gen *g, const KStmt *s)
         return;
     }
     case KS_STORE: {
-        LLVMValueRef ptr = elem_ptr(g, s->buf, s->index);
-        if (!ptr) return;
+        if (s->buf < 0 || s->buf >= g->p->nbufs || !g->bufptr[s->buf]) {
+            gen_fail(g, "kernel %s: buffer %d out of range", g->k->name, s->buf);
+            return;
+        }
         KType bt = g->p->bufs[s->buf].type;
         if (g->p->bufs[s->buf].kind == KB_INPUT || g->p->bufs[s->buf].kind == KB_WEIGHT) {
             gen_fail(g, "kernel %s: store to read-only buffer '%s'", g->k->name,
                      g->p->bufs[s->buf].name);
             return;
         }
+        if (bt == KT_BIT) {
+            store_bit(g, s->buf, gen_expr_as(g, s->index, KT_I64), gen_expr_as(g, s->a, KT_I64));
+            return;
+        }
+        LLVMValueRef ptr = elem_ptr(g, s->buf, s->index);
         LLVMValueRef v = gen_expr_as(g, s->a, bt);
         if (bt == KT_BOOL)
             v = LLVMBuildZExt(b, v, g->t_i8, "");
@@ -1022,10 +1077,23 @@ typedef struct VV {
 
 /* a constant i64 multiple of SIMD_W (> 0) */
 static bool
-is_lane_multiple(const KExpr *e)
+is_lane_const(const KExpr *e)
 {
     return e && e->kind == KX_CONST && e->type == KT_I64 && e->num > 0 &&
            (int64_t)e->num % SIMD_W == 0;
+}
+
+/* an i64 multiple of SIMD_W: a constant one, a product with one as a factor (t*(B*n) for a value
+ * of n = 8k elements), a sum or difference of two */
+static bool
+is_lane_multiple(const KExpr *e)
+{
+    if (!e || e->type != KT_I64) return false;
+    if (e->kind == KX_CONST) return is_lane_const(e);
+    if (e->kind != KX_BIN || e->a->type != KT_I64 || e->b->type != KT_I64) return false;
+    if (e->op == KB_MUL) return is_lane_multiple(e->a) || is_lane_multiple(e->b);
+    return (e->op == KB_ADD || e->op == KB_SUB) && is_lane_multiple(e->a) &&
+           is_lane_multiple(e->b);
 }
 
 /* What a local holds across the lanes (simd_plan): nothing assigned yet, one value for all (a
@@ -1086,7 +1154,7 @@ sp_expr(SimdPlan *sp, const KExpr *e)
             const KExpr *other = is_lin(a) ? e->b : e->a;
             return lin == PS_LINAL && a != b && is_lane_multiple(other) ? PS_LINAL : PS_LIN;
         }
-        if (t == KT_I64 && e->type == KT_I64 && a == PS_LINAL && is_lane_multiple(e->b) &&
+        if (t == KT_I64 && e->type == KT_I64 && a == PS_LINAL && is_lane_const(e->b) &&
             (e->op == KB_DIV || e->op == KB_REM))
             return e->op == KB_DIV ? PS_UNI : PS_LINAL;
         return PS_VAR;
@@ -1302,6 +1370,67 @@ vload_buf(Gen *g, int buf, VV idx)
     return is_vector(v) ? vv_var(v) : vv_uni(v);
 }
 
+/* element lanes idx of bit buffer buf as i64 0/1 lanes (bytes: byte lanes idx, KLOAD_BYTES): one
+ * scalar load when idx is uniform and no lane is off, else a gather of the bytes under the lanes
+ * that are on */
+static VV
+vload_bits(Gen *g, int buf, VV idx, bool is_bytes)
+{
+    if (idx.sh == SH_UNI && !g->mask) return vv_uni(load_bit(g, buf, idx.v, is_bytes));
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef iv = vec_of(g, idx), byte = iv, sh = NULL;
+    if (!is_bytes) {
+        byte = LLVMBuildAShr(b, iv, const_splat(LLVMConstInt(g->t_i64, 3, 0), iv), "");
+        sh = LLVMBuildTrunc(b, LLVMBuildAnd(b, iv, const_splat(LLVMConstInt(g->t_i64, 7, 0), iv), ""),
+                            lanes_of(g->t_i8), "");
+    }
+    LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &byte, 1, "");
+    LLVMTypeRef fty;
+    LLVMValueRef f = masked_intrinsic(g, "gather", KT_U8, &fty);
+    LLVMValueRef v = LLVMBuildCall2(b, fty, f,
+                                    (LLVMValueRef[]){ptrs, LLVMConstInt(g->t_i32, 1, 0),
+                                                     all_lanes(g), LLVMConstNull(lanes_of(g->t_i8))},
+                                    4, "");
+    if (sh)
+        v = LLVMBuildAnd(b, LLVMBuildLShr(b, v, sh, ""),
+                         const_splat(LLVMConstInt(g->t_i8, 1, 0), v), "");
+    return vv_var(LLVMBuildZExt(b, v, lanes_of(g->t_i64), ""));
+}
+
+/* a store of i64 lanes v to bit buffer buf at element lanes idx: 8 neighbouring lanes from an
+ * element that is a multiple of 8 with every lane on are one byte (the lanes' comparisons with 0,
+ * bitcast), anything else is stored lane by lane, each lane that is on reading and writing its
+ * byte */
+static void
+vstore_bits(Gen *g, int buf, VV idx, LLVMValueRef v)
+{
+    LLVMBuilderRef b = g->b;
+    if (idx.sh == SH_LIN && idx.is_aligned && !g->mask) {
+        LLVMValueRef on = LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
+        LLVMValueRef byte = LLVMBuildAShr(b, idx.v, LLVMConstInt(g->t_i64, 3, 0), "");
+        LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &byte, 1, "");
+        tag_access(g, LLVMBuildStore(b, LLVMBuildBitCast(b, on, g->t_i8, "spikes"), ptr));
+        return;
+    }
+    LLVMValueRef iv = vec_of(g, idx);
+    for (int l = 0; l < SIMD_W; l++) {
+        LLVMValueRef lane = LLVMConstInt(g->t_i32, (unsigned)l, 0);
+        LLVMBasicBlockRef bb_on = NULL, bb_next = NULL;
+        if (g->mask) {
+            bb_on = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "bit.lane");
+            bb_next = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "bit.next");
+            LLVMBuildCondBr(b, LLVMBuildExtractElement(b, g->mask, lane, ""), bb_on, bb_next);
+            LLVMPositionBuilderAtEnd(b, bb_on);
+        }
+        store_bit(g, buf, LLVMBuildExtractElement(b, iv, lane, ""),
+                  LLVMBuildExtractElement(b, v, lane, ""));
+        if (g->mask) {
+            LLVMBuildBr(b, bb_next);
+            LLVMPositionBuilderAtEnd(b, bb_next);
+        }
+    }
+}
+
 static VV vexpr(Gen *g, const KExpr *e);
 
 static VV
@@ -1343,6 +1472,11 @@ vexpr(Gen *g, const KExpr *e)
         return vconv(g, vv_var(v), lt, e->type);
     }
     case KX_LOAD: {
+        if (e->buf >= 0 && e->buf < g->p->nbufs && g->bufptr[e->buf] &&
+            g->p->bufs[e->buf].type == KT_BIT)
+            return vconv(g,
+                         vload_bits(g, e->buf, vexpr_as(g, e->a, KT_I64), e->op == KLOAD_BYTES),
+                         KT_U8, e->type);
         VV v = vload_buf(g, e->buf, vexpr_as(g, e->a, KT_I64));
         return g->has_failed ? v : vconv(g, v, ktype_value(g->p->bufs[e->buf].type), e->type);
     }
@@ -1368,7 +1502,7 @@ vexpr(Gen *g, const KExpr *e)
             return (VV){bin_value(g, e->op, t, a.v, b.v, KT_I64), SH_LIN, is_al};
         }
         if (t == KT_I64 && e->type == KT_I64 && a.sh == SH_LIN && a.is_aligned &&
-            is_lane_multiple(e->b) && (e->op == KB_DIV || e->op == KB_REM)) {
+            is_lane_const(e->b) && (e->op == KB_DIV || e->op == KB_REM)) {
             LLVMValueRef r = bin_value(g, e->op, t, a.v, b.v, KT_I64);
             return e->op == KB_DIV ? vv_uni(r) : (VV){r, SH_LIN, true};
         }
@@ -1411,6 +1545,10 @@ vstore_buf(Gen *g, const KStmt *s)
     }
     LLVMBuilderRef b = g->b;
     VV idx = vexpr_as(g, s->index, KT_I64);
+    if (bt == KT_BIT) {
+        vstore_bits(g, s->buf, idx, vec_of(g, vexpr_as(g, s->a, KT_I64)));
+        return;
+    }
     LLVMValueRef v = vec_of(g, vexpr_as(g, s->a, bt));
     LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(et);
     if (bt == KT_BOOL)

@@ -385,7 +385,7 @@ bind_buffers(CgLlvm *cg, int batch, const float *const *inputs, float *const *ou
         const KBuf *kb = &p->bufs[i];
         int64_t n = kb->size.per_batch * batch + kb->size.fixed;
         cg->temp_bytes[i] =
-            kb->kind == KB_TEMP ? (n ? (size_t)n : 1) * llvm_gen_elem_size(kb->type) : SIZE_MAX;
+            kb->kind == KB_TEMP ? (size_t)kbytes(kb->type, n ? n : 1) : SIZE_MAX;
         cg->temp_slot[i] = kb->slot;
     }
     size_t total = rt_arena_layout(p->nbufs, cg->temp_bytes, cg->temp_slot, 64, cg->temp_off);

@@ -96,7 +96,7 @@ put_type(FILE *f, const AstType *t)
 static const char *stmt_names[] = {
     "state", "let", "assign", "fire", "fire_down", "reset_to", "reset_sub", "refractory",
     "output", "surrogate", "timesteps", "weights", "seed", "input", "bind", "out", "schedule",
-    "fuse", "memory", "accumulate", "events", "wstore",
+    "fuse", "memory", "accumulate", "events", "wstore", "layout",
 };
 
 static void
@@ -303,6 +303,9 @@ test_valid(void)
     /* weight storage: `weights NAME : TYPE` beside `weights "FILE"` */
     OK("model p { weights \"w\" d = 1 weights d : f16 weights e : bf16 }",
        "model p; weights \"w\"; bind d 1; wstore d f16; wstore e bf16");
+    /* spike layout: `layout NAME : bits` (`layout` a word only there) */
+    OK("model p { layout s : bits layout t : bytes layout = 2 }",
+       "model p; layout s bits; layout t bytes; bind layout 2");
 }
 
 /* locations: every node at its first token, statements at theirs, binds at the name */
@@ -371,7 +374,10 @@ test_invalid(void)
         "t.snn:1:15: error: unexpected '}', expected an identifier, a value name or '='");
     BAD("model m { foo bar }",
         "t.snn:1:11: error: unexpected 'foo bar': a model statement is NAME = ..., output, input, "
-        "timesteps, seed, weights, schedule, memory, accumulate, events or fuse");
+        "timesteps, seed, weights, schedule, memory, accumulate, events, layout or fuse");
+    BAD("model m { foo bar : bits }",
+        "t.snn:1:11: error: unexpected 'foo bar :': a statement 'NAME VALUE : WHAT' is 'weights "
+        "LAYER : f16|bf16|f32' or 'layout VALUE : bits|bytes'");
     BAD("model m { fire x }", "t.snn:1:11: error: unexpected 'fire', expected a statement or '}'");
     BAD("neuron n() { foo bar }", "t.snn:1:18: error: unexpected identifier 'bar', expected '='");
     BAD("neuron n { }", "t.snn:1:10: error: unexpected '{', expected '('");
