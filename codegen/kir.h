@@ -104,9 +104,14 @@ typedef enum {
  * - Expression trees may share subtrees: treat every KExpr as immutable. */
 
 enum { KLOAD_ELEMENT, KLOAD_BYTES }; /* KExpr.op of KX_LOAD */
-typedef enum { KU_NEG, KU_NOT, KU_EXP, KU_LOG, KU_SQRT, KU_TANH, KU_ABS, KU_FLOOR, KU_SIGMOID } KUn;
+/* KU_CTZ (trailing zero bits; 64 for 0) and KU_POPCOUNT (one bits) take and give i64 */
+typedef enum {
+    KU_NEG, KU_NOT, KU_EXP, KU_LOG, KU_SQRT, KU_TANH, KU_ABS, KU_FLOOR, KU_SIGMOID, KU_CTZ,
+    KU_POPCOUNT,
+} KUn;
 typedef enum {
     KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_MIN, KB_MAX, KB_POW, KB_REM, /* REM: i64 only */
+    KB_BITAND, /* i64 only: the bits both operands have */
     KB_LT, KB_LE, KB_GT, KB_GE, KB_EQ, KB_NE, KB_AND, KB_OR,
 } KBin;
 

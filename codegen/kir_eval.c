@@ -127,6 +127,8 @@ eval_un(Eval *ev, const KExpr *e)
         case KU_NEG: r.i = -a.i; return r;
         case KU_ABS: r.i = a.i < 0 ? -a.i : a.i; return r;
         case KU_FLOOR: return a;
+        case KU_CTZ: r.i = a.i ? __builtin_ctzll((unsigned long long)a.i) : 64; return r;
+        case KU_POPCOUNT: r.i = __builtin_popcountll((unsigned long long)a.i); return r;
         default: efail(ev, "kernel IR: %s of %s", kun_str((KUn)e->op), ktype_name(t));
         }
     }
@@ -191,6 +193,7 @@ eval_bin(Eval *ev, const KExpr *e)
         break;
     case KB_MIN: r.i = x < y ? x : y; break;
     case KB_MAX: r.i = x > y ? x : y; break;
+    case KB_BITAND: r.i = x & y; break;
     case KB_LT: r.i = x < y; break;
     case KB_LE: r.i = x <= y; break;
     case KB_GT: r.i = x > y; break;

@@ -1028,25 +1028,26 @@ is_bits(Lower *lw, ValueId v)
 }
 
 /* The spikes of the row of bit-stored value x at ps (K elements, a multiple of 8, from the row's
- * first, itself a multiple of 8): a byte at a time, and for a byte with a spike its bits in
- * order. Returns where the body for element *k (a spike: its value is 1) goes. */
+ * first, itself a multiple of 8): a byte at a time, and in a byte its set bits, lowest first, each
+ * found with a count of trailing zeros and cleared (no branch per bit: a spike train defeats
+ * branch prediction). Returns where the body for element *k (a spike: its value is 1) goes. */
 static Cur
 for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, int64_t K, KExpr **k)
 {
     Pos p0 = *ps;
     p0.i = ci(lw, 0);
-    KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, 8)), *kb, *l;
-    int bv = local(lw, "byte", KT_I64);
+    KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, 8)), *kb, *n;
+    int bv = local(lw, "byte", KT_I64), nv = local(lw, "nset", KT_I64), lv = local(lw, "l", KT_I64);
     KStmt *fb = loop(lw, c, "kb", ci(lw, K / 8), false, &kb);
     s_assign(lw, body(fb), bv,
              to(lw, KT_I64, kx_load_bytes(lw->p, lw->vs[x].buf, bin(lw, KB_ADD, byte0, kb))));
-    KStmt *nz = s_if(lw, body(fb), bin(lw, KB_NE, var(lw, bv), ci(lw, 0)));
-    KStmt *fl = loop(lw, body(nz), "l", ci(lw, 8), false, &l);
-    KStmt *set =
-        s_if(lw, body(fl), bin(lw, KB_NE, bin(lw, KB_REM, var(lw, bv), ci(lw, 2)), ci(lw, 0)));
-    s_assign(lw, body(fl), bv, bin(lw, KB_DIV, var(lw, bv), ci(lw, 2)));
-    *k = bin(lw, KB_ADD, bin(lw, KB_MUL, kb, ci(lw, 8)), l);
-    return body(set);
+    s_assign(lw, body(fb), nv, kx_un(lw->p, KU_POPCOUNT, var(lw, bv)));
+    KStmt *fn = loop(lw, body(fb), "n", var(lw, nv), false, &n);
+    s_assign(lw, body(fn), lv, kx_un(lw->p, KU_CTZ, var(lw, bv)));
+    s_assign(lw, body(fn), bv,
+             bin(lw, KB_BITAND, var(lw, bv), bin(lw, KB_SUB, var(lw, bv), ci(lw, 1))));
+    *k = bin(lw, KB_ADD, bin(lw, KB_MUL, kb, ci(lw, 8)), var(lw, lv));
+    return body(fn);
 }
 
 /* dense over spikes: acc[o] = bias[o], then for each k with x[k] != 0, acc[o] += x[k] W[o][k] */
@@ -1111,7 +1112,7 @@ lower_dense_any(Lower *lw, ValueId v)
     const Node *n = &lw->m->nodes[v];
     if (lw->p->target == KTARGET_GPU)
         lower_dense_flat(lw, v);
-    else if (n->is_events && is_spike_value(lw, n->args[0]) && lw->vs[v].numel > DENSE_SPIKE_TILE)
+    else if (node_lists_events(lw->m, n))
         lower_dense_events(lw, v);
     else
         lower_dense(lw, v);
@@ -2670,7 +2671,7 @@ kir_lower_for(const Module *m, KTarget target)
                 lower_dense_any(&lw, conv);
             else if (p->target == KTARGET_GPU)
                 lower_conv2d_flat(&lw, conv);
-            else if (cn->is_events && is_spike_value(&lw, cn->args[0]))
+            else if (node_lists_events(m, cn))
                 lower_conv2d_events(&lw, conv);
             else
                 lower_conv2d(&lw, conv);
@@ -2705,7 +2706,7 @@ kir_lower_for(const Module *m, KTarget target)
         case OP_CONV1D:
             if (p->target == KTARGET_GPU)
                 lower_conv2d_flat(&lw, v);
-            else if (nd->is_events && is_spike_value(&lw, nd->args[0]))
+            else if (node_lists_events(m, nd))
                 lower_conv2d_events(&lw, v);
             else
                 lower_conv2d(&lw, v);

@@ -55,6 +55,7 @@ kbin_str(KBin op)
     case KB_MAX: return "max";
     case KB_POW: return "pow";
     case KB_REM: return "%";
+    case KB_BITAND: return "&";
     case KB_LT: return "<";
     case KB_LE: return "<=";
     case KB_GT: return ">";
@@ -80,6 +81,8 @@ kun_str(KUn op)
     case KU_ABS: return "abs";
     case KU_FLOOR: return "floor";
     case KU_SIGMOID: return "sigmoid";
+    case KU_CTZ: return "ctz";
+    case KU_POPCOUNT: return "popcount";
     }
     return "?";
 }
@@ -152,7 +155,8 @@ prec(const KExpr *e)
     case KB_SUB: return 4;
     case KB_MUL:
     case KB_DIV:
-    case KB_REM: return 5;
+    case KB_REM:
+    case KB_BITAND: return 5;
     default: return 10; /* min, max, pow: calls */
     }
 }

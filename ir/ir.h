@@ -324,6 +324,12 @@ const char *spike_layout_name(SpikeLayout l); /* "bytes", "bits" */
 /* the index into Module.weights of the weight Node.wstore applies to, or -1 (not a dense or conv
  * layer) */
 int node_stored_weight(const Module *m, const Node *n);
+/* The CPU sums layer n event by event, from per-row lists of the inputs that spiked: n is marked
+ * (Node.is_events), reads spikes, and is a conv, or a dense layer of more than 32 outputs (a
+ * narrower one keeps all its outputs in one register tile over every input, zeros skipped
+ * lane-wise, which measured faster). The lowering decides by it, and pack-spikes, which packs
+ * spikes only for readers that list them. */
+bool node_lists_events(const Module *m, const Node *n);
 /* The layer name that prefixes a node's weights ("fc1"): its name attribute. */
 const char *node_layer_name(const Module *m, const Node *n);
 /* A node's attribute by its ops.def name (the name must exist for the op: a wrong name is a bug). */

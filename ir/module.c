@@ -351,6 +351,15 @@ wstore_name(WeightStore s)
     return s == WSTORE_F16 ? "f16" : s == WSTORE_BF16 ? "bf16" : "f32";
 }
 
+bool
+node_lists_events(const Module *m, const Node *n)
+{
+    if (!n->is_events || n->nargs < 1) return false;
+    DType in = m->nodes[n->args[0]].type.dtype;
+    if (in != DT_SPIKE && in != DT_I8) return false;
+    return op_is_conv(n->op) || (n->op == OP_DENSE && type_numel(&n->type) > 32);
+}
+
 const char *
 spike_layout_name(SpikeLayout l)
 {

@@ -139,6 +139,14 @@ un(Gen *g, const KExpr *e)
         case KU_NEG: fputs("(-", f); expr(g, e->a); fputs(")", f); return;
         case KU_FLOOR: expr(g, e->a); return;
         case KU_ABS: fputs("snn_absi(", f); expr(g, e->a); fputs(")", f); return;
+        case KU_CTZ: /* __ffsll: 1 + the lowest set bit, 0 for 0 */
+            fputs("(long long)(__ffsll(", f);
+            expr(g, e->a);
+            fputs(") ? __ffsll(", f);
+            expr(g, e->a);
+            fputs(") - 1 : 64)", f);
+            return;
+        case KU_POPCOUNT: fputs("(long long)__popcll(", f); expr(g, e->a); fputs(")", f); return;
         default: die("cuda_gen: %s of %s", kun_str((KUn)e->op), ktype_name(t));
         }
     }
@@ -151,7 +159,9 @@ un(Gen *g, const KExpr *e)
     case KU_ABS: fn = f32 ? "fabsf" : "fabs"; break;
     case KU_FLOOR: fn = f32 ? "floorf" : "floor"; break;
     case KU_SIGMOID: fn = f32 ? "snn_sigmoidf" : "snn_sigmoid"; break;
-    case KU_NOT: break;
+    case KU_NOT:
+    case KU_CTZ:
+    case KU_POPCOUNT: die("cuda_gen: %s of %s", kun_str((KUn)e->op), ktype_name(t));
     }
     fprintf(f, "%s(", fn);
     expr(g, e->a);
@@ -181,7 +191,8 @@ bin(Gen *g, const KExpr *e)
         fn = t == KT_F32 ? "snn_powf" : "pow";
         break;
     case KB_REM:
-        if (is_float(t)) die("cuda_gen: %% of %s", ktype_name(t));
+    case KB_BITAND:
+        if (is_float(t)) die("cuda_gen: %s of %s", kbin_str(op), ktype_name(t));
         break;
     default: break;
     }

@@ -520,6 +520,25 @@ un_value(Gen *g, int op, KType t, LLVMValueRef a, KType rt)
         break;
     }
     if (!is_f && op == KU_FLOOR) return convert(g, a, t, rt);
+    if (!is_f && (op == KU_CTZ || op == KU_POPCOUNT)) {
+        /* llvm.cttz.i64(a, false): 64 for 0; llvm.ctpop.i64; on lanes their v8i64 forms */
+        char name[48];
+        LLVMTypeRef ty = LLVMTypeOf(a);
+        snprintf(name, sizeof name, "llvm.%s.%s%s", op == KU_CTZ ? "cttz" : "ctpop",
+                 is_vector(a) ? "v8" : "", "i64");
+        if (is_vector(a) && LLVMGetVectorSize(ty) != 8) {
+            gen_fail(g, "kernel %s: %s of %u lanes", g->k->name, kun_str((KUn)op),
+                     LLVMGetVectorSize(ty));
+            return LLVMGetUndef(type_like(g, rt, a));
+        }
+        LLVMValueRef args[2] = {a, LLVMConstInt(g->t_i1, 0, 0)};
+        LLVMTypeRef pt[2] = {ty, g->t_i1};
+        int n = op == KU_CTZ ? 2 : 1;
+        LLVMTypeRef fty = LLVMFunctionType(ty, pt, (unsigned)n, 0);
+        LLVMValueRef f = LLVMGetNamedFunction(g->mod, name);
+        if (!f) f = LLVMAddFunction(g->mod, name, fty);
+        return convert(g, LLVMBuildCall2(b, fty, f, args, (unsigned)n, ""), t, rt);
+    }
     if (!is_f) {
         gen_fail(g, "kernel %s: unary op %d on type %d", g->k->name, op, (int)t);
         return LLVMGetUndef(type_like(g, rt, a));
@@ -614,6 +633,13 @@ bin_value(Gen *g, int op, KType t, LLVMValueRef a, LLVMValueRef bv, KType rtype)
             return LLVMGetUndef(type_like(g, rtype, a));
         }
         r = is_u ? LLVMBuildURem(b, a, bv, "") : LLVMBuildSRem(b, a, bv, "");
+        break;
+    case KB_BITAND:
+        if (is_f) {
+            gen_fail(g, "kernel %s: & on a float", g->k->name);
+            return LLVMGetUndef(type_like(g, rtype, a));
+        }
+        r = LLVMBuildAnd(b, a, bv, "");
         break;
     case KB_MIN:
         r = gen_minmax(g, true, t, a, bv);
