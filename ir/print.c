@@ -399,8 +399,8 @@ ir_print(FILE *f, const Module *m)
     }
     for (int i = 0; i < m->nnodes; i++) {
         SpikeLayout l = m->nodes[order[i]].layout;
-        if (l == SPIKES_BYTES)
-            continue;
+        if (l == SPIKES_BYTES && m->nodes[order[i]].layout_loc.line == 0)
+            continue; /* the default, unless stated (which keeps pack-spikes off it) */
         fputs("  layout ", f);
         put_value(f, m, pos, order[i]);
         fprintf(f, " : %s\n", spike_layout_name(l));

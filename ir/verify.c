@@ -298,9 +298,12 @@ ir_verify_fusions(const Module *m)
     }
     for (int v = 0; v < m->nnodes && ok; v++) {
         const Node *n = &m->nodes[v];
-        if (n->layout == SPIKES_BYTES)
+        if (n->layout == SPIKES_BYTES && n->layout_loc.line == 0)
             continue;
-        const char *why = ir_layout_problem(m, v);
+        DType dt = n->type.dtype;
+        const char *why = n->layout == SPIKES_BITS            ? ir_layout_problem(m, v)
+                          : dt == DT_SPIKE || dt == DT_I8 ? NULL
+                                                          : "it is not a spike value";
         if (why) {
             diag_error(n->layout_loc.line > 0 ? n->layout_loc : n->loc,
                        "layout: '%s' cannot be stored as %s: %s",

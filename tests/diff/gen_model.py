@@ -153,6 +153,8 @@ class Gen:
         self.wnames = set()
         self.inputs = []          # (name, dtype, per_step, shape)
         self.manifest = []
+        self.bound = []           # (name, the expression it binds, shape, kind)
+        self.direct_outputs = set()  # values that are outputs themselves (output o = v)
 
     # -- helpers --
     def fresh(self, prefix):
@@ -174,6 +176,7 @@ class Gen:
             return v
         name = self.fresh(prefix)
         self.emit("%s = %s" % (name, v.expr))
+        self.bound.append((name, v.expr, v.shape, v.kind))
         v.expr, v.bound = name, True
         return v
 
@@ -798,6 +801,7 @@ class Gen:
         body = self.lines
         self.lines = []
         self.gen_outputs()
+        self.gen_layouts()
         self.text = "\n\n".join(self.neuron_defs + ["\n".join(header + body + self.lines) + "\n}"]) + "\n"
         return self.text
 
@@ -908,6 +912,8 @@ class Gen:
                 continue
             form = r.random()
             e = name if form < 0.3 else "sequence(%s)" % name
+            if e == name:
+                self.direct_outputs.add(name)
             outs.append(("o_" + name, e, "sequence", "%s (%s layer)" % (name, nname), shape))
             for s in states:
                 if few and r.random() < 0.8:
@@ -929,6 +935,27 @@ class Gen:
         for name, e, ro, what, shape in outs:
             self.lines.append("  output %s = %s" % (name, e))
             self.manifest.append((name, ro, what, shape))
+
+    def gen_layouts(self):
+        """`layout V : bits` for some 0/1 spike values with memory of their own (8k elements per
+        sample, not a flatten, not an input or an output): whatever reads them (sequence outputs,
+        neuron layers, pooling, elementwise ops) then reads single bits. A generator of its own, so
+        the models of every seed stay what they were."""
+        r = random.Random(self.seed * 1000003 + 53)
+        if r.random() >= 0.3:
+            return
+        inputs = {i[0] for i in self.inputs}
+        cands = [(n, shape) for n, _, shape, kind, *_ in
+                 [(x[0], None, x[3], x[4]) for x in self.neurons] if kind == "s"]
+        cands += [(n, shape) for n, e, shape, kind in self.bound
+                  if kind == "s" and not e.startswith("flatten(")]
+        for name, shape in cands:
+            n = 1
+            for d in shape:
+                n *= d
+            if n % 8 or name in inputs or name in self.direct_outputs or r.random() < 0.4:
+                continue
+            self.lines.append("  layout %s : bits" % name)
 
     # -- data --
     def value(self, dtype):
