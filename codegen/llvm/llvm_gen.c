@@ -484,18 +484,20 @@ load_bit(Gen *g, int buf, LLVMValueRef idx, bool is_bytes)
     return LLVMBuildZExt(b, LLVMBuildAnd(b, v, LLVMConstInt(g->t_i8, 1, 0), ""), g->t_i64, "");
 }
 
-/* element idx of bit buffer buf = (v != 0), v an i64: the byte read, the bit set or cleared */
+/* element idx of bit buffer buf = (v != 0), v an i64: the byte read, the bit set or cleared. Not
+ * in the parallel loop's access group: neighbouring iterations read and write the same byte, so
+ * LLVM must not take them for independent (it vectorised such a loop and lost bits). */
 static void
 store_bit(Gen *g, int buf, LLVMValueRef idx, LLVMValueRef v)
 {
     LLVMBuilderRef b = g->b;
     LLVMValueRef sh, ptr = bit_byte(g, buf, idx, &sh);
-    LLVMValueRef old = tag_access(g, LLVMBuildLoad2(b, g->t_i8, ptr, ""));
+    LLVMValueRef old = LLVMBuildLoad2(b, g->t_i8, ptr, "");
     LLVMValueRef bit = LLVMBuildShl(b, LLVMConstInt(g->t_i8, 1, 0), sh, "");
     LLVMValueRef on = LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
     LLVMValueRef nv = LLVMBuildSelect(b, on, LLVMBuildOr(b, old, bit, ""),
                                       LLVMBuildAnd(b, old, LLVMBuildNot(b, bit, ""), ""), "");
-    tag_access(g, LLVMBuildStore(b, nv, ptr));
+    LLVMBuildStore(b, nv, ptr);
 }
 
 /* op(a) for a of type t, as type rt (a scalar, or SIMD lanes) */

@@ -1458,6 +1458,109 @@ test_weights16(void)
     llvm_gen_soft_f16 = false;
 }
 
+/* spikes stored as bits (KT_BIT): SIMD lanes store a byte from 8 aligned lanes (the index
+ * t*(B*N) + j is a lane multiple plus the loop variable), under a varying condition lane by lane
+ * (masked), at a scattered index lane by lane; loads of single bits gather bytes, a byte load
+ * (KLOAD_BYTES) at a uniform index is one scalar load; ctz, popcount and & on lanes and scalars.
+ * Against C, kir_eval, scalar and SIMD code alike, at two batch sizes. */
+static void
+test_bits(void)
+{
+    enum { N = 24, T = 3, NO = 6 };
+    for (int batch = 1; batch <= 2; batch++) {
+        int bn = batch * N;
+        TestProg *tp = new_prog(1);
+        int bx = add_buf(tp, "x", KT_F32, N, 0, KB_INPUT);
+        int bs = add_buf(tp, "s", KT_BIT, T * N, 0, KB_TEMP);
+        int bm = add_buf(tp, "m", KT_BIT, N, 0, KB_TEMP);
+        int br = add_buf(tp, "r", KT_BIT, N, 0, KB_TEMP);
+        int bo = add_buf(tp, "out", KT_F32, NO * N, 0, KB_OUTPUT);
+        KExpr *BN = xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, N));
+        Kernel *k = add_kernel(tp, "produce", false);
+        int j = add_local(k, "j", KT_I64), t = add_local(k, "t", KT_I64);
+        int x = add_local(k, "xv", KT_F32);
+#define J() xv(tp, k, j)
+#define X() xv(tp, k, x)
+#define U8(e) xcast(tp, KT_U8, e)
+        KExpr *grow = xbin(tp, KB_MUL, X(), xcast(tp, KT_F32, xbin(tp, KB_ADD, xv(tp, k, t), xi(tp, 1))));
+        kbody(k, tp,
+              pfor(sfor(tp, j, xi(tp, 0), BN, sassign(tp, x, xld(tp, bx, J())),
+                        sfor(tp, t, xi(tp, 0), xi(tp, T),
+                             sstore(tp, bs, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k, t), BN), J()),
+                                    U8(xbin(tp, KB_GT, grow, xc(tp, KT_F32, 1.0)))),
+                             NULL),
+                        sif(tp, xbin(tp, KB_GT, X(), xc(tp, KT_F32, 0.5)),
+                            sstore(tp, bm, J(), U8(xi(tp, 1))), sstore(tp, bm, J(), U8(xi(tp, 0)))),
+                        sstore(tp, br, xbin(tp, KB_REM, xbin(tp, KB_MUL, J(), xi(tp, 5)), BN),
+                               U8(xbin(tp, KB_LT, X(), xc(tp, KT_F32, 0.0)))),
+                        NULL)),
+              NULL);
+#undef J
+#undef X
+        Kernel *kc = add_kernel(tp, "consume", false);
+        int i = add_local(kc, "i", KT_I64);
+#define I() xv(tp, kc, i)
+#define AT(o) xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, o), BN), I())
+#define F(e) xcast(tp, KT_F32, e)
+#define BIT(b, e) xcast(tp, KT_I64, xld(tp, b, e))
+        KExpr *byte_s = xld(tp, bs, xbin(tp, KB_DIV, I(), xi(tp, 8)));
+        byte_s->op = KLOAD_BYTES;
+        KExpr *byte_r = xld(tp, br, xbin(tp, KB_DIV, I(), xi(tp, 8)));
+        byte_r->op = KLOAD_BYTES;
+        KExpr *sum = xbin(tp, KB_ADD, BIT(bs, I()),
+                          xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, 2), BIT(bs, xbin(tp, KB_ADD, BN, I()))),
+                               xbin(tp, KB_MUL, xi(tp, 4),
+                                    BIT(bs, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, 2), BN), I())))));
+        kbody(kc, tp,
+              pfor(sfor(tp, i, xi(tp, 0), BN, sstore(tp, bo, AT(0), F(sum)),
+                        sstore(tp, bo, AT(1),
+                               F(xbin(tp, KB_ADD, BIT(bm, I()), xbin(tp, KB_MUL, xi(tp, 2), BIT(br, I()))))),
+                        sstore(tp, bo, AT(2), F(xcast(tp, KT_I64, byte_s))),
+                        sstore(tp, bo, AT(3),
+                               F(xbin(tp, KB_ADD, xun(tp, KU_POPCOUNT, xbin(tp, KB_MUL, I(), xi(tp, 7))),
+                                      xbin(tp, KB_MUL, xi(tp, 100),
+                                           xun(tp, KU_CTZ, xbin(tp, KB_ADD, I(), xi(tp, 1))))))),
+                        sstore(tp, bo, AT(4), F(xbin(tp, KB_BITAND, xbin(tp, KB_MUL, I(), xi(tp, 3)), xi(tp, 10)))),
+                        sstore(tp, bo, AT(5), F(xun(tp, KU_CTZ, xcast(tp, KT_I64, byte_r)))), NULL)),
+              NULL);
+#undef I
+#undef AT
+#undef F
+#undef BIT
+#undef U8
+        float xin[2 * N], want[NO * 2 * N];
+        uint8_t sb[T * 2 * N], mb[2 * N], rb[2 * N];
+        for (int q = 0; q < bn; q++)
+            xin[q] = (float)((q * 37) % 19 - 6) * 0.23f;
+        for (int q = 0; q < bn; q++) {
+            for (int tt = 0; tt < T; tt++)
+                sb[tt * bn + q] = xin[q] * (float)(tt + 1) > 1.0f;
+            mb[q] = xin[q] > 0.5f;
+            rb[(q * 5) % bn] = xin[q] < 0.0f;
+        }
+        for (int q = 0; q < bn; q++) {
+            int byte = 0, rbyte = 0;
+            for (int l = 0; l < 8; l++) {
+                byte |= sb[q / 8 * 8 + l] << l;
+                rbyte |= rb[q / 8 * 8 + l] << l;
+            }
+            want[q] = (float)(sb[q] + 2 * sb[bn + q] + 4 * sb[2 * bn + q]);
+            want[bn + q] = (float)(mb[q] + 2 * rb[q]);
+            want[2 * bn + q] = (float)byte;
+            want[3 * bn + q] =
+                (float)(__builtin_popcountll((unsigned long long)q * 7) + 100 * __builtin_ctzll((unsigned long long)q + 1));
+            want[4 * bn + q] = (float)((q * 3) & 10);
+            want[5 * bn + q] = (float)(rbyte ? __builtin_ctz((unsigned)rbyte) : 64);
+        }
+        const float *in[] = {xin};
+        float *w[] = {want};
+        char what[64];
+        snprintf(what, sizeof what, "bits at batch %d", batch);
+        check_run(what, tp, batch, 0, in, w);
+        free_prog(tp);
+    }
+}
+
 int
 main(void)
 {
@@ -1469,6 +1572,7 @@ main(void)
     test_steps();
     test_tiles();
     test_weights16();
+    test_bits();
     test_uniform();
     test_errors();
     test_module_text();
