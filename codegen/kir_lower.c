@@ -354,6 +354,17 @@ add_buf(Lower *lw, const char *name, KType t, KSize size, KBufKind kind, int io,
     return p->nbufs++;
 }
 
+/* a layer's per-row scratch (accumulators, spike lists, term lists): every element a kernel reads
+ * it stored earlier in the same row, so nothing zeroes it before a run (kir_eval starts it as
+ * garbage: a false claim changes outputs) */
+static int
+scratch_buf(Lower *lw, const char *name, KType t, int64_t elems)
+{
+    int b = add_buf(lw, name, t, (KSize){elems, 0}, KB_TEMP, -1, -1);
+    lw->p->bufs[b].is_written_first = true;
+    return b;
+}
+
 static const char *
 value_name(Lower *lw, ValueId v)
 {
@@ -670,8 +681,8 @@ static int
 acc_rows(Lower *lw, ValueId v, const Pos *ps, int64_t width, KExpr **row)
 {
     bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
-    int buf = add_buf(lw, arena_printf(&lw->p->arena, "%s.acc", value_name(lw, v)), lw->acc,
-                      (KSize){width * (is_batched ? lw->T : 1), 0}, KB_TEMP, -1, -1);
+    int buf = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.acc", value_name(lw, v)), lw->acc,
+                          width * (is_batched ? lw->T : 1));
     *row = bin(lw, KB_MUL, is_batched ? ps->r : ps->b, ci(lw, width));
     return buf;
 }
@@ -1369,16 +1380,13 @@ lower_conv2d_events(Lower *lw, ValueId v)
     int64_t HW = cv.d.H * cv.d.W, rows = is_batched ? lw->T : 1;
     const char *vn = value_name(lw, v);
     /* channel numbers in bytes where they fit: the list is as large as the input */
-    cv.list = add_buf(lw, arena_printf(&lw->p->arena, "%s.spikes", vn),
-                      cv.d.Cg <= 256 ? KT_U8 : KT_I64, (KSize){cv.d.C * HW * rows, 0}, KB_TEMP, -1,
-                      -1);
-    cv.count = add_buf(lw, arena_printf(&lw->p->arena, "%s.nspiking", vn), KT_I64,
-                       (KSize){cv.d.G * HW * rows, 0}, KB_TEMP, -1, -1);
+    cv.list = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.spikes", vn),
+                          cv.d.Cg <= 256 ? KT_U8 : KT_I64, cv.d.C * HW * rows);
+    cv.count = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.nspiking", vn), KT_I64,
+                           cv.d.G * HW * rows);
     int64_t nterms = cv.d.KH * cv.d.KW * cv.d.Cg; /* at most, per output pixel */
-    cv.tap_w = add_buf(lw, arena_printf(&lw->p->arena, "%s.term_w", vn), KT_I64,
-                       (KSize){nterms * rows, 0}, KB_TEMP, -1, -1);
-    cv.tap_x = add_buf(lw, arena_printf(&lw->p->arena, "%s.term_x", vn), lw->acc,
-                       (KSize){nterms * rows, 0}, KB_TEMP, -1, -1);
+    cv.tap_w = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.term_w", vn), KT_I64, nterms * rows);
+    cv.tap_x = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.term_x", vn), lw->acc, nterms * rows);
     Cur c = open_rows(lw, v, &cv.ps);
     KExpr *row = row_of(&cv.ps), *z, *cg, *q;
     cv.terms = bin(lw, KB_MUL, row, ci(lw, nterms));
