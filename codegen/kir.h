@@ -78,7 +78,8 @@ typedef enum {
     KX_STEP,   /* t of the enclosing step loop of the schedule (i64); only in step kernels */
     KX_VAR,    /* var: a loop variable or a local (Kernel.locals[var]) */
     KX_LOAD,   /* buf[a]; op KLOAD_BYTES (a KT_BIT buffer): byte a, elements 8a..8a+7 (element
-                * 8a + l in bit l), as u8, so a reader can skip 8 zero spikes at once */
+                * 8a + l in bit l), as u8; op KLOAD_WORD: the 8 bytes from byte a, elements
+                * 8a..8a+63 (element 8a + l in bit l), as i64; so a reader skips zeros at once */
     KX_UN,     /* op a (KUn) */
     KX_BIN,    /* a op b (KBin) */
     KX_SELECT, /* a ? b : c */
@@ -103,7 +104,7 @@ typedef enum {
  *   i64, the result f32.
  * - Expression trees may share subtrees: treat every KExpr as immutable. */
 
-enum { KLOAD_ELEMENT, KLOAD_BYTES }; /* KExpr.op of KX_LOAD */
+enum { KLOAD_ELEMENT, KLOAD_BYTES, KLOAD_WORD }; /* KExpr.op of KX_LOAD */
 /* KU_CTZ (trailing zero bits; 64 for 0) and KU_POPCOUNT (one bits) take and give i64 */
 typedef enum {
     KU_NEG, KU_NOT, KU_EXP, KU_LOG, KU_SQRT, KU_TANH, KU_ABS, KU_FLOOR, KU_SIGMOID, KU_CTZ,

@@ -89,12 +89,17 @@ load(Eval *ev, const KExpr *e)
     KVal ix = eval(ev, e->a);
     void *m = ev->mem[e->buf];
     KVal r;
-    if (e->op == KLOAD_BYTES) { /* byte ix of a bit buffer: its 8 elements in bounds */
+    if (e->op == KLOAD_BYTES || e->op == KLOAD_WORD) { /* bytes of a bit buffer, all in bounds */
+        int nb = e->op == KLOAD_WORD ? 8 : 1;
         if (ev->p->bufs[e->buf].type != KT_BIT)
             efail(ev, "kernel IR: a byte load from %s buffer '%s'",
                   ktype_name(ev->p->bufs[e->buf].type), ev->p->bufs[e->buf].name);
-        index_of(ev, e->buf, (KVal){.i = ix.i < 0 || ix.i > INT64_MAX / 8 ? -1 : ix.i * 8 + 7});
-        r.i = ((const uint8_t *)m)[ix.i];
+        index_of(ev, e->buf,
+                 (KVal){.i = ix.i < 0 || ix.i > INT64_MAX / 16 ? -1 : ix.i * 8 + 8 * nb - 1});
+        uint64_t w = 0;
+        for (int q = 0; q < nb; q++) /* little-endian, as the CPU loads it */
+            w |= (uint64_t)((const uint8_t *)m)[ix.i + q] << (8 * q);
+        r.i = (int64_t)w;
         return r;
     }
     int64_t i = index_of(ev, e->buf, ix);

@@ -56,14 +56,16 @@ kx_load(KProgram *p, int buf, KExpr *index)
     return e;
 }
 
-/* byte `index` of bit buffer buf (KLOAD_BYTES) */
+/* the byte (KLOAD_BYTES, a u8) or the 8 bytes (KLOAD_WORD, an i64) from byte `index` of bit
+ * buffer buf */
 static KExpr *
-kx_load_bytes(KProgram *p, int buf, KExpr *index)
+kx_load_bits(KProgram *p, int buf, KExpr *index, int how)
 {
     KExpr *e = kx_load(p, buf, index);
     if (p->bufs[buf].type != KT_BIT)
         die("kir: byte load from %s buffer '%s'", ktype_name(p->bufs[buf].type), p->bufs[buf].name);
-    e->op = KLOAD_BYTES;
+    e->op = how;
+    if (how == KLOAD_WORD) e->type = KT_I64;
     return e;
 }
 
@@ -1039,26 +1041,46 @@ is_bits(Lower *lw, ValueId v)
 }
 
 /* The spikes of the row of bit-stored value x at ps (K elements, a multiple of 8, from the row's
- * first, itself a multiple of 8): a byte at a time, and in a byte its set bits, lowest first, each
- * found with a count of trailing zeros and cleared (no branch per bit: a spike train defeats
- * branch prediction). Returns where the body for element *k (a spike: its value is 1) goes. */
-static Cur
-for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, int64_t K, KExpr **k)
+ * first, itself a multiple of 8): 64 at a time (8 bytes, unaligned), then the row's last bytes one
+ * at a time; in each word its set bits, lowest first, each found with a count of trailing zeros
+ * and cleared (no branch per bit: a spike train defeats branch prediction; a loop per byte
+ * mispredicted its exit often enough to lose to bytes at 21% spikes). body(k) runs for element k
+ * of the row, a spike (its value is 1), in element order. */
+typedef void SpikeBody(Lower *lw, Cur c, KExpr *k, void *ctx);
+
+static void
+for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, int64_t K, SpikeBody *fn, void *ctx)
 {
     Pos p0 = *ps;
     p0.i = ci(lw, 0);
-    KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, 8)), *kb, *n;
-    int bv = local(lw, "byte", KT_I64), nv = local(lw, "nset", KT_I64), lv = local(lw, "l", KT_I64);
-    KStmt *fb = loop(lw, c, "kb", ci(lw, K / 8), false, &kb);
-    s_assign(lw, body(fb), bv,
-             to(lw, KT_I64, kx_load_bytes(lw->p, lw->vs[x].buf, bin(lw, KB_ADD, byte0, kb))));
-    s_assign(lw, body(fb), nv, kx_un(lw->p, KU_POPCOUNT, var(lw, bv)));
-    KStmt *fn = loop(lw, body(fb), "n", var(lw, nv), false, &n);
-    s_assign(lw, body(fn), lv, kx_un(lw->p, KU_CTZ, var(lw, bv)));
-    s_assign(lw, body(fn), bv,
-             bin(lw, KB_BITAND, var(lw, bv), bin(lw, KB_SUB, var(lw, bv), ci(lw, 1))));
-    *k = bin(lw, KB_ADD, bin(lw, KB_MUL, kb, ci(lw, 8)), var(lw, lv));
-    return body(fn);
+    KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, 8));
+    int wv = local(lw, "bits", KT_I64), nv = local(lw, "nset", KT_I64), lv = local(lw, "l", KT_I64);
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t per = pass == 0 ? 64 : 8; /* elements per load */
+        int64_t lo = pass == 0 ? 0 : K / 64 * 8, hi = pass == 0 ? K / 64 : K / 8;
+        if (lo >= hi) continue;
+        KExpr *w, *n;
+        KStmt *fw = loop(lw, c, pass == 0 ? "w" : "kb", ci(lw, hi), false, &w);
+        fw->lo = ci(lw, lo);
+        KExpr *at = bin(lw, KB_ADD, byte0, pass == 0 ? bin(lw, KB_MUL, w, ci(lw, 8)) : w);
+        s_assign(lw, body(fw), wv,
+                 to(lw, KT_I64, kx_load_bits(lw->p, lw->vs[x].buf, at,
+                                             pass == 0 ? KLOAD_WORD : KLOAD_BYTES)));
+        s_assign(lw, body(fw), nv, kx_un(lw->p, KU_POPCOUNT, var(lw, wv)));
+        KStmt *fn_ = loop(lw, body(fw), "n", var(lw, nv), false, &n);
+        s_assign(lw, body(fn_), lv, kx_un(lw->p, KU_CTZ, var(lw, wv)));
+        s_assign(lw, body(fn_), wv,
+                 bin(lw, KB_BITAND, var(lw, wv), bin(lw, KB_SUB, var(lw, wv), ci(lw, 1))));
+        fn(lw, body(fn_), bin(lw, KB_ADD, bin(lw, KB_MUL, w, ci(lw, per)), var(lw, lv)), ctx);
+    }
+}
+
+static void
+scatter_spike(Lower *lw, Cur c, KExpr *k, void *ctx)
+{
+    Scatter *s = ctx;
+    s->k = k;
+    for_tiles(lw, c, s->O, SCATTER_NT, scatter_add, s);
 }
 
 /* dense over spikes: acc[o] = bias[o], then for each k with x[k] != 0, acc[o] += x[k] W[o][k] */
@@ -1078,10 +1100,8 @@ lower_dense_events(Lower *lw, ValueId v)
     Scatter s = {acc_rows(lw, v, &ps, O, &row), w, bias, row, NULL, NULL, O};
     for_tiles(lw, c, O, SCATTER_NT, scatter_init, &s);
     if (is_bits(lw, x)) {
-        Cur spike = for_bit_spikes(lw, c, x, &ps, K, &k);
-        s.k = k;
         s.x = kx_const(lw->p, KT_F64, 1);
-        for_tiles(lw, spike, O, SCATTER_NT, scatter_add, &s);
+        for_bit_spikes(lw, c, x, &ps, K, scatter_spike, &s);
     } else {
         KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
         Pos px = ps;
@@ -1369,6 +1389,40 @@ lower_conv2d_flat(Lower *lw, ValueId v)
     conv_store(lw, c, &cv, var(lw, ohv), var(lw, owv), var(lw, ov), t);
 }
 
+/* building a conv row's spike lists: the locals and sizes an append needs */
+typedef struct ConvList {
+    Conv *cv;
+    int qv, nv;  /* count index, count */
+    int64_t HW;
+    int ev, chv; /* bit-stored input: the element, its channel */
+} ConvList;
+
+/* channel cg of group cv->g spikes at input pixel q: list[g][q][count++] = cg */
+static void
+conv_list_append(Lower *lw, Cur c, const ConvList *cl, KExpr *q, KExpr *cg)
+{
+    const Conv *cv = cl->cv;
+    s_assign(lw, c, cl->qv, conv_count_index(lw, cv, q));
+    s_assign(lw, c, cl->nv, kx_load(lw->p, cv->count, var(lw, cl->qv)));
+    s_store(lw, c, cv->list,
+            bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, cl->qv), ci(lw, cv->d.Cg)), var(lw, cl->nv)), cg);
+    s_store(lw, c, cv->count, var(lw, cl->qv), bin(lw, KB_ADD, var(lw, cl->nv), ci(lw, 1)));
+}
+
+/* SpikeBody of a bit-stored input: element e of the row is (channel, pixel) */
+static void
+conv_list_bit(Lower *lw, Cur c, KExpr *e, void *ctx)
+{
+    ConvList *cl = ctx;
+    Conv *cv = cl->cv;
+    s_assign(lw, c, cl->ev, e);
+    s_assign(lw, c, cl->chv, bin(lw, KB_DIV, var(lw, cl->ev), ci(lw, cl->HW)));
+    KExpr *ch = var(lw, cl->chv);
+    cv->g = cv->d.G == 1 ? ci(lw, 0) : bin(lw, KB_DIV, ch, ci(lw, cv->d.Cg));
+    conv_list_append(lw, c, cl, bin(lw, KB_REM, var(lw, cl->ev), ci(lw, cl->HW)),
+                     cv->d.G == 1 ? ch : bin(lw, KB_REM, ch, ci(lw, cv->d.Cg)));
+}
+
 /* conv2d over spikes: each row first lists, for every input pixel and group, the channels that
  * spike there (count[g][q], list[g][q][n] = cg), then gathers each output pixel over its taps and
  * their listed channels only */
@@ -1393,28 +1447,21 @@ lower_conv2d_events(Lower *lw, ValueId v)
     KStmt *fz = loop(lw, c, "z", ci(lw, cv.d.G * HW), false, &z);
     s_store(lw, body(fz), cv.count, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, cv.d.G * HW)), z),
             ci(lw, 0));
-    int qv = local(lw, "qi", KT_I64), nv = local(lw, "n", KT_I64);
-    Cur spike;
+    ConvList cl = {&cv, local(lw, "qi", KT_I64), local(lw, "n", KT_I64), HW, -1, -1};
     if (is_bits(lw, cv.x)) {
-        /* the row's spikes in element order, (channel, pixel) from the element: per pixel the
-         * channels still come in order */
-        KExpr *e;
-        spike = for_bit_spikes(lw, c, cv.x, &cv.ps, cv.d.C * HW, &e);
-        int ev = local(lw, "e", KT_I64), chv = local(lw, "chan", KT_I64);
-        s_assign(lw, spike, ev, e);
-        s_assign(lw, spike, chv, bin(lw, KB_DIV, var(lw, ev), ci(lw, HW)));
-        q = bin(lw, KB_REM, var(lw, ev), ci(lw, HW));
-        cv.g = cv.d.G == 1 ? ci(lw, 0) : bin(lw, KB_DIV, var(lw, chv), ci(lw, cv.d.Cg));
-        cg = cv.d.G == 1 ? var(lw, chv) : bin(lw, KB_REM, var(lw, chv), ci(lw, cv.d.Cg));
+        /* the row's spikes in element order: per pixel the channels still come in order */
+        cl.ev = local(lw, "e", KT_I64);
+        cl.chv = local(lw, "chan", KT_I64);
+        for_bit_spikes(lw, c, cv.x, &cv.ps, cv.d.C * HW, conv_list_bit, &cl);
     } else {
-        Cur cl = c;
+        Cur cc = c;
         if (cv.d.G == 1) {
             cv.g = ci(lw, 0);
         } else {
             KStmt *fg = loop(lw, c, "g", ci(lw, cv.d.G), false, &cv.g);
-            cl = body(fg);
+            cc = body(fg);
         }
-        KStmt *fc = loop(lw, cl, "c", ci(lw, cv.d.Cg), false, &cg);
+        KStmt *fc = loop(lw, cc, "c", ci(lw, cv.d.Cg), false, &cg);
         KStmt *fq = loop(lw, body(fc), "q", ci(lw, HW), false, &q);
         int xv = local(lw, "x", KT_F64);
         Pos px = cv.ps;
@@ -1422,13 +1469,8 @@ lower_conv2d_events(Lower *lw, ValueId v)
         px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), q);
         s_assign(lw, body(fq), xv, to(lw, KT_F64, vload(lw, cv.x, &px)));
         KStmt *nz = s_if(lw, body(fq), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
-        spike = body(nz);
+        conv_list_append(lw, body(nz), &cl, q, cg);
     }
-    s_assign(lw, spike, qv, conv_count_index(lw, &cv, q));
-    s_assign(lw, spike, nv, kx_load(lw->p, cv.count, var(lw, qv)));
-    s_store(lw, spike, cv.list,
-            bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv.d.Cg)), var(lw, nv)), cg);
-    s_store(lw, spike, cv.count, var(lw, qv), bin(lw, KB_ADD, var(lw, nv), ci(lw, 1)));
     conv_groups(lw, c, &cv);
 }
 

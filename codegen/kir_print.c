@@ -206,7 +206,8 @@ print_expr(const Printer *pr, const KExpr *e)
     case KX_SAMPLE_BASE: fputs("sample_base", f); return;
     case KX_VAR: print_var(pr, e->var); return;
     case KX_LOAD:
-        fprintf(f, e->op == KLOAD_BYTES ? "bytes @%s[" : "@%s[", pr->p->bufs[e->buf].name);
+        fprintf(f, e->op == KLOAD_BYTES ? "bytes @%s[" : e->op == KLOAD_WORD ? "word @%s[" : "@%s[",
+                pr->p->bufs[e->buf].name);
         print_expr(pr, e->a);
         fputc(']', f);
         return;

@@ -460,6 +460,13 @@ elem_ptr(Gen *g, int buf, const KExpr *index)
 
 /* ---- bit buffers (KT_BIT): element e is bit e % 8 of byte e / 8 ---- */
 
+/* the type a load from a bit buffer gives: u8 (a bit, a byte), i64 (a word) */
+static KType
+ktype_value_of_load(const KExpr *e)
+{
+    return e->op == KLOAD_WORD ? KT_I64 : KT_U8;
+}
+
 /* the byte of element idx (i64) of bit buffer buf, and the bit's position in it (i8) */
 static LLVMValueRef
 bit_byte(Gen *g, int buf, LLVMValueRef idx, LLVMValueRef *shift)
@@ -470,12 +477,20 @@ bit_byte(Gen *g, int buf, LLVMValueRef idx, LLVMValueRef *shift)
     return LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &byte, 1, "");
 }
 
-/* element idx of bit buffer buf as an i64 0/1; bytes: byte idx (KLOAD_BYTES) as an i64 */
+/* element idx of bit buffer buf as an i64 0/1; KLOAD_BYTES: byte idx as an i64; KLOAD_WORD: the 8
+ * bytes from byte idx (unaligned), as an i64 */
 static LLVMValueRef
-load_bit(Gen *g, int buf, LLVMValueRef idx, bool is_bytes)
+load_bit(Gen *g, int buf, LLVMValueRef idx, int how)
 {
     LLVMBuilderRef b = g->b;
-    if (is_bytes) {
+    if (how == KLOAD_WORD) {
+        LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &idx, 1, "");
+        ptr = LLVMBuildBitCast(b, ptr, LLVMPointerType(g->t_i64, 0), "");
+        LLVMValueRef v = tag_access(g, LLVMBuildLoad2(b, g->t_i64, ptr, ""));
+        LLVMSetAlignment(v, 1);
+        return v;
+    }
+    if (how == KLOAD_BYTES) {
         LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &idx, 1, "");
         return LLVMBuildZExt(b, tag_access(g, LLVMBuildLoad2(b, g->t_i8, ptr, "")), g->t_i64, "");
     }
@@ -735,8 +750,8 @@ gen_expr(Gen *g, const KExpr *e)
     case KX_LOAD: {
         if (e->buf >= 0 && e->buf < g->p->nbufs && g->bufptr[e->buf] &&
             g->p->bufs[e->buf].type == KT_BIT)
-            return convert(g, load_bit(g, e->buf, gen_expr_as(g, e->a, KT_I64), e->op == KLOAD_BYTES),
-                           KT_U8, e->type);
+            return convert(g, load_bit(g, e->buf, gen_expr_as(g, e->a, KT_I64), e->op),
+                           ktype_value_of_load(e), e->type);
         LLVMValueRef ptr = elem_ptr(g, e->buf, e->a);
         if (!ptr) return LLVMGetUndef(val_type(g, e->type));
         KType bt = g->p->bufs[e->buf].type;
@@ -1399,12 +1414,17 @@ vload_buf(Gen *g, int buf, VV idx)
 }
 
 /* element lanes idx of bit buffer buf as i64 0/1 lanes (bytes: byte lanes idx, KLOAD_BYTES): one
- * scalar load when idx is uniform and no lane is off, else a gather of the bytes under the lanes
- * that are on */
+ * scalar load when idx is uniform and no lane is off (a word, KLOAD_WORD, only so), else a gather
+ * of the bytes under the lanes that are on */
 static VV
-vload_bits(Gen *g, int buf, VV idx, bool is_bytes)
+vload_bits(Gen *g, int buf, VV idx, int how)
 {
-    if (idx.sh == SH_UNI && !g->mask) return vv_uni(load_bit(g, buf, idx.v, is_bytes));
+    if (idx.sh == SH_UNI && !g->mask) return vv_uni(load_bit(g, buf, idx.v, how));
+    if (how == KLOAD_WORD) {
+        gen_fail(g, "kernel %s: a word of bits loaded per SIMD lane", g->k->name);
+        return vv_uni(LLVMGetUndef(g->t_i64));
+    }
+    bool is_bytes = how == KLOAD_BYTES;
     LLVMBuilderRef b = g->b;
     LLVMValueRef iv = vec_of(g, idx), byte = iv, sh = NULL;
     if (!is_bytes) {
@@ -1502,9 +1522,8 @@ vexpr(Gen *g, const KExpr *e)
     case KX_LOAD: {
         if (e->buf >= 0 && e->buf < g->p->nbufs && g->bufptr[e->buf] &&
             g->p->bufs[e->buf].type == KT_BIT)
-            return vconv(g,
-                         vload_bits(g, e->buf, vexpr_as(g, e->a, KT_I64), e->op == KLOAD_BYTES),
-                         KT_U8, e->type);
+            return vconv(g, vload_bits(g, e->buf, vexpr_as(g, e->a, KT_I64), e->op),
+                         ktype_value_of_load(e), e->type);
         VV v = vload_buf(g, e->buf, vexpr_as(g, e->a, KT_I64));
         return g->has_failed ? v : vconv(g, v, ktype_value(g->p->bufs[e->buf].type), e->type);
     }

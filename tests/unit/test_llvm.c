@@ -1466,7 +1466,7 @@ test_weights16(void)
 static void
 test_bits(void)
 {
-    enum { N = 24, T = 3, NO = 6 };
+    enum { N = 24, T = 3, NO = 7 };
     for (int batch = 1; batch <= 2; batch++) {
         int bn = batch * N;
         TestProg *tp = new_prog(1);
@@ -1507,6 +1507,9 @@ test_bits(void)
         byte_s->op = KLOAD_BYTES;
         KExpr *byte_r = xld(tp, br, xbin(tp, KB_DIV, I(), xi(tp, 8)));
         byte_r->op = KLOAD_BYTES;
+        KExpr *word_s = xld(tp, bs, xbin(tp, KB_REM, xbin(tp, KB_DIV, I(), xi(tp, 8)), xi(tp, 2)));
+        word_s->op = KLOAD_WORD;
+        word_s->type = KT_I64;
         KExpr *sum = xbin(tp, KB_ADD, BIT(bs, I()),
                           xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, 2), BIT(bs, xbin(tp, KB_ADD, BN, I()))),
                                xbin(tp, KB_MUL, xi(tp, 4),
@@ -1521,7 +1524,11 @@ test_bits(void)
                                       xbin(tp, KB_MUL, xi(tp, 100),
                                            xun(tp, KU_CTZ, xbin(tp, KB_ADD, I(), xi(tp, 1))))))),
                         sstore(tp, bo, AT(4), F(xbin(tp, KB_BITAND, xbin(tp, KB_MUL, I(), xi(tp, 3)), xi(tp, 10)))),
-                        sstore(tp, bo, AT(5), F(xun(tp, KU_CTZ, xcast(tp, KT_I64, byte_r)))), NULL)),
+                        sstore(tp, bo, AT(5), F(xun(tp, KU_CTZ, xcast(tp, KT_I64, byte_r)))),
+                        sstore(tp, bo, AT(6),
+                               F(xbin(tp, KB_ADD, xun(tp, KU_POPCOUNT, word_s),
+                                      xbin(tp, KB_MUL, xi(tp, 100), xun(tp, KU_CTZ, word_s))))),
+                        NULL)),
               NULL);
 #undef I
 #undef AT
@@ -1551,6 +1558,11 @@ test_bits(void)
                 (float)(__builtin_popcountll((unsigned long long)q * 7) + 100 * __builtin_ctzll((unsigned long long)q + 1));
             want[4 * bn + q] = (float)((q * 3) & 10);
             want[5 * bn + q] = (float)(rbyte ? __builtin_ctz((unsigned)rbyte) : 64);
+            uint64_t word = 0; /* elements 8w..8w+63 of s, w = (q / 8) % 2 */
+            for (int l = 0; l < 64; l++)
+                word |= (uint64_t)sb[(q / 8) % 2 * 8 + l] << l;
+            want[6 * bn + q] = (float)(__builtin_popcountll(word) +
+                                       100 * (word ? __builtin_ctzll(word) : 64));
         }
         const float *in[] = {xin};
         float *w[] = {want};
