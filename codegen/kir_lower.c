@@ -1040,8 +1040,8 @@ is_bits(Lower *lw, ValueId v)
     return lw->vs[v].buf >= 0 && lw->p->bufs[lw->vs[v].buf].type == KT_BIT;
 }
 
-/* The spikes of the row of bit-stored value x at ps (K elements, a multiple of 8, from the row's
- * first, itself a multiple of 8): 64 at a time (8 bytes, unaligned), then the row's last bytes one
+/* The spikes of K elements (a multiple of 8) of the row of bit-stored value x at ps from element
+ * `first` (a multiple of 8, as is the row's first): 64 at a time (8 bytes, unaligned), then the row's last bytes one
  * at a time; in each word its set bits, lowest first, each found with a count of trailing zeros
  * and cleared (no branch per bit: a spike train defeats branch prediction; a loop per byte
  * mispredicted its exit often enough to lose to bytes at 21% spikes). body(k) runs for element k
@@ -1049,10 +1049,11 @@ is_bits(Lower *lw, ValueId v)
 typedef void SpikeBody(Lower *lw, Cur c, KExpr *k, void *ctx);
 
 static void
-for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, int64_t K, SpikeBody *fn, void *ctx)
+for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, KExpr *first, int64_t K, SpikeBody *fn,
+               void *ctx)
 {
     Pos p0 = *ps;
-    p0.i = ci(lw, 0);
+    p0.i = first;
     KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, 8));
     int wv = local(lw, "bits", KT_I64), nv = local(lw, "nset", KT_I64), lv = local(lw, "l", KT_I64);
     for (int pass = 0; pass < 2; pass++) {
@@ -1101,7 +1102,7 @@ lower_dense_events(Lower *lw, ValueId v)
     for_tiles(lw, c, O, SCATTER_NT, scatter_init, &s);
     if (is_bits(lw, x)) {
         s.x = kx_const(lw->p, KT_F64, 1);
-        for_bit_spikes(lw, c, x, &ps, K, scatter_spike, &s);
+        for_bit_spikes(lw, c, x, &ps, ci(lw, 0), K, scatter_spike, &s);
     } else {
         KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
         Pos px = ps;
@@ -1395,6 +1396,7 @@ typedef struct ConvList {
     int qv, nv;  /* count index, count */
     int64_t HW;
     int ev, chv; /* bit-stored input: the element, its channel */
+    KExpr *cg;   /* ... read channel by channel: the channel in the group */
 } ConvList;
 
 /* channel cg of group cv->g spikes at input pixel q: list[g][q][count++] = cg */
@@ -1407,6 +1409,14 @@ conv_list_append(Lower *lw, Cur c, const ConvList *cl, KExpr *q, KExpr *cg)
     s_store(lw, c, cv->list,
             bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, cl->qv), ci(lw, cv->d.Cg)), var(lw, cl->nv)), cg);
     s_store(lw, c, cv->count, var(lw, cl->qv), bin(lw, KB_ADD, var(lw, cl->nv), ci(lw, 1)));
+}
+
+/* SpikeBody of a bit-stored input read channel by channel: the element is the pixel */
+static void
+conv_list_pixel(Lower *lw, Cur c, KExpr *q, void *ctx)
+{
+    const ConvList *cl = ctx;
+    conv_list_append(lw, c, cl, q, cl->cg);
 }
 
 /* SpikeBody of a bit-stored input: element e of the row is (channel, pixel) */
@@ -1447,12 +1457,26 @@ lower_conv2d_events(Lower *lw, ValueId v)
     KStmt *fz = loop(lw, c, "z", ci(lw, cv.d.G * HW), false, &z);
     s_store(lw, body(fz), cv.count, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, cv.d.G * HW)), z),
             ci(lw, 0));
-    ConvList cl = {&cv, local(lw, "qi", KT_I64), local(lw, "n", KT_I64), HW, -1, -1};
-    if (is_bits(lw, cv.x)) {
+    ConvList cl = {&cv, local(lw, "qi", KT_I64), local(lw, "n", KT_I64), HW, -1, -1, NULL};
+    if (is_bits(lw, cv.x) && HW % 8 == 0) {
+        /* channel by channel (each starts on a byte): the pixel is the element, no division */
+        Cur cc = c;
+        if (cv.d.G == 1) {
+            cv.g = ci(lw, 0);
+        } else {
+            KStmt *fg = loop(lw, c, "g", ci(lw, cv.d.G), false, &cv.g);
+            cc = body(fg);
+        }
+        KStmt *fc = loop(lw, cc, "c", ci(lw, cv.d.Cg), false, &cg);
+        cl.cg = cg;
+        KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.d.Cg)), cg);
+        for_bit_spikes(lw, body(fc), cv.x, &cv.ps, bin(lw, KB_MUL, chan, ci(lw, HW)), HW,
+                       conv_list_pixel, &cl);
+    } else if (is_bits(lw, cv.x)) {
         /* the row's spikes in element order: per pixel the channels still come in order */
         cl.ev = local(lw, "e", KT_I64);
         cl.chv = local(lw, "chan", KT_I64);
-        for_bit_spikes(lw, c, cv.x, &cv.ps, cv.d.C * HW, conv_list_bit, &cl);
+        for_bit_spikes(lw, c, cv.x, &cv.ps, ci(lw, 0), cv.d.C * HW, conv_list_bit, &cl);
     } else {
         Cur cc = c;
         if (cv.d.G == 1) {
