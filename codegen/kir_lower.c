@@ -1433,6 +1433,19 @@ conv_list_bit(Lower *lw, Cur c, KExpr *e, void *ctx)
                      cv->d.G == 1 ? ch : bin(lw, KB_REM, ch, ci(lw, cv->d.Cg)));
 }
 
+/* loops over the input channels of every group (cv->g, *cg) in order; returns their body */
+static Cur
+conv_channels(Lower *lw, Cur c, Conv *cv, KExpr **cg)
+{
+    if (cv->d.G == 1) {
+        cv->g = ci(lw, 0);
+    } else {
+        KStmt *fg = loop(lw, c, "g", ci(lw, cv->d.G), false, &cv->g);
+        c = body(fg);
+    }
+    return body(loop(lw, c, "c", ci(lw, cv->d.Cg), false, cg));
+}
+
 /* conv2d over spikes: each row first lists, for every input pixel and group, the channels that
  * spike there (count[g][q], list[g][q][n] = cg), then gathers each output pixel over its taps and
  * their listed channels only */
@@ -1460,17 +1473,10 @@ lower_conv2d_events(Lower *lw, ValueId v)
     ConvList cl = {&cv, local(lw, "qi", KT_I64), local(lw, "n", KT_I64), HW, -1, -1, NULL};
     if (is_bits(lw, cv.x) && HW % 8 == 0) {
         /* channel by channel (each starts on a byte): the pixel is the element, no division */
-        Cur cc = c;
-        if (cv.d.G == 1) {
-            cv.g = ci(lw, 0);
-        } else {
-            KStmt *fg = loop(lw, c, "g", ci(lw, cv.d.G), false, &cv.g);
-            cc = body(fg);
-        }
-        KStmt *fc = loop(lw, cc, "c", ci(lw, cv.d.Cg), false, &cg);
+        Cur in = conv_channels(lw, c, &cv, &cg);
         cl.cg = cg;
         KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.d.Cg)), cg);
-        for_bit_spikes(lw, body(fc), cv.x, &cv.ps, bin(lw, KB_MUL, chan, ci(lw, HW)), HW,
+        for_bit_spikes(lw, in, cv.x, &cv.ps, bin(lw, KB_MUL, chan, ci(lw, HW)), HW,
                        conv_list_pixel, &cl);
     } else if (is_bits(lw, cv.x)) {
         /* the row's spikes in element order: per pixel the channels still come in order */
@@ -1478,15 +1484,7 @@ lower_conv2d_events(Lower *lw, ValueId v)
         cl.chv = local(lw, "chan", KT_I64);
         for_bit_spikes(lw, c, cv.x, &cv.ps, ci(lw, 0), cv.d.C * HW, conv_list_bit, &cl);
     } else {
-        Cur cc = c;
-        if (cv.d.G == 1) {
-            cv.g = ci(lw, 0);
-        } else {
-            KStmt *fg = loop(lw, c, "g", ci(lw, cv.d.G), false, &cv.g);
-            cc = body(fg);
-        }
-        KStmt *fc = loop(lw, cc, "c", ci(lw, cv.d.Cg), false, &cg);
-        KStmt *fq = loop(lw, body(fc), "q", ci(lw, HW), false, &q);
+        KStmt *fq = loop(lw, conv_channels(lw, c, &cv, &cg), "q", ci(lw, HW), false, &q);
         int xv = local(lw, "x", KT_F64);
         Pos px = cv.ps;
         KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.d.Cg)), cg);
