@@ -145,7 +145,9 @@ typedef enum {
 /* Tiles are how dense and convolution layers keep a row of accumulators in registers: a tile is a
  * local of `lanes` values of its type (f64; f32 under `accumulate f32`, where KS_VFMA is fmaf and
  * loads and stores convert to and from float) that only the KS_V* statements read and write,
- * whole, so a code generator can hold it in vector registers across the loop around them (the
+ * whole (one exception: a KX_VAR of a one-lane tile reads its lane; the GPU lowering sums a layer
+ * in the scan that reads it so, and the LLVM generator, which never sees it, refuses it), so a
+ * code generator can hold it in vector registers across the loop around them (the
  * lowering picks lane counts and blockings that fit a register file). KS_VFMA rounds once, like
  * C's fma(): where a and the buffer element are both float values (layers: the input and the
  * weight), the product is exact in double and fma(a, w, acc) == acc + a*w, so tiles accumulate

@@ -257,8 +257,14 @@ eval(Eval *ev, const KExpr *e)
     case KX_STEP: r.i = ev->step; return r;
     case KX_SAMPLE_BASE: r.i = ev->sample_base; return r;
     case KX_VAR:
-        if (ev->tiles[e->var])
-            efail(ev, "kernel IR: tile local %d read as a scalar", e->var);
+        if (ev->tiles[e->var]) {
+            /* a one-lane tile reads as its lane (kir.h) */
+            if (ev->lanes[e->var] != 1)
+                efail(ev, "kernel IR: tile local %d of %d lanes read as a scalar", e->var,
+                      ev->lanes[e->var]);
+            r.f = ev->tiles[e->var][0]; /* a float tile's lanes hold floats already */
+            return r;
+        }
         return ev->locals[e->var];
     case KX_LOAD: return load(ev, e);
     case KX_UN: return eval_un(ev, e);

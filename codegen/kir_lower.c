@@ -184,6 +184,8 @@ typedef enum {
     LY_INPUT,       /* KB_INPUT [B][numel], static */
     LY_INPUT_STEP,  /* KB_INPUT [B][T][numel] */
     LY_INLINE,      /* no memory: an elementwise value evaluated where it is loaded (fused) */
+    LY_SUMMED,      /* no memory: a dense or conv layer summed in the scan that loads it (GPU,
+                     * Node.is_scan_epilogue), its statements put at Lower.pre */
 } Layout;
 
 typedef struct VStore {
@@ -191,6 +193,12 @@ typedef struct VStore {
     int buf;
     int64_t numel;
 } VStore;
+
+/* where a statement goes: a growable array of statements (capacity: the next power of two) */
+typedef struct Cur {
+    KStmt ***arr;
+    int *n;
+} Cur;
 
 typedef struct Lower {
     KProgram *p;
@@ -204,14 +212,10 @@ typedef struct Lower {
     Kernel k;        /* the kernel being built */
     ValueId epilogue; /* the batchnorm the layer being lowered computes as it stores, or -1 */
     bool is_epilogue_by_row; /* ... applied to whole rows afterwards (CPU conv: batchnorm_row) */
+    Cur pre; /* where a scan's input load puts the sums of a layer summed in it (LY_SUMMED) */
     int capkernels, caplocals;
 } Lower;
 
-/* where a statement goes: a growable array of statements (capacity: the next power of two) */
-typedef struct Cur {
-    KStmt ***arr;
-    int *n;
-} Cur;
 
 static void
 push_stmt(Arena *a, KStmt ***arr, int *n, KStmt *s)
@@ -406,6 +410,16 @@ static void
 end_kernel(Lower *lw)
 {
     KProgram *p = lw->p;
+    /* the layers summed in this scan (LY_SUMMED) join its description */
+    for (int k = 0; k < lw->k.nnodes; k++) {
+        ValueId v = lw->k.nodes[k];
+        if (lw->vs[v].layout != LY_SUMMED) continue;
+        const Node *n = &lw->m->nodes[v];
+        lw->k.what = arena_printf(&p->arena, "%s; %s = %s(%s) summed in each thread %s", lw->k.what,
+                                  value_name(lw, v), node_op_name(lw->m, n),
+                                  value_name(lw, n->args[0]),
+                                  lw->is_static[v] ? "once, before the steps" : "at every step");
+    }
     if (p->nkernels == lw->capkernels) {
         int cap = lw->capkernels ? 2 * lw->capkernels : 16;
         p->kernels = arena_grow(&p->arena, p->kernels, (size_t)lw->capkernels * sizeof *p->kernels,
@@ -496,18 +510,22 @@ vindex(Lower *lw, ValueId v, Pos *ps)
         return bin(lw, KB_ADD, bin(lw, KB_MUL, bt, n), pos_i(lw, ps));
     }
     case LY_NONE:
-    case LY_INLINE: break;
+    case LY_INLINE:
+    case LY_SUMMED: break;
     }
     die("kir: value %d has no memory", (int)v);
 }
 
 static KExpr *pointwise_expr(Lower *lw, ValueId v, Pos *ps);
+static KExpr *summed_value(Lower *lw, ValueId v, Pos *ps);
 
 static KExpr *
 vload(Lower *lw, ValueId v, Pos *ps)
 {
     if (lw->vs[v].layout == LY_INLINE)
         return pointwise_expr(lw, v, ps);
+    if (lw->vs[v].layout == LY_SUMMED)
+        return summed_value(lw, v, ps);
     return kx_load(lw->p, lw->vs[v].buf, vindex(lw, v, ps));
 }
 
@@ -1390,6 +1408,59 @@ lower_conv2d_flat(Lower *lw, ValueId v)
     conv_store(lw, c, &cv, var(lw, ohv), var(lw, owv), var(lw, ov), t);
 }
 
+/* Layer v (dense or conv, LY_SUMMED) at the position ps of the scan that reads it: the one-lane
+ * sum of lower_dense_flat / lower_conv2d_flat for that element (the same terms in the same
+ * order, zeros skipped for spikes, then the conv's bias), its statements put at lw->pre, read as
+ * the f32 the layer's store would round it to. */
+static KExpr *
+summed_value(Lower *lw, ValueId v, Pos *ps)
+{
+    const Node *n = &lw->m->nodes[v];
+    Cur c = lw->pre;
+    if (!c.arr) die("kir: layer %d summed outside a scan", (int)v);
+    kernel_add_node(lw, v);
+    Pos row;
+    memset(&row, 0, sizeof row);
+    row.b = pos_b(lw, ps);
+    if (!lw->is_static[v]) row.t = pos_t(lw, ps);
+    KExpr *i = pos_i(lw, ps);
+    ValueId x = n->args[0];
+    bool is_sparse = is_spike_value(lw, x);
+    int t = tile(lw, "acc", 1);
+    if (n->op == OP_DENSE) {
+        int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
+        int w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
+        tile_init(lw, c, t, has_bias(n) ? wbuf(lw, n, 1) : -1, i);
+        KExpr *k;
+        KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
+        Pos px = row;
+        px.i = k;
+        tile_fma(lw, body(fk), t, to(lw, KT_F64, vload(lw, x, &px)), w,
+                 bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, O)), i), is_sparse);
+    } else {
+        Conv cv = conv_geometry(lw, v);
+        const ConvGeom *d = &cv.d;
+        int64_t HW = d->OH * d->OW;
+        int ohv = local(lw, "oh", KT_I64), ov = local(lw, "o", KT_I64), gv = local(lw, "g", KT_I64);
+        s_assign(lw, c, ohv, bin(lw, KB_REM, bin(lw, KB_DIV, i, ci(lw, d->OW)), ci(lw, d->OH)));
+        s_assign(lw, c, ov, bin(lw, KB_REM, bin(lw, KB_DIV, i, ci(lw, HW)), ci(lw, d->Og)));
+        s_assign(lw, c, gv, bin(lw, KB_DIV, i, ci(lw, HW * d->Og)));
+        cv.ps = row;
+        cv.g = var(lw, gv);
+        KExpr *cg, *kh, *kw, *ih, *iw, *o = var(lw, ov);
+        s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+        KStmt *fc = loop(lw, c, "c", ci(lw, d->Cg), false, &cg);
+        Cur in = conv_taps(lw, body(fc), &cv, var(lw, ohv), bin(lw, KB_REM, i, ci(lw, d->OW)),
+                           &kh, &kw, &ih, &iw);
+        tile_fma(lw, in, t, conv_input(lw, &cv, cg, ih, iw), cv.w,
+                 conv_weight(lw, &cv, cg, kh, kw, o), is_sparse);
+        if (cv.bias >= 0)
+            tile_fma(lw, c, t, kx_const(lw->p, KT_F64, 1), cv.bias,
+                     bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, d->Og)), o), false);
+    }
+    return to(lw, KT_F32, var(lw, t));
+}
+
 /* building a conv row's spike lists: the locals and sizes an append needs */
 typedef struct ConvList {
     Conv *cv;
@@ -2029,16 +2100,20 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
         ps[e].j = var(lw, jl[e]);
         ps[e].jn = numel;
         ps[e].ch = var(lw, chv);
+        lw->pre = c;
         if (is_static_input)
             s_assign(lw, c, cp[e].nl.input, as_f32(lw, vload(lw, n->args[0], &ps[e])));
     }
+    lw->pre = (Cur){NULL, NULL};
     KExpr *tv;
     Cur step = body(loop(lw, c, "t", ci(lw, lw->T), false, &tv));
     int pv = local(lw, "pooled", KT_F64);
     for (int e = 0; e < K; e++) {
         ps[e].t = tv;
+        lw->pre = step;
         if (!is_static_input)
             s_assign(lw, step, cp[e].nl.input, as_f32(lw, vload(lw, n->args[0], &ps[e])));
+        lw->pre = (Cur){NULL, NULL};
         neuron_step(lw, step, &cp[e].nl);
         KExpr *y = to(lw, KT_F64, var(lw, cp[e].nl.spike));
         /* max of 0/1 spikes; sums of at most K of them are exact */
@@ -2172,6 +2247,7 @@ lower_neuron(Lower *lw, ValueId v, ValueId ro, int obuf)
             s_assign(lw, c, carry[k], init[k]);
         /* an input that is the same at every step (a static value, or one computed from static
          * values where it is loaded) is loaded once, before the steps */
+        lw->pre = c;
         if (is_static_input)
             s_assign(lw, c, nl.input, as_f32(lw, vload(lw, n->args[0], &ps)));
         KExpr *tv;
@@ -2179,8 +2255,10 @@ lower_neuron(Lower *lw, ValueId v, ValueId ro, int obuf)
         ps.t = tv;
         step = body(ft);
     }
+    lw->pre = step;
     if (!is_static_input)
         s_assign(lw, step, nl.input, as_f32(lw, vload(lw, n->args[0], &ps)));
+    lw->pre = (Cur){NULL, NULL};
     neuron_step(lw, step, &nl);
     KExpr *value = has_output ? var(lw, nl.out) : var(lw, nl.spike);
     int acc = -1;
@@ -2481,6 +2559,11 @@ plan_buffers(Lower *lw)
             s->buf = -1;
             continue;
         }
+        if (n->is_scan_epilogue && p->target == KTARGET_GPU) {
+            s->layout = LY_SUMMED; /* in the scan that reads it (ir_epilogue_problem) */
+            s->buf = -1;
+            continue;
+        }
         s->layout = lw->is_static[v] ? LY_STATIC : LY_FULL;
         int64_t per = s->numel * (lw->is_static[v] ? 1 : lw->T);
         /* spikes stored as bits (Node.layout) on the CPU; GPU threads write a neuron each */
@@ -2720,7 +2803,7 @@ kir_lower_for(const Module *m, KTarget target)
             continue;
         default: break;
         }
-        if (nd->fused_into >= 0)
+        if (nd->fused_into >= 0 || lw.vs[v].layout == LY_SUMMED)
             continue; /* in its user's kernel */
         /* a conv or dense layer with this batchnorm in its epilogue (fold-batchnorm) */
         const Node *an = nd->nargs ? &m->nodes[nd->args[0]] : NULL;

@@ -51,15 +51,16 @@ calibration_text(const Module *m, ValueId **layer_out, int *nlayers_out)
     ValueId *layer = malloc(((size_t)m->nnodes + 1) * sizeof *layer);
     if (!t || !layer || !num) die("out of memory");
     size_t k = 0;
-    /* every line but fusion, weight storage and spike layouts (the interpreter has no use for
-     * them); the closing brace comes after the new outputs */
+    /* every line but fusion, weight storage, spike layouts and scan epilogues (the interpreter
+     * has no use for them); the closing brace comes after the new outputs */
     const char *end = strrchr(ir, '}');
     for (const char *p = ir; p < end;) {
         const char *nl = strchr(p, '\n');
         size_t l = nl ? (size_t)(nl - p) + 1 : strlen(p);
         bool is_storage = (!strncmp(p, "  weights ", 10) && p[10] != '"') ||
                           !strncmp(p, "  layout ", 9);
-        if (strncmp(p, "  fuse ", 7) != 0 && !is_storage) {
+        bool is_fusion = !strncmp(p, "  fuse ", 7) || !strncmp(p, "  epilogue ", 11);
+        if (!is_fusion && !is_storage) {
             memcpy(t + k, p, l);
             k += l;
         }

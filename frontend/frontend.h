@@ -66,6 +66,7 @@ typedef enum {
     MST_MEMORY,     /* memory name (reuse or separate); `memory` is a keyword only there */
     MST_ACCUMULATE, /* accumulate name (exact or f32); likewise */
     MST_EVENTS,     /* events name (a layer); likewise */
+    MST_EPILOGUE,   /* epilogue name (a layer summed in its scan); likewise */
     MST_WSTORE,     /* weights name : a (an AST_IDENT: f32, f16 or bf16) */
     MST_LAYOUT,     /* layout name : a (an AST_IDENT: bits or bytes); `layout` is a word only here */
 } StmtKind;

@@ -1156,6 +1156,7 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         }
         case MST_FUSE:
         case MST_EVENTS:
+        case MST_EPILOGUE:
         case MST_WSTORE:
         case MST_LAYOUT:
             break; /* once every value is bound: below */
@@ -1315,6 +1316,22 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         }
         m->nodes[v].is_events = true;
         m->nodes[v].events_loc = st->loc;
+    }
+    for (int i = 0; i < it->nstmts; i++) {
+        const AstStmt *st = &it->stmts[i];
+        if (st->kind != MST_EPILOGUE)
+            continue;
+        ValueId v = sym_find(L, st->name);
+        if (v < 0) {
+            diag_error(st->loc, "epilogue: '%s' is not a value of model '%s'", st->name, m->name);
+            return false;
+        }
+        if (m->nodes[v].is_scan_epilogue) {
+            diag_error(st->loc, "epilogue: '%s' is given twice", st->name);
+            return false;
+        }
+        m->nodes[v].is_scan_epilogue = true;
+        m->nodes[v].epilogue_loc = st->loc;
     }
     for (int i = 0; i < it->nstmts; i++) {
         const AstStmt *st = &it->stmts[i];

@@ -415,15 +415,16 @@ mstmt:
   | SCHEDULE name { $$ = stmt(p, MST_SCHEDULE, @1, $2, no_expr()); }
   | IDENT name {
         /* words that are statements only here: memory reuse|separate, accumulate exact|f32,
-         * events LAYER */
+         * events LAYER, epilogue LAYER */
         StmtKind k;
         if (strcmp($1->str, "memory") == 0) k = MST_MEMORY;
         else if (strcmp($1->str, "accumulate") == 0) k = MST_ACCUMULATE;
         else if (strcmp($1->str, "events") == 0) k = MST_EVENTS;
+        else if (strcmp($1->str, "epilogue") == 0) k = MST_EPILOGUE;
         else {
             fail(p, @1, "unexpected '%s %s': a model statement is NAME = ..., output, input, "
-                        "timesteps, seed, weights, schedule, memory, accumulate, events, layout or "
-                        "fuse",
+                        "timesteps, seed, weights, schedule, memory, accumulate, events, epilogue, "
+                        "layout or fuse",
                  $1->str, $2->str);
             YYABORT;
         }

@@ -255,6 +255,13 @@ typedef struct Node {
      * says where it may be given; the GPU keeps bytes) */
     SpikeLayout layout;
     Loc layout_loc; /* the `layout` statement (line 0: a pass chose it) */
+    /* a dense or conv layer whose only reader is a neuron scan (directly or through a batchnorm
+     * fused into the scan) that the GPU computes inside that scan, the scan as its epilogue: each
+     * neuron's thread sums its input for step t and steps at once, state in registers, and the
+     * layer has no buffer and no kernel (printed `epilogue a`, chosen by the scan-epilogue pass;
+     * ir_epilogue_problem says where; the CPU keeps its tiles and event lists) */
+    bool is_scan_epilogue;
+    Loc epilogue_loc; /* the `epilogue` statement (line 0: a pass chose it) */
     Loc loc;
 } Node;
 
@@ -370,6 +377,11 @@ const char *ir_fusion_problem(const Module *m, ValueId a, ValueId b);
  * view of its operand, not computed inside another kernel) and a multiple of 8 elements per
  * sample, so that a byte never holds two samples' (or two steps') spikes. */
 const char *ir_layout_problem(const Module *m, ValueId v);
+/* Why dense or conv layer v cannot be summed in the scan that reads it (Node.is_scan_epilogue),
+ * or NULL: it must have its own kernel now (not an output, not fused into a batchnorm), and one
+ * reader, a neuron layer outside recurrent cycles in the layer-by-layer schedule, or a batchnorm
+ * fused into one. */
+const char *ir_epilogue_problem(const Module *m, ValueId v);
 /* Every `fuse` of a typed module can be done (ir_fusion_problem); false after reporting the first
  * that cannot, at its fuse statement. */
 bool ir_verify_fusions(const Module *m);

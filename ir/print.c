@@ -390,6 +390,13 @@ ir_print(FILE *f, const Module *m)
         fputc('\n', f);
     }
     for (int i = 0; i < m->nnodes; i++) {
+        if (!m->nodes[order[i]].is_scan_epilogue)
+            continue;
+        fputs("  epilogue ", f);
+        put_value(f, m, pos, order[i]);
+        fputc('\n', f);
+    }
+    for (int i = 0; i < m->nnodes; i++) {
         WeightStore ws = m->nodes[order[i]].wstore;
         if (ws == WSTORE_F32)
             continue;

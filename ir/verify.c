@@ -268,10 +268,58 @@ ir_fusion_problem(const Module *m, ValueId a, ValueId b)
     return NULL;
 }
 
+const char *
+ir_epilogue_problem(const Module *m, ValueId v)
+{
+    const Node *n = &m->nodes[v];
+    if (n->op != OP_DENSE && !op_is_conv(n->op))
+        return "only a dense or conv layer is summed in the scan that reads it";
+    if (n->is_output)
+        return "it is a model output, which needs its own memory";
+    if (n->fused_into >= 0)
+        return "it is computed inside another kernel already";
+    ValueId user = -1;
+    for (ValueId u = 0; u < m->nnodes; u++)
+        for (int k = 0; k < m->nodes[u].nargs; k++)
+            if (m->nodes[u].args[k] == v) {
+                if (user >= 0)
+                    return "it has more than one reader";
+                user = u;
+            }
+    if (user < 0)
+        return "nothing reads it";
+    /* the scan, and the value it takes as input: v, or the batchnorm of v fused into it */
+    ValueId scan = user, in = v;
+    if (m->nodes[user].op == OP_BATCHNORM) {
+        scan = m->nodes[user].fused_into;
+        in = user;
+    }
+    if (scan < 0 || m->nodes[scan].op != OP_NEURON || m->nodes[scan].args[0] != in)
+        return "its reader is not a neuron layer (or a batchnorm fused into one) taking it as "
+               "input";
+    if (m->schedule != SCHEDULE_LAYER)
+        return "scans run over T only in the layer-by-layer schedule (schedule layer)";
+    if (reaches(m, scan, scan))
+        return "the neuron layer is in a recurrent cycle (it runs step by step)";
+    return NULL;
+}
+
 bool
 ir_verify_fusions(const Module *m)
 {
     bool ok = true;
+    for (int v = 0; v < m->nnodes && ok; v++) {
+        const Node *n = &m->nodes[v];
+        if (!n->is_scan_epilogue)
+            continue;
+        const char *why = ir_epilogue_problem(m, v);
+        if (why) {
+            diag_error(n->epilogue_loc.line > 0 ? n->epilogue_loc : n->loc,
+                       "epilogue: '%s' cannot be summed in its scan: %s",
+                       n->name ? n->name : node_op_name(m, n), why);
+            ok = false;
+        }
+    }
     for (int v = 0; v < m->nnodes && ok; v++) {
         const Node *n = &m->nodes[v];
         if (!n->is_events)

@@ -66,6 +66,9 @@ NET_BATCHES = (256, 1024)
 # the order they run in; the first SpikingJelly of REFERENCE_ORDER that ran is the agreement reference
 LIF_IMPLS = ("snnc", "sj014-cupy", "sj2-triton", "sj2-torch", "sj2-auto", "sj2-cuda")
 NET_IMPLS = ("snnc", "sj014-cupy", "ann", "sj2-triton", "sj2-torch")
+# snnc through snnc_bench (host arrays): the default model.so, and the -O3 one (the scan-epilogue
+# pass: layers summed in their neuron scans), whose figures against snnc-host are that pass's
+HOST_IMPLS = ("snnc-host", "snnc-o3-host")
 REFERENCE_ORDER = ("sj2-torch", "sj2-auto", "sj2-triton", "sj014-cupy", "sj2-cuda")
 # sj2-auto (SpikingJelly's own choice) only where it differs from a forced one: f16 inputs, which
 # 2.x runs on its torch reference whatever the implementation asked for (and refuses when forced)
@@ -73,6 +76,7 @@ AUTO_ONLY_DTYPES = ("f16",)
 LABELS = {
     "snnc": "snnc model.so, cuda session, snn_run_device",
     "snnc-host": "snnc model.so, snnc_bench --device=cuda (host arrays)",
+    "snnc-o3-host": "snnc -O3 model.so (scan-epilogue), snnc_bench --device=cuda (host arrays)",
     "sj014-cupy": "SpikingJelly 0.0.0.0.14 backend='cupy'",
     "sj2-triton": "SpikingJelly 2.x triton",
     "sj2-torch": "SpikingJelly 2.x torch",
@@ -80,7 +84,7 @@ LABELS = {
     "sj2-auto": "SpikingJelly 2.x default selection (f16 inputs)",
     "ann": "PyTorch ANN (ReLU, no T)",
 }
-SHORT = {"snnc": "snnc", "snnc-host": "snnc host", "sj014-cupy": "SJ cupy", "sj2-triton": "SJ2 triton",
+SHORT = {"snnc": "snnc", "snnc-host": "snnc host", "snnc-o3-host": "snnc -O3 host", "sj014-cupy": "SJ cupy", "sj2-triton": "SJ2 triton",
          "sj2-torch": "SJ2 torch", "sj2-cuda": "SJ2 cuda", "sj2-auto": "SJ2 auto", "ann": "ANN"}
 # wheel groups (fetch-wheels.sh): one folder per group, installed into its own directory, because
 # the two SpikingJelly versions cannot share one
@@ -210,12 +214,13 @@ def build_models(snnc: Path, dest: Path, configs, arch: str, cpu: str | None, co
         else:
             res["lif"][f"{n}x{t}"] = str(so)
     for name, extra in (("fmnist_mlp", ()), ("fmnist_conv", ("--no-embed-weights",))):
-        so = dest / f"{name}.so"
-        why = build(ROOT / "examples" / f"{name}.snn", so, extra)
-        if why:
-            res["errors"].append(why)
-        else:
-            res[name.split("_")[1]] = str(so)
+        for sfx, opt in (("", ()), ("_o3", ("-O3",))):
+            so = dest / f"{name}{sfx}.so"
+            why = build(ROOT / "examples" / f"{name}.snn", so, (*extra, *opt))
+            if why:
+                res["errors"].append(why)
+            else:
+                res[name.split("_")[1] + sfx] = str(so)
     return res
 
 
@@ -270,7 +275,8 @@ def prepare(args) -> int:
         "lif": {k: Path(v).name for k, v in models["lif"].items()},
         "lif_snn_sha256": {f"{n}x{t}": hashlib.sha256(lif_snn(n, t).encode()).hexdigest()
                            for n, t in configs},
-        "mlp": "fmnist_mlp.so", "conv": "fmnist_conv.so", "conv_weights_embedded": False,
+        "mlp": "fmnist_mlp.so", "conv": "fmnist_conv.so", "mlp_o3": "fmnist_mlp_o3.so",
+        "conv_o3": "fmnist_conv_o3.so", "conv_weights_embedded": False,
         "snnc_bench": "snnc_bench", "data": "data", "conv_weights": weights,
         "build_reports": models["reports"],
         "files": {p.relative_to(dest).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256(p)}
@@ -324,6 +330,9 @@ def snnc_artifacts(args, probe: dict, configs, commands: list) -> dict:
                 res["lif_so"][key] = str(prebuilt / man["lif"][key])
         res["mlp_so"] = str(prebuilt / man["mlp"])
         res["conv_so"] = str(prebuilt / man["conv"])
+        for net in ("mlp", "conv"):  # absent from a prebuilt/ made before -O3 existed
+            if man.get(f"{net}_o3"):
+                res[f"{net}_o3_so"] = str(prebuilt / man[f"{net}_o3"])
         bench = prebuilt / man.get("snnc_bench", "snnc_bench")
         res["snnc_bench"] = str(bench) if bench.exists() else None
         sm = probe.get("sm")
@@ -347,7 +356,8 @@ def snnc_artifacts(args, probe: dict, configs, commands: list) -> dict:
     models = build_models(snnc, OUT / "so", configs, sm, None, commands)
     res = {"source": f"built now by {rel(snnc)} ({snnc_version(snnc)})", "lif_so": models["lif"],
            "lif_so_missing": models["lif_missing"], "mlp_so": models.get("mlp"),
-           "conv_so": models.get("conv"), "snnc_bench": str(bench) if bench.exists() else None}
+           "conv_so": models.get("conv"), "mlp_o3_so": models.get("mlp_o3"),
+           "conv_o3_so": models.get("conv_o3"), "snnc_bench": str(bench) if bench.exists() else None}
     if models["errors"]:
         res["build_errors"] = models["errors"]
     return res
@@ -547,7 +557,7 @@ def first_argmax(a):
 
 # the order of the work: first what the goals compare (snnc, SpikingJelly cupy, the ANN) and the
 # fastest SpikingJelly 2.x, then the rest, so that a run cut short by --budget-s keeps what matters
-PHASES = (("snnc", "sj014-cupy", "ann", "sj2-triton", "snnc-host"), ("sj2-torch", "sj2-auto", "sj2-cuda"))
+PHASES = (("snnc", "sj014-cupy", "ann", "sj2-triton", "snnc-host", "snnc-o3-host"), ("sj2-torch", "sj2-auto", "sj2-cuda"))
 
 
 def lif_spec(args, probe: dict) -> dict:
@@ -639,10 +649,14 @@ def run_net(args, runner: Runner, impl: str, base: dict, snnc: dict, wheels: dic
     log(f"{name}: {LABELS[impl]} ...")
     if impl.startswith("snnc") and "not_run" in snnc:
         return {"not_run": snnc["not_run"]}
-    if impl == "snnc-host":
+    if impl in HOST_IMPLS:
         if not snnc.get("snnc_bench"):
             return {"not_run": "no snnc_bench"}
-        return snnc_bench_rows(args, runner, name, snnc, base["weights"], base["images"], Path(base["data_dir"]))
+        so = snnc.get(f"{name}_o3_so" if impl == "snnc-o3-host" else f"{name}_so")
+        if not so:
+            return {"not_run": "no -O3 model.so (run --prepare again)"}
+        return snnc_bench_rows(args, runner, name, {**snnc, f"{name}_so": so}, base["weights"],
+                               base["images"], Path(base["data_dir"]), impl)
     spec = {**base, "impl": impl}
     if impl == "snnc":
         spec.update({f"{name}_so": snnc.get(f"{name}_so"), "snnc_source": snnc.get("source"),
@@ -657,7 +671,7 @@ def net_rows(results: dict, base: dict, labels) -> dict:
     """A network's section: every implementation's figures, and agreement with the reference
     SpikingJelly (predictions and whole output-rate rows) and accuracy."""
     import numpy as np
-    impls = {i: dict(results[i]) for i in NET_IMPLS + ("snnc-host",) if i in results}
+    impls = {i: dict(results[i]) for i in NET_IMPLS + HOST_IMPLS if i in results}
     res = {"images": base["images"], "batches": base["batches"], "impls": impls}
     ref = next((i for i in REFERENCE_ORDER if impls.get(i, {}).get("outputs_file")), None)
     res["reference"] = ref
@@ -676,14 +690,18 @@ def net_rows(results: dict, base: dict, labels) -> dict:
     if impls.get("snnc", {}).get("outputs_file") and impls.get("snnc-host", {}).get("outputs_file"):
         a, b = np.load(impls["snnc"]["outputs_file"]), np.load(impls["snnc-host"]["outputs_file"])
         impls["snnc-host"]["identical_to_device_path"] = bool(a.shape == b.shape and (a == b).all())
+    if impls.get("snnc-host", {}).get("outputs_file") and impls.get("snnc-o3-host", {}).get("outputs_file"):
+        a, b = np.load(impls["snnc-host"]["outputs_file"]), np.load(impls["snnc-o3-host"]["outputs_file"])
+        impls["snnc-o3-host"]["identical_to_O2"] = bool(a.shape == b.shape and (a == b).all())
     return res
 
 
-def snnc_bench_rows(args, runner: Runner, name: str, snnc: dict, wpath: str, images: int, ddir: Path) -> dict:
+def snnc_bench_rows(args, runner: Runner, name: str, snnc: dict, wpath: str, images: int, ddir: Path,
+                    impl: str = "snnc-host") -> dict:
     """snnc_bench --device=cuda: host arrays in and out (snn_run copies them), at each batch size."""
     so = snnc.get(f"{name}_so")
     res = {"throughput": {}, "commands": []}
-    out = OUT / "net" / f"{name}_out_snnc-host.npy"
+    out = OUT / "net" / f"{name}_out_{impl}.npy"
     for i, b in enumerate(NET_BATCHES):
         if runner.left() < 30:
             res["not_run"] = "time budget spent"
@@ -813,7 +831,7 @@ def table_nets(res: dict) -> list[str]:
                 f"{k[str(b)]['kernels_per_call']:g}" if k.get(str(b), {}).get("kernels_per_call") is not None
                 else (f"{k[str(b)]['snnc_kernel_launches_per_run']:g}*" if k.get(str(b), {}).get(
                     "snnc_kernel_launches_per_run") is not None else "?") for b in (1, NET_BATCHES[0]))
-            if impl == "snnc-host":
+            if impl in HOST_IMPLS:
                 big = (r.get("throughput", {}).get(str(NET_BATCHES[0])) or {}).get("snnc_kernel_launches_per_run")
                 kern = f"{r.get('b1_kernel_launches_per_run', '?')}*/{big if big is not None else '?'}*"
             agree = []
@@ -867,7 +885,7 @@ def dry_run(args) -> int:
         f"T in {sorted({t for _, t in configs})}, inputs {list(LIF_DTYPES)}; "
         f"implementations {[i for i in LIF_IMPLS if i in args.impls]}")
     log(f"  mlp, conv: batches {list(NET_BATCHES)} and 1; implementations "
-        f"{[i for i in NET_IMPLS if i in args.impls]} + snnc-host (snnc_bench --device=cuda)")
+        f"{[i for i in NET_IMPLS if i in args.impls]} + snnc-host and snnc-o3-host (snnc_bench --device=cuda)")
     files = write_lif_snn(OUT / "snn", configs)
     snnc = Path(args.build_dir) / "driver" / "snnc"
     failed = 0
@@ -1158,8 +1176,8 @@ def main() -> int:
             if "lif" in bases:
                 results["lif"][impl] = run_lif(args, runner, impl, bases["lif"], res["snnc"], res["wheels"])
         for net in nets:
-            for impl in (i for i in phase if i in NET_IMPLS + ("snnc-host",)):
-                if (impl if impl != "snnc-host" else "snnc") in args.impls:
+            for impl in (i for i in phase if i in NET_IMPLS + HOST_IMPLS):
+                if (impl if impl not in HOST_IMPLS else "snnc") in args.impls:
                     results[net][impl] = run_net(args, runner, impl, bases[net], res["snnc"], res["wheels"])
         sections(final=False)
     sections(final=True)

@@ -248,7 +248,9 @@ expr(Gen *g, const KExpr *e)
             fprintf(f, "((%s)%s)", ctype(e->type), name);
         return;
     }
-    case KX_VAR: fprintf(f, "v%d", e->var); return;
+    case KX_VAR: /* a one-lane tile reads as its lane (kir.h) */
+        fprintf(f, g->k->locals[e->var].lanes > 0 ? "v%d[0]" : "v%d", e->var);
+        return;
     case KX_LOAD: load(g, e); return;
     case KX_UN: un(g, e); return;
     case KX_BIN: bin(g, e); return;

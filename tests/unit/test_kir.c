@@ -131,7 +131,9 @@ same_on_target(const char *text, int batch, int64_t sample_base, char **printed,
      * the arena out as planned, written-first regions full of garbage) */
     if (is_fused || schedule == SCHEDULE_STEP) m->memory = MEMORY_REUSE;
     bool changed;
-    if (is_fused && !pass_fuse(m, &changed)) {
+    /* fused: the fuse pass's kernels, and on the GPU layers summed in the scans that read them
+     * (scan-epilogue, whose marks the CPU lowering ignores) */
+    if (is_fused && (!pass_fuse(m, &changed) || !pass_scan_epilogue(m, &changed))) {
         module_free(m);
         return false;
     }
@@ -213,7 +215,8 @@ same_on_target(const char *text, int batch, int64_t sample_base, char **printed,
 }
 
 /* the same for both targets' lowerings, time-batched (the time-batch pass's schedule) and step by
- * step (with the memory plan), and time-batched after the fuse pass (with the memory plan); spike
+ * step (with the memory plan), and time-batched after the fuse and scan-epilogue passes (with the
+ * memory plan); spike
  * layers event-driven when time-batched;
  * printed: the CPU's time-batched kernel IR without either */
 static bool

@@ -96,7 +96,7 @@ put_type(FILE *f, const AstType *t)
 static const char *stmt_names[] = {
     "state", "let", "assign", "fire", "fire_down", "reset_to", "reset_sub", "refractory",
     "output", "surrogate", "timesteps", "weights", "seed", "input", "bind", "out", "schedule",
-    "fuse", "memory", "accumulate", "events", "wstore", "layout",
+    "fuse", "memory", "accumulate", "events", "epilogue", "wstore", "layout",
 };
 
 static void
@@ -306,6 +306,9 @@ test_valid(void)
     /* spike layout: `layout NAME : bits` (`layout` a word only there) */
     OK("model p { layout s : bits layout t : bytes layout = 2 }",
        "model p; layout s bits; layout t bytes; bind layout 2");
+    /* scan epilogue: `epilogue LAYER` (a word only there) */
+    OK("model p { events c epilogue d epilogue = 3 }",
+       "model p; events c; epilogue d; bind epilogue 3");
 }
 
 /* locations: every node at its first token, statements at theirs, binds at the name */
@@ -374,7 +377,7 @@ test_invalid(void)
         "t.snn:1:15: error: unexpected '}', expected an identifier, a value name or '='");
     BAD("model m { foo bar }",
         "t.snn:1:11: error: unexpected 'foo bar': a model statement is NAME = ..., output, input, "
-        "timesteps, seed, weights, schedule, memory, accumulate, events, layout or fuse");
+        "timesteps, seed, weights, schedule, memory, accumulate, events, epilogue, layout or fuse");
     BAD("model m { foo bar : bits }",
         "t.snn:1:11: error: unexpected 'foo bar :': a statement 'NAME VALUE : WHAT' is 'weights "
         "LAYER : f16|bf16|f32' or 'layout VALUE : bits|bytes'");
