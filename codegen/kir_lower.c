@@ -998,30 +998,41 @@ lower_dense(Lower *lw, ValueId v)
     dense_block(lw, els(i), ci(lw, nfull * nt), (int)tail, &d);
 }
 
-/* GPU: one thread per output element (row, o), a one-lane tile from the bias summed in k order
- * (the interpreter's), zeros skipped for spikes. Consecutive threads take consecutive outputs, so
- * their weight loads from W^T [K][O] coalesce and the input row is one broadcast. */
+/* output o of dense layer v in the row at *row, into the one-lane tile t: from the bias, summed
+ * in k order (the interpreter's), zeros skipped for spikes */
 static void
-lower_dense_flat(Lower *lw, ValueId v)
+dense_sum(Lower *lw, Cur c, ValueId v, const Pos *row, KExpr *o, int t)
 {
     const Node *n = &lw->m->nodes[v];
     ValueId x = n->args[0];
     int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
     int w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
-    int bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
+    tile_init(lw, c, t, has_bias(n) ? wbuf(lw, n, 1) : -1, o);
+    KExpr *k;
+    KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
+    Pos px = *row;
+    px.i = k;
+    tile_fma(lw, body(fk), t, to(lw, KT_F64, vload(lw, x, &px)), w,
+             bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, O)), o), is_spike_value(lw, x));
+}
+
+/* GPU: one thread per output element (row, o), a one-lane tile (dense_sum). Consecutive threads
+ * take consecutive outputs, so their weight loads from W^T [K][O] coalesce and the input row is
+ * one broadcast. */
+static void
+lower_dense_flat(Lower *lw, ValueId v)
+{
+    int64_t O = lw->vs[v].numel;
     KExpr *q;
     KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, O)), true, &q);
     Cur c = body(fq);
     int ov = local(lw, "o", KT_I64), rv = local(lw, "r", KT_I64);
     s_assign(lw, c, ov, bin(lw, KB_REM, q, ci(lw, O)));
     s_assign(lw, c, rv, bin(lw, KB_DIV, q, ci(lw, O)));
-    KExpr *o = var(lw, ov), *r = var(lw, rv), *k;
+    KExpr *o = var(lw, ov), *r = var(lw, rv);
     int t = tile(lw, "acc", 1);
-    tile_init(lw, c, t, bias, o);
-    KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
-    Pos px = row_pos(lw, v, r, k);
-    tile_fma(lw, body(fk), t, to(lw, KT_F64, vload(lw, x, &px)), w,
-             bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, O)), o), is_spike_value(lw, x));
+    Pos row = row_pos(lw, v, r, NULL);
+    dense_sum(lw, c, v, &row, o, t);
     Pos py = row_pos(lw, v, r, o);
     tile_store(lw, c, v, &py, 1, t);
 }
@@ -1247,14 +1258,23 @@ conv_count_index(Lower *lw, const Conv *cv, KExpr *q)
     return bin(lw, KB_ADD, base, bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.H * cv->d.W)), q));
 }
 
-/* acc + bias (the interpreter's order: 1 * bias is exact), stored to the output pixel (oh, ow)
- * of channels [o0, o0 + lanes) of group g: one channel apart is OH*OW elements apart (NCHW) */
-static void
-conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, int t)
+/* acc + bias of channels [o0, o0 + lanes) of group g (the interpreter's order: 1 * bias is
+ * exact); returns the first channel's number */
+static KExpr *
+conv_bias(Lower *lw, Cur c, const Conv *cv, KExpr *o0, int t)
 {
     KExpr *o = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Og)), o0);
     if (cv->bias >= 0)
         tile_fma(lw, c, t, kx_const(lw->p, KT_F64, 1), cv->bias, o, false);
+    return o;
+}
+
+/* acc + bias, stored to the output pixel (oh, ow) of channels [o0, o0 + lanes) of group g: one
+ * channel apart is OH*OW elements apart (NCHW) */
+static void
+conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, int t)
+{
+    KExpr *o = conv_bias(lw, c, cv, o0, t);
     Pos py = cv->ps;
     py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, cv->d.OH * cv->d.OW)),
                bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, cv->d.OW)), ow));
@@ -1376,6 +1396,20 @@ lower_conv2d(Lower *lw, ValueId v)
     conv_groups(lw, c, &cv);
 }
 
+/* output (channel o of group cv->g, oh, ow) of the row at cv->ps into the one-lane tile t, without
+ * the bias (conv_store adds it): summed over (c, kh, kw), the interpreter's order, zeros skipped
+ * for spikes */
+static void
+conv_sum(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o, int t)
+{
+    KExpr *cg, *kh, *kw, *ih, *iw;
+    s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    KStmt *fc = loop(lw, c, "c", ci(lw, cv->d.Cg), false, &cg);
+    Cur in = conv_taps(lw, body(fc), cv, oh, ow, &kh, &kw, &ih, &iw);
+    tile_fma(lw, in, t, conv_input(lw, cv, cg, ih, iw), cv->w, conv_weight(lw, cv, cg, kh, kw, o),
+             is_spike_value(lw, cv->x));
+}
+
 /* GPU: one thread per output element (row, group, channel, oh, ow), ow fastest so that
  * neighbouring threads read neighbouring inputs and store neighbouring outputs; a one-lane tile
  * summed over (c, kh, kw), the interpreter's order, zeros skipped for spikes, then + bias. */
@@ -1385,7 +1419,7 @@ lower_conv2d_flat(Lower *lw, ValueId v)
     Conv cv = conv_geometry(lw, v);
     const ConvGeom *d = &cv.d;
     int64_t per_row = d->G * d->Og * d->OH * d->OW;
-    KExpr *q, *kh, *kw, *ih, *iw, *cg;
+    KExpr *q;
     KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, per_row)), true, &q);
     Cur c = body(fq);
     int owv = local(lw, "ow", KT_I64), ohv = local(lw, "oh", KT_I64);
@@ -1400,11 +1434,7 @@ lower_conv2d_flat(Lower *lw, ValueId v)
     cv.ps = row_pos(lw, v, var(lw, rv), NULL);
     cv.g = var(lw, gv);
     int t = tile(lw, "acc", 1);
-    s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
-    KStmt *fc = loop(lw, c, "c", ci(lw, d->Cg), false, &cg);
-    Cur in = conv_taps(lw, body(fc), &cv, var(lw, ohv), var(lw, owv), &kh, &kw, &ih, &iw);
-    tile_fma(lw, in, t, conv_input(lw, &cv, cg, ih, iw), cv.w,
-             conv_weight(lw, &cv, cg, kh, kw, var(lw, ov)), is_spike_value(lw, cv.x));
+    conv_sum(lw, c, &cv, var(lw, ohv), var(lw, owv), var(lw, ov), t);
     conv_store(lw, c, &cv, var(lw, ohv), var(lw, owv), var(lw, ov), t);
 }
 
@@ -1415,7 +1445,6 @@ lower_conv2d_flat(Lower *lw, ValueId v)
 static KExpr *
 summed_value(Lower *lw, ValueId v, Pos *ps)
 {
-    const Node *n = &lw->m->nodes[v];
     Cur c = lw->pre;
     if (!c.arr) die("kir: layer %d summed outside a scan", (int)v);
     kernel_add_node(lw, v);
@@ -1424,19 +1453,9 @@ summed_value(Lower *lw, ValueId v, Pos *ps)
     row.b = pos_b(lw, ps);
     if (!lw->is_static[v]) row.t = pos_t(lw, ps);
     KExpr *i = pos_i(lw, ps);
-    ValueId x = n->args[0];
-    bool is_sparse = is_spike_value(lw, x);
     int t = tile(lw, "acc", 1);
-    if (n->op == OP_DENSE) {
-        int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
-        int w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
-        tile_init(lw, c, t, has_bias(n) ? wbuf(lw, n, 1) : -1, i);
-        KExpr *k;
-        KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
-        Pos px = row;
-        px.i = k;
-        tile_fma(lw, body(fk), t, to(lw, KT_F64, vload(lw, x, &px)), w,
-                 bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, O)), i), is_sparse);
+    if (lw->m->nodes[v].op == OP_DENSE) {
+        dense_sum(lw, c, v, &row, i, t);
     } else {
         Conv cv = conv_geometry(lw, v);
         const ConvGeom *d = &cv.d;
@@ -1447,16 +1466,8 @@ summed_value(Lower *lw, ValueId v, Pos *ps)
         s_assign(lw, c, gv, bin(lw, KB_DIV, i, ci(lw, HW * d->Og)));
         cv.ps = row;
         cv.g = var(lw, gv);
-        KExpr *cg, *kh, *kw, *ih, *iw, *o = var(lw, ov);
-        s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
-        KStmt *fc = loop(lw, c, "c", ci(lw, d->Cg), false, &cg);
-        Cur in = conv_taps(lw, body(fc), &cv, var(lw, ohv), bin(lw, KB_REM, i, ci(lw, d->OW)),
-                           &kh, &kw, &ih, &iw);
-        tile_fma(lw, in, t, conv_input(lw, &cv, cg, ih, iw), cv.w,
-                 conv_weight(lw, &cv, cg, kh, kw, o), is_sparse);
-        if (cv.bias >= 0)
-            tile_fma(lw, c, t, kx_const(lw->p, KT_F64, 1), cv.bias,
-                     bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, d->Og)), o), false);
+        conv_sum(lw, c, &cv, var(lw, ohv), bin(lw, KB_REM, i, ci(lw, d->OW)), var(lw, ov), t);
+        conv_bias(lw, c, &cv, var(lw, ov), t);
     }
     return to(lw, KT_F32, var(lw, t));
 }
