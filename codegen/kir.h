@@ -91,8 +91,9 @@ typedef enum {
 
 /* Semantics every reader must keep (the evaluator kir_eval.c is the reference):
  * - f32 operations round to float after every operation (+ - * / sqrt correctly rounded; exp, log,
- *   tanh, pow are the C library's expf, logf, tanhf, powf on float operands; KU_SIGMOID on f32 is
- *   1.0f / (1.0f + expf(-x)) in float arithmetic). f64 operations are double (sqrt, exp, ...).
+ *   tanh, pow are the double functions of the float operands rounded once, ir/fmath.h; KU_SIGMOID on
+ *   f32 is 1.0f / (1.0f + f32_exp(-x)) in float arithmetic). f64 operations are double (sqrt, exp,
+ *   ...).
  * - KB_MIN/KB_MAX propagate NaN like torch.minimum/maximum: isnan(a) || isnan(b) ? NaN :
  *   (a < b ? a : b) for min (a > b ? a : b for max); -0.0 and +0.0 are not ordered (b wins ties).
  * - KB_DIV and KB_REM on i64 are C's truncating / and %; operands are never negative in lowered code.

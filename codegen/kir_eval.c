@@ -3,6 +3,7 @@
  * operation). It is the check that lowering is right, compared bit for bit with ir/interp.c; it
  * must stay obvious and never be clever about speed. Every index is bounds-checked. */
 #include "codegen/kir.h"
+#include "ir/fmath.h"
 #include "runtime/layout.h"
 #include "runtime/f16.h"
 #include "runtime/philox.h"
@@ -141,14 +142,14 @@ eval_un(Eval *ev, const KExpr *e)
     double x = a.f;
     switch ((KUn)e->op) {
     case KU_NEG: r.f = -x; break;
-    case KU_EXP: r.f = f32 ? (double)expf((float)x) : exp(x); break;
-    case KU_LOG: r.f = f32 ? (double)logf((float)x) : log(x); break;
+    case KU_EXP: r.f = f32 ? (double)f32_exp((float)x) : exp(x); break;
+    case KU_LOG: r.f = f32 ? (double)f32_log((float)x) : log(x); break;
     case KU_SQRT: r.f = rnd(t, sqrt(x)); break;
-    case KU_TANH: r.f = f32 ? (double)tanhf((float)x) : tanh(x); break;
+    case KU_TANH: r.f = f32 ? (double)f32_tanh((float)x) : tanh(x); break;
     case KU_ABS: r.f = fabs(x); break;
     case KU_FLOOR: r.f = floor(x); break;
     case KU_SIGMOID:
-        r.f = f32 ? (double)(1.0f / (1.0f + expf(-(float)x))) : 1.0 / (1.0 + exp(-x));
+        r.f = f32 ? (double)f32_sigmoid((float)x) : 1.0 / (1.0 + exp(-x));
         break;
     default: unreachable();
     }
@@ -174,7 +175,7 @@ eval_bin(Eval *ev, const KExpr *e)
         case KB_DIV: r.f = rnd(t, x / y); break;
         case KB_MIN: r.f = min_nan(x, y); break;
         case KB_MAX: r.f = max_nan(x, y); break;
-        case KB_POW: r.f = t == KT_F32 ? (double)powf((float)x, (float)y) : pow(x, y); break;
+        case KB_POW: r.f = t == KT_F32 ? (double)f32_pow((float)x, (float)y) : pow(x, y); break;
         case KB_LT: r.i = x < y; break;
         case KB_LE: r.i = x <= y; break;
         case KB_GT: r.i = x > y; break;

@@ -2,6 +2,7 @@
  * and in float32, and the folding of parameter-only expressions (done once, in double, like Python
  * scalars in PyTorch). The interpreter and the kernel-IR lowering both use these, so they cannot drift. */
 #include "ir/ir.h"
+#include "ir/fmath.h"
 
 #include <math.h>
 
@@ -42,26 +43,25 @@ nexpr_apply_bin(NxBin op, double a, double b, bool is_f32)
     return is_f32 ? (double)(float)r : r;
 }
 
-/* One call over nfuncs.def. With is_f32 the transcendental functions are the float ones (expf, ...)
- * on float arguments, and sqrt is rounded once (exact); the others return an operand or an integer.
- */
+/* One call over nfuncs.def. With is_f32 the transcendental functions are ir/fmath.h's (the double
+ * function rounded once) on float arguments, and sqrt is rounded once (exact); the others return an
+ * operand or an integer. */
 double
 nexpr_apply_call(NFunc f, const double *a, bool is_f32)
 {
     switch (f) {
-    case NF_EXP: return is_f32 ? (double)expf((float)a[0]) : exp(a[0]);
-    case NF_LOG: return is_f32 ? (double)logf((float)a[0]) : log(a[0]);
+    case NF_EXP: return is_f32 ? (double)f32_exp((float)a[0]) : exp(a[0]);
+    case NF_LOG: return is_f32 ? (double)f32_log((float)a[0]) : log(a[0]);
     case NF_SQRT: return is_f32 ? (double)(float)sqrt(a[0]) : sqrt(a[0]);
-    case NF_TANH: return is_f32 ? (double)tanhf((float)a[0]) : tanh(a[0]);
+    case NF_TANH: return is_f32 ? (double)f32_tanh((float)a[0]) : tanh(a[0]);
     case NF_SIGMOID:
-        if (is_f32)
-            return (double)(1.0f / (1.0f + expf(-(float)a[0])));
+        if (is_f32) return (double)f32_sigmoid((float)a[0]);
         return 1.0 / (1.0 + exp(-a[0]));
     case NF_ABS: return fabs(a[0]);
     case NF_FLOOR: return floor(a[0]);
     case NF_MIN: return min_nan(a[0], a[1]);
     case NF_MAX: return max_nan(a[0], a[1]);
-    case NF_POW: return is_f32 ? (double)powf((float)a[0], (float)a[1]) : pow(a[0], a[1]);
+    case NF_POW: return is_f32 ? (double)f32_pow((float)a[0], (float)a[1]) : pow(a[0], a[1]);
     case NF_CLAMP: return min_nan(max_nan(a[0], a[1]), a[2]);
     case NF_SELECT: return a[0] != 0 ? a[1] : a[2];
     default: unreachable();

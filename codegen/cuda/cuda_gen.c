@@ -6,14 +6,12 @@
  * The text keeps the kernel IR's arithmetic exactly (kir.h): every value has the C type of its
  * kernel IR type (f32 float, f64 double, every integer long long, bool bool), every operation is
  * parenthesised, float constants are written in hexadecimal, NVRTC runs with --fmad=false so
- * nothing is contracted, and tiles are double arrays updated by fma() lane by lane. Where the CUDA
- * math library and the C library differ (expf, logf, tanhf, powf), the f32 function is computed in
- * double and rounded once, which agrees with glibc except in rare last-bit cases (docs/design.md).
+ * nothing is contracted, and tiles are double arrays updated by fma() lane by lane. The f32 exp,
+ * log, tanh and pow are the double functions rounded once, as on every backend (ir/fmath.h).
  *
  * Compiled by a host C++ compiler with -DSNN_CUDA_EMULATE, the same text runs on the CPU: the
- * prelude then defines the few CUDA built-ins the kernels use, the f32 functions are the C
- * library's (as the interpreter's), and every kernel gets a snnk_emu_ wrapper that runs its blocks
- * and threads one after another (tests/cuda_emu). */
+ * prelude then defines the few CUDA built-ins the kernels use, and every kernel gets a snnk_emu_
+ * wrapper that runs its blocks and threads one after another (tests/cuda_emu). */
 #include "codegen/cuda/cuda_gen.h"
 
 #include <inttypes.h>
@@ -555,11 +553,6 @@ static const char prelude[] =
     "#define SNN_FN static inline\n"
     "static inline float snn_bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }\n"
     "static inline double snn_bits_f64(uint64_t u) { double d; std::memcpy(&d, &u, 8); return d; }\n"
-    "/* the C library's float functions, as the interpreter calls them */\n"
-    "SNN_FN float snn_expf(float x) { return expf(x); }\n"
-    "SNN_FN float snn_logf(float x) { return logf(x); }\n"
-    "SNN_FN float snn_tanhf(float x) { return tanhf(x); }\n"
-    "SNN_FN float snn_powf(float x, float y) { return powf(x, y); }\n"
     "#else\n"
     "#pragma nv_diag_suppress 177 /* helpers a model does not call are declared but not used */\n"
     "typedef unsigned int uint32_t;\n"
@@ -568,13 +561,13 @@ static const char prelude[] =
     "#define SNN_FN static __device__ __forceinline__\n"
     "SNN_FN float snn_bits_f32(uint32_t u) { return __uint_as_float(u); }\n"
     "SNN_FN double snn_bits_f64(uint64_t u) { return __longlong_as_double((long long)u); }\n"
-    "/* computed in double and rounded once: agrees with the C library's correctly rounded\n"
-    " * results except in rare last-bit cases, where CUDA's own expf/logf differ by up to 2 ulp */\n"
+    "#endif\n"
+    "/* f32 exp, log, tanh, pow: the double function rounded once, as on every backend (CUDA's own\n"
+    " * expf is off by up to 2 ulp, glibc's tanhf by 1) */\n"
     "SNN_FN float snn_expf(float x) { return (float)exp((double)x); }\n"
     "SNN_FN float snn_logf(float x) { return (float)log((double)x); }\n"
     "SNN_FN float snn_tanhf(float x) { return (float)tanh((double)x); }\n"
     "SNN_FN float snn_powf(float x, float y) { return (float)pow((double)x, (double)y); }\n"
-    "#endif\n"
     "/* 16-bit weights as the floats they stand for, exactly (runtime/f16.h's conversions) */\n"
     "SNN_FN float snn_bf16_f32(unsigned short h) { return snn_bits_f32((uint32_t)h << 16); }\n"
     "SNN_FN float snn_f16_f32(unsigned short h) {\n"

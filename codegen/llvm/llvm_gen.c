@@ -279,14 +279,16 @@ convert(Gen *g, LLVMValueRef v, KType from, KType to)
     return wrap_int(g, v, to); /* i64 → i64 */
 }
 
-/* A C library function (expf, ...) declared once, called with nobuiltin at the call site so LLVM
- * neither constant-folds it with its own arithmetic nor rewrites it (powf(2, x) → exp2f): the JIT
+/* A C library function (exp, ...) declared once, called with nobuiltin at the call site so LLVM
+ * neither constant-folds it with its own arithmetic nor rewrites it (pow(2, x) → exp2): the JIT
  * resolves the same libm the evaluator calls. Declared readnone/nounwind so loops around it still
  * optimise. */
 static LLVMValueRef call_libm_scalar(Gen *g, const char *name, KType t, LLVMValueRef *args,
                                      unsigned nargs);
 
-/* SIMD lanes call the same scalar function lane by lane: the same results, bit for bit */
+/* The double function `name` in type t: on f32 operands it is called on their double values and
+ * rounded once (ir/fmath.h). SIMD lanes call the same scalar function lane by lane: the same
+ * results, bit for bit. */
 static LLVMValueRef
 call_libm(Gen *g, const char *name, KType t, LLVMValueRef *args, unsigned nargs)
 {
@@ -305,17 +307,20 @@ call_libm(Gen *g, const char *name, KType t, LLVMValueRef *args, unsigned nargs)
 static LLVMValueRef
 call_libm_scalar(Gen *g, const char *name, KType t, LLVMValueRef *args, unsigned nargs)
 {
-    LLVMTypeRef ft_args[2] = {val_type(g, t), val_type(g, t)};
-    LLVMTypeRef fty = LLVMFunctionType(val_type(g, t), ft_args, nargs, 0);
+    LLVMTypeRef ft_args[2] = {g->t_f64, g->t_f64};
+    LLVMTypeRef fty = LLVMFunctionType(g->t_f64, ft_args, nargs, 0);
     LLVMValueRef f = LLVMGetNamedFunction(g->mod, name);
     if (!f) {
         f = LLVMAddFunction(g->mod, name, fty);
         LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, g->a_nounwind);
         if (g->a_readnone) LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, g->a_readnone);
     }
-    LLVMValueRef c = LLVMBuildCall2(g->b, fty, f, args, nargs, "");
+    LLVMValueRef wide[2];
+    for (unsigned k = 0; k < nargs; k++)
+        wide[k] = t == KT_F32 ? LLVMBuildFPExt(g->b, args[k], g->t_f64, "") : args[k];
+    LLVMValueRef c = LLVMBuildCall2(g->b, fty, f, wide, nargs, "");
     LLVMAddCallSiteAttribute(c, LLVMAttributeFunctionIndex, g->a_nobuiltin);
-    return c;
+    return t == KT_F32 ? LLVMBuildFPTrunc(g->b, c, g->t_f32, "") : c;
 }
 
 /* An LLVM intrinsic that is exact in IEEE arithmetic (sqrt, fabs, floor): identical to the C
@@ -520,7 +525,7 @@ static LLVMValueRef
 un_value(Gen *g, int op, KType t, LLVMValueRef a, KType rt)
 {
     LLVMBuilderRef b = g->b;
-    bool is_f = is_float(t), is_f32 = t == KT_F32;
+    bool is_f = is_float(t);
     switch ((KUn)op) {
     case KU_NEG:
         return convert(g, is_f ? LLVMBuildFNeg(b, a, "") : LLVMBuildNeg(b, a, ""), t, rt);
@@ -563,13 +568,13 @@ un_value(Gen *g, int op, KType t, LLVMValueRef a, KType rt)
     LLVMValueRef r;
     switch ((KUn)op) {
     case KU_EXP:
-        r = call_libm(g, is_f32 ? "expf" : "exp", t, &a, 1);
+        r = call_libm(g, "exp", t, &a, 1);
         break;
     case KU_LOG:
-        r = call_libm(g, is_f32 ? "logf" : "log", t, &a, 1);
+        r = call_libm(g, "log", t, &a, 1);
         break;
     case KU_TANH:
-        r = call_libm(g, is_f32 ? "tanhf" : "tanh", t, &a, 1);
+        r = call_libm(g, "tanh", t, &a, 1);
         break;
     case KU_SQRT:
         r = call_intrinsic(g, "sqrt", t, a);
@@ -580,7 +585,7 @@ un_value(Gen *g, int op, KType t, LLVMValueRef a, KType rt)
     case KU_SIGMOID: {
         /* 1 / (1 + exp(-x)), in that order, in t */
         LLVMValueRef na = LLVMBuildFNeg(b, a, "");
-        LLVMValueRef ex = call_libm(g, is_f32 ? "expf" : "exp", t, &na, 1);
+        LLVMValueRef ex = call_libm(g, "exp", t, &na, 1);
         LLVMValueRef one = const_like(g, t, 1.0, a);
         r = LLVMBuildFDiv(b, one, LLVMBuildFAdd(b, one, ex, ""), "sigmoid");
         break;
@@ -669,7 +674,7 @@ bin_value(Gen *g, int op, KType t, LLVMValueRef a, LLVMValueRef bv, KType rtype)
             gen_fail(g, "kernel %s: pow on an integer", g->k->name);
             return LLVMGetUndef(type_like(g, rtype, a));
         }
-        r = call_libm(g, t == KT_F32 ? "powf" : "pow", t, (LLVMValueRef[]){a, bv}, 2);
+        r = call_libm(g, "pow", t, (LLVMValueRef[]){a, bv}, 2);
         break;
     case KB_LT:
     case KB_LE:

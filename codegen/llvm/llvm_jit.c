@@ -260,7 +260,7 @@ cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err, size
         !cg->packed_from)
         die("out of memory");
 
-    /* expf, logf, tanhf, powf, ... resolve to the process's own libm (the one kir_eval calls) */
+    /* exp, log, tanh, pow, ... resolve to the process's own libm (the one kir_eval calls) */
     LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
     LLVMOrcDefinitionGeneratorRef gen = NULL;
     if (llvm_failed(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(
