@@ -507,13 +507,8 @@ kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, double 
         return;
     for (int s = 0; s < p->nstats; s++) {
         const KStat *st = &p->stats[s];
-        const int64_t *c = mem[st->buf];
         int64_t n = ksize_eval(p->bufs[st->buf].size, batch);
-        /* as integers: exact in any order, so the loop vectorises (a layer of a conv net holds
-         * millions of counters per batch); the double sum of them in index order is the same */
-        int64_t sum = 0;
-        for (int64_t i = 0; i < n; i++)
-            sum += c[i];
+        int64_t sum = rt_count_sum(mem[st->buf], ktype_size(p->bufs[st->buf].type), n);
         spike_counts[st->value] += (double)sum;
     }
 }

@@ -1945,16 +1945,19 @@ spike_one(Lower *lw, KExpr *spike)
     return kx_select(lw->p, bin(lw, KB_NE, spike, kx_const(lw->p, KT_F32, 0)), ci(lw, 1), ci(lw, 0));
 }
 
-/* layer v's spike-count buffer, n counters per sample (KStat: the run functions sum them all) */
+/* layer v's spike-count buffer, n counters per sample (KStat: the run functions sum them all), each
+ * counting at most max spikes per run. On the CPU a counter holds one run's count: a byte where max
+ * fits one (an eighth of the bytes written: the LIF layer's 8 MiB of int64 counters were a ninth of
+ * its traffic), else int64. On the GPU it accumulates across runs, int64. */
 static int
-spike_count_buffer(Lower *lw, ValueId v, int64_t n)
+spike_count_buffer(Lower *lw, ValueId v, int64_t n, int64_t max)
 {
     KProgram *p = lw->p;
-    int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)), KT_I64,
-                      (KSize){n, 0}, KB_TEMP, -1, -1);
+    bool is_acc = p->target == KTARGET_GPU;
+    int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)),
+                      !is_acc && max <= 255 ? KT_U8 : KT_I64, (KSize){n, 0}, KB_TEMP, -1, -1);
     /* every neuron j stores its count; a recurrent region's step 0 starts from 0, not a load. On
      * the GPU the count starts from what the buffer holds: it accumulates across runs */
-    bool is_acc = p->target == KTARGET_GPU;
     p->bufs[buf].is_written_first = !is_acc;
     p->bufs[buf].is_accumulator = is_acc;
     p->stats = arena_grow(&p->arena, p->stats, (size_t)p->nstats * sizeof *p->stats,
@@ -1967,7 +1970,7 @@ static void
 count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr *spike)
 {
     KProgram *p = lw->p;
-    int buf = spike_count_buffer(lw, v, lw->vs[v].numel);
+    int buf = spike_count_buffer(lw, v, lw->vs[v].numel, lw->T);
     bool is_acc = p->bufs[buf].is_accumulator;
     int cnt = local(lw, "nspikes", KT_I64);
     if (ft) {
@@ -2093,7 +2096,7 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
                  bin(lw, KB_MUL, bin(lw, KB_DIV, jp, ci(lw, OW)), ci(lw, (KH - 1) * W))));
     s_assign(lw, c, chv, bin(lw, KB_REM, bin(lw, KB_DIV, jp, ci(lw, OH * OW)), ci(lw, C)));
     /* one counter per window: the run functions sum every counter of the layer */
-    int cbuf = spike_count_buffer(lw, v, per);
+    int cbuf = spike_count_buffer(lw, v, per, (int64_t)lw->T * K);
     bool is_acc = p->bufs[cbuf].is_accumulator;
     int cnt = local(lw, "nspikes", KT_I64);
     s_assign(lw, c, cnt, is_acc ? kx_load(p, cbuf, jp) : ci(lw, 0));

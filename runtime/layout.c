@@ -64,3 +64,19 @@ rt_narrow16(const float *src, int64_t n, int is_bf16, uint16_t *dst)
     for (int64_t i = 0; i < n; i++)
         dst[i] = is_bf16 ? rt_f32_to_bf16(src[i]) : rt_f32_to_f16(src[i]);
 }
+
+int64_t
+rt_count_sum(const void *counters, size_t elem, int64_t n)
+{
+    int64_t sum = 0;
+    if (elem == 1) {
+        const uint8_t *c = counters;
+        for (int64_t i = 0; i < n; i++)
+            sum += c[i];
+    } else {
+        const int64_t *c = counters;
+        for (int64_t i = 0; i < n; i++)
+            sum += c[i];
+    }
+    return sum;
+}

@@ -24,4 +24,9 @@ void rt_narrow16(const float *src, int64_t n, int is_bf16, uint16_t *dst);
  * buffer, each aligned to align bytes (a power of two). Returns the arena's size in bytes. */
 size_t rt_arena_layout(int n, const size_t *bytes, const int *slot, size_t align, size_t *off);
 
+/* The sum of n spike counters of elem bytes each: 1, unsigned bytes (a CPU layer whose counters
+ * cannot pass 255), or 8, int64 (codegen/kir_lower.c spike_count_buffer). As integers: exact in any
+ * order, so the loop vectorises (a layer of a conv net holds millions of counters per batch). */
+int64_t rt_count_sum(const void *counters, size_t elem, int64_t n);
+
 #endif

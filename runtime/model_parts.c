@@ -446,7 +446,9 @@ program_check(const snn_model *m, const RtBuf *bufs, int nbufs, const RtLayer *l
     }
     for (int i = 0; i < nlayers; i++) {
         int b = layers[i].buf;
-        if (b < 0 || b >= nbufs || bufs[b].kind != RT_BUF_TEMP || bufs[b].type != RT_ELEM_I64)
+        /* spike counters: int64, or bytes where a run's count fits one (never accumulating) */
+        if (b < 0 || b >= nbufs || bufs[b].kind != RT_BUF_TEMP ||
+            !(bufs[b].type == RT_ELEM_I64 || (bufs[b].type == RT_ELEM_U8 && !bufs[b].is_accumulator)))
             return false;
     }
     /* accumulators are spike counts of a CUDA program (those of the CUDA records, or of the

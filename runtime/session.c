@@ -638,11 +638,8 @@ run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device)
         m->entry(s->bufs, batch, first_sample, rt_pool_rt(s->pool));
         for (int l = 0; l < m->nlayers; l++) {
             const RtBuf *kb = &m->bufs[m->layers[l].buf];
-            const int64_t *c = s->bufs[m->layers[l].buf];
-            int64_t n = kb->per_batch * batch + kb->fixed, sum = 0;
-            for (int64_t i = 0; i < n; i++)
-                sum += c[i];
-            s->counts[l] += (double)sum;
+            int64_t n = kb->per_batch * batch + kb->fixed;
+            s->counts[l] += (double)rt_count_sum(s->bufs[m->layers[l].buf], kb->elem, n);
         }
         launches = m->nstatic + (int64_t)m->nstep * m->timesteps;
     }
