@@ -213,7 +213,6 @@ typedef struct Lower {
     ValueId epilogue; /* the batchnorm the layer being lowered computes as it stores, or -1 */
     bool is_epilogue_by_row; /* ... applied to whole rows afterwards (CPU conv: batchnorm_row) */
     Cur pre; /* where a scan's input load puts the sums of a layer summed in it (LY_SUMMED) */
-    bool is_fold_counts; /* GPU: per-run counters folded into per-layer totals (fold_spike_counts) */
     int capkernels, caplocals;
 } Lower;
 
@@ -1949,69 +1948,22 @@ spike_one(Lower *lw, KExpr *spike)
 /* layer v's spike-count buffer, n counters per sample (KStat: the run functions sum them all), each
  * counting at most max spikes per run. On the CPU a counter holds one run's count: a byte where max
  * fits one (an eighth of the bytes written: the LIF layer's 8 MiB of int64 counters were a ninth of
- * its traffic), else int64. On the GPU counts must add up across runs (they cross to the host only
- * when asked): in a model with few neurons each counter accumulates, int64; in a larger one
- * (is_fold_counts) the counters are one run's, as on the CPU, and a last kernel adds them into a
- * few thousand int64 totals per layer (lower_fold_counts), which are then the layer's KStat. */
+ * its traffic), else int64. On the GPU it accumulates across runs, int64. */
 static int
 spike_count_buffer(Lower *lw, ValueId v, int64_t n, int64_t max)
 {
     KProgram *p = lw->p;
-    bool is_acc = p->target == KTARGET_GPU && !lw->is_fold_counts;
+    bool is_acc = p->target == KTARGET_GPU;
     int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)),
                       !is_acc && max <= 255 ? KT_U8 : KT_I64, (KSize){n, 0}, KB_TEMP, -1, -1);
-    /* every neuron j stores its count; a recurrent region's step 0 starts from 0, not a load. An
-     * accumulating count starts from what the buffer holds */
+    /* every neuron j stores its count; a recurrent region's step 0 starts from 0, not a load. On
+     * the GPU the count starts from what the buffer holds: it accumulates across runs */
     p->bufs[buf].is_written_first = !is_acc;
     p->bufs[buf].is_accumulator = is_acc;
     p->stats = arena_grow(&p->arena, p->stats, (size_t)p->nstats * sizeof *p->stats,
                           (size_t)(p->nstats + 1) * sizeof *p->stats);
     p->stats[p->nstats++] = (KStat){v, buf};
     return buf;
-}
-
-/* Neurons per sample from which the GPU folds its spike counts (spike_count_buffer): below it,
- * per-neuron int64 counters that accumulate cost less than one more kernel per run (the MLP:
- * 266 neurons, 4 KiB of counters read and written per sample); above it they cost 16 bytes per
- * neuron per run (the conv SNN at batch 256: 137 MB per run) against one byte and the fold. */
-enum { FOLD_COUNTS_MIN_NEURONS = 4096, FOLD_SLOTS = 8192 };
-
-/* The GPU's last kernel in a model with is_fold_counts: thread q of FOLD_SLOTS adds counters q,
- * q + FOLD_SLOTS, ... of each counted layer's one-run counters (coalesced across threads) to the
- * layer's total q, which accumulates across runs. Integers: exact in any order. */
-static void
-lower_fold_counts(Lower *lw)
-{
-    KProgram *p = lw->p;
-    memset(&lw->k, 0, sizeof lw->k);
-    lw->caplocals = 0;
-    lw->k.name = "fold_spike_counts";
-    lw->k.what = arena_printf(&p->arena, "spike counts of this run added into %d totals per "
-                              "counted layer", FOLD_SLOTS);
-    KExpr *q;
-    Cur c = body(loop(lw, top(lw), "q", ci(lw, FOLD_SLOTS), true, &q));
-    int acc = local(lw, "total", KT_I64);
-    for (int s = 0; s < p->nstats; s++) {
-        int cnt = p->stats[s].buf;
-        int tot = add_buf(lw, arena_printf(&p->arena, "%s.nspikes_total",
-                                           value_name(lw, p->stats[s].value)),
-                          KT_I64, (KSize){0, FOLD_SLOTS}, KB_TEMP, -1, -1);
-        p->bufs[tot].is_accumulator = true;
-        KExpr *n = bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, p->bufs[cnt].size.per_batch));
-        KExpr *rounds = bin(lw, KB_DIV, bin(lw, KB_ADD, n, ci(lw, FOLD_SLOTS - 1)),
-                            ci(lw, FOLD_SLOTS));
-        s_assign(lw, c, acc, kx_load(p, tot, q));
-        KExpr *r;
-        Cur each = body(loop(lw, c, "r", rounds, false, &r));
-        int i = local(lw, "i", KT_I64);
-        s_assign(lw, each, i, bin(lw, KB_ADD, q, bin(lw, KB_MUL, r, ci(lw, FOLD_SLOTS))));
-        KStmt *in = s_if(lw, each, bin(lw, KB_LT, var(lw, i), n));
-        s_assign(lw, body(in), acc,
-                 bin(lw, KB_ADD, var(lw, acc), to(lw, KT_I64, kx_load(p, cnt, var(lw, i)))));
-        s_store(lw, c, tot, q, var(lw, acc));
-        p->stats[s].buf = tot;
-    }
-    end_kernel(lw);
 }
 
 static void
@@ -2844,12 +2796,6 @@ kir_lower_for(const Module *m, KTarget target)
             npoisson++;
         }
     ir_fill_static(lw.m, topo, lw.is_static);
-    if (target == KTARGET_GPU) {
-        int64_t neurons = 0;
-        for (ValueId v = 0; v < n; v++)
-            if (m->nodes[v].op == OP_NEURON) neurons += type_numel(&m->nodes[v].type);
-        lw.is_fold_counts = neurons >= FOLD_COUNTS_MIN_NEURONS;
-    }
     int norder = schedule_order(&lw, topo, order);
     plan_buffers(&lw);
     resolve_aliases(&lw, topo);
@@ -2985,8 +2931,6 @@ kir_lower_for(const Module *m, KTarget target)
             lower_sequence(&lw, v, obuf, per_step);
         end_kernel(&lw);
     }
-    if (lw.is_fold_counts && p->nstats > 0)
-        lower_fold_counts(&lw);
     if (m->memory == MEMORY_REUSE)
         plan_memory(p);
     free(lw.vs);
