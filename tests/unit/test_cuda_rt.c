@@ -372,6 +372,15 @@ test_models(void)
     check_bad(edit(toy_meta, "snnc-model 2", "snnc-model 1"),
               "the model's description is for runtime ABI 1, this runtime is 2");
     check_bad(edit(toy_meta, "buf s.n temp i64", "buf s.n temp f64"), "malformed (line");
+    /* spike counters: int64, or on the CPU bytes (a run's count that fits one); never bytes that
+     * accumulate across runs, never another type */
+    CHECK(rt_model_create(edit(cpu_meta, "buf s.n temp i64", "buf s.n temp u8"), toy_entry, NULL, 0,
+                          NULL, 0, &m) == SNN_OK);
+    if (m) CHECK(m->bufs[m->layers[0].buf].type == RT_ELEM_U8 && m->bufs[m->layers[0].buf].elem == 1);
+    rt_model_free(m);
+    check_bad(edit(toy_meta, "buf s.n temp i64", "buf s.n temp i8"), "malformed (line");
+    check_bad(edit(toy_meta, "cuda_buf s.n temp i64 4 0 -1 0 2 0", "cuda_buf s.n temp u8 4 0 -1 0 2 0"),
+              "its cuda_buf or cuda_layer records do not fit");
     /* the memory plan's slot: a count from 0 */
     check_bad(edit(toy_meta, "buf acc temp f32 4 0 -1 0 1 0", "buf acc temp f32 4 0 -1 0 1 -1"),
               "malformed (line");
