@@ -66,6 +66,10 @@ typedef struct KBuf {
      * run adds to it); a run starts it at zero like any temporary, but a session zeroes it only
      * when it starts and when its counts are reset, and reads it only when they are asked for */
     bool is_accumulator;
+    /* is_accumulator: the most one iteration of a kernel's parallel loop adds to it with KS_COUNT
+     * (a neuron's T steps, a pooled window's T*K); the CUDA C counts an iteration in 32 bits where
+     * this fits them */
+    int64_t count_max;
     /* KB_TEMP: 0, a region of the arena of its own; k > 0, the region it shares with the other
      * buffers of slot k, none of which is in use while it is (the memory plan: kir_lower.c
      * plan_memory; runtime/layout.h rt_arena_layout places the regions) */
@@ -141,6 +145,9 @@ typedef enum {
     KS_VFMA,   /* var[l] = fma(a, f64(buf[index + l]), var[l]) (a f64; buf f32 or f64);
                 * is_sparse: var is left as it is where a == 0 (spike inputs skip zeros) */
     KS_VSTORE, /* buf[index + l*stride] = (buf type) var[l] (buf f32 or f64) */
+    KS_COUNT,  /* buf[0] += a: an i64 total (a spike count) that parallel iterations add to; the
+                * order of the additions is free (integers), so a GPU thread sums its own in a
+                * register and a block adds its threads' sum once (cuda_gen.c) */
 } KsKind;
 
 /* Tiles are how dense and convolution layers keep a row of accumulators in registers: a tile is a
@@ -192,11 +199,13 @@ typedef struct Kernel {
 } Kernel;
 
 /* Spike statistics: neuron layer `value` (an OP_NEURON node without an output expression, the layers
- * interp_run counts) leaves its per-neuron spike counts of the batch, sum over t of |spike|, in
- * KB_TEMP buffer `buf` (i64 [B*n], written by the layer's kernel: once after its t loop, or at every
- * step in a recurrent region). The run functions add the sum of each buffer to spike_counts[value].
- * For KTARGET_GPU the buffer is an accumulator (KBuf.is_accumulator): the kernel adds the batch's
- * counts to what the buffer holds, so a GPU session sums it only when asked. */
+ * interp_run counts) leaves its spike count of the batch, sum over t of |spike|, in KB_TEMP buffer
+ * `buf`. The run functions add the sum of each buffer's elements to spike_counts[value].
+ * KTARGET_CPU: one counter per neuron (per pooled window) and sample, u8 or i64 (kir_lower.c
+ * spike_count_buffer), stored by the layer's kernel once after its t loop, or at every step in a
+ * recurrent region. KTARGET_GPU: one i64 total (KSize {0, 1}), an accumulator
+ * (KBuf.is_accumulator) that the layer's kernel adds the batch's count to with KS_COUNT, so a GPU
+ * session reads it only when asked. */
 typedef struct KStat {
     ValueId value;
     int buf;

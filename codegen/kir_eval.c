@@ -421,6 +421,13 @@ exec(Eval *ev, KStmt *const *ss, int n)
         case KS_VLOAD:
         case KS_VFMA:
         case KS_VSTORE: exec_tile(ev, s); break;
+        case KS_COUNT: {
+            const KBuf *kb = &ev->p->bufs[s->buf];
+            if (kb->kind != KB_TEMP || kb->type != KT_I64)
+                efail(ev, "kernel IR: count into %s buffer '%s'", ktype_name(kb->type), kb->name);
+            ((int64_t *)ev->mem[s->buf])[0] += eval(ev, s->a).i;
+            break;
+        }
         }
     }
 }

@@ -1945,25 +1945,44 @@ spike_one(Lower *lw, KExpr *spike)
     return kx_select(lw->p, bin(lw, KB_NE, spike, kx_const(lw->p, KT_F32, 0)), ci(lw, 1), ci(lw, 0));
 }
 
-/* layer v's spike-count buffer, n counters per sample (KStat: the run functions sum them all), each
- * counting at most max spikes per run. On the CPU a counter holds one run's count: a byte where max
- * fits one (an eighth of the bytes written: the LIF layer's 8 MiB of int64 counters were a ninth of
- * its traffic), else int64. On the GPU it accumulates across runs, int64. */
+/* layer v's spike-count buffer (KStat: the run functions sum its elements). On the CPU, n counters
+ * per sample, each counting at most max spikes per run: a byte where max fits one (an eighth of
+ * the bytes written: the LIF layer's 8 MiB of int64 counters were a ninth of its traffic), else
+ * int64. On the GPU one int64 total that every run adds to (KS_COUNT): a block adds its threads'
+ * sum once, where per-neuron counters were 8 bytes read and written per neuron and run (26 MB of
+ * the conv SNN's s1 at batch 64). */
 static int
 spike_count_buffer(Lower *lw, ValueId v, int64_t n, int64_t max)
 {
     KProgram *p = lw->p;
     bool is_acc = p->target == KTARGET_GPU;
+    KSize size = is_acc ? (KSize){0, 1} : (KSize){n, 0};
     int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)),
-                      !is_acc && max <= 255 ? KT_U8 : KT_I64, (KSize){n, 0}, KB_TEMP, -1, -1);
+                      !is_acc && max <= 255 ? KT_U8 : KT_I64, size, KB_TEMP, -1, -1);
     /* every neuron j stores its count; a recurrent region's step 0 starts from 0, not a load. On
-     * the GPU the count starts from what the buffer holds: it accumulates across runs */
+     * the GPU the total starts from what the buffer holds: it accumulates across runs */
     p->bufs[buf].is_written_first = !is_acc;
     p->bufs[buf].is_accumulator = is_acc;
+    p->bufs[buf].count_max = is_acc ? max : 0;
     p->stats = arena_grow(&p->arena, p->stats, (size_t)p->nstats * sizeof *p->stats,
                           (size_t)(p->nstats + 1) * sizeof *p->stats);
     p->stats[p->nstats++] = (KStat){v, buf};
     return buf;
+}
+
+/* the layer's count of one neuron (pooled window) into its counter buf: the CPU's per-neuron
+ * counter j, the GPU's total */
+static void
+s_count(Lower *lw, Cur c, int buf, KExpr *j, KExpr *count)
+{
+    if (!lw->p->bufs[buf].is_accumulator) {
+        s_store(lw, c, buf, j, count);
+        return;
+    }
+    KStmt *s = st_new(lw, KS_COUNT);
+    s->buf = buf;
+    s->a = count;
+    put(lw, c, s);
 }
 
 static void
@@ -1971,34 +1990,32 @@ count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr 
 {
     KProgram *p = lw->p;
     int buf = spike_count_buffer(lw, v, lw->vs[v].numel, lw->T);
-    bool is_acc = p->bufs[buf].is_accumulator;
+    if (p->bufs[buf].is_accumulator) {
+        /* the GPU: each step's spike into the thread's sum (cuda_gen.c), nothing else live across
+         * the steps (a count local of the neuron's made ptxas spill around the double division's
+         * slow-path call in the conv SNN's pooled scans) */
+        s_count(lw, step, buf, jv, spike_one(lw, spike));
+        return;
+    }
     int cnt = local(lw, "nspikes", KT_I64);
     if (ft) {
         /* before the t loop: c's last statement is ft */
         KStmt *init = st_new(lw, KS_ASSIGN);
         init->var = cnt;
-        init->a = is_acc ? kx_load(p, buf, jv) : ci(lw, 0);
+        init->a = ci(lw, 0);
         (*c.arr)[*c.n - 1] = init;
         put(lw, c, ft);
     } else {
-        KStmt *first;
-        if (is_acc) {
-            first = st_new(lw, KS_ASSIGN);
-            first->var = cnt;
-            first->a = kx_load(p, buf, jv);
-            put(lw, c, first);
-        } else {
-            first = s_if(lw, c, bin(lw, KB_EQ, kx_kind(p, KX_STEP), ci(lw, 0)));
-            s_assign(lw, body(first), cnt, ci(lw, 0));
-            s_assign(lw, els(first), cnt, kx_load(p, buf, jv));
-        }
+        KStmt *first = s_if(lw, c, bin(lw, KB_EQ, kx_kind(p, KX_STEP), ci(lw, 0)));
+        s_assign(lw, body(first), cnt, ci(lw, 0));
+        s_assign(lw, els(first), cnt, kx_load(p, buf, jv));
         /* the reload must come before the step's statements: move it to the front of c */
         KStmt **arr = *c.arr;
         memmove(arr + 1, arr, (size_t)(*c.n - 1) * sizeof *arr);
         arr[0] = first;
     }
     s_assign(lw, step, cnt, bin(lw, KB_ADD, var(lw, cnt), spike_one(lw, spike)));
-    s_store(lw, c, buf, jv, var(lw, cnt));
+    s_count(lw, c, buf, jv, var(lw, cnt));
 }
 
 /* One copy of a neuron program's locals (a pooled scan keeps one per window element; suffix
@@ -2097,9 +2114,9 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     s_assign(lw, c, chv, bin(lw, KB_REM, bin(lw, KB_DIV, jp, ci(lw, OH * OW)), ci(lw, C)));
     /* one counter per window: the run functions sum every counter of the layer */
     int cbuf = spike_count_buffer(lw, v, per, (int64_t)lw->T * K);
-    bool is_acc = p->bufs[cbuf].is_accumulator;
-    int cnt = local(lw, "nspikes", KT_I64);
-    s_assign(lw, c, cnt, is_acc ? kx_load(p, cbuf, jp) : ci(lw, 0));
+    bool is_total = p->bufs[cbuf].is_accumulator; /* the GPU's: as in count_spikes */
+    int cnt = is_total ? -1 : local(lw, "nspikes", KT_I64);
+    if (!is_total) s_assign(lw, c, cnt, ci(lw, 0));
     NCopy *cp = arena_alloc(&p->arena, (size_t)K * sizeof *cp);
     int *jl = arena_alloc(&p->arena, (size_t)K * sizeof *jl);
     Pos *ps = arena_alloc(&p->arena, (size_t)K * sizeof *ps);
@@ -2135,7 +2152,11 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
                  e == 0                       ? y
                  : pn->op == OP_MAXPOOL2D ? bin(lw, KB_MAX, var(lw, pv), y)
                                           : bin(lw, KB_ADD, var(lw, pv), y));
-        s_assign(lw, step, cnt, bin(lw, KB_ADD, var(lw, cnt), spike_one(lw, var(lw, cp[e].nl.spike))));
+        KExpr *one = spike_one(lw, var(lw, cp[e].nl.spike));
+        if (is_total)
+            s_count(lw, step, cbuf, jp, one);
+        else
+            s_assign(lw, step, cnt, bin(lw, KB_ADD, var(lw, cnt), one));
     }
     KExpr *pooled = var(lw, pv);
     if (pn->op == OP_AVGPOOL2D)
@@ -2145,7 +2166,7 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     pp.j = jp;
     pp.jn = per;
     vstore(lw, step, pool, &pp, to(lw, KT_F32, pooled));
-    s_store(lw, c, cbuf, jp, var(lw, cnt));
+    if (!is_total) s_store(lw, c, cbuf, jp, var(lw, cnt));
     kernel_add_node(lw, pool);
 }
 

@@ -353,6 +353,11 @@ print_stmt(const Printer *pr, const KStmt *s, int depth)
         print_var(pr, s->var);
         fputs(")\n", f);
         return;
+    case KS_COUNT:
+        fprintf(f, "@%s[0] += ", pr->p->bufs[s->buf].name);
+        print_expr(pr, s->a);
+        fputs(" (count)\n", f);
+        return;
     case KS_VSTORE:
         fputs("vstore ", f);
         print_lanes(pr, s);

@@ -113,6 +113,7 @@ mark_stmts(KStmt *const *ss, int n, unsigned char *use)
         case KS_VSTORE: use[s->buf] |= USE_WRITE; break;
         case KS_VLOAD:
         case KS_VFMA: use[s->buf] |= USE_READ; break;
+        case KS_COUNT: use[s->buf] |= USE_READ | USE_WRITE; break;
         default: break;
         }
         mark_stmts(s->body, s->nbody, use);

@@ -1241,8 +1241,19 @@ run(Module *m, const Options *o)
                 printf(", \"compile_seconds\": %.6f, \"accumulate\": \"%s\"", compile_secs,
                        m->accumulate == ACC_F32 ? "f32" : "exact");
             if (be->cache) printf(", \"cache\": \"%s\"", be->cache(state));
-            printf(", \"firing_rates\": {");
+            /* the spikes each layer fired over the run, exactly; then the rates they make */
+            printf(", \"spike_counts\": {");
             const char *sep = "";
+            for (int v = 0; v < m->nnodes; v++) {
+                if (!be->counts_spikes || !is_rate_layer(m, &m->nodes[v]))
+                    continue;
+                printf("%s", sep);
+                json_string(stdout, layer_label(m, &m->nodes[v], label, sizeof label));
+                printf(": %.0f", counts[v]);
+                sep = ", ";
+            }
+            printf("}, \"firing_rates\": {");
+            sep = "";
             for (int v = 0; v < m->nnodes; v++) {
                 if (!be->counts_spikes || !is_rate_layer(m, &m->nodes[v]))
                     continue;

@@ -49,8 +49,9 @@
  * run for every block and thread of a (gx, 1, 1) x (bx, 1, 1) launch, one after another, params
  * as cuLaunchKernel's kernelParams (every parameter is 8 bytes: a pointer or a long long), and
  * extern "C" const int SNN_CUDA_EMU_PREFIX SYMBOL _nparams, their count (a captured launch copies
- * that many values, as the driver does). Blocks and threads run one after another, so kernels use
- * no shared memory and no __syncthreads, and __CUDA_ARCH__ is not defined. tests/cuda_emu builds a stand-in for libcuda and libnvrtc on
+ * that many values, as the driver does). Blocks run one after another, and a block's threads too,
+ * except in kernels whose threads meet (__syncthreads, warp shuffles, __shared__ memory): those
+ * run a block's threads as coroutines. __CUDA_ARCH__ is not defined. tests/cuda_emu builds a stand-in for libcuda and libnvrtc on
  * it, so the runtime's whole CUDA path is exercised on machines without a GPU. */
 #ifndef SNN_RUNTIME_CUDA_ABI_H
 #define SNN_RUNTIME_CUDA_ABI_H

@@ -140,6 +140,10 @@ main(int argc, char **argv)
     snn_tensor_info in_info, out_info;
     if (p_snn_model_input(m, 0, &in_info) || p_snn_model_output(m, 0, &out_info))
         fail(lib, p_snn_last_error());
+    snn_tensor_info more; /* snn_run reads one pointer per input and output */
+    if (p_snn_model_input(m, 1, &more) == SNN_OK || p_snn_model_output(m, 1, &more) == SNN_OK)
+        fail(lib, "the model has more than one input or output; snnc_bench times models with one "
+                  "of each");
 
     RtTensor x, labels;
     char msg[512];

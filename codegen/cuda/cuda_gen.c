@@ -11,7 +11,8 @@
  *
  * Compiled by a host C++ compiler with -DSNN_CUDA_EMULATE, the same text runs on the CPU: the
  * prelude then defines the few CUDA built-ins the kernels use, and every kernel gets a snnk_emu_
- * wrapper that runs its blocks and threads one after another (tests/cuda_emu). */
+ * wrapper that runs its blocks one after another, and each block's threads one after another, or
+ * as coroutines where they meet (spike counts: snn_count_total) (tests/cuda_emu). */
 #include "codegen/cuda/cuda_gen.h"
 
 #include <inttypes.h>
@@ -30,7 +31,17 @@ typedef struct Gen {
     const KProgram *p;
     const Kernel *k;
     int depth;
+    /* a grid kernel's KS_COUNT buffers (else NULL): a thread sums its counts in a register, an
+     * iteration's in 32 bits where they fit (KBuf.count_max; a 64-bit count live across the
+     * steps made ptxas spill around the double division's slow-path call) */
+    const bool *counted;
 } Gen;
+
+static bool
+counts_in_32(const Gen *g, int buf)
+{
+    return g->p->bufs[buf].count_max <= 0xffffffffLL;
+}
 
 static const char *
 ctype(KType t) /* the C type of a value */
@@ -367,7 +378,24 @@ for_loop(Gen *g, const KStmt *s, bool grid_stride)
     g->depth++;
     indent(g);
     fprintf(f, "v%d = i_;\n", s->var);
+    const bool *counted = grid_stride ? g->counted : NULL;
+    for (int b = 0; counted && b < g->p->nbufs; b++) {
+        if (!counted[b] || !counts_in_32(g, b)) continue;
+        indent(g);
+        fprintf(f, "unsigned c%d_ = 0;\n", b);
+    }
     stmts(g, s->body, s->nbody);
+    for (int b = 0; counted && b < g->p->nbufs; b++) {
+        if (!counted[b] || !counts_in_32(g, b)) continue;
+        /* the thread's sum is 32 bits too (one register fewer live across the steps); where it
+         * would wrap, it goes to the total first */
+        indent(g);
+        fprintf(f, "if ((unsigned long long)n%d_ + c%d_ > SNN_COUNT_LIMIT) { "
+                   "atomicAdd((unsigned long long *)b%d, (unsigned long long)n%d_); n%d_ = 0; }\n",
+                b, b, b, b, b);
+        indent(g);
+        fprintf(f, "n%d_ += c%d_;\n", b, b);
+    }
     g->depth--;
     indent(g);
     fputs("}\n", f);
@@ -424,6 +452,18 @@ stmts(Gen *g, KStmt *const *ss, int n)
         case KS_VLOAD:
         case KS_VFMA:
         case KS_VSTORE: tile(g, s); break;
+        case KS_COUNT:
+            indent(g);
+            /* a grid kernel's thread sums its counts; its block adds them once at the end */
+            if (g->counted && counts_in_32(g, s->buf))
+                fprintf(f, "c%d_ += (unsigned)(", s->buf);
+            else if (g->counted)
+                fprintf(f, "n%d_ += (unsigned long long)(", s->buf);
+            else
+                fprintf(f, "b%d[0] += (", s->buf);
+            expr_as(g, s->a, KT_I64);
+            fputs(");\n", f);
+            break;
         }
     }
 }
@@ -484,7 +524,7 @@ mark_used(KStmt *const *ss, int n, bool *used)
         const KStmt *s = ss[i];
         if (!s) continue;
         if (s->kind == KS_STORE || s->kind == KS_VLOAD || s->kind == KS_VFMA ||
-            s->kind == KS_VSTORE)
+            s->kind == KS_VSTORE || s->kind == KS_COUNT)
             used[s->buf] = true;
         mark_expr(s->lo, used);
         mark_expr(s->hi, used);
@@ -492,6 +532,18 @@ mark_used(KStmt *const *ss, int n, bool *used)
         mark_expr(s->a, used);
         mark_used(s->body, s->nbody, used);
         mark_used(s->els, s->nels, used);
+    }
+}
+
+static void
+mark_counted(KStmt *const *ss, int n, bool *counted)
+{
+    for (int i = 0; i < n; i++) {
+        const KStmt *s = ss[i];
+        if (!s) continue;
+        if (s->kind == KS_COUNT) counted[s->buf] = true;
+        mark_counted(s->body, s->nbody, counted);
+        mark_counted(s->els, s->nels, counted);
     }
 }
 
@@ -534,18 +586,22 @@ symbol(char *out, size_t n, int ki, const Kernel *k)
 
 /* ---- the translation unit ---- */
 
-static const char prelude[] =
+static const char prelude_emu[] =
     "#ifdef SNN_CUDA_EMULATE\n"
     "/* host emulation (tests/cuda_emu): the CUDA built-ins these kernels use */\n"
     "#include <cmath>\n"
     "#include <cstdint>\n"
     "#include <cstring>\n"
+    "#include <ucontext.h>\n"
+    "#include <cstdio>\n"
+    "#include <cstdlib>\n"
     "using std::fma; using std::exp; using std::log; using std::sqrt; using std::tanh;\n"
     "using std::pow; using std::floor; using std::fabs;\n"
     "struct snn_dim3 { unsigned x, y, z; };\n"
     "static thread_local snn_dim3 blockIdx, threadIdx, blockDim, gridDim;\n"
     "#define __global__\n"
     "#define __device__\n"
+    "#define __shared__ static /* blocks run one after another */\n"
     "#define __forceinline__ inline\n"
     "#define __restrict__ __restrict\n"
     "#define __launch_bounds__(n)\n"
@@ -553,6 +609,159 @@ static const char prelude[] =
     "#define SNN_FN static inline\n"
     "static inline float snn_bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }\n"
     "static inline double snn_bits_f64(uint64_t u) { double d; std::memcpy(&d, &u, 8); return d; }\n"
+    ;
+
+/* the emulation's blocks and threads, and the CUDA functions where threads meet */
+static const char prelude_emu_threads[] =
+    "/* A launch runs its blocks one after another. A kernel whose threads never meet runs\n"
+    " * its threads one after another too; one that calls __syncthreads or a warp function\n"
+    " * (coop) runs a block's threads as coroutines: a thread that must wait for others\n"
+    " * yields to the next, round robin. Every thread of the block must reach every barrier,\n"
+    " * every lane of the warp every warp function, and the mask must name the whole warp:\n"
+    " * anything else stops the process with a message, as the hardware would hang or\n"
+    " * compute garbage. */\n"
+    "struct snn_emu_block {\n"
+    "    bool is_coop;\n"
+    "    unsigned n, cur, ndone, arrived, gen;\n"
+    "    unsigned warp_arrived[32], warp_gen[32], warp_done[32];\n"
+    "    unsigned long long warp_val[32][2][32];\n"
+    "    ucontext_t sched;\n"
+    "    ucontext_t *ctx;\n"
+    "    bool *is_done;\n"
+    "    void (*thread)(void **);\n"
+    "    void **params;\n"
+    "};\n"
+    "static snn_emu_block snn_emu_b;\n"
+    "[[noreturn]] static void snn_emu_fail(const char *what)\n"
+    "{\n"
+    "    std::fprintf(stderr, \"snnc CUDA emulator: block %u thread %u: %s\\n\", blockIdx.x,\n"
+    "                 threadIdx.x, what);\n"
+    "    std::abort();\n"
+    "}\n"
+    "static void snn_emu_yield(void)\n"
+    "{\n"
+    "    snn_emu_block &e = snn_emu_b;\n"
+    "    if (swapcontext(&e.ctx[e.cur], &e.sched) != 0) snn_emu_fail(\"swapcontext failed\");\n"
+    "}\n"
+    "static void snn_emu_entry(void)\n"
+    "{\n"
+    "    snn_emu_block &e = snn_emu_b;\n"
+    "    e.thread(e.params);\n"
+    "    unsigned w = e.cur / 32;\n"
+    "    if (e.arrived != 0)\n"
+    "        snn_emu_fail(\"returned while threads of its block wait at __syncthreads\");\n"
+    "    if (e.warp_arrived[w] != 0)\n"
+    "        snn_emu_fail(\"returned while lanes of its warp wait in a warp function\");\n"
+    "    e.is_done[e.cur] = true;\n"
+    "    e.ndone++;\n"
+    "    e.warp_done[w]++;\n"
+    "} /* then uc_link: back to the scheduler */\n"
+    "static void snn_emu_launch(unsigned gx, unsigned bx, void **params,\n"
+    "                           void (*thread)(void **), bool is_coop)\n"
+    "{\n"
+    "    snn_emu_block &e = snn_emu_b;\n"
+    "    gridDim = snn_dim3{gx, 1, 1};\n"
+    "    blockDim = snn_dim3{bx, 1, 1};\n"
+    "    e.is_coop = false;\n"
+    "    if (!is_coop) {\n"
+    "        for (unsigned b = 0; b < gx; b++)\n"
+    "            for (unsigned t = 0; t < bx; t++) {\n"
+    "                blockIdx = snn_dim3{b, 0, 0};\n"
+    "                threadIdx = snn_dim3{t, 0, 0};\n"
+    "                thread(params);\n"
+    "            }\n"
+    "        return;\n"
+    "    }\n"
+    "    enum { STACK = 256 << 10 };\n"
+    "    e.n = bx;\n"
+    "    e.thread = thread;\n"
+    "    e.params = params;\n"
+    "    e.ctx = (ucontext_t *)std::calloc(bx, sizeof *e.ctx);\n"
+    "    e.is_done = (bool *)std::calloc(bx, sizeof *e.is_done);\n"
+    "    char *stacks = (char *)std::malloc((size_t)bx * STACK);\n"
+    "    if (!e.ctx || !e.is_done || !stacks)\n"
+    "        snn_emu_fail(\"out of memory for the block's coroutines\");\n"
+    "    e.is_coop = true;\n"
+    "    for (unsigned b = 0; b < gx; b++) {\n"
+    "        blockIdx = snn_dim3{b, 0, 0};\n"
+    "        e.ndone = e.arrived = e.gen = 0;\n"
+    "        std::memset(e.warp_arrived, 0, sizeof e.warp_arrived);\n"
+    "        std::memset(e.warp_gen, 0, sizeof e.warp_gen);\n"
+    "        std::memset(e.warp_done, 0, sizeof e.warp_done);\n"
+    "        for (unsigned t = 0; t < bx; t++) {\n"
+    "            e.is_done[t] = false;\n"
+    "            if (getcontext(&e.ctx[t]) != 0) snn_emu_fail(\"getcontext failed\");\n"
+    "            e.ctx[t].uc_stack.ss_sp = stacks + (size_t)t * STACK;\n"
+    "            e.ctx[t].uc_stack.ss_size = STACK;\n"
+    "            e.ctx[t].uc_link = &e.sched;\n"
+    "            makecontext(&e.ctx[t], snn_emu_entry, 0);\n"
+    "        }\n"
+    "        while (e.ndone < bx)\n"
+    "            for (unsigned t = 0; t < bx; t++) {\n"
+    "                if (e.is_done[t]) continue;\n"
+    "                e.cur = t;\n"
+    "                threadIdx = snn_dim3{t, 0, 0};\n"
+    "                if (swapcontext(&e.sched, &e.ctx[t]) != 0)\n"
+    "                    snn_emu_fail(\"swapcontext failed\");\n"
+    "            }\n"
+    "    }\n"
+    "    e.is_coop = false;\n"
+    "    std::free(stacks);\n"
+    "    std::free(e.is_done);\n"
+    "    std::free(e.ctx);\n"
+    "}\n"
+    ;
+
+/* the CUDA functions where a block's threads meet, on the emulation's coroutines */
+static const char prelude_emu_meet[] =
+    "static void __syncthreads(void)\n"
+    "{\n"
+    "    snn_emu_block &e = snn_emu_b;\n"
+    "    if (!e.is_coop) snn_emu_fail(\"__syncthreads in a kernel run thread by thread\");\n"
+    "    if (e.ndone != 0) snn_emu_fail(\"__syncthreads after a thread of its block returned\");\n"
+    "    unsigned gen = e.gen;\n"
+    "    if (++e.arrived == e.n) {\n"
+    "        e.arrived = 0;\n"
+    "        e.gen++;\n"
+    "        return;\n"
+    "    }\n"
+    "    while (e.gen == gen) snn_emu_yield();\n"
+    "}\n"
+    "/* every lane's v, once each lane of the warp has given its own */\n"
+    "static const unsigned long long *snn_emu_warp(unsigned mask, unsigned long long v)\n"
+    "{\n"
+    "    snn_emu_block &e = snn_emu_b;\n"
+    "    if (!e.is_coop) snn_emu_fail(\"a warp function in a kernel run thread by thread\");\n"
+    "    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
+    "    unsigned lanes = e.n - w * 32 < 32 ? e.n - w * 32 : 32;\n"
+    "    if (mask != (lanes == 32 ? 0xffffffffu : (1u << lanes) - 1))\n"
+    "        snn_emu_fail(\"a warp function's mask is not its whole warp\");\n"
+    "    if (e.warp_done[w] != 0)\n"
+    "        snn_emu_fail(\"a warp function after a lane of its warp returned\");\n"
+    "    unsigned gen = e.warp_gen[w];\n"
+    "    e.warp_val[w][gen & 1][lane] = v;\n"
+    "    if (++e.warp_arrived[w] == lanes) {\n"
+    "        e.warp_arrived[w] = 0;\n"
+    "        e.warp_gen[w]++;\n"
+    "    } else {\n"
+    "        while (e.warp_gen[w] == gen) snn_emu_yield();\n"
+    "    }\n"
+    "    return e.warp_val[w][gen & 1]; /* kept until every lane has left this call */\n"
+    "}\n"
+    "static unsigned long long __shfl_xor_sync(unsigned mask, unsigned long long v, int lm)\n"
+    "{\n"
+    "    return snn_emu_warp(mask, v)[(threadIdx.x % 32) ^ (unsigned)lm];\n"
+    "}\n"
+    "static unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)\n"
+    "{\n"
+    "    unsigned long long old = *p;\n"
+    "    *p = old + v;\n"
+    "    return old;\n"
+    "}\n"
+    ;
+
+/* the same built-ins on a GPU (NVRTC), then what both share */
+static const char prelude[] =
     "#else\n"
     "#pragma nv_diag_suppress 177 /* helpers a model does not call are declared but not used */\n"
     "typedef unsigned int uint32_t;\n"
@@ -592,6 +801,25 @@ static const char prelude[] =
     "SNN_FN long long snn_absi(long long a) { return a < 0 ? -a : a; }\n"
     "SNN_FN float snn_sigmoidf(float x) { return 1.0f / (1.0f + snn_expf(-x)); }\n"
     "SNN_FN double snn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }\n"
+    "/* a thread's spike count goes to the total before passing this (tests set less) */\n"
+    "#ifndef SNN_COUNT_LIMIT\n"
+    "#define SNN_COUNT_LIMIT 0xffffffffull\n"
+    "#endif\n"
+    "/* v of every thread of the block added to *total: the warp's sum by shuffles, the\n"
+    " * block's in shared memory, one atomic add. Every thread of the block calls it (grid\n"
+    " * kernels: after their grid-stride loop; their blocks are whole warps, 256 threads). */\n"
+    "SNN_FN void snn_count_total(unsigned long long *total, unsigned long long v) {\n"
+    "    __shared__ unsigned long long warp_sum[32];\n"
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+    "    if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = v;\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x == 0) {\n"
+    "        unsigned long long s = 0;\n"
+    "        for (unsigned w = 0; w < blockDim.x / 32; w++) s += warp_sum[w];\n"
+    "        if (s != 0) atomicAdd(total, s);\n"
+    "    }\n"
+    "    __syncthreads(); /* warp_sum is free again for the next call */\n"
+    "}\n"
     "/* the Philox draws of runtime/philox.h, the same text as the CPU's */\n"
     "#define RT_PHILOX_FN SNN_FN\n"
     "#define RT_PHILOX_NO_STDINT\n";
@@ -644,38 +872,55 @@ kernel(Gen *g, int ki)
             fprintf(f, "%s v%d = 0;", ctype(l->type), v);
         fprintf(f, " /* %s */\n", l->name ? l->name : "");
     }
+    bool *counted = calloc((size_t)p->nbufs + 1, sizeof *counted);
+    if (!counted) die("out of memory");
+    mark_counted(k->body, k->nbody, counted);
+    bool is_coop = false; /* its threads meet in snn_count_total */
     if (grid) {
+        for (int b = 0; b < p->nbufs; b++) {
+            if (!counted[b]) continue;
+            indent(g);
+            fprintf(f, "%s n%d_ = 0; /* this thread's count into %s */\n",
+                    counts_in_32(g, b) ? "unsigned" : "unsigned long long", b, p->bufs[b].name);
+        }
+        g->counted = counted;
         for_loop(g, grid, true);
+        g->counted = NULL;
+        /* every thread of the block gets here: no statement leaves the grid loop early */
+        for (int b = 0; b < p->nbufs; b++) {
+            if (!counted[b]) continue;
+            indent(g);
+            fprintf(f, "snn_count_total((unsigned long long *)b%d, n%d_);\n", b, b);
+            is_coop = true;
+        }
     } else {
         indent(g);
         fputs("if (blockIdx.x != 0 || threadIdx.x != 0) return;\n", f);
         stmts(g, k->body, k->nbody);
     }
     fputs("}\n", f);
+    free(counted);
 
-    /* the emulation's entry: every block and thread of a gx x bx launch in turn */
+    /* the emulation's entry: the kernel's threads one after another, or, where they meet (barriers,
+     * warp functions), a block's threads as coroutines (the prelude's snn_emu_launch) */
     int np = 0;
     for (int b = 0; b < p->nbufs; b++)
         np += used[b] && !is_io(&p->bufs[b]);
     fprintf(f, "#ifdef SNN_CUDA_EMULATE\n");
-    fprintf(f, "extern \"C\" const int %s%s_nparams = %d;\n", SNN_CUDA_EMU_PREFIX, sym, np + 3);
-    fprintf(f, "extern \"C\" void %s%s(unsigned gx, unsigned bx, void **params)\n{\n",
-            SNN_CUDA_EMU_PREFIX, sym);
-    fputs("    gridDim = snn_dim3{gx, 1, 1};\n    blockDim = snn_dim3{bx, 1, 1};\n", f);
-    fputs("    for (unsigned b_ = 0; b_ < gx; b_++)\n"
-          "        for (unsigned t_ = 0; t_ < bx; t_++) {\n"
-          "            blockIdx = snn_dim3{b_, 0, 0};\n"
-          "            threadIdx = snn_dim3{t_, 0, 0};\n",
-          f);
-    fprintf(f, "            %s(", sym);
+    fprintf(f, "static void %s%s_thread(void **params)\n{\n    %s(", SNN_CUDA_EMU_PREFIX, sym,
+            sym);
     int i = 0;
     for (int b = 0; b < p->nbufs; b++)
         if (used[b] && !is_io(&p->bufs[b]))
             fprintf(f, "*(%s **)params[%d], ", mtype(p->bufs[b].type), i++);
     fprintf(f, "*(long long *)params[%d], *(long long *)params[%d], "
-               "*(const long long **)params[%d]);\n",
+               "*(const long long **)params[%d]);\n}\n",
             i, i + 1, i + 2);
-    fputs("        }\n}\n#endif\n", f);
+    fprintf(f, "extern \"C\" const int %s%s_nparams = %d;\n", SNN_CUDA_EMU_PREFIX, sym, np + 3);
+    fprintf(f, "extern \"C\" void %s%s(unsigned gx, unsigned bx, void **params)\n{\n",
+            SNN_CUDA_EMU_PREFIX, sym);
+    fprintf(f, "    snn_emu_launch(gx, bx, params, %s%s_thread, %s);\n}\n#endif\n",
+            SNN_CUDA_EMU_PREFIX, sym, is_coop ? "true" : "false");
     free(used);
 }
 
@@ -692,6 +937,9 @@ cuda_gen_source(const KProgram *p)
     fprintf(f, "/* %s: CUDA C generated by snnc from the kernel IR (--emit=kernel); %d kernels,\n"
                " * T = %d. Kernel parameters and launches: snnc's runtime/cuda_abi.h. */\n",
             p->m->name ? p->m->name : "model", p->nkernels, p->timesteps);
+    fputs(prelude_emu, f);
+    fputs(prelude_emu_threads, f);
+    fputs(prelude_emu_meet, f);
     fputs(prelude, f);
     fwrite(snn_philox_text, 1, sizeof snn_philox_text, f);
     for (int ki = 0; ki < p->nkernels; ki++)

@@ -1083,6 +1083,9 @@ gen_stmt(Gen *g, const KStmt *s)
     case KS_VSTORE:
         gen_tile(g, s);
         return;
+    case KS_COUNT: /* the GPU's; a CPU layer stores per-neuron counters */
+        gen_fail(g, "kernel %s: a count statement on the CPU", g->k->name);
+        return;
     }
     gen_fail(g, "kernel %s: unknown statement kind %d", g->k->name, (int)s->kind);
 }
@@ -1883,6 +1886,7 @@ stmts_cost(const Kernel *k, KStmt *const *s, int n)
             break;
         }
         case KS_ASSIGN:
+        case KS_COUNT:
         case KS_STORE: c += 1 + expr_cost(st->a) + expr_cost(st->index); break;
         case KS_VSET:
         case KS_VLOAD:

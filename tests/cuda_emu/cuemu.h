@@ -8,8 +8,9 @@
  * $<TARGET_FILE:snn_cuemu>). It exports SNN_NVRTC_FUNCTIONS and SNN_CUDA_DRIVER_FUNCTIONS of
  * runtime/cuda_abi.h with the real signatures and result codes, and the extras at the end of this
  * file. It provides nothing to the kernels: the source's SNN_CUDA_EMULATE part defines what CUDA
- * would (blockIdx, __global__, ...), and each block's threads run one after another to the end,
- * so kernels cannot cooperate within a block (no __syncthreads, no shared memory).
+ * would (blockIdx, __global__, ...) and runs the blocks one after another: each block's threads
+ * one after another to the end, or, in kernels whose threads meet (__syncthreads,
+ * __shfl_xor_sync, __shared__), as coroutines that yield where they wait (cuda_gen.c's prelude).
  *
  * NVRTC (cuemu_nvrtc.c): nvrtcCompileProgram checks the options as NVRTC 13 does (unknown options,
  * bad values and unsupported architectures give NVRTC_ERROR_INVALID_OPTION with NVRTC's message)
