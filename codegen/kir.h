@@ -194,6 +194,11 @@ typedef struct Kernel {
     int nbody;
     KStmt **body;
     bool is_step;         /* runs once per step inside a schedule step loop (reads KX_STEP) */
+    /* is_step: a > 0 when its body is one parallel loop over [0, a*B) whose iteration i reads and
+     * writes, of every per-sample buffer, only sample i / a's elements (at any step), so that a
+     * step loop of such kernels can run each block of samples through all T steps on its own
+     * (kir_by_sample); 0 otherwise */
+    int64_t sample_iters;
     ValueId *nodes;       /* the graph nodes it computes */
     int nnodes;
 } Kernel;
@@ -243,6 +248,11 @@ KProgram *kir_lower(const Module *m); /* for KTARGET_CPU */
 KProgram *kir_lower_for(const Module *m, KTarget target);
 void kir_free(KProgram *p);
 int64_t ksize_eval(KSize s, int64_t batch);
+/* Whether the step loop of kernels [first, end) may run sample by sample (every kernel has
+ * sample_iters): each block of samples through all steps in turn, the blocks independent. The CPU
+ * code runs it so (a parallel loop over samples instead of one per kernel and step), kir_eval
+ * too, from the last sample to the first (any read of another sample's step shows). */
+bool kir_by_sample(const KProgram *p, int first, int end);
 
 /* kir_print.c: the textual kernel IR (--emit=kernel), deterministic. */
 void kir_print(FILE *f, const KProgram *p);

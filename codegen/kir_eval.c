@@ -30,6 +30,9 @@ typedef struct Eval {
     double **tiles; /* of the running kernel: per local, its lanes (tile locals) or NULL */
     int *lanes;     /* of the running kernel: per local, KLocal.lanes */
     int nlocals;
+    /* a step loop run sample by sample: the running kernel's parallel loop over this range only */
+    const KStmt *ranged;
+    int64_t range_lo, range_hi;
     char *err;
     size_t errlen;
     jmp_buf fail;
@@ -395,6 +398,13 @@ exec(Eval *ev, KStmt *const *ss, int n)
         switch (s->kind) {
         case KS_FOR: {
             int64_t lo = eval(ev, s->lo).i, hi = eval(ev, s->hi).i;
+            if (s == ev->ranged) { /* a block of samples' iterations (kir_by_sample) */
+                if (hi != ev->k->sample_iters * ev->batch)
+                    efail(ev, "kernel IR: %s runs %lld iterations, not %lld per sample",
+                          ev->k->name, (long long)hi, (long long)ev->k->sample_iters);
+                lo = ev->range_lo;
+                hi = ev->range_hi;
+            }
             for (int64_t i = lo; i < hi; i++) {
                 ev->locals[s->var].i = i;
                 exec(ev, s->body, s->nbody);
@@ -612,9 +622,24 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
             int j = i;
             while (j < p->nkernels && p->kernels[j].is_step)
                 j++;
-            for (ev->step = 0; ev->step < p->timesteps; ev->step++)
-                for (int k = i; k < j; k++)
-                    run_kernel(ev, &p->kernels[k]);
+            if (kir_by_sample(p, i, j)) {
+                /* each sample through every step, the last sample first: a kernel that read
+                 * another sample's elements would find them not yet computed (garbage) */
+                for (int64_t b = batch - 1; b >= 0; b--)
+                    for (ev->step = 0; ev->step < p->timesteps; ev->step++)
+                        for (int k = i; k < j; k++) {
+                            const Kernel *kk = &p->kernels[k];
+                            ev->ranged = kk->body[0];
+                            ev->range_lo = b * kk->sample_iters;
+                            ev->range_hi = (b + 1) * kk->sample_iters;
+                            run_kernel(ev, kk);
+                            ev->ranged = NULL;
+                        }
+            } else {
+                for (ev->step = 0; ev->step < p->timesteps; ev->step++)
+                    for (int k = i; k < j; k++)
+                        run_kernel(ev, &p->kernels[k]);
+            }
             i = j;
         }
         kir_add_spike_counts(p, batch, ev->mem, spike_counts);

@@ -160,6 +160,14 @@ kx_cast(KProgram *p, KType t, KExpr *a)
     return e;
 }
 
+bool
+kir_by_sample(const KProgram *p, int first, int end)
+{
+    for (int k = first; k < end; k++)
+        if (!p->kernels[k].is_step || p->kernels[k].sample_iters <= 0) return false;
+    return end > first;
+}
+
 int64_t
 ksize_eval(KSize s, int64_t batch)
 {
@@ -406,10 +414,28 @@ begin_fused_kernel(Lower *lw, ValueId scan, ValueId v, const char *how)
                  false);
 }
 
+/* Kernel.sample_iters of a step kernel: every step lowering runs its parallel loop over samples in
+ * order (rows b, neurons b*n + j, pooled elements b*per + q, ...), so a loop over [0, a*B) gives a;
+ * a row-tiled loop ((B + 2) / 3 tiles of three rows) gives 0 */
+static int64_t
+sample_iters(const Kernel *k)
+{
+    if (!k->is_step || k->nbody != 1 || !k->body[0]) return 0;
+    const KStmt *s = k->body[0];
+    if (s->kind != KS_FOR || !s->is_parallel || s->lo->kind != KX_CONST || s->lo->num != 0)
+        return 0;
+    const KExpr *h = s->hi;
+    if (h->kind == KX_BATCH) return 1;
+    if (h->kind != KX_BIN || h->op != KB_MUL) return 0;
+    const KExpr *c = h->a->kind == KX_BATCH ? h->b : h->b->kind == KX_BATCH ? h->a : NULL;
+    return c && c->kind == KX_CONST && c->num >= 1 ? (int64_t)c->num : 0;
+}
+
 static void
 end_kernel(Lower *lw)
 {
     KProgram *p = lw->p;
+    lw->k.sample_iters = sample_iters(&lw->k);
     /* the layers summed in this scan (LY_SUMMED) join its description */
     for (int k = 0; k < lw->k.nnodes; k++) {
         ValueId v = lw->k.nodes[k];

@@ -431,8 +431,13 @@ kir_print(FILE *f, const KProgram *p)
             i++;
             continue;
         }
-        fprintf(f, "  step in 0..%d {\n", p->timesteps);
-        for (; i < p->nkernels && p->kernels[i].is_step; i++)
+        int j = i;
+        while (j < p->nkernels && p->kernels[j].is_step)
+            j++;
+        /* the CPU runs such a loop sample by sample (kir_by_sample); the GPU step by step */
+        fprintf(f, "  step in 0..%d%s {\n", p->timesteps,
+                p->target == KTARGET_CPU && kir_by_sample(p, i, j) ? " by sample" : "");
+        for (; i < j; i++)
             print_kernel(f, p, &p->kernels[i], 2);
         fputs("  }\n", f);
     }

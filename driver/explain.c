@@ -231,10 +231,14 @@ print_kernels(Explain *x)
             while (end + 1 < p->nkernels && p->kernels[end + 1].is_step)
                 end++;
             if (end > k)
-                fprintf(x->f, "  step loop: k%d..k%d in turn at each t in 0..%d\n", k, end,
+                fprintf(x->f, "  step loop: k%d..k%d in turn at each t in 0..%d", k, end,
                         p->timesteps);
             else
-                fprintf(x->f, "  step loop: k%d at each t in 0..%d\n", k, p->timesteps);
+                fprintf(x->f, "  step loop: k%d at each t in 0..%d", k, p->timesteps);
+            /* kir_by_sample: one parallel loop over samples, each through every step */
+            if (!x->is_gpu && kir_by_sample(p, k, end + 1))
+                fputs(", sample by sample: each thread's samples through every step", x->f);
+            fputc('\n', x->f);
         }
         fprintf(x->f, "  %-*s  %-*s  %-*s  %-*s  nodes %s\n", wi,
                 arena_printf(&x->scratch, "k%d", k), wn, kn->name, wr, kernel_runs(x, kn), wp,

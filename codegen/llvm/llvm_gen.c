@@ -47,6 +47,7 @@ typedef struct Gen {
     LLVMValueRef mask;    /* the lanes on under varying conditions (<SIMD_W x i1>); NULL: all */
     int simd_var;         /* the parallel loop's variable: lane l holds simd_base + l */
     LLVMValueRef simd_base, iota;
+    LLVMValueRef *chunks; /* [nkernels] kernel_N.chunk of a threaded kernel, else NULL */
     char *err;
     size_t errlen;
     bool has_failed;
@@ -2046,6 +2047,19 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     return w;
 }
 
+/* rt->parallel_for(rt, chunk, args[0..5]) where args are a chunk's (bufs, B, t, sample_base, lo,
+ * hi) */
+static void
+call_parallel_for(Gen *g, LLVMValueRef rt, LLVMValueRef chunk, const LLVMValueRef *args)
+{
+    /* rt points at an LlvmRt, whose first member is parallel_for (casts: typed pointers, LLVM 14) */
+    LLVMValueRef slot = LLVMBuildBitCast(g->b, rt, LLVMPointerType(g->t_i8p, 0), "");
+    LLVMValueRef par = LLVMBuildBitCast(g->b, LLVMBuildLoad2(g->b, g->t_i8p, slot, ""),
+                                        LLVMPointerType(g->t_par, 0), "parallel_for");
+    LLVMValueRef pargs[8] = {rt, chunk, args[0], args[1], args[2], args[3], args[4], args[5]};
+    LLVMBuildCall2(g->b, g->t_par, par, pargs, 8, "");
+}
+
 /* kernel_N(ptr bufs, i64 B, i64 t, i64 sample_base, ptr rt). A threaded kernel computes its loop's
  * bounds and hands kernel_N.chunk to rt->parallel_for, which splits them among the pool's threads
  * and returns when every chunk is done; any other kernel runs whole on the calling thread. */
@@ -2060,6 +2074,7 @@ gen_kernel(Gen *g, int ki)
     snprintf(name, sizeof name, "kernel_%d.chunk", ki);
     LLVMValueRef chunk = gen_code(g, ki, name, loop);
     if (g->has_failed) return chunk;
+    g->chunks[ki] = chunk;
 
     snprintf(name, sizeof name, "kernel_%d", ki);
     LLVMTypeRef wpt[5] = {g->t_bufs, g->t_i64, g->t_i64, g->t_i64, g->t_i8p};
@@ -2090,15 +2105,64 @@ gen_kernel(Gen *g, int ki)
     LLVMBuildCall2(g->b, g->t_chunk, chunk, cargs, 6, "");
     LLVMBuildRetVoid(g->b);
     LLVMPositionBuilderAtEnd(g->b, pool_bb);
-    /* rt points at an LlvmRt, whose first member is parallel_for (casts: typed pointers, LLVM 14) */
-    LLVMValueRef slot = LLVMBuildBitCast(g->b, rt, LLVMPointerType(g->t_i8p, 0), "");
-    LLVMValueRef par = LLVMBuildBitCast(g->b, LLVMBuildLoad2(g->b, g->t_i8p, slot, ""),
-                                        LLVMPointerType(g->t_par, 0), "parallel_for");
-    LLVMValueRef args[8] = {rt, chunk, LLVMGetParam(w, 0), g->batch, g->step, g->sample_base,
-                            lo, hi};
-    LLVMBuildCall2(g->b, g->t_par, par, args, 8, "");
+    call_parallel_for(g, rt, chunk, cargs);
     LLVMBuildRetVoid(g->b);
     return w;
+}
+
+/* ---- a step loop run sample by sample (kir_by_sample) ----
+ * steps_N.chunk(bufs, B, t, sample_base, s0, s1) runs samples [s0, s1) through every step: at each
+ * t, every kernel's chunk over its iterations of those samples. The driver hands it to the pool
+ * once, instead of each kernel at each step: one wake-up and barrier per run instead of T per
+ * kernel, and each thread's samples stay in its caches from step to step. The chunks compute
+ * what they would step by step (each iteration only touches its own sample), so results do not
+ * change. */
+static LLVMValueRef
+gen_steps_chunk(Gen *g, int first, int end)
+{
+    const KProgram *p = g->p;
+    char name[64];
+    snprintf(name, sizeof name, "steps_%d.chunk", first);
+    LLVMValueRef f = LLVMAddFunction(g->mod, name, g->t_chunk);
+    LLVMSetLinkage(f, LLVMInternalLinkage);
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, g->a_nounwind);
+    LLVMBuilderRef b = g->b;
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, f, "entry");
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, f, "step");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, f, "exit");
+    LLVMPositionBuilderAtEnd(b, entry);
+    LLVMBuildBr(b, body);
+    LLVMPositionBuilderAtEnd(b, body);
+    LLVMValueRef t = LLVMBuildPhi(b, g->t_i64, "t");
+    LLVMValueRef s0 = LLVMGetParam(f, 4), s1 = LLVMGetParam(f, 5);
+    for (int q = first; q < end; q++) {
+        LLVMValueRef a = LLVMConstInt(g->t_i64, (unsigned long long)p->kernels[q].sample_iters, 0);
+        LLVMValueRef args[6] = {LLVMGetParam(f, 0), LLVMGetParam(f, 1), t, LLVMGetParam(f, 3),
+                                LLVMBuildNSWMul(b, s0, a, ""), LLVMBuildNSWMul(b, s1, a, "")};
+        LLVMBuildCall2(b, g->t_chunk, g->chunks[q], args, 6, "");
+    }
+    LLVMValueRef next = LLVMBuildNSWAdd(b, t, LLVMConstInt(g->t_i64, 1, 0), "");
+    LLVMBuildCondBr(b,
+                    LLVMBuildICmp(b, LLVMIntSLT, next,
+                                  LLVMConstInt(g->t_i64, (unsigned long long)p->timesteps, 0), ""),
+                    body, exit);
+    LLVMAddIncoming(t, (LLVMValueRef[]){LLVMConstInt(g->t_i64, 0, 0), next},
+                    (LLVMBasicBlockRef[]){entry, body}, 2);
+    LLVMPositionBuilderAtEnd(b, exit);
+    LLVMBuildRetVoid(b);
+    return f;
+}
+
+/* the work of one sample through the step loop [first, end), in stmts_cost units */
+static double
+steps_cost(const Gen *g, int first, int end)
+{
+    double c = 0;
+    for (int q = first; q < end; q++) {
+        const Kernel *k = &g->p->kernels[q];
+        c += (double)k->sample_iters * stmts_cost(k, k->body[0]->body, k->body[0]->nbody);
+    }
+    return c * g->p->timesteps;
 }
 
 /* snn_run(bufs, B, sample_base): the schedule. Consecutive step kernels share one loop over t. */
@@ -2130,7 +2194,34 @@ gen_driver(Gen *g, LLVMValueRef *kernels)
         int j = i;
         while (j < p->nkernels && p->kernels[j].is_step)
             j++;
-        if (p->timesteps > 0) {
+        bool by_sample = p->timesteps > 0 && kir_by_sample(p, i, j);
+        for (int q = i; by_sample && q < j; q++)
+            by_sample = g->chunks[q] != NULL;
+        if (by_sample) {
+            LLVMBasicBlockRef here = LLVMGetInsertBlock(b);
+            LLVMValueRef chunk = gen_steps_chunk(g, i, j);
+            LLVMPositionBuilderAtEnd(b, here);
+            /* too little work for the pool (as gen_kernel): every sample on this thread */
+            double cost = steps_cost(g, i, j);
+            int64_t min_b = (int64_t)(PARALLEL_MIN_WORK / (cost > 1 ? cost : 1)) + 1;
+            LLVMBasicBlockRef inline_bb = LLVMAppendBasicBlockInContext(g->ctx, f, "steps.inline");
+            LLVMBasicBlockRef pool_bb = LLVMAppendBasicBlockInContext(g->ctx, f, "steps.pool");
+            LLVMBasicBlockRef next_bb = LLVMAppendBasicBlockInContext(g->ctx, f, "steps.done");
+            LLVMBuildCondBr(b,
+                            LLVMBuildICmp(b, LLVMIntSLT, batch,
+                                          LLVMConstInt(g->t_i64, (unsigned long long)min_b, 0),
+                                          ""),
+                            inline_bb, pool_bb);
+            LLVMValueRef args[6] = {bufs, batch, LLVMConstInt(g->t_i64, 0, 0), sb,
+                                    LLVMConstInt(g->t_i64, 0, 0), batch};
+            LLVMPositionBuilderAtEnd(b, inline_bb);
+            LLVMBuildCall2(b, g->t_chunk, chunk, args, 6, "");
+            LLVMBuildBr(b, next_bb);
+            LLVMPositionBuilderAtEnd(b, pool_bb);
+            call_parallel_for(g, rt, chunk, args);
+            LLVMBuildBr(b, next_bb);
+            LLVMPositionBuilderAtEnd(b, next_bb);
+        } else if (p->timesteps > 0) {
             LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
             LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, f, "step");
             LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, f, "step.exit");
@@ -2222,11 +2313,13 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm, 
     g.access_group = distinct_empty_node(ctx);
 
     LLVMValueRef *kernels = calloc((size_t)p->nkernels + 1, sizeof *kernels);
-    if (!kernels) die("out of memory");
+    g.chunks = calloc((size_t)p->nkernels + 1, sizeof *g.chunks);
+    if (!kernels || !g.chunks) die("out of memory");
     for (int i = 0; i < p->nkernels && !g.has_failed; i++)
         kernels[i] = gen_kernel(&g, i);
     if (!g.has_failed) gen_driver(&g, kernels);
     free(kernels);
+    free(g.chunks);
     LLVMDisposeBuilder(g.b);
     if (!g.has_failed) {
         char *msg = NULL;
