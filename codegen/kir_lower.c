@@ -1720,17 +1720,32 @@ lower_delay(Lower *lw, ValueId v)
 {
     const Node *n = &lw->m->nodes[v];
     int64_t steps = (int)node_attr_i(n, "steps", 0);
-    Pos ps;
-    KExpr *iv;
-    Cur c = open_elements(lw, v, &ps, 1, (const int64_t[]){lw->vs[v].numel},
+    KProgram *p = lw->p;
+    Pos ps = {0}, px = {0};
+    Cur c;
+    if (p->target == KTARGET_CPU && lw->region[v] >= 0) {
+        /* a CPU step kernel: one loop over the B*n elements at step t in SIMD lanes, so that 8
+         * spikes of a bit buffer are one byte stored (rows with an element loop inside stored a
+         * bit at a time: 23% of bench/cpu/recurrent.py's time) */
+        int64_t numel = lw->vs[v].numel;
+        KExpr *jv;
+        KStmt *fj = loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)),
+                         true, &jv);
+        fj->is_lanes = true;
+        c = body(fj);
+        ps.t = kx_kind(p, KX_STEP);
+        ps.j = px.j = jv;
+        ps.jn = px.jn = numel;
+    } else {
+        KExpr *iv;
+        c = open_elements(lw, v, &ps, 1, (const int64_t[]){lw->vs[v].numel},
                           (const char *const[]){"i"}, &iv);
-    ps.i = iv;
+        ps.i = px.i = iv;
+        px.b = pos_b(lw, &ps);
+    }
     KExpr *t = pos_t(lw, &ps);
     KStmt *s = s_if(lw, c, bin(lw, KB_GE, t, ci(lw, steps)));
-    Pos px = {0};
     px.t = bin(lw, KB_SUB, t, ci(lw, steps));
-    px.b = pos_b(lw, &ps);
-    px.i = iv;
     KType ty = lw->p->bufs[lw->vs[v].buf].type;
     vstore(lw, body(s), v, &ps, to(lw, ty, vload(lw, n->args[0], &px)));
     vstore(lw, els(s), v, &ps, kx_const(lw->p, ty, 0));
