@@ -6,6 +6,7 @@
 #include "driver/explain.h"
 
 #ifdef SNN_HAVE_LLVM
+#include "codegen/cuda/cuda_gen.h"
 #include "codegen/llvm/cg_llvm.h"
 #endif
 
@@ -235,9 +236,13 @@ print_kernels(Explain *x)
                         p->timesteps);
             else
                 fprintf(x->f, "  step loop: k%d at each t in 0..%d", k, p->timesteps);
-            /* kir_by_sample: one parallel loop over samples, each through every step */
+            /* kir_by_sample: one parallel loop over samples, each through every step; on the
+             * GPU one launch, a block per sample (cuda_steps_fused) */
             if (!x->is_gpu && kir_by_sample(p, k, end + 1))
                 fputs(", sample by sample: each thread's samples through every step", x->f);
+            if (x->is_gpu && cuda_steps_fused(p, k, end + 1))
+                fputs(", one launch: a block takes each sample through every step, its threads "
+                      "meeting at __syncthreads", x->f);
             fputc('\n', x->f);
         }
         fprintf(x->f, "  %-*s  %-*s  %-*s  %-*s  nodes %s\n", wi,
@@ -396,9 +401,20 @@ print_totals(Explain *x)
         fprintf(x->f, "  device    %s: every buffer and dyn, each aligned to %lld bytes\n",
                 bytes_of(x, device), (long long)align);
     }
-    /* launches: every kernel once, step kernels T times; the GPU skips a grid of no work */
+    /* launches: every kernel once, step kernels T times (a GPU step loop fused into one kernel:
+     * once); the GPU skips a grid of no work */
     int64_t once = 0, step = 0;
     for (int k = 0; k < p->nkernels; k++) {
+        if (x->is_gpu && p->kernels[k].is_step && (k == 0 || !p->kernels[k - 1].is_step)) {
+            int end = k;
+            while (end < p->nkernels && p->kernels[end].is_step)
+                end++;
+            if (cuda_steps_fused(p, k, end)) {
+                once += x->batch > 0;
+                k = end - 1;
+                continue;
+            }
+        }
         if (x->is_gpu && x->trip[k] == 0) continue;
         if (p->kernels[k].is_step)
             step++;

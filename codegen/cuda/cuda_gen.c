@@ -354,9 +354,15 @@ tile(Gen *g, const KStmt *s)
     fputs("}\n", f);
 }
 
+/* how a loop walks its iterations: in order on one thread; grid-stride (a grid kernel's parallel
+ * loop); or, in a step loop's fused kernel (steps_kernel), sample s_'s a iterations strided over
+ * the block's threads */
+typedef enum { LOOP_SERIAL, LOOP_GRID, LOOP_SAMPLE } LoopMode;
+
 static void
-for_loop(Gen *g, const KStmt *s, bool grid_stride)
+for_loop(Gen *g, const KStmt *s, LoopMode mode)
 {
+    bool grid_stride = mode != LOOP_SERIAL;
     FILE *f = g->f;
     /* the loop variable keeps the last iteration's value after the loop, as in kir_eval.c */
     indent(g);
@@ -369,7 +375,11 @@ for_loop(Gen *g, const KStmt *s, bool grid_stride)
     expr_as(g, s->hi, KT_I64);
     fputs(";\n", f);
     indent(g);
-    if (grid_stride)
+    if (mode == LOOP_SAMPLE)
+        fprintf(f, "(void)lo_; (void)hi_;\n%*sfor (long long i_ = s_ * %lldLL + threadIdx.x; "
+                   "i_ < (s_ + 1) * %lldLL; i_ += blockDim.x) {\n",
+                4 * g->depth, "", (long long)g->k->sample_iters, (long long)g->k->sample_iters);
+    else if (mode == LOOP_GRID)
         fputs("for (long long i_ = lo_ + (long long)blockIdx.x * blockDim.x + threadIdx.x; i_ < hi_;"
               " i_ += (long long)gridDim.x * blockDim.x) {\n",
               f);
@@ -412,7 +422,7 @@ stmts(Gen *g, KStmt *const *ss, int n)
         const KStmt *s = ss[i];
         if (!s) continue;
         switch (s->kind) {
-        case KS_FOR: for_loop(g, s, false); break;
+        case KS_FOR: for_loop(g, s, LOOP_SERIAL); break;
         case KS_ASSIGN:
             indent(g);
             fprintf(f, "v%d = ", s->var);
@@ -623,6 +633,7 @@ static const char prelude_emu_threads[] =
     "struct snn_emu_block {\n"
     "    bool is_coop;\n"
     "    unsigned n, cur, ndone, arrived, gen;\n"
+    "    unsigned long long progress; /* arrivals, completions, returns: a round without any is a deadlock */\n"
     "    unsigned warp_arrived[32], warp_gen[32], warp_done[32];\n"
     "    unsigned long long warp_val[32][2][32];\n"
     "    ucontext_t sched;\n"
@@ -653,9 +664,14 @@ static const char prelude_emu_threads[] =
     "    if (e.warp_arrived[w] != 0)\n"
     "        snn_emu_fail(\"returned while lanes of its warp wait in a warp function\");\n"
     "    e.is_done[e.cur] = true;\n"
+    "    e.progress++;\n"
     "    e.ndone++;\n"
     "    e.warp_done[w]++;\n"
     "} /* then uc_link: back to the scheduler */\n"
+    ;
+
+/* the emulation's launch: blocks in turn, a block's threads in turn or as coroutines */
+static const char prelude_emu_launch[] =
     "static void snn_emu_launch(unsigned gx, unsigned bx, void **params,\n"
     "                           void (*thread)(void **), bool is_coop)\n"
     "{\n"
@@ -682,6 +698,7 @@ static const char prelude_emu_threads[] =
     "    if (!e.ctx || !e.is_done || !stacks)\n"
     "        snn_emu_fail(\"out of memory for the block's coroutines\");\n"
     "    e.is_coop = true;\n"
+    "    e.progress = 0;\n"
     "    for (unsigned b = 0; b < gx; b++) {\n"
     "        blockIdx = snn_dim3{b, 0, 0};\n"
     "        e.ndone = e.arrived = e.gen = 0;\n"
@@ -696,7 +713,8 @@ static const char prelude_emu_threads[] =
     "            e.ctx[t].uc_link = &e.sched;\n"
     "            makecontext(&e.ctx[t], snn_emu_entry, 0);\n"
     "        }\n"
-    "        while (e.ndone < bx)\n"
+    "        while (e.ndone < bx) {\n"
+    "            unsigned long long before = e.progress;\n"
     "            for (unsigned t = 0; t < bx; t++) {\n"
     "                if (e.is_done[t]) continue;\n"
     "                e.cur = t;\n"
@@ -704,6 +722,10 @@ static const char prelude_emu_threads[] =
     "                if (swapcontext(&e.sched, &e.ctx[t]) != 0)\n"
     "                    snn_emu_fail(\"swapcontext failed\");\n"
     "            }\n"
+    "            if (e.progress == before && e.ndone < bx)\n"
+    "                snn_emu_fail(\"deadlock: every thread of the block waits, at barriers or in warp \"\n"
+    "                             \"functions that the others never reach\");\n"
+    "        }\n"
     "    }\n"
     "    e.is_coop = false;\n"
     "    std::free(stacks);\n"
@@ -720,6 +742,7 @@ static const char prelude_emu_meet[] =
     "    if (!e.is_coop) snn_emu_fail(\"__syncthreads in a kernel run thread by thread\");\n"
     "    if (e.ndone != 0) snn_emu_fail(\"__syncthreads after a thread of its block returned\");\n"
     "    unsigned gen = e.gen;\n"
+    "    e.progress++;\n"
     "    if (++e.arrived == e.n) {\n"
     "        e.arrived = 0;\n"
     "        e.gen++;\n"
@@ -740,6 +763,7 @@ static const char prelude_emu_meet[] =
     "        snn_emu_fail(\"a warp function after a lane of its warp returned\");\n"
     "    unsigned gen = e.warp_gen[w];\n"
     "    e.warp_val[w][gen & 1][lane] = v;\n"
+    "    e.progress++;\n"
     "    if (++e.warp_arrived[w] == lanes) {\n"
     "        e.warp_arrived[w] = 0;\n"
     "        e.warp_gen[w]++;\n"
@@ -824,26 +848,12 @@ static const char prelude[] =
     "#define RT_PHILOX_FN SNN_FN\n"
     "#define RT_PHILOX_NO_STDINT\n";
 
+/* "__global__ void SYM(bufs..., B, t, dyn) {" and the io pointers read from dyn */
 static void
-kernel(Gen *g, int ki)
+kernel_head(Gen *g, const char *sym, const bool *used, const char *t_name)
 {
     const KProgram *p = g->p;
-    const Kernel *k = &p->kernels[ki];
     FILE *f = g->f;
-    g->k = k;
-    char sym[160];
-    symbol(sym, sizeof sym, ki, k);
-    bool *used = used_bufs(p, k);
-    const KStmt *grid = grid_loop(k);
-
-    fprintf(f, "\n/* kernel %d: %s%s */\n", ki, k->name ? k->name : "", k->is_step ? " (step)" : "");
-    if (k->what) {
-        /* a comment: no "*" "/" inside */
-        fputs("/* ", f);
-        for (const char *c = k->what; *c; c++)
-            fputc(c[0] == '*' && c[1] == '/' ? '+' : *c, f);
-        fputs(" */\n", f);
-    }
     fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", SNN_CUDA_BLOCK, sym);
     for (int b = 0; b < p->nbufs; b++) {
         if (!used[b] || is_io(&p->bufs[b])) continue;
@@ -851,10 +861,10 @@ kernel(Gen *g, int ki)
         fprintf(f, "%s%s *__restrict__ b%d, ", kb->kind == KB_WEIGHT ? "const " : "",
                 mtype(kb->type), b);
     }
-    fputs("long long B, long long t, const long long *__restrict__ dyn)\n{\n", f);
+    fprintf(f, "long long B, long long %s, const long long *__restrict__ dyn)\n{\n", t_name);
     g->depth = 1;
     indent(g);
-    fputs("(void)B; (void)t; (void)dyn;\n", f);
+    fprintf(f, "(void)B; (void)%s; (void)dyn;\n", t_name);
     for (int b = 0; b < p->nbufs; b++) {
         if (!used[b] || !is_io(&p->bufs[b])) continue;
         const char *c = p->bufs[b].kind == KB_INPUT ? "const " : "";
@@ -863,46 +873,54 @@ kernel(Gen *g, int ki)
         fprintf(f, "%s%s *__restrict__ b%d = (%s%s *)dyn[%d]; /* %s */\n", c, ty, b, c, ty,
                 io_slot(p, b), p->bufs[b].name);
     }
+}
+
+static void
+kernel_locals(Gen *g, const Kernel *k)
+{
     for (int v = 0; v < k->nlocals; v++) {
         const KLocal *l = &k->locals[v];
         indent(g);
         if (l->lanes > 0)
-            fprintf(f, "%s v%d[%d];", l->type == KT_F32 ? "float" : "double", v, l->lanes);
+            fprintf(g->f, "%s v%d[%d];", l->type == KT_F32 ? "float" : "double", v, l->lanes);
         else
-            fprintf(f, "%s v%d = 0;", ctype(l->type), v);
-        fprintf(f, " /* %s */\n", l->name ? l->name : "");
+            fprintf(g->f, "%s v%d = 0;", ctype(l->type), v);
+        fprintf(g->f, " /* %s */\n", l->name ? l->name : "");
     }
-    bool *counted = calloc((size_t)p->nbufs + 1, sizeof *counted);
-    if (!counted) die("out of memory");
-    mark_counted(k->body, k->nbody, counted);
-    bool is_coop = false; /* its threads meet in snn_count_total */
-    if (grid) {
-        for (int b = 0; b < p->nbufs; b++) {
-            if (!counted[b]) continue;
-            indent(g);
-            fprintf(f, "%s n%d_ = 0; /* this thread's count into %s */\n",
-                    counts_in_32(g, b) ? "unsigned" : "unsigned long long", b, p->bufs[b].name);
-        }
-        g->counted = counted;
-        for_loop(g, grid, true);
-        g->counted = NULL;
-        /* every thread of the block gets here: no statement leaves the grid loop early */
-        for (int b = 0; b < p->nbufs; b++) {
-            if (!counted[b]) continue;
-            indent(g);
-            fprintf(f, "snn_count_total((unsigned long long *)b%d, n%d_);\n", b, b);
-            is_coop = true;
-        }
-    } else {
-        indent(g);
-        fputs("if (blockIdx.x != 0 || threadIdx.x != 0) return;\n", f);
-        stmts(g, k->body, k->nbody);
-    }
-    fputs("}\n", f);
-    free(counted);
+}
 
-    /* the emulation's entry: the kernel's threads one after another, or, where they meet (barriers,
-     * warp functions), a block's threads as coroutines (the prelude's snn_emu_launch) */
+/* a thread's count of each KS_COUNT buffer, declared; then, after the loops, added to the totals */
+static void
+count_decls(Gen *g, const bool *counted)
+{
+    for (int b = 0; b < g->p->nbufs; b++) {
+        if (!counted[b]) continue;
+        indent(g);
+        fprintf(g->f, "%s n%d_ = 0; /* this thread's count into %s */\n",
+                counts_in_32(g, b) ? "unsigned" : "unsigned long long", b, g->p->bufs[b].name);
+    }
+}
+
+static bool
+count_totals(Gen *g, const bool *counted)
+{
+    bool any = false;
+    for (int b = 0; b < g->p->nbufs; b++) {
+        if (!counted[b]) continue;
+        indent(g);
+        fprintf(g->f, "snn_count_total((unsigned long long *)b%d, n%d_);\n", b, b);
+        any = true;
+    }
+    return any;
+}
+
+/* the emulation's entry: the kernel's threads one after another, or, where they meet (barriers,
+ * warp functions: is_coop), a block's threads as coroutines (the prelude's snn_emu_launch) */
+static void
+emu_entry(Gen *g, const char *sym, const bool *used, bool is_coop)
+{
+    const KProgram *p = g->p;
+    FILE *f = g->f;
     int np = 0;
     for (int b = 0; b < p->nbufs; b++)
         np += used[b] && !is_io(&p->bufs[b]);
@@ -921,6 +939,144 @@ kernel(Gen *g, int ki)
             SNN_CUDA_EMU_PREFIX, sym);
     fprintf(f, "    snn_emu_launch(gx, bx, params, %s%s_thread, %s);\n}\n#endif\n",
             SNN_CUDA_EMU_PREFIX, sym, is_coop ? "true" : "false");
+}
+
+static void
+comment(FILE *f, const char *text)
+{
+    fputs("/* ", f); /* no "*" "/" inside */
+    for (const char *c = text; *c; c++)
+        fputc(c[0] == '*' && c[1] == '/' ? '+' : *c, f);
+    fputs(" */\n", f);
+}
+
+static void
+kernel(Gen *g, int ki)
+{
+    const KProgram *p = g->p;
+    const Kernel *k = &p->kernels[ki];
+    FILE *f = g->f;
+    g->k = k;
+    char sym[160];
+    symbol(sym, sizeof sym, ki, k);
+    bool *used = used_bufs(p, k);
+    const KStmt *grid = grid_loop(k);
+
+    fprintf(f, "\n/* kernel %d: %s%s */\n", ki, k->name ? k->name : "", k->is_step ? " (step)" : "");
+    if (k->what) comment(f, k->what);
+    kernel_head(g, sym, used, "t");
+    kernel_locals(g, k);
+    bool *counted = calloc((size_t)p->nbufs + 1, sizeof *counted);
+    if (!counted) die("out of memory");
+    mark_counted(k->body, k->nbody, counted);
+    bool is_coop = false; /* its threads meet in snn_count_total */
+    if (grid) {
+        count_decls(g, counted);
+        g->counted = counted;
+        for_loop(g, grid, LOOP_GRID);
+        g->counted = NULL;
+        /* every thread of the block gets here: no statement leaves the grid loop early */
+        is_coop = count_totals(g, counted);
+    } else {
+        indent(g);
+        fputs("if (blockIdx.x != 0 || threadIdx.x != 0) return;\n", f);
+        stmts(g, k->body, k->nbody);
+    }
+    fputs("}\n", f);
+    free(counted);
+    emu_entry(g, sym, used, is_coop);
+    free(used);
+}
+
+bool
+cuda_steps_fused(const KProgram *p, int first, int end)
+{
+    if (p->timesteps < 1 || !kir_by_sample(p, first, end)) return false;
+    for (int k = first; k < end; k++)
+        if (!grid_loop(&p->kernels[k])) return false;
+    return true;
+}
+
+static void
+steps_symbol(char *out, size_t n, int first)
+{
+    snprintf(out, n, "snnk_k%d_steps", first);
+}
+
+/* the buffers any of kernels [first, end) uses (caller frees) */
+static bool *
+steps_used(const KProgram *p, int first, int end)
+{
+    bool *used = calloc((size_t)p->nbufs + 1, sizeof *used);
+    if (!used) die("out of memory");
+    for (int ki = first; ki < end; ki++) {
+        bool *u = used_bufs(p, &p->kernels[ki]);
+        for (int b = 0; b < p->nbufs; b++)
+            used[b] = used[b] || u[b];
+        free(u);
+    }
+    return used;
+}
+
+/* Step kernels [first, end) as one kernel launched once per run (cuda_steps_fused): a block takes
+ * a sample (blockIdx.x, then every gridDim.x-th) through every step, each kernel's iterations of
+ * that sample strided over the block's threads, which meet at __syncthreads after each kernel, so
+ * that the next kernel, and the next step, read what this one wrote. A recurrence couples a
+ * sample's steps only, so no block waits for another, and the T x (end - first) launches of the
+ * step loop are one. */
+static void
+steps_kernel(Gen *g, int first, int end)
+{
+    const KProgram *p = g->p;
+    FILE *f = g->f;
+    char sym[160];
+    steps_symbol(sym, sizeof sym, first);
+    bool *used = steps_used(p, first, end);
+    bool *counted = calloc((size_t)p->nbufs + 1, sizeof *counted);
+    if (!counted) die("out of memory");
+    for (int ki = first; ki < end; ki++)
+        mark_counted(p->kernels[ki].body, p->kernels[ki].nbody, counted);
+    fprintf(f, "\n/* kernels %d..%d: a step loop over t in 0..%d, sample by sample in one launch */\n",
+            first, end - 1, p->timesteps);
+    g->k = &p->kernels[first];
+    kernel_head(g, sym, used, "t"); /* unused: the step loop below declares its own t */
+    count_decls(g, counted);
+    indent(g);
+    fputs("for (long long s_ = blockIdx.x; s_ < B; s_ += gridDim.x) {\n", f);
+    g->depth++;
+    indent(g);
+    fprintf(f, "for (long long t = 0; t < %dLL; t++) {\n", p->timesteps);
+    g->depth++;
+    for (int ki = first; ki < end; ki++) {
+        const Kernel *k = &p->kernels[ki];
+        g->k = k;
+        indent(g);
+        fprintf(f, "{ /* kernel %d: %s */\n", ki, k->name ? k->name : "");
+        g->depth++;
+        kernel_locals(g, k);
+        bool *own = calloc((size_t)p->nbufs + 1, sizeof *own); /* what this kernel counts */
+        if (!own) die("out of memory");
+        mark_counted(k->body, k->nbody, own);
+        g->counted = own;
+        for_loop(g, grid_loop(k), LOOP_SAMPLE);
+        g->counted = NULL;
+        free(own);
+        g->depth--;
+        indent(g);
+        fputs("}\n", f);
+        indent(g);
+        fputs("__syncthreads();\n", f);
+    }
+    g->depth--;
+    indent(g);
+    fputs("}\n", f);
+    g->depth--;
+    indent(g);
+    fputs("}\n", f);
+    count_totals(g, counted);
+    fputs("}\n", f);
+    emu_entry(g, sym, used, true);
+    free(counted);
     free(used);
 }
 
@@ -939,11 +1095,21 @@ cuda_gen_source(const KProgram *p)
             p->m->name ? p->m->name : "model", p->nkernels, p->timesteps);
     fputs(prelude_emu, f);
     fputs(prelude_emu_threads, f);
+    fputs(prelude_emu_launch, f);
     fputs(prelude_emu_meet, f);
     fputs(prelude, f);
     fwrite(snn_philox_text, 1, sizeof snn_philox_text, f);
-    for (int ki = 0; ki < p->nkernels; ki++)
-        kernel(&g, ki);
+    for (int ki = 0; ki < p->nkernels;) {
+        int end = ki + 1;
+        while (p->kernels[ki].is_step && end < p->nkernels && p->kernels[end].is_step)
+            end++;
+        if (p->kernels[ki].is_step && cuda_steps_fused(p, ki, end)) {
+            steps_kernel(&g, ki, end);
+            ki = end;
+        } else {
+            kernel(&g, ki++);
+        }
+    }
     if (fclose(f) != 0) die("out of memory");
     return text;
 }
@@ -958,20 +1124,31 @@ cuda_gen_describe(const KProgram *p)
     char *bufs = kir_describe_buffers(p, "cuda_");
     fputs(bufs, f);
     free(bufs);
-    for (int ki = 0; ki < p->nkernels; ki++) {
+    int rec = 0; /* records in launch order: a fused step loop is one */
+    for (int ki = 0; ki < p->nkernels;) {
         const Kernel *k = &p->kernels[ki];
+        int end = ki + 1;
+        while (k->is_step && end < p->nkernels && p->kernels[end].is_step)
+            end++;
+        bool is_fused = k->is_step && cuda_steps_fused(p, ki, end);
         char sym[160];
-        symbol(sym, sizeof sym, ki, k);
-        bool *used = used_bufs(p, k);
+        if (is_fused)
+            steps_symbol(sym, sizeof sym, ki);
+        else
+            symbol(sym, sizeof sym, ki, k);
+        bool *used = is_fused ? steps_used(p, ki, end) : used_bufs(p, k);
         int nb = 0;
         for (int b = 0; b < p->nbufs; b++)
             nb += used[b] && !is_io(&p->bufs[b]);
-        const KStmt *grid = grid_loop(k);
-        fprintf(f, "cuda_kernel %d %s %d %s %d", ki, sym, k->is_step ? 1 : 0,
-                grid ? "grid" : "single", nb);
+        const KStmt *grid = is_fused ? NULL : grid_loop(k);
+        fprintf(f, "cuda_kernel %d %s %d %s %d", rec++, sym, k->is_step && !is_fused ? 1 : 0,
+                grid || is_fused ? "grid" : "single", nb);
         for (int b = 0; b < p->nbufs; b++)
             if (used[b] && !is_io(&p->bufs[b])) fprintf(f, " %d", b);
-        if (grid) {
+        if (is_fused) {
+            /* a block per sample (the runtime caps the grid; blocks stride over the rest) */
+            fprintf(f, " B %d * 0 -\n", SNN_CUDA_BLOCK);
+        } else if (grid) {
             rpn(f, grid->hi);
             rpn(f, grid->lo);
             fputs(" -\n", f);
@@ -979,6 +1156,7 @@ cuda_gen_describe(const KProgram *p)
             fputs(" 1\n", f);
         }
         free(used);
+        ki = is_fused ? end : ki + 1;
     }
     if (fclose(f) != 0) die("out of memory");
     return text;
