@@ -2659,8 +2659,11 @@ plan_buffers(Lower *lw)
                                    : k == nd->nstates + nd->nlocals ? "spike"
                                                                     : "refr";
                 bool is_refr = has_refractory && k == ncarry - 1;
-                add_buf(lw, arena_printf(&p->arena, "%s.%s", vn, what), is_refr ? KT_I64 : KT_F32,
-                        (KSize){s->numel, 0}, KB_TEMP, -1, -1);
+                int sb = add_buf(lw, arena_printf(&p->arena, "%s.%s", vn, what),
+                                 is_refr ? KT_I64 : KT_F32, (KSize){s->numel, 0}, KB_TEMP, -1, -1);
+                /* step 0 starts from the neuron's initial values, not a load, and every step
+                 * stores every state: nothing needs zeroing before a run (lower_neuron) */
+                p->bufs[sb].is_written_first = true;
             }
         }
     }

@@ -988,12 +988,20 @@ kernel(Gen *g, int ki)
     free(used);
 }
 
+/* A fused step loop gives each sample one block: fine where a sample's kernels have few elements
+ * (a recurrent layer of 128 neurons: the per-kernel launches cost more than the work), wasteful
+ * where they have many (-O0's conv layers step by step: 25,088 outputs a sample, which per-kernel
+ * launches spread over every multiprocessor). Fused up to 4 iterations per thread and kernel; to
+ * be tuned on a GPU. */
+enum { STEPS_FUSE_MAX_ITERS = 4 * SNN_CUDA_BLOCK };
+
 bool
 cuda_steps_fused(const KProgram *p, int first, int end)
 {
     if (p->timesteps < 1 || !kir_by_sample(p, first, end)) return false;
     for (int k = first; k < end; k++)
-        if (!grid_loop(&p->kernels[k])) return false;
+        if (!grid_loop(&p->kernels[k]) || p->kernels[k].sample_iters > STEPS_FUSE_MAX_ITERS)
+            return false;
     return true;
 }
 

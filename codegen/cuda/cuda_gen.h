@@ -15,7 +15,8 @@ char *cuda_gen_source(const KProgram *p);
 /* The program's cuda_layer, cuda_buf and cuda_kernel records (runtime/cuda_abi.h), malloc'ed. */
 char *cuda_gen_describe(const KProgram *p);
 /* Whether step kernels [first, end) (a whole step loop) become one kernel launched once per run,
- * a block per sample through every step (kir_by_sample, and every kernel a grid kernel). */
+ * a block per sample through every step (kir_by_sample, every kernel a grid kernel of at most
+ * 1,024 iterations per sample). */
 bool cuda_steps_fused(const KProgram *p, int first, int end);
 
 #endif
