@@ -1102,6 +1102,26 @@ is_rate_layer(const Module *m, const Node *n)
     return n->op == OP_NEURON && !m->neurons[n->neuron]->has_output;
 }
 
+/* {"layer": value, ...} over the counted layers (none where the backend does not count), each
+ * value printed with fmt */
+static void
+json_layers(const Module *m, bool is_counted, const double *vals, const char *fmt)
+{
+    char label[96];
+    const char *sep = "";
+    putchar('{');
+    for (int v = 0; is_counted && v < m->nnodes; v++) {
+        if (!is_rate_layer(m, &m->nodes[v])) continue;
+        printf("%s", sep);
+        json_string(stdout, layer_label(m, &m->nodes[v], label, sizeof label));
+        putchar(':');
+        putchar(' ');
+        printf(fmt, vals[v]);
+        sep = ", ";
+    }
+    putchar('}');
+}
+
 /* index of the first maximum (torch.argmax's choice on ties) */
 static int64_t
 argmax(const float *row, int64_t k)
@@ -1242,27 +1262,11 @@ run(Module *m, const Options *o)
                        m->accumulate == ACC_F32 ? "f32" : "exact");
             if (be->cache) printf(", \"cache\": \"%s\"", be->cache(state));
             /* the spikes each layer fired over the run, exactly; then the rates they make */
-            printf(", \"spike_counts\": {");
-            const char *sep = "";
-            for (int v = 0; v < m->nnodes; v++) {
-                if (!be->counts_spikes || !is_rate_layer(m, &m->nodes[v]))
-                    continue;
-                printf("%s", sep);
-                json_string(stdout, layer_label(m, &m->nodes[v], label, sizeof label));
-                printf(": %.0f", counts[v]);
-                sep = ", ";
-            }
-            printf("}, \"firing_rates\": {");
-            sep = "";
-            for (int v = 0; v < m->nnodes; v++) {
-                if (!be->counts_spikes || !is_rate_layer(m, &m->nodes[v]))
-                    continue;
-                printf("%s", sep);
-                json_string(stdout, layer_label(m, &m->nodes[v], label, sizeof label));
-                printf(": %.6f", rates[v]);
-                sep = ", ";
-            }
-            printf("}}\n");
+            printf(", \"spike_counts\": ");
+            json_layers(m, be->counts_spikes, counts, "%.0f");
+            printf(", \"firing_rates\": ");
+            json_layers(m, be->counts_spikes, rates, "%.6f");
+            printf("}\n");
         }
         free(rates);
     }

@@ -81,6 +81,15 @@ indent(Gen *g)
         fputs("    ", g->f);
 }
 
+/* one level out, and its closing brace */
+static void
+close_brace(Gen *g)
+{
+    g->depth--;
+    indent(g);
+    fputs("}\n", g->f);
+}
+
 /* a constant of type t, exactly */
 static void
 put_const(Gen *g, KType t, double v)
@@ -349,9 +358,7 @@ tile(Gen *g, const KStmt *s)
         break;
     default: break;
     }
-    g->depth--;
-    indent(g);
-    fputs("}\n", f);
+    close_brace(g);
 }
 
 /* how a loop walks its iterations: in order on one thread; grid-stride (a grid kernel's parallel
@@ -406,12 +413,8 @@ for_loop(Gen *g, const KStmt *s, LoopMode mode)
         indent(g);
         fprintf(f, "n%d_ += c%d_;\n", b, b);
     }
-    g->depth--;
-    indent(g);
-    fputs("}\n", f);
-    g->depth--;
-    indent(g);
-    fputs("}\n", f);
+    close_brace(g);
+    close_brace(g);
 }
 
 static void
@@ -1069,18 +1072,12 @@ steps_kernel(Gen *g, int first, int end)
         for_loop(g, grid_loop(k), LOOP_SAMPLE);
         g->counted = NULL;
         free(own);
-        g->depth--;
-        indent(g);
-        fputs("}\n", f);
+        close_brace(g);
         indent(g);
         fputs("__syncthreads();\n", f);
     }
-    g->depth--;
-    indent(g);
-    fputs("}\n", f);
-    g->depth--;
-    indent(g);
-    fputs("}\n", f);
+    close_brace(g);
+    close_brace(g);
     count_totals(g, counted);
     fputs("}\n", f);
     emu_entry(g, sym, used, true);

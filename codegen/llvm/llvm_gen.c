@@ -2110,6 +2110,21 @@ gen_kernel(Gen *g, int ki)
     return w;
 }
 
+/* the end of a loop over t in 0..T whose body is the block body (t its phi, entered from pre):
+ * t + 1 < T ? body : exit, and the builder at exit */
+static void
+close_step_loop(Gen *g, LLVMValueRef t, LLVMBasicBlockRef pre, LLVMBasicBlockRef body,
+                LLVMBasicBlockRef exit)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef next = LLVMBuildNSWAdd(b, t, LLVMConstInt(g->t_i64, 1, 0), "");
+    LLVMValueRef steps = LLVMConstInt(g->t_i64, (unsigned long long)g->p->timesteps, 0);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, steps, ""), body, exit);
+    LLVMAddIncoming(t, (LLVMValueRef[]){LLVMConstInt(g->t_i64, 0, 0), next},
+                    (LLVMBasicBlockRef[]){pre, body}, 2);
+    LLVMPositionBuilderAtEnd(b, exit);
+}
+
 /* ---- a step loop run sample by sample (kir_by_sample) ----
  * steps_N.chunk(bufs, B, t, sample_base, s0, s1) runs samples [s0, s1) through every step: at each
  * t, every kernel's chunk over its iterations of those samples. The driver hands it to the pool
@@ -2141,14 +2156,7 @@ gen_steps_chunk(Gen *g, int first, int end)
                                 LLVMBuildNSWMul(b, s0, a, ""), LLVMBuildNSWMul(b, s1, a, "")};
         LLVMBuildCall2(b, g->t_chunk, g->chunks[q], args, 6, "");
     }
-    LLVMValueRef next = LLVMBuildNSWAdd(b, t, LLVMConstInt(g->t_i64, 1, 0), "");
-    LLVMBuildCondBr(b,
-                    LLVMBuildICmp(b, LLVMIntSLT, next,
-                                  LLVMConstInt(g->t_i64, (unsigned long long)p->timesteps, 0), ""),
-                    body, exit);
-    LLVMAddIncoming(t, (LLVMValueRef[]){LLVMConstInt(g->t_i64, 0, 0), next},
-                    (LLVMBasicBlockRef[]){entry, body}, 2);
-    LLVMPositionBuilderAtEnd(b, exit);
+    close_step_loop(g, t, entry, body, exit);
     LLVMBuildRetVoid(b);
     return f;
 }
@@ -2230,15 +2238,7 @@ gen_driver(Gen *g, LLVMValueRef *kernels)
             LLVMValueRef t = LLVMBuildPhi(b, g->t_i64, "t");
             for (int q = i; q < j; q++)
                 LLVMBuildCall2(b, kty, kernels[q], (LLVMValueRef[]){bufs, batch, t, sb, rt}, 5, "");
-            LLVMValueRef next = LLVMBuildNSWAdd(b, t, LLVMConstInt(g->t_i64, 1, 0), "");
-            LLVMBuildCondBr(
-                b,
-                LLVMBuildICmp(b, LLVMIntSLT, next,
-                              LLVMConstInt(g->t_i64, (unsigned long long)p->timesteps, 0), ""),
-                body, exit);
-            LLVMAddIncoming(t, (LLVMValueRef[]){LLVMConstInt(g->t_i64, 0, 0), next},
-                            (LLVMBasicBlockRef[]){pre, body}, 2);
-            LLVMPositionBuilderAtEnd(b, exit);
+            close_step_loop(g, t, pre, body, exit);
         }
         i = j;
     }
