@@ -2125,6 +2125,10 @@ close_step_loop(Gen *g, LLVMValueRef t, LLVMBasicBlockRef pre, LLVMBasicBlockRef
     LLVMPositionBuilderAtEnd(b, exit);
 }
 
+/* the pool cuts sample ranges at multiples of 8 (runtime/pool.c CHUNK_ALIGN): below 16 samples
+ * one thread would take them all */
+enum { BY_SAMPLE_MIN_BATCH = 16 };
+
 /* ---- a step loop run sample by sample (kir_by_sample) ----
  * steps_N.chunk(bufs, B, t, sample_base, s0, s1) runs samples [s0, s1) through every step: at each
  * t, every kernel's chunk over its iterations of those samples. The driver hands it to the pool
@@ -2205,31 +2209,43 @@ gen_driver(Gen *g, LLVMValueRef *kernels)
         bool by_sample = p->timesteps > 0 && kir_by_sample(p, i, j);
         for (int q = i; by_sample && q < j; q++)
             by_sample = g->chunks[q] != NULL;
+        LLVMBasicBlockRef next_bb = NULL;
         if (by_sample) {
             LLVMBasicBlockRef here = LLVMGetInsertBlock(b);
             LLVMValueRef chunk = gen_steps_chunk(g, i, j);
             LLVMPositionBuilderAtEnd(b, here);
-            /* too little work for the pool (as gen_kernel): every sample on this thread */
+            /* too little work for the pool (as gen_kernel): every sample on this thread; too few
+             * samples for the pool's blocks of 8 to feed two threads: step by step, where each
+             * kernel's elements are split among the threads (a layer of 2^20 neurons at batch 1
+             * ran 11 → 16 ms by sample) */
             double cost = steps_cost(g, i, j);
             int64_t min_b = (int64_t)(PARALLEL_MIN_WORK / (cost > 1 ? cost : 1)) + 1;
             LLVMBasicBlockRef inline_bb = LLVMAppendBasicBlockInContext(g->ctx, f, "steps.inline");
+            LLVMBasicBlockRef test_bb = LLVMAppendBasicBlockInContext(g->ctx, f, "steps.test");
             LLVMBasicBlockRef pool_bb = LLVMAppendBasicBlockInContext(g->ctx, f, "steps.pool");
-            LLVMBasicBlockRef next_bb = LLVMAppendBasicBlockInContext(g->ctx, f, "steps.done");
+            LLVMBasicBlockRef bystep_bb = LLVMAppendBasicBlockInContext(g->ctx, f, "steps.bystep");
+            next_bb = LLVMAppendBasicBlockInContext(g->ctx, f, "steps.done");
             LLVMBuildCondBr(b,
                             LLVMBuildICmp(b, LLVMIntSLT, batch,
                                           LLVMConstInt(g->t_i64, (unsigned long long)min_b, 0),
                                           ""),
-                            inline_bb, pool_bb);
+                            inline_bb, test_bb);
             LLVMValueRef args[6] = {bufs, batch, LLVMConstInt(g->t_i64, 0, 0), sb,
                                     LLVMConstInt(g->t_i64, 0, 0), batch};
             LLVMPositionBuilderAtEnd(b, inline_bb);
             LLVMBuildCall2(b, g->t_chunk, chunk, args, 6, "");
             LLVMBuildBr(b, next_bb);
+            LLVMPositionBuilderAtEnd(b, test_bb);
+            LLVMBuildCondBr(b,
+                            LLVMBuildICmp(b, LLVMIntSLT, batch,
+                                          LLVMConstInt(g->t_i64, BY_SAMPLE_MIN_BATCH, 0), ""),
+                            bystep_bb, pool_bb);
             LLVMPositionBuilderAtEnd(b, pool_bb);
             call_parallel_for(g, rt, chunk, args);
             LLVMBuildBr(b, next_bb);
-            LLVMPositionBuilderAtEnd(b, next_bb);
-        } else if (p->timesteps > 0) {
+            LLVMPositionBuilderAtEnd(b, bystep_bb);
+        }
+        if (p->timesteps > 0) {
             LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
             LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, f, "step");
             LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, f, "step.exit");
@@ -2239,6 +2255,10 @@ gen_driver(Gen *g, LLVMValueRef *kernels)
             for (int q = i; q < j; q++)
                 LLVMBuildCall2(b, kty, kernels[q], (LLVMValueRef[]){bufs, batch, t, sb, rt}, 5, "");
             close_step_loop(g, t, pre, body, exit);
+        }
+        if (next_bb) {
+            LLVMBuildBr(b, next_bb);
+            LLVMPositionBuilderAtEnd(b, next_bb);
         }
         i = j;
     }
