@@ -375,17 +375,19 @@ for_loop(Gen *g, const KStmt *s, LoopMode mode)
     indent(g);
     fputs("{\n", f);
     g->depth++;
-    indent(g);
-    fputs("const long long lo_ = ", f);
-    expr_as(g, s->lo, KT_I64);
-    fputs(", hi_ = ", f);
-    expr_as(g, s->hi, KT_I64);
-    fputs(";\n", f);
+    if (mode != LOOP_SAMPLE) { /* a sample's iterations need not the loop's bounds */
+        indent(g);
+        fputs("const long long lo_ = ", f);
+        expr_as(g, s->lo, KT_I64);
+        fputs(", hi_ = ", f);
+        expr_as(g, s->hi, KT_I64);
+        fputs(";\n", f);
+    }
     indent(g);
     if (mode == LOOP_SAMPLE)
-        fprintf(f, "(void)lo_; (void)hi_;\n%*sfor (long long i_ = s_ * %lldLL + threadIdx.x; "
-                   "i_ < (s_ + 1) * %lldLL; i_ += blockDim.x) {\n",
-                4 * g->depth, "", (long long)g->k->sample_iters, (long long)g->k->sample_iters);
+        fprintf(f, "for (long long i_ = s_ * %lldLL + threadIdx.x; i_ < (s_ + 1) * %lldLL; "
+                   "i_ += blockDim.x) {\n",
+                (long long)g->k->sample_iters, (long long)g->k->sample_iters);
     else if (mode == LOOP_GRID)
         fputs("for (long long i_ = lo_ + (long long)blockIdx.x * blockDim.x + threadIdx.x; i_ < hi_;"
               " i_ += (long long)gridDim.x * blockDim.x) {\n",
