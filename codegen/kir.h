@@ -15,7 +15,9 @@ typedef enum {
     KT_U8,   /* spikes 0/1 stored as bytes */
     KT_I8,   /* bipolar spikes */
     KT_BOOL, /* comparison results */
-    KT_F16,  /* storage only, of weight buffers (Node.wstore): IEEE binary16; a load gives its f32 */
+    KT_F16,  /* storage only, of weight buffers (Node.wstore) and layer outputs (Node.astore): IEEE
+              * binary16; a load gives its f32, a store rounds an f32 value to it (nearest, ties
+              * to even; a tile store rounds each f64 lane to f32 first), as runtime/f16.h does */
     KT_BF16, /* storage only, likewise: bfloat16 */
     KT_BIT,  /* storage only, of 0/1 spike buffers (Node.layout): element e is bit e % 8 of byte
               * e / 8; a load gives u8 0 or 1, a store sets the bit to (value != 0). Every kernel
@@ -110,10 +112,12 @@ typedef enum {
  * - Expression trees may share subtrees: treat every KExpr as immutable. */
 
 enum { KLOAD_ELEMENT, KLOAD_BYTES, KLOAD_WORD }; /* KExpr.op of KX_LOAD */
-/* KU_CTZ (trailing zero bits; 64 for 0) and KU_POPCOUNT (one bits) take and give i64 */
+/* KU_CTZ (trailing zero bits; 64 for 0) and KU_POPCOUNT (one bits) take and give i64;
+ * KU_ROUND_F16 and KU_ROUND_BF16 take and give f32: the value a store to a KT_F16 (KT_BF16)
+ * buffer would keep, widened back (a layer output stored narrower, kept in a register) */
 typedef enum {
     KU_NEG, KU_NOT, KU_EXP, KU_LOG, KU_SQRT, KU_TANH, KU_ABS, KU_FLOOR, KU_SIGMOID, KU_CTZ,
-    KU_POPCOUNT,
+    KU_POPCOUNT, KU_ROUND_F16, KU_ROUND_BF16,
 } KUn;
 typedef enum {
     KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_MIN, KB_MAX, KB_POW, KB_REM, /* REM: i64 only */
@@ -144,7 +148,7 @@ typedef enum {
     KS_VLOAD,  /* var[l] = f64(buf[index + l]) (buf f32 or f64) */
     KS_VFMA,   /* var[l] = fma(a, f64(buf[index + l]), var[l]) (a f64; buf f32 or f64);
                 * is_sparse: var is left as it is where a == 0 (spike inputs skip zeros) */
-    KS_VSTORE, /* buf[index + l*stride] = (buf type) var[l] (buf f32 or f64) */
+    KS_VSTORE, /* buf[index + l*stride] = (buf type) var[l] (buf f32, f64, f16 or bf16) */
     KS_COUNT,  /* buf[0] += a: an i64 total (a spike count) that parallel iterations add to; the
                 * order of the additions is free (integers), so a GPU thread sums its own in a
                 * register and a block adds its threads' sum once (cuda_gen.c) */

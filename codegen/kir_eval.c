@@ -154,6 +154,8 @@ eval_un(Eval *ev, const KExpr *e)
     case KU_SIGMOID:
         r.f = f32 ? (double)f32_sigmoid((float)x) : 1.0 / (1.0 + exp(-x));
         break;
+    case KU_ROUND_F16: r.f = rt_f16_to_f32(rt_f32_to_f16((float)x)); break;
+    case KU_ROUND_BF16: r.f = rt_bf16_to_f32(rt_f32_to_bf16((float)x)); break;
     default: unreachable();
     }
     return r;
@@ -356,6 +358,10 @@ exec_tile(Eval *ev, const KStmt *s)
                 ((float *)ev->mem[s->buf])[i] = (float)t[l];
             else if (kb->type == KT_F64)
                 ((double *)ev->mem[s->buf])[i] = t[l];
+            else if (kb->type == KT_F16)
+                ((uint16_t *)ev->mem[s->buf])[i] = rt_f32_to_f16((float)t[l]);
+            else if (kb->type == KT_BF16)
+                ((uint16_t *)ev->mem[s->buf])[i] = rt_f32_to_bf16((float)t[l]);
             else
                 efail(ev, "kernel IR: tile store to %s buffer '%s'", ktype_name(kb->type),
                       kb->name);
@@ -384,9 +390,8 @@ store(Eval *ev, const KStmt *s)
         *byte = v.i != 0 ? *byte | bit : *byte & (uint8_t)~bit;
         break;
     }
-    case KT_F16:
-    case KT_BF16: efail(ev, "kernel IR: store to %s buffer '%s' (16-bit types are weights')",
-                        ktype_name(ev->p->bufs[s->buf].type), ev->p->bufs[s->buf].name);
+    case KT_F16: ((uint16_t *)m)[i] = rt_f32_to_f16((float)v.f); break;
+    case KT_BF16: ((uint16_t *)m)[i] = rt_f32_to_bf16((float)v.f); break;
     }
 }
 

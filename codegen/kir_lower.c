@@ -1467,7 +1467,8 @@ lower_conv2d_flat(Lower *lw, ValueId v)
 /* Layer v (dense or conv, LY_SUMMED) at the position ps of the scan that reads it: the one-lane
  * sum of lower_dense_flat / lower_conv2d_flat for that element (the same terms in the same
  * order, zeros skipped for spikes, then the conv's bias), its statements put at lw->pre, read as
- * the f32 the layer's store would round it to. */
+ * the f32 the layer's store would round it to (and on to 16 bits where its output is stored so,
+ * Node.astore). */
 static KExpr *
 summed_value(Lower *lw, ValueId v, Pos *ps)
 {
@@ -1495,7 +1496,9 @@ summed_value(Lower *lw, ValueId v, Pos *ps)
         conv_sum(lw, c, &cv, var(lw, ohv), bin(lw, KB_REM, i, ci(lw, d->OW)), var(lw, ov), t);
         conv_bias(lw, c, &cv, var(lw, ov), t);
     }
-    return to(lw, KT_F32, var(lw, t));
+    KExpr *y = to(lw, KT_F32, var(lw, t));
+    WeightStore as = lw->m->nodes[v].astore;
+    return as == WSTORE_F32 ? y : kx_un(lw->p, as == WSTORE_F16 ? KU_ROUND_F16 : KU_ROUND_BF16, y);
 }
 
 /* building a conv row's spike lists: the locals and sizes an append needs */
@@ -2644,6 +2647,8 @@ plan_buffers(Lower *lw)
         int64_t per = s->numel * (lw->is_static[v] ? 1 : lw->T);
         /* spikes stored as bits (Node.layout) on the CPU; GPU threads write a neuron each */
         KType t = n->layout == SPIKES_BITS && p->target == KTARGET_CPU ? KT_BIT
+                  : n->astore == WSTORE_F16                            ? KT_F16
+                  : n->astore == WSTORE_BF16                           ? KT_BF16
                                                                        : ktype_of(n->type.dtype);
         s->buf = add_buf(lw, value_name(lw, v), t, (KSize){per, 0}, KB_TEMP, -1, v);
         if (n->op == OP_NEURON && lw->region[v] >= 0) {

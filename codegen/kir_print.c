@@ -83,6 +83,8 @@ kun_str(KUn op)
     case KU_SIGMOID: return "sigmoid";
     case KU_CTZ: return "ctz";
     case KU_POPCOUNT: return "popcount";
+    case KU_ROUND_F16: return "round_f16";
+    case KU_ROUND_BF16: return "round_bf16";
     }
     return "?";
 }

@@ -1,11 +1,13 @@
 /* calibrate.c: --precision=fp16|bf16|mixed with calibration inputs. The storage of every dense and
- * conv weight (Node.wstore) is chosen, or checked, by running the model on the calibration samples
- * with the reference interpreter in float32 (the arithmetic every compiled backend has; narrowed
- * weights have the same values everywhere, so what the interpreter sees is what they compute) and
- * comparing every spike of every layer, and every output element, with the model's own weights.
- *   fp16, bf16: every layer narrowed; the report gives the agreement measured.
- *   mixed:      each layer in turn (in step order) is tried in f16 on top of the layers kept so
- *               far, and kept only when no spike and no output of any sample changes.
+ * conv weight (Node.wstore) and output (Node.astore; --narrow picks which of the two) is chosen,
+ * or checked, by running the model on the calibration samples with the reference interpreter in
+ * float32 (the arithmetic every compiled backend has; narrowed weights and outputs have the same
+ * values everywhere, so what the interpreter sees is what they compute) and comparing every spike
+ * of every layer, and every output element, with the model as given.
+ *   fp16, bf16: every tensor narrowed; the report gives the agreement measured.
+ *   mixed:      each tensor in turn (layers in order, a layer's weight, then its output) is tried
+ *               in f16 on top of those kept so far, and kept only when no spike and no output of
+ *               any sample changes.
  * The spikes are read through a calibration copy of the module: its IR text without fusion, with an
  * extra `sequence` output per spiking layer, parsed again (the text round-trips by design). */
 #include "driver/calibrate.h"
@@ -58,7 +60,7 @@ calibration_text(const Module *m, ValueId **layer_out, int *nlayers_out)
         const char *nl = strchr(p, '\n');
         size_t l = nl ? (size_t)(nl - p) + 1 : strlen(p);
         bool is_storage = (!strncmp(p, "  weights ", 10) && p[10] != '"') ||
-                          !strncmp(p, "  layout ", 9);
+                          !strncmp(p, "  layout ", 9) || !strncmp(p, "  activations ", 14);
         bool is_fusion = !strncmp(p, "  fuse ", 7) || !strncmp(p, "  epilogue ", 11);
         if (!is_fusion && !is_storage) {
             memcpy(t + k, p, l);
@@ -86,15 +88,17 @@ calibration_text(const Module *m, ValueId **layer_out, int *nlayers_out)
     return t;
 }
 
-/* cm's weights: m's as bound, rounded where store[v] says (store indexed by m's nodes) */
+/* cm's weights: m's as bound, rounded where store[v] says, and its layers' outputs stored as
+ * astore[v] says (both indexed by m's nodes; a layer of the copy is found through its weights) */
 static void
-set_weights(Cal *c, const WeightStore *store)
+set_weights(Cal *c, const WeightStore *store, const WeightStore *astore)
 {
     for (int j = 0; j < c->cm->nweights; j++) {
         Weight *w = &c->cm->weights[j];
         int i = c->w_of[j];
         memcpy(w->data, c->orig[i], (size_t)w->numel * sizeof(float));
         c->cm->nodes[w->node].wstore = store[c->m->weights[i].node];
+        c->cm->nodes[w->node].astore = astore[c->m->weights[i].node];
     }
     weights_round_stored(c->cm);
 }
@@ -175,6 +179,55 @@ weight_bytes(const Module *m, const WeightStore *store)
     return bytes;
 }
 
+/* dense and conv layers whose output is stored narrower (all: every dense and conv layer) */
+static int
+narrow_outputs(const Module *m, const WeightStore *astore, int *all)
+{
+    int n = 0;
+    *all = 0;
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        if (m->nodes[v].op != OP_DENSE && !op_is_conv(m->nodes[v].op)) continue;
+        ++*all;
+        n += astore[v] != WSTORE_F32;
+    }
+    return n;
+}
+
+/* layer v's weight, and its output, that --precision may narrow: unstated in the model, and
+ * asked for (--narrow) */
+static bool
+is_free_weight(const Module *m, ValueId v, const PrecisionRequest *rq)
+{
+    const Node *n = &m->nodes[v];
+    return rq->weights && node_stored_weight(m, n) >= 0 && n->wstore_loc.line == 0;
+}
+
+static bool
+is_free_output(const Module *m, ValueId v, const PrecisionRequest *rq)
+{
+    return rq->activations && m->nodes[v].astore_loc.line == 0 && !ir_activation_problem(m, v);
+}
+
+/* mixed: tensor slot[v] of layer v in f16 on top of what is kept; kept only if nothing changes */
+static bool
+try_narrow(Cal *c, const PrecisionRequest *rq, WeightStore *store, WeightStore *astore,
+           WeightStore *slot, const char *what)
+{
+    Diff d;
+    *slot = rq->narrow;
+    set_weights(c, store, astore);
+    bool ok = run_all(c, false, &d);
+    bool keep = ok && d.spikes_changed == 0 && d.outputs_changed == 0;
+    if (!keep) *slot = WSTORE_F32;
+    if (ok && !rq->quiet) {
+        char line[200];
+        snprintf(line, sizeof line, "%s %s %s", what, wstore_name(rq->narrow),
+                 keep ? "kept" : "refused");
+        report_diff(c, line, &d);
+    }
+    return ok;
+}
+
 bool
 precision_calibrate(Module *m, const PrecisionRequest *rq)
 {
@@ -195,7 +248,8 @@ precision_calibrate(Module *m, const PrecisionRequest *rq)
     c.cur = calloc((size_t)no + 1, sizeof *c.cur);
     c.orig = calloc((size_t)m->nweights + 1, sizeof *c.orig);
     WeightStore *store = calloc((size_t)m->nnodes + 1, sizeof *store);
-    if (!c.per || !c.base || !c.cur || !c.orig || !store) die("out of memory");
+    WeightStore *astore = calloc((size_t)m->nnodes + 1, sizeof *astore);
+    if (!c.per || !c.base || !c.cur || !c.orig || !store || !astore) die("out of memory");
     for (int j = 0; j < no; j++) {
         const Node *n = &c.cm->nodes[c.cm->outputs[j]];
         c.per[j] = type_numel(&n->type) * (n->type.has_time ? c.cm->timesteps : 1);
@@ -219,52 +273,59 @@ precision_calibrate(Module *m, const PrecisionRequest *rq)
         c.cm->weights[j].data = arena_alloc(&c.cm->arena, (size_t)(m->weights[i].numel + 1) *
                                                              sizeof(float));
     }
-    /* the baseline: the weights as the model gives them (storage written in the model stays) */
-    for (ValueId v = 0; v < m->nnodes; v++)
+    /* the baseline: the model as given (storage written in the model stays) */
+    for (ValueId v = 0; v < m->nnodes; v++) {
         store[v] = m->nodes[v].wstore;
-    set_weights(&c, store);
+        astore[v] = m->nodes[v].astore;
+    }
+    set_weights(&c, store, astore);
     bool ok = run_all(&c, true, &(Diff){0});
     if (ok && !rq->quiet)
         fprintf(stderr, "snnc: precision %s: calibrating on %lld samples (%d spiking layers, the "
                         "interpreter in float32)\n",
                 rq->mode, (long long)c.n, c.nlayers);
-    int64_t bytes_before = weight_bytes(m, store);
-    Diff d;
+    int64_t wbytes = weight_bytes(m, store);
     if (ok && rq->is_mixed) {
         for (ValueId v = 0; v < m->nnodes && ok; v++) {
-            const Node *n = &m->nodes[v];
-            if (node_stored_weight(m, n) < 0 || n->wstore_loc.line > 0) continue;
-            store[v] = rq->narrow;
-            set_weights(&c, store);
-            ok = run_all(&c, false, &d);
-            bool keep = ok && d.spikes_changed == 0 && d.outputs_changed == 0;
-            if (!keep) store[v] = WSTORE_F32;
-            if (ok && !rq->quiet) {
-                char what[160];
-                snprintf(what, sizeof what, "%s %s %s", layer_name(m, v), wstore_name(rq->narrow),
-                         keep ? "kept" : "refused");
-                report_diff(&c, what, &d);
-            }
+            char what[160];
+            snprintf(what, sizeof what, "%s weights", layer_name(m, v));
+            if (is_free_weight(m, v, rq))
+                ok = try_narrow(&c, rq, store, astore, &store[v], what);
+            snprintf(what, sizeof what, "%s activations", layer_name(m, v));
+            if (ok && is_free_output(m, v, rq))
+                ok = try_narrow(&c, rq, store, astore, &astore[v], what);
         }
     } else if (ok) {
-        for (ValueId v = 0; v < m->nnodes; v++)
-            if (node_stored_weight(m, &m->nodes[v]) >= 0 && m->nodes[v].wstore_loc.line == 0)
-                store[v] = rq->narrow;
-        set_weights(&c, store);
+        for (ValueId v = 0; v < m->nnodes; v++) {
+            if (is_free_weight(m, v, rq)) store[v] = rq->narrow;
+            if (is_free_output(m, v, rq)) astore[v] = rq->narrow;
+        }
+        set_weights(&c, store, astore);
+        Diff d;
         ok = run_all(&c, false, &d);
         if (ok && !rq->quiet) {
             char what[64];
-            snprintf(what, sizeof what, "every layer %s", wstore_name(rq->narrow));
+            snprintf(what, sizeof what, "every %s %s",
+                     !rq->activations ? "weight" : !rq->weights ? "layer output" : "tensor",
+                     wstore_name(rq->narrow));
             report_diff(&c, what, &d);
         }
     }
     if (ok) {
-        for (ValueId v = 0; v < m->nnodes; v++)
+        for (ValueId v = 0; v < m->nnodes; v++) {
             m->nodes[v].wstore = store[v];
+            m->nodes[v].astore = astore[v];
+        }
         weights_round_stored(m);
-        if (!rq->quiet)
-            fprintf(stderr, "snnc: precision %s: weights %.2f MB -> %.2f MB\n", rq->mode,
-                    (double)bytes_before / 1e6, (double)weight_bytes(m, store) / 1e6);
+        if (!rq->quiet) {
+            if (rq->weights)
+                fprintf(stderr, "snnc: precision %s: weights %.2f MB -> %.2f MB\n", rq->mode,
+                        (double)wbytes / 1e6, (double)weight_bytes(m, store) / 1e6);
+            int all, n = narrow_outputs(m, astore, &all);
+            if (rq->activations)
+                fprintf(stderr, "snnc: precision %s: outputs of %d of %d dense and conv layers in 16 "
+                                "bits (--explain gives the arena)\n", rq->mode, n, all);
+        }
     }
     for (int j = 0; j < no; j++) {
         free(c.base[j]);
@@ -278,15 +339,18 @@ precision_calibrate(Module *m, const PrecisionRequest *rq)
     free(c.orig);
     free(c.w_of);
     free(store);
+    free(astore);
     free(c.layer);
     module_free(c.cm);
     return ok;
 }
 
 void
-precision_set_all(Module *m, WeightStore narrow)
+precision_set_all(Module *m, WeightStore narrow, bool weights, bool activations)
 {
-    for (ValueId v = 0; v < m->nnodes; v++)
-        if (node_stored_weight(m, &m->nodes[v]) >= 0 && m->nodes[v].wstore_loc.line == 0)
-            m->nodes[v].wstore = narrow;
+    PrecisionRequest rq = {.weights = weights, .activations = activations};
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        if (is_free_weight(m, v, &rq)) m->nodes[v].wstore = narrow;
+        if (is_free_output(m, v, &rq)) m->nodes[v].astore = narrow;
+    }
 }

@@ -1,4 +1,4 @@
-/* calibrate.h: --precision=fp16|bf16|mixed (driver/calibrate.c). */
+/* calibrate.h: --precision=fp16|bf16|mixed, --narrow (driver/calibrate.c). */
 #ifndef SNN_DRIVER_CALIBRATE_H
 #define SNN_DRIVER_CALIBRATE_H
 
@@ -7,7 +7,9 @@
 typedef struct PrecisionRequest {
     const char *mode;            /* "fp16", "bf16", "mixed": for the report */
     WeightStore narrow;          /* the 16-bit type tried */
-    bool is_mixed;               /* keep it per layer only where nothing changes */
+    bool is_mixed;               /* keep it per tensor only where nothing changes */
+    bool weights, activations;   /* which tensors: layers' weights (Node.wstore), their outputs
+                                  * (Node.astore) */
     const float *const *inputs;  /* calibration samples: inputs[k] holds n samples of input k */
     const int64_t *numel;        /* floats per sample of input k */
     int64_t n;
@@ -15,12 +17,14 @@ typedef struct PrecisionRequest {
     bool quiet;
 } PrecisionRequest;
 
-/* Choose (mixed) or check (fp16, bf16) the storage of m's dense and conv weights on the samples,
- * set Node.wstore and round m's bound weights; layers whose storage the model states stay as they
- * are. Prints what it measured to stderr unless quiet. False after reporting an error. */
+/* Choose (mixed) or check (fp16, bf16) the storage of m's dense and conv weights and outputs on the
+ * samples, set Node.wstore and Node.astore and round m's bound weights; storage the model states
+ * stays as it is, and so do outputs that cannot be narrowed (ir_activation_problem). Prints what
+ * it measured to stderr unless quiet. False after reporting an error. */
 bool precision_calibrate(Module *m, const PrecisionRequest *rq);
 
-/* fp16 or bf16 without calibration: every dense and conv weight the model leaves unstated */
-void precision_set_all(Module *m, WeightStore narrow);
+/* fp16 or bf16 without calibration: every dense and conv weight (weights) and output (activations)
+ * the model leaves unstated */
+void precision_set_all(Module *m, WeightStore narrow, bool weights, bool activations);
 
 #endif

@@ -45,6 +45,7 @@ typedef struct Options {
     InterpPrecision precision;
     const char *precision_mode; /* fp16, bf16, mixed: dense and conv weights stored narrower */
     WeightStore narrow;         /* WSTORE_F32 unless precision_mode */
+    bool narrow_weights, narrow_activations; /* --narrow: what precision_mode narrows */
     int64_t calibrate;          /* calibration samples (of --data / --input) */
     int accumulate; /* -1: as the model says; else an Accumulate */
     const char *data;
@@ -131,12 +132,14 @@ usage(FILE *f)
           "                          are the same for every N)\n"
           "  --precision=f64|f32     interpreter arithmetic: double (its default) or float32 like\n"
           "                          PyTorch (fp32 = f32)\n"
-          "  --precision=fp16|bf16|mixed  float32 arithmetic with dense and conv weights stored in\n"
-          "                          16 bits (rounded to nearest; half the bytes; membrane state and\n"
-          "                          thresholds stay f32); mixed: f16 only for the layers where no\n"
-          "                          spike and no output changes on the calibration inputs (--data\n"
-          "                          or --input, with or without --run); fp16/bf16 with them report\n"
-          "                          the spike agreement measured\n"
+          "  --precision=fp16|bf16|mixed  float32 arithmetic with dense and conv weights and\n"
+          "                          outputs stored in 16 bits (rounded to nearest; half the bytes;\n"
+          "                          membrane state and thresholds stay f32); mixed: f16 only for\n"
+          "                          the tensors where no spike and no output changes on the\n"
+          "                          calibration inputs (--data or --input, with or without --run);\n"
+          "                          fp16/bf16 with them report the spike agreement measured\n"
+          "  --narrow=weights|activations|all  what --precision=fp16|bf16|mixed narrows: the\n"
+          "                          layers' weights, their outputs, or both (all, the default)\n"
           "  --calibrate=N           calibration samples: the first N of the data (default 64)\n"
           "  --data=fashion-mnist[:DIR]  the Fashion-MNIST test set (IDX files; default directory\n"
           "                          $SNN_DATA_DIR, then /usr/share/datasets/fashion-mnist)\n"
@@ -486,7 +489,7 @@ parse_device(Options *o, bool is_f64_asked)
 static void
 parse_options(int argc, char **argv, Options *o)
 {
-    enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_CALIBRATE, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
+    enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_NARROW, O_CALIBRATE, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
            O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU,
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
@@ -495,7 +498,7 @@ parse_options(int argc, char **argv, Options *o)
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
-        {"calibrate", required_argument, 0, O_CALIBRATE},
+        {"calibrate", required_argument, 0, O_CALIBRATE}, {"narrow", required_argument, 0, O_NARROW},
         {"data", required_argument, 0, O_DATA},       {"input", required_argument, 0, O_INPUT},
         {"batch", required_argument, 0, O_BATCH},     {"limit", required_argument, 0, O_LIMIT},
         {"seed", required_argument, 0, O_SEED},       {"output", required_argument, 0, O_OUTPUT},
@@ -533,6 +536,7 @@ parse_options(int argc, char **argv, Options *o)
     o->opt_level = 2;
     o->accumulate = -1;
     o->calibrate = 64;
+    o->narrow_weights = o->narrow_activations = true;
     o->limit = -1;
     o->seed = -1;
     o->backend = NULL; /* chosen after the options: see below */
@@ -592,6 +596,12 @@ parse_options(int argc, char **argv, Options *o)
                 usage_error("--precision expects f64, f32 (fp32), fp16, bf16 or mixed, got '%s'",
                             optarg);
             }
+            break;
+        case O_NARROW:
+            o->narrow_weights = !strcmp(optarg, "weights") || !strcmp(optarg, "all");
+            o->narrow_activations = !strcmp(optarg, "activations") || !strcmp(optarg, "all");
+            if (!o->narrow_weights && !o->narrow_activations)
+                usage_error("--narrow expects weights, activations or all, got '%s'", optarg);
             break;
         case O_CALIBRATE: {
             char *end;
@@ -787,7 +797,7 @@ parse_options(int argc, char **argv, Options *o)
         usage_error("--data and --input need --run (or --precision=fp16|bf16|mixed, which "
                     "calibrates on them)");
     if (o->precision_mode && !strcmp(o->precision_mode, "mixed") && !o->data && !o->ninput_args)
-        usage_error("--precision=mixed chooses per layer on calibration inputs: give --data or "
+        usage_error("--precision=mixed chooses per tensor on calibration inputs: give --data or "
                     "--input");
     if (o->data && o->ninput_args)
         usage_error("give either --data or --input, not both");
@@ -1801,13 +1811,14 @@ emit_snn(const Options *o, const char *weights_path)
     return 0;
 }
 
-/* --precision=fp16|bf16|mixed: the storage of dense and conv weights, chosen or checked on the
- * calibration samples when --data or --input gives them (driver/calibrate.c) */
+/* --precision=fp16|bf16|mixed: the storage of dense and conv weights and outputs (--narrow),
+ * chosen or checked on the calibration samples when --data or --input gives them
+ * (driver/calibrate.c) */
 static bool
 apply_precision(Module *m, const Options *o)
 {
     if (!o->data && !o->ninput_args) {
-        precision_set_all(m, o->narrow);
+        precision_set_all(m, o->narrow, o->narrow_weights, o->narrow_activations);
         return true;
     }
     Data d = {0};
@@ -1817,6 +1828,8 @@ apply_precision(Module *m, const Options *o)
             .mode = o->precision_mode,
             .narrow = o->narrow,
             .is_mixed = strcmp(o->precision_mode, "mixed") == 0,
+            .weights = o->narrow_weights,
+            .activations = o->narrow_activations,
             .inputs = (const float *const *)d.inputs,
             .numel = d.numel,
             .n = d.n < o->calibrate ? d.n : o->calibrate,

@@ -69,6 +69,7 @@ typedef enum {
     MST_EPILOGUE,   /* epilogue name (a layer summed in its scan); likewise */
     MST_WSTORE,     /* weights name : a (an AST_IDENT: f32, f16 or bf16) */
     MST_LAYOUT,     /* layout name : a (an AST_IDENT: bits or bytes); `layout` is a word only here */
+    MST_ASTORE,     /* activations name : a (f32, f16 or bf16); `activations` likewise */
 } StmtKind;
 
 typedef struct AstStmt {

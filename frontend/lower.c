@@ -1158,6 +1158,7 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         case MST_EVENTS:
         case MST_EPILOGUE:
         case MST_WSTORE:
+        case MST_ASTORE:
         case MST_LAYOUT:
             break; /* once every value is bound: below */
         case MST_ACCUMULATE: {
@@ -1335,27 +1336,30 @@ lower_model(Lower *L, const AstItem *it, const char *path)
     }
     for (int i = 0; i < it->nstmts; i++) {
         const AstStmt *st = &it->stmts[i];
-        if (st->kind != MST_WSTORE)
+        if (st->kind != MST_WSTORE && st->kind != MST_ASTORE)
             continue;
+        bool is_w = st->kind == MST_WSTORE;
+        const char *what = is_w ? "weights" : "activations";
         ValueId v = sym_find(L, st->name);
         if (v < 0) {
-            diag_error(st->loc, "weights: '%s' is not a value of model '%s'", st->name, m->name);
+            diag_error(st->loc, "%s: '%s' is not a value of model '%s'", what, st->name, m->name);
             return false;
         }
         const char *t = st->a->str;
         WeightStore ws = !strcmp(t, "f16") ? WSTORE_F16 : !strcmp(t, "bf16") ? WSTORE_BF16
                                                                              : WSTORE_F32;
         if (ws == WSTORE_F32 && strcmp(t, "f32") != 0) {
-            diag_error(st->a->loc, "weights %s: a weight is stored as f32, f16 or bf16, not '%s'",
-                       st->name, t);
+            diag_error(st->a->loc, "%s %s: %s stored as f32, f16 or bf16, not '%s'", what,
+                       st->name, is_w ? "a weight is" : "activations are", t);
             return false;
         }
-        if (m->nodes[v].wstore_loc.line > 0) {
-            diag_error(st->loc, "weights: the storage of '%s' is given twice", st->name);
+        Loc *at = is_w ? &m->nodes[v].wstore_loc : &m->nodes[v].astore_loc;
+        if (at->line > 0) {
+            diag_error(st->loc, "%s: the storage of '%s' is given twice", what, st->name);
             return false;
         }
-        m->nodes[v].wstore = ws;
-        m->nodes[v].wstore_loc = st->loc;
+        *(is_w ? &m->nodes[v].wstore : &m->nodes[v].astore) = ws;
+        *at = st->loc;
     }
     for (int i = 0; i < it->nstmts; i++) {
         const AstStmt *st = &it->stmts[i];

@@ -404,7 +404,7 @@ mstmts:
     ;
 
 /* mstmt := 'timesteps' expr | 'weights' STRING | 'weights' name ':' name | 'seed' expr
- *        | 'schedule' name | 'layout' name ':' name | 'events' name
+ *        | 'schedule' name | 'layout' name ':' name | 'activations' name ':' name | 'events' name
  *        | 'fuse' name 'into' name | 'memory' name | 'accumulate' name | 'input' name ':' type
  *        | name '=' expr [':' type] [locann] | 'output' name '=' expr [':' type] [locann] */
 mstmt:
@@ -424,21 +424,24 @@ mstmt:
         else {
             fail(p, @1, "unexpected '%s %s': a model statement is NAME = ..., output, input, "
                         "timesteps, seed, weights, schedule, memory, accumulate, events, epilogue, "
-                        "layout or fuse",
+                        "layout, activations or fuse",
                  $1->str, $2->str);
             YYABORT;
         }
         $$ = stmt(p, k, @1, $2, no_expr());
     }
   | IDENT name ":" name {
-        /* layout VALUE : bits|bytes (`layout` is a statement word only here) */
-        if (strcmp($1->str, "layout") != 0) {
+        /* layout VALUE : bits|bytes, activations LAYER : f16|bf16|f32 (statement words only
+         * here) */
+        bool is_layout = strcmp($1->str, "layout") == 0;
+        if (!is_layout && strcmp($1->str, "activations") != 0) {
             fail(p, @1, "unexpected '%s %s :': a statement 'NAME VALUE : WHAT' is "
-                        "'weights LAYER : f16|bf16|f32' or 'layout VALUE : bits|bytes'",
+                        "'weights LAYER : f16|bf16|f32', 'activations LAYER : f16|bf16|f32' or "
+                        "'layout VALUE : bits|bytes'",
                  $1->str, $2->str);
             YYABORT;
         }
-        $$ = stmt(p, MST_LAYOUT, @1, $2, leaf($4));
+        $$ = stmt(p, is_layout ? MST_LAYOUT : MST_ASTORE, @1, $2, leaf($4));
     }
   | FUSE name name name {
         if (strcmp($3->str, "into") != 0) {

@@ -5,6 +5,7 @@
  * are exact ones (zero spikes skipped, values that are the same at every step computed once) and it
  * does not re-verify. */
 #include "ir/ir.h"
+#include "runtime/f16.h"
 #include "runtime/philox.h"
 
 #include <math.h>
@@ -651,6 +652,18 @@ eval_readout(Interp *ip, ValueId v, int t)
     }
 }
 
+/* a layer's output stored narrower (Node.astore): its f32 values rounded to that type */
+static void
+round_activations(Interp *ip, ValueId v, int t)
+{
+    WeightStore as = ip->m->nodes[v].astore;
+    if (as == WSTORE_F32) return;
+    double *y = val(ip, v, t);
+    for (int64_t i = 0, n = (int64_t)ip->nb * ip->nodes[v].numel; i < n; i++)
+        y[i] = as == WSTORE_F16 ? rt_f16_to_f32(rt_f32_to_f16((float)y[i]))
+                                : rt_bf16_to_f32(rt_f32_to_bf16((float)y[i]));
+}
+
 static void
 eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
 {
@@ -666,9 +679,15 @@ eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
     switch (n->op) {
     case OP_INPUT: eval_input(ip, v, t); break;
     case OP_POISSON: eval_poisson(ip, v, t); break;
-    case OP_DENSE: eval_dense(ip, v, t); break;
+    case OP_DENSE:
+        eval_dense(ip, v, t);
+        round_activations(ip, v, t);
+        break;
     case OP_CONV2D:
-    case OP_CONV1D: eval_conv2d(ip, v, t); break;
+    case OP_CONV1D:
+        eval_conv2d(ip, v, t);
+        round_activations(ip, v, t);
+        break;
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D:
     case OP_SUMPOOL2D: eval_pool(ip, v, t); break;

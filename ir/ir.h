@@ -250,6 +250,12 @@ typedef struct Node {
      * and compiled code keeps and loads 2 bytes per weight */
     WeightStore wstore;
     Loc wstore_loc; /* the `weights` statement (line 0: --precision chose it) */
+    /* how a dense or conv layer's output is stored (printed `activations a : f16`, chosen by
+     * --precision): each value the layer computes (its f32 sum) is rounded to that type, in the
+     * interpreter as in compiled code, and a buffer holding it keeps 2 bytes per element
+     * (ir_activation_problem says where it may be given) */
+    WeightStore astore;
+    Loc astore_loc; /* the `activations` statement (line 0: --precision chose it) */
     /* how a spike value with memory of its own is stored (printed `layout a : bits`, chosen by
      * the pack-spikes pass): 1 bit per spike instead of a byte, on the CPU (ir_layout_problem
      * says where it may be given; the GPU keeps bytes) */
@@ -382,6 +388,9 @@ const char *ir_layout_problem(const Module *m, ValueId v);
  * reader, a neuron layer outside recurrent cycles in the layer-by-layer schedule, or a batchnorm
  * fused into one. */
 const char *ir_epilogue_problem(const Module *m, ValueId v);
+/* Why value v's output may not be stored narrower (Node.astore), or NULL: only a dense or conv
+ * layer's, and not one computed into its batchnorm's buffer (fold-batchnorm). */
+const char *ir_activation_problem(const Module *m, ValueId v);
 /* Every `fuse` of a typed module can be done (ir_fusion_problem); false after reporting the first
  * that cannot, at its fuse statement. */
 bool ir_verify_fusions(const Module *m);

@@ -405,6 +405,14 @@ ir_print(FILE *f, const Module *m)
         fprintf(f, " : %s\n", wstore_name(ws));
     }
     for (int i = 0; i < m->nnodes; i++) {
+        WeightStore as = m->nodes[order[i]].astore;
+        if (as == WSTORE_F32)
+            continue;
+        fputs("  activations ", f);
+        put_value(f, m, pos, order[i]);
+        fprintf(f, " : %s\n", wstore_name(as));
+    }
+    for (int i = 0; i < m->nnodes; i++) {
         SpikeLayout l = m->nodes[order[i]].layout;
         if (l == SPIKES_BYTES && m->nodes[order[i]].layout_loc.line == 0)
             continue; /* the default, unless stated (which keeps pack-spikes off it) */

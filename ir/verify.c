@@ -224,6 +224,8 @@ ir_fusion_problem(const Module *m, ValueId a, ValueId b)
         if (nb->fused_into >= 0)
             return "the batchnorm is computed inside another kernel, so it has no buffer for the "
                    "conv to store into";
+        if (na->astore != WSTORE_F32)
+            return "the layer's output is stored in 16 bits (activations), in a buffer of its own";
         return NULL;
     }
     if (is_pointwise(na->op)) {
@@ -304,6 +306,17 @@ ir_epilogue_problem(const Module *m, ValueId v)
     return NULL;
 }
 
+const char *
+ir_activation_problem(const Module *m, ValueId v)
+{
+    const Node *n = &m->nodes[v];
+    if (n->op != OP_DENSE && !op_is_conv(n->op))
+        return "only a dense or conv layer's output is stored narrower";
+    if (n->fused_into >= 0)
+        return "it is computed into its batchnorm's buffer (fused into it)";
+    return NULL;
+}
+
 bool
 ir_verify_fusions(const Module *m)
 {
@@ -343,6 +356,16 @@ ir_verify_fusions(const Module *m)
                    n->name ? n->name : node_op_name(m, n), node_op_name(m, n),
                    wstore_name(n->wstore));
         ok = false;
+    }
+    for (int v = 0; v < m->nnodes && ok; v++) {
+        const Node *n = &m->nodes[v];
+        const char *why = n->astore == WSTORE_F32 ? NULL : ir_activation_problem(m, v);
+        if (why) {
+            diag_error(n->astore_loc.line > 0 ? n->astore_loc : n->loc,
+                       "activations: '%s' cannot be stored as %s: %s",
+                       n->name ? n->name : node_op_name(m, n), wstore_name(n->astore), why);
+            ok = false;
+        }
     }
     for (int v = 0; v < m->nnodes && ok; v++) {
         const Node *n = &m->nodes[v];

@@ -426,10 +426,10 @@ program_check(const snn_model *m, const RtBuf *bufs, int nbufs, const RtLayer *l
                     : b->kind == RT_BUF_WEIGHT ? m->nweights
                                                : 1;
         if (b->kind != RT_BUF_TEMP && (b->io < 0 || b->io >= limit)) return false;
+        /* 16-bit elements: weights and layer outputs (temporaries) stored narrower */
         bool is_16 = b->type == RT_ELEM_F16 || b->type == RT_ELEM_BF16;
         if (b->kind != RT_BUF_TEMP && b->type != RT_ELEM_F32 && !(is_16 && b->kind == RT_BUF_WEIGHT))
             return false;
-        if (is_16 && b->kind != RT_BUF_WEIGHT) return false;
         if (b->type == RT_ELEM_BIT && (b->kind != RT_BUF_TEMP || bufs == m->cuda_bufs))
             return false; /* spikes as bits: CPU temporaries only */
         if (b->kind == RT_BUF_WEIGHT) {

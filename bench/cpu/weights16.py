@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""16-bit weights (--precision=fp16|bf16|mixed) against f32 weights on the CPU: speed, agreement.
+"""16-bit weights or activations (--precision=fp16|bf16|mixed) against f32 on the CPU: speed, agreement.
 
     python3 bench/cpu/weights16.py [--snnc build-rel/driver/snnc] [--bench build-rel/bench/snnc_bench]
+                                   [--narrow=weights|activations|all] [--accumulate=exact,f32]
+                                   [--workloads=mlp,conv,conv-bncal]
+
+What is narrowed is --narrow's (snnc's option; default weights here: the layers' weights; activations:
+the dense and conv layers' outputs; all: both), the other tensors stay f32.
 
 For the Fashion-MNIST MLP (10,000 test images, batch 256) and the conv SNN (the first 1,024 test
 images, batch 64; weights bench/cpu/fmnist_conv_bench.safetensors, 6% input spikes to conv2, and
@@ -10,7 +15,9 @@ bf16 weights (and mixed: f16 where 64 calibration images show no change) and snn
 on 2 threads (median of the warm passes). Outputs are compared with the f32-weight build of the
 same accumulation: elements equal bit for bit, predicted class the same, accuracy. The calibration
 report (`snnc --emit=ir --precision=... --data=fashion-mnist --calibrate=64`) gives the spike
-agreement of every layer on those 64 images and the weight bytes. Writes bench/cpu/weights16.json."""
+agreement of every layer on those 64 images and the weight bytes; `snnc --explain --batch=B` the
+arena each build needs. Writes bench/cpu/weights16.json (--narrow=weights), activations16.json or
+all16.json."""
 import argparse
 import gzip
 import json
@@ -48,7 +55,11 @@ def main():
     ap.add_argument("--snnc", default=str(ROOT / "build-rel" / "driver" / "snnc"))
     ap.add_argument("--bench", default=str(ROOT / "build-rel" / "bench" / "snnc_bench"))
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--narrow", choices=("weights", "activations", "all"), default="weights")
+    ap.add_argument("--accumulate", default="exact,f32")
+    ap.add_argument("--workloads", default="mlp,conv,conv-bncal")
     a = ap.parse_args()
+    narrow = [f"--narrow={a.narrow}"]
     work = Path(tempfile.mkdtemp(prefix="snnc-weights16-"))
     conv = ROOT / "examples/fmnist_conv.snn"
     workloads = {
@@ -59,49 +70,60 @@ def main():
     }
     rows = []
     for name, (model, wflags, n, batch) in workloads.items():
+        if name not in a.workloads.split(","):
+            continue
         y = labels(n)
         calib = {}
         for prec in ("fp16", "bf16", "mixed"):
             p = sh([a.snnc, "--emit=ir", str(model), f"--precision={prec}", "--data=fashion-mnist",
-                    "--calibrate=64", "-o", str(work / f"{name}.{prec}.snnir")] + wflags)
+                    "--calibrate=64", "-o", str(work / f"{name}.{prec}.snnir")] + wflags + narrow)
             lines = [ln.strip() for ln in p.stderr.splitlines() if ln.startswith("  ")]
             mb = re.search(r"weights ([0-9.]+) MB -> ([0-9.]+) MB", p.stderr)
             ir = (work / f"{name}.{prec}.snnir").read_text()
-            calib[prec] = {"report": lines, "weights_mb": [float(mb[1]), float(mb[2])],
-                           "f16_layers": re.findall(r"^  weights (\S+) : f16$", ir, re.M)}
-        for acc in ("exact", "f32"):
+            calib[prec] = {"report": lines,
+                           "weights_mb": [float(mb[1]), float(mb[2])] if mb else None,
+                           "f16_layers": re.findall(r"^  weights (\S+) : f16$", ir, re.M),
+                           "f16_outputs": re.findall(r"^  activations (\S+) : f16$", ir, re.M)}
+        for acc in a.accumulate.split(","):
             base = None
             for prec in ("fp32", "fp16", "bf16", "mixed"):
                 so, out = work / f"{name}.{acc}.{prec}.so", work / f"{name}.{acc}.{prec}.npy"
                 extra = ["--data=fashion-mnist", "--calibrate=64", "-q"] if prec == "mixed" else []
-                sh([a.snnc, str(model), "-o", str(so), "--cuda-arch=none", f"--accumulate={acc}",
-                    f"--precision={prec}"] + extra + wflags)
+                flags = [f"--accumulate={acc}", f"--precision={prec}"] + extra + wflags + narrow
+                sh([a.snnc, str(model), "-o", str(so), "--cuda-arch=none"] + flags)
+                ex = sh([a.snnc, "--explain", f"--batch={batch}", str(model)] + flags).stdout
+                arena = int(re.search(r"^  arena +(\d+) bytes", ex, re.M)[1])
                 rep = json.loads(sh([a.bench, str(so), "--fmnist", f"--limit={n}",
                                      f"--batch={batch}", "--threads=2", f"--repeats={a.repeats}",
                                      f"--output={out}"]).stdout.strip().splitlines()[-1])
                 t, o = rep["median_pass_s"], np.load(out)
                 if base is None:
                     base = (t, o)
-                row = {"workload": name, "accumulate": acc, "weights": prec, "images": n,
-                       "batch": batch, "seconds": t, "speedup_vs_f32_weights": base[0] / t,
+                row = {"workload": name, "accumulate": acc, "narrow": a.narrow, "precision": prec,
+                       "images": n, "batch": batch, "seconds": t, "arena_bytes": arena,
+                       "speedup_vs_f32": base[0] / t,
                        "outputs_equal": float(np.mean(o.view(np.uint32) ==
                                                       base[1].view(np.uint32))),
                        "class_agreement": float(np.mean(o.argmax(1) == base[1].argmax(1))),
                        "accuracy": float(np.mean(o.argmax(1) == y)),
                        "calibration": calib.get(prec)}
                 rows.append(row)
-                print(f"{name:10} {acc:5} {prec:5} {t:7.4f} s  {base[0] / t:5.2f}x  outputs equal "
+                print(f"{name:10} {acc:5} {prec:5} {t:7.4f} s  {base[0] / t:5.2f}x  arena "
+                      f"{arena / 2**20:6.1f} MiB  outputs equal "
                       f"{row['outputs_equal']:.4%}  class agreement {row['class_agreement']:.4%}  "
                       f"accuracy {row['accuracy']:.4f}", flush=True)
         for prec, c in calib.items():
-            print(f"  calibration {prec}: {c['weights_mb'][0]:.2f} -> {c['weights_mb'][1]:.2f} MB, "
-                  f"f16 layers {c['f16_layers']}")
+            mb = f"{c['weights_mb'][0]:.2f} -> {c['weights_mb'][1]:.2f} MB, " if c["weights_mb"] else ""
+            print(f"  calibration {prec}: {mb}f16 weights {c['f16_layers']}, f16 outputs "
+                  f"{c['f16_outputs']}")
             for ln in c["report"]:
                 print(f"    {ln}")
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cores": os.cpu_count(),
            "command": " ".join(sys.argv), "rows": rows}
-    (HERE / "weights16.json").write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {HERE / 'weights16.json'}")
+    dest = HERE / {"weights": "weights16.json", "activations": "activations16.json",
+                   "all": "all16.json"}[a.narrow]
+    dest.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {dest}")
 
 
 if __name__ == "__main__":

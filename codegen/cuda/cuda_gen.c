@@ -177,6 +177,8 @@ un(Gen *g, const KExpr *e)
     case KU_ABS: fn = f32 ? "fabsf" : "fabs"; break;
     case KU_FLOOR: fn = f32 ? "floorf" : "floor"; break;
     case KU_SIGMOID: fn = f32 ? "snn_sigmoidf" : "snn_sigmoid"; break;
+    case KU_ROUND_F16: fn = "snn_round_f16"; break;
+    case KU_ROUND_BF16: fn = "snn_round_bf16"; break;
     case KU_NOT:
     case KU_CTZ:
     case KU_POPCOUNT: die("cuda_gen: %s of %s", kun_str((KUn)e->op), ktype_name(t));
@@ -353,8 +355,12 @@ tile(Gen *g, const KStmt *s)
                 is_f32 ? "fmaf" : "fma", tt, widen, s->buf, s->var);
         break;
     case KS_VSTORE:
-        fprintf(f, "b%d[i_ + l_ * %lldLL] = (%s)v%d[l_];\n", s->buf, (long long)s->stride,
-                mtype(g->p->bufs[s->buf].type), s->var);
+        if (bt == KT_F16 || bt == KT_BF16)
+            fprintf(f, "b%d[i_ + l_ * %lldLL] = snn_f32_%s((float)v%d[l_]);\n", s->buf,
+                    (long long)s->stride, bt == KT_F16 ? "f16" : "bf16", s->var);
+        else
+            fprintf(f, "b%d[i_ + l_ * %lldLL] = (%s)v%d[l_];\n", s->buf, (long long)s->stride,
+                    mtype(bt), s->var);
         break;
     default: break;
     }
@@ -439,9 +445,15 @@ stmts(Gen *g, KStmt *const *ss, int n)
             indent(g);
             fprintf(f, "b%d[", s->buf);
             expr_as(g, s->index, KT_I64);
-            fprintf(f, "] = (%s)(", mtype(bt));
-            /* to the element's value type first (u8 wraps, bool is 0/1), then to memory */
-            expr_as(g, s->a, bt == KT_BOOL ? KT_BOOL : bt);
+            /* to the element's value type first (u8 wraps, bool is 0/1, 16 bits round), then
+             * to memory */
+            if (bt == KT_F16 || bt == KT_BF16) {
+                fputs(bt == KT_F16 ? "] = snn_f32_f16(" : "] = snn_f32_bf16(", f);
+                expr_as(g, s->a, KT_F32);
+            } else {
+                fprintf(f, "] = (%s)(", mtype(bt));
+                expr_as(g, s->a, bt == KT_BOOL ? KT_BOOL : bt);
+            }
             fputs(");\n", f);
             break;
         }
@@ -623,6 +635,7 @@ static const char prelude_emu[] =
     "#define SNN_UNROLL\n"
     "#define SNN_FN static inline\n"
     "static inline float snn_bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }\n"
+    "static inline uint32_t snn_f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }\n"
     "static inline double snn_bits_f64(uint64_t u) { double d; std::memcpy(&d, &u, 8); return d; }\n"
     ;
 
@@ -798,6 +811,7 @@ static const char prelude[] =
     "#define SNN_UNROLL _Pragma(\"unroll\")\n"
     "#define SNN_FN static __device__ __forceinline__\n"
     "SNN_FN float snn_bits_f32(uint32_t u) { return __uint_as_float(u); }\n"
+    "SNN_FN uint32_t snn_f32_bits(float f) { return __float_as_uint(f); }\n"
     "SNN_FN double snn_bits_f64(uint64_t u) { return __longlong_as_double((long long)u); }\n"
     "#endif\n"
     "/* f32 exp, log, tanh, pow: the double function rounded once, as on every backend (CUDA's own\n"
@@ -814,6 +828,31 @@ static const char prelude[] =
     "                           : snn_bits_f32(a << 13) * 0x1p112f;\n"
     "    return (h & 0x8000u) ? -r : r;\n"
     "}\n"
+    ;
+
+/* the prelude, continued (a string literal stays under C's 4095 characters) */
+static const char prelude_16[] =
+    "/* f32 to 16 bits, nearest, ties to even (runtime/f16.h's): stores to 16-bit buffers */\n"
+    "SNN_FN unsigned short snn_f32_bf16(float x) {\n"
+    "    uint32_t u = snn_f32_bits(x);\n"
+    "    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;\n"
+    "    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+    "}\n"
+    "SNN_FN unsigned short snn_f32_f16(float x) {\n"
+    "    uint32_t u = snn_f32_bits(x), a = u & 0x7fffffffu, s = (u >> 16) & 0x8000u, r;\n"
+    "    if (a > 0x7f800000u) r = 0x7e00u | ((a >> 13) & 0x3ffu);\n"
+    "    else if (a >= 0x47800000u) r = 0x7c00u;\n"
+    "    else if (a >= 0x38800000u) r = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;\n"
+    "    else if (a < 0x33000000u) r = 0;\n"
+    "    else {\n"
+    "        uint32_t m = (a & 0x7fffffu) | 0x800000u, sh = 126u - (a >> 23), rest = m & ((1u << sh) - 1u);\n"
+    "        r = m >> sh;\n"
+    "        r += rest > (1u << (sh - 1u)) || (rest == (1u << (sh - 1u)) && (r & 1u));\n"
+    "    }\n"
+    "    return (unsigned short)(s | r);\n"
+    "}\n"
+    "SNN_FN float snn_round_f16(float x) { return snn_f16_f32(snn_f32_f16(x)); }\n"
+    "SNN_FN float snn_round_bf16(float x) { return snn_bf16_f32(snn_f32_bf16(x)); }\n"
     "SNN_FN float snn_f32_nan(void) { return snn_bits_f32(0x7fc00000u); }\n"
     "SNN_FN float snn_f32_inf(void) { return snn_bits_f32(0x7f800000u); }\n"
     "SNN_FN float snn_f32_ninf(void) { return snn_bits_f32(0xff800000u); }\n"
@@ -1105,6 +1144,7 @@ cuda_gen_source(const KProgram *p)
     fputs(prelude_emu_launch, f);
     fputs(prelude_emu_meet, f);
     fputs(prelude, f);
+    fputs(prelude_16, f);
     fwrite(snn_philox_text, 1, sizeof snn_philox_text, f);
     for (int ki = 0; ki < p->nkernels;) {
         int end = ki + 1;

@@ -245,6 +245,50 @@ widen16(Gen *g, LLVMValueRef v, KType bt)
     return LLVMBuildBitCast(b, LLVMBuildOr(b, r, sign, ""), f32, "");
 }
 
+/* f32 values (or lanes) v as the 16-bit elements (i16) a store to a KT_F16 / KT_BF16 buffer keeps,
+ * rounded to nearest, ties to even, as runtime/f16.h rt_f32_to_f16 / rt_f32_to_bf16: binary16 by
+ * F16C (vcvtps2ph, whose NaN is rt's: quiet, the payload's top bits) where the target has it,
+ * else by integer operations and selects that vectorise: a normal result rebiases the exponent
+ * and rounds the 13 bits it drops (a carry may reach the exponent: the right result, infinity
+ * too); a subnormal one is |v| + 0.5f, whose float addition rounds at 2^-24, the subnormal
+ * step, less the bits of 0.5f. bfloat16 rounds the top half, NaN c10's quiet 0x7fc0. */
+static LLVMValueRef
+narrow16(Gen *g, LLVMValueRef v, KType bt)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMTypeRef i32 = shaped(g->t_i32, v), f32 = shaped(g->t_f32, v);
+    LLVMTypeRef i16 = shaped(LLVMInt16TypeInContext(g->ctx), v);
+    if (bt == KT_F16 && g->has_f16c)
+        return LLVMBuildBitCast(
+            b, LLVMBuildFPTrunc(b, v, shaped(LLVMHalfTypeInContext(g->ctx), v), ""), i16, "");
+    LLVMValueRef u = LLVMBuildBitCast(b, v, i32, "");
+#define K(c) const_like_i32(g, (c), v)
+    LLVMValueRef a = LLVMBuildAnd(b, u, K(0x7fffffffu), "");
+    LLVMValueRef is_nan = LLVMBuildICmp(b, LLVMIntUGT, a, K(0x7f800000u), "");
+    LLVMValueRef r;
+    if (bt == KT_BF16) {
+        LLVMValueRef odd = LLVMBuildAnd(b, LLVMBuildLShr(b, u, K(16), ""), K(1), "");
+        r = LLVMBuildLShr(b, LLVMBuildAdd(b, LLVMBuildAdd(b, u, K(0x7fff), ""), odd, ""), K(16), "");
+        r = LLVMBuildSelect(b, is_nan, K(0x7fc0), r, "");
+    } else {
+        LLVMValueRef odd = LLVMBuildAnd(b, LLVMBuildLShr(b, a, K(13), ""), K(1), "");
+        LLVMValueRef nrm = LLVMBuildAdd(b, LLVMBuildSub(b, a, K(0x38000000u - 0xfffu), ""), odd, "");
+        nrm = LLVMBuildLShr(b, nrm, K(13), "");
+        LLVMValueRef sub = LLVMBuildFAdd(b, LLVMBuildBitCast(b, a, f32, ""),
+                                         const_like(g, KT_F32, 0.5, v), "");
+        sub = LLVMBuildSub(b, LLVMBuildBitCast(b, sub, i32, ""), K(0x3f000000u), "");
+        r = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntULT, a, K(0x38800000u), ""), sub, nrm, "");
+        r = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntUGE, a, K(0x47800000u), ""), K(0x7c00), r,
+                            "");
+        LLVMValueRef nan = LLVMBuildOr(
+            b, LLVMBuildAnd(b, LLVMBuildLShr(b, a, K(13), ""), K(0x3ff), ""), K(0x7e00), "");
+        r = LLVMBuildSelect(b, is_nan, nan, r, "");
+        r = LLVMBuildOr(b, r, LLVMBuildAnd(b, LLVMBuildLShr(b, u, K(16), ""), K(0x8000), ""), "");
+    }
+#undef K
+    return LLVMBuildTrunc(b, r, i16, "");
+}
+
 /* Convert v from type `from` to type `to` as kir_eval's KX_CAST does: float → float rounds to
  * nearest, float → int truncates toward zero to an i64, then u8/i8 wrap like C's conversions; bool
  * → anything is 0 or 1; anything → bool is `!= 0`. */
@@ -583,6 +627,11 @@ un_value(Gen *g, int op, KType t, LLVMValueRef a, KType rt)
     case KU_FLOOR:
         r = call_intrinsic(g, "floor", t, a);
         break;
+    case KU_ROUND_F16:
+    case KU_ROUND_BF16: {
+        KType st = op == KU_ROUND_F16 ? KT_F16 : KT_BF16;
+        return convert(g, widen16(g, narrow16(g, convert(g, a, t, KT_F32), st), st), KT_F32, rt);
+    }
     case KU_SIGMOID: {
         /* 1 / (1 + exp(-x)), in that order, in t */
         LLVMValueRef na = LLVMBuildFNeg(b, a, "");
@@ -928,7 +977,7 @@ is_tile_buffer(Gen *g, const KStmt *s, bool is_store)
     }
     const KBuf *kb = &g->p->bufs[s->buf];
     bool is_16 = kb->type == KT_F16 || kb->type == KT_BF16;
-    if (kb->type != KT_F32 && kb->type != KT_F64 && !(is_16 && !is_store)) {
+    if (kb->type != KT_F32 && kb->type != KT_F64 && !is_16) {
         gen_fail(g, "kernel %s: tile access to %s buffer '%s'", g->k->name, ktype_name(kb->type),
                  kb->name);
         return false;
@@ -989,9 +1038,12 @@ gen_tile(Gen *g, const KStmt *s)
     }
     case KS_VSTORE: {
         KType bt = g->p->bufs[s->buf].type;
-        LLVMTypeRef et = val_type(g, bt);
+        LLVMTypeRef et = mem_type(g, bt);
+        bool is_16 = bt == KT_F16 || bt == KT_BF16;
         for (int i = 0; i < np; i++) {
-            LLVMValueRef v = convert(g, LLVMBuildLoad2(b, piece_type(g, te, len[i]), t[i], ""), tt, bt);
+            LLVMValueRef v = LLVMBuildLoad2(b, piece_type(g, te, len[i]), t[i], "");
+            v = convert(g, v, tt, ktype_value(bt));
+            if (is_16) v = narrow16(g, v, bt);
             if (s->stride == 1) {
                 LLVMValueRef ix =
                     LLVMBuildAdd(b, index, LLVMConstInt(g->t_i64, (unsigned)off[i], 0), "");
@@ -1055,8 +1107,10 @@ gen_stmt(Gen *g, const KStmt *s)
             return;
         }
         LLVMValueRef ptr = elem_ptr(g, s->buf, s->index);
-        LLVMValueRef v = gen_expr_as(g, s->a, bt);
-        if (bt == KT_BOOL)
+        LLVMValueRef v = gen_expr_as(g, s->a, ktype_value(bt));
+        if (bt == KT_F16 || bt == KT_BF16)
+            v = narrow16(g, v, bt);
+        else if (bt == KT_BOOL)
             v = LLVMBuildZExt(b, v, g->t_i8, "");
         else if (bt == KT_U8 || bt == KT_I8)
             v = LLVMBuildTrunc(b, v, g->t_i8, "");
@@ -1605,9 +1659,11 @@ vstore_buf(Gen *g, const KStmt *s)
         vstore_bits(g, s->buf, idx, vec_of(g, vexpr_as(g, s->a, KT_I64)));
         return;
     }
-    LLVMValueRef v = vec_of(g, vexpr_as(g, s->a, bt));
+    LLVMValueRef v = vec_of(g, vexpr_as(g, s->a, ktype_value(bt)));
     LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(et);
-    if (bt == KT_BOOL)
+    if (bt == KT_F16 || bt == KT_BF16)
+        v = narrow16(g, v, bt);
+    else if (bt == KT_BOOL)
         v = LLVMBuildZExt(b, v, vt, "");
     else if (bt == KT_U8 || bt == KT_I8)
         v = LLVMBuildTrunc(b, v, vt, "");

@@ -802,6 +802,7 @@ class Gen:
         self.lines = []
         self.gen_outputs()
         self.gen_layouts()
+        self.gen_activations()
         self.text = "\n\n".join(self.neuron_defs + ["\n".join(header + body + self.lines) + "\n}"]) + "\n"
         return self.text
 
@@ -956,6 +957,18 @@ class Gen:
             if n % 8 or name in inputs or name in self.direct_outputs or r.random() < 0.4:
                 continue
             self.lines.append("  layout %s : bits" % name)
+
+    def gen_activations(self):
+        """`activations V : f16|bf16` for some bound dense, linear and conv layers: their outputs
+        rounded to 16 bits everywhere, stored in 16-bit buffers (or, summed in a GPU scan at -O3,
+        rounded in a register), and kept out of fold-batchnorm. A generator of its own, so the
+        models of every seed stay what they were."""
+        r = random.Random(self.seed * 1000003 + 71)
+        if r.random() >= 0.3:
+            return
+        for name, e, _, _ in self.bound:
+            if e.split("(")[0] in ("dense", "linear", "conv2d", "conv1d") and r.random() < 0.6:
+                self.lines.append("  activations %s : %s" % (name, r.choice(["f16", "bf16"])))
 
     # -- data --
     def value(self, dtype):

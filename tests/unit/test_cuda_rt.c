@@ -264,6 +264,10 @@ test_models(void)
     CHECK(rt_model_create(meta16, toy_entry, NULL, 0, images, sizeof images, &m16) == SNN_OK);
     CHECK(m16 && m16->cuda_bufs[0].type == RT_ELEM_F16 && m16->cuda_bufs[0].elem == 2);
     rt_model_free(m16);
+    /* ... and a layer's output (a temporary) too */
+    meta16 = edit(toy_meta, "buf acc temp f32", "buf acc temp bf16");
+    CHECK(rt_model_create(meta16, toy_entry, NULL, 0, images, sizeof images, &m16) == SNN_OK);
+    rt_model_free(m16);
     int64_t v = 0;
     char err[256];
     CHECK(rt_cuda_work_eval(&k[1].work, 5, &v, err, sizeof err) && v == 21);
@@ -362,9 +366,10 @@ test_models(void)
               "cuda_buf 'x' is not the size of input 'x'");
     check_bad(edit(toy_meta, "cuda_buf x input f32", "cuda_buf x input f33"),
               "malformed (line 17)");
-    /* 16-bit element types are for weights only */
+    /* 16-bit element types are for weights and temporaries only: inputs and outputs are the
+     * caller's floats */
     check_bad(edit(toy_meta, "cuda_buf x input f32", "cuda_buf x input f16"), "do not fit");
-    check_bad(edit(toy_meta, "buf acc temp f32", "buf acc temp bf16"), "malformed");
+    check_bad(edit(toy_meta, "buf y output f32", "buf y output bf16"), "malformed");
     check_bad(edit(toy_meta, "devices cpu,cuda", "devices cpu,tpu"),
               "its devices line names an unknown device 'tpu'");
     check_bad(edit(toy_meta, "end\n", "end\ncuda_kernel 5 x 0 grid 0 1\n"),

@@ -1459,6 +1459,94 @@ test_weights16(void)
     llvm_gen_soft_f16 = false;
 }
 
+/* 16-bit stores (layer outputs stored narrower, Node.astore): f32 values rounded to binary16 and
+ * bfloat16 as runtime/f16.h rounds them, through scalar stores (and SIMD lanes: check_run), f64
+ * and f32 tile stores and KU_ROUND_F16/BF16, both ways LLVM narrows binary16 (F16C's and the
+ * integer one). The values: every 16-bit value, its neighbours and the ties halfway to the next
+ * (where rounding decides), NaN payloads, infinities, and pseudo-random bit patterns. */
+static void
+test_stores16(void)
+{
+    enum { NH = 65536, NR = 1 << 18, N = 4 * NH + NR, L = 8 };
+    static const KType types[] = {KT_F16, KT_BF16};
+    static float X[N], want[N];
+    for (int soft = 0; soft < 2; soft++)
+        for (size_t c = 0; c < 2; c++) {
+            KType ht = types[c];
+            if (ht == KT_BF16 && soft) continue; /* one way only */
+            llvm_gen_soft_f16 = soft;
+            bool is_f16 = ht == KT_F16;
+            int n = 0;
+            for (uint32_t h = 0; h < NH; h++) {
+                float a = is_f16 ? rt_f16_to_f32((uint16_t)h) : rt_bf16_to_f32((uint16_t)h);
+                uint32_t ab = rt_f32_bits(a), mb = ab | 0x8000u;
+                if (is_f16 && (h & 0x7fffu) < 0x7c00u) {
+                    float b = rt_f16_to_f32((uint16_t)(h + 1)); /* the next magnitude */
+                    mb = rt_f32_bits((float)(((double)a + (double)b) / 2));
+                }
+                X[n++] = a;
+                X[n++] = rt_bits_f32(mb - 1);
+                X[n++] = rt_bits_f32(mb);
+                X[n++] = rt_bits_f32(mb + 1);
+            }
+            uint32_t r = 0x9e3779b9u;
+            while (n < N) {
+                r ^= r << 13, r ^= r >> 17, r ^= r << 5;
+                X[n++] = rt_bits_f32(r);
+            }
+            for (int i = 0; i < N; i++)
+                want[i] = is_f16 ? rt_f16_to_f32(rt_f32_to_f16(X[i]))
+                                 : rt_bf16_to_f32(rt_f32_to_bf16(X[i]));
+            TestProg *tp = new_prog(1);
+            int bx = add_buf(tp, "X", KT_F32, 0, N, KB_WEIGHT);
+            tp->weights[0].name = "X";
+            tp->weights[0].numel = N;
+            tp->weights[0].data = X;
+            int bh = add_buf(tp, "h", ht, 0, N, KB_TEMP), bg = add_buf(tp, "g", ht, 0, N, KB_TEMP);
+            int bq = add_buf(tp, "q", ht, 0, N, KB_TEMP);
+            int by = add_buf(tp, "y", KT_F32, 0, N, KB_OUTPUT);
+            int bz = add_buf(tp, "z", KT_F32, 0, N, KB_OUTPUT);
+            int bu = add_buf(tp, "u", KT_F32, 0, N, KB_OUTPUT);
+            int bv = add_buf(tp, "v", KT_F32, 0, N, KB_OUTPUT);
+            Kernel *k = add_kernel(tp, "scalar", false);
+            int i = add_local(k, "i", KT_I64);
+            KUn round = is_f16 ? KU_ROUND_F16 : KU_ROUND_BF16;
+            kbody(k, tp,
+                  pfor(sfor(tp, i, xi(tp, 0), xi(tp, N),
+                            sstore(tp, bh, xv(tp, k, i), xld(tp, bx, xv(tp, k, i))),
+                            sstore(tp, by, xv(tp, k, i), xld(tp, bh, xv(tp, k, i))),
+                            sstore(tp, bu, xv(tp, k, i), xun(tp, round, xld(tp, bx, xv(tp, k, i)))),
+                            NULL)),
+                  NULL);
+            Kernel *kt = add_kernel(tp, "tiles", false);
+            int j = add_local(kt, "j", KT_I64);
+            int t64 = add_local(kt, "t64", KT_F64), t32 = add_local(kt, "t32", KT_F32);
+            kt->locals[t64].lanes = kt->locals[t32].lanes = L;
+            KExpr *at = xbin(tp, KB_MUL, xv(tp, kt, j), xi(tp, L));
+            kbody(kt, tp,
+                  sfor(tp, j, xi(tp, 0), xi(tp, N / L),
+                       stile(tp, KS_VLOAD, t64, bx, at, NULL, 1, false),
+                       stile(tp, KS_VSTORE, t64, bg, at, NULL, 1, false),
+                       stile(tp, KS_VLOAD, t32, bx, at, NULL, 1, false),
+                       stile(tp, KS_VSTORE, t32, bq, at, NULL, 1, false), NULL),
+                  NULL);
+            Kernel *kb = add_kernel(tp, "back", false);
+            int m = add_local(kb, "m", KT_I64);
+            kbody(kb, tp,
+                  pfor(sfor(tp, m, xi(tp, 0), xi(tp, N),
+                            sstore(tp, bz, xv(tp, kb, m), xld(tp, bg, xv(tp, kb, m))),
+                            sstore(tp, bv, xv(tp, kb, m), xld(tp, bq, xv(tp, kb, m))), NULL)),
+                  NULL);
+            float *w[] = {want, want, want, want};
+            char what[64];
+            snprintf(what, sizeof what, "%s stores%s", ktype_name(ht),
+                     soft ? " (integer narrowing)" : "");
+            check_run(what, tp, 1, 0, NULL, w);
+            free_prog(tp);
+        }
+    llvm_gen_soft_f16 = false;
+}
+
 /* spikes stored as bits (KT_BIT): SIMD lanes store a byte from 8 aligned lanes (the index
  * t*(B*N) + j is a lane multiple plus the loop variable), under a varying condition lane by lane
  * (masked), at a scattered index lane by lane; loads of single bits gather bytes, a byte load
@@ -1585,6 +1673,7 @@ main(void)
     test_steps();
     test_tiles();
     test_weights16();
+    test_stores16();
     test_bits();
     test_uniform();
     test_errors();

@@ -377,10 +377,11 @@ test_invalid(void)
         "t.snn:1:15: error: unexpected '}', expected an identifier, a value name or '='");
     BAD("model m { foo bar }",
         "t.snn:1:11: error: unexpected 'foo bar': a model statement is NAME = ..., output, input, "
-        "timesteps, seed, weights, schedule, memory, accumulate, events, epilogue, layout or fuse");
+        "timesteps, seed, weights, schedule, memory, accumulate, events, epilogue, layout, "
+        "activations or fuse");
     BAD("model m { foo bar : bits }",
         "t.snn:1:11: error: unexpected 'foo bar :': a statement 'NAME VALUE : WHAT' is 'weights "
-        "LAYER : f16|bf16|f32' or 'layout VALUE : bits|bytes'");
+        "LAYER : f16|bf16|f32', 'activations LAYER : f16|bf16|f32' or 'layout VALUE : bits|bytes'");
     BAD("model m { fire x }", "t.snn:1:11: error: unexpected 'fire', expected a statement or '}'");
     BAD("neuron n() { foo bar }", "t.snn:1:18: error: unexpected identifier 'bar', expected '='");
     BAD("neuron n { }", "t.snn:1:10: error: unexpected '{', expected '('");
