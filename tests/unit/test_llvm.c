@@ -1508,6 +1508,7 @@ test_stores16(void)
             int bz = add_buf(tp, "z", KT_F32, 0, N, KB_OUTPUT);
             int bu = add_buf(tp, "u", KT_F32, 0, N, KB_OUTPUT);
             int bv = add_buf(tp, "v", KT_F32, 0, N, KB_OUTPUT);
+            int bp = add_buf(tp, "p", KT_F32, 0, N, KB_OUTPUT);
             Kernel *k = add_kernel(tp, "scalar", false);
             int i = add_local(k, "i", KT_I64);
             KUn round = is_f16 ? KU_ROUND_F16 : KU_ROUND_BF16;
@@ -1535,9 +1536,18 @@ test_stores16(void)
             kbody(kb, tp,
                   pfor(sfor(tp, m, xi(tp, 0), xi(tp, N),
                             sstore(tp, bz, xv(tp, kb, m), xld(tp, bg, xv(tp, kb, m))),
-                            sstore(tp, bv, xv(tp, kb, m), xld(tp, bq, xv(tp, kb, m))), NULL)),
+                            sstore(tp, bv, xv(tp, kb, m), xld(tp, bq, xv(tp, kb, m))),
+                            /* scattered loads: SIMD lanes gather them (16-bit words) */
+                            sstore(tp, bp, xv(tp, kb, m),
+                                   xld(tp, bh, xbin(tp, KB_REM,
+                                                    xbin(tp, KB_MUL, xv(tp, kb, m), xi(tp, 7919)),
+                                                    xi(tp, N)))),
+                            NULL)),
                   NULL);
-            float *w[] = {want, want, want, want};
+            static float want_p[N];
+            for (int q = 0; q < N; q++)
+                want_p[q] = want[(int64_t)q * 7919 % N];
+            float *w[] = {want, want, want, want, want_p};
             char what[64];
             snprintf(what, sizeof what, "%s stores%s", ktype_name(ht),
                      soft ? " (integer narrowing)" : "");
