@@ -7,7 +7,9 @@
  *   fp16, bf16: every tensor narrowed; the report gives the agreement measured.
  *   mixed:      each tensor in turn (layers in order, a layer's weight, then its output) is tried
  *               in f16 on top of those kept so far, and kept only when no spike and no output of
- *               any sample changes.
+ *               any sample changes (or, with --tolerance, at most that fraction of them: the
+ *               changes of everything kept so far against the model as given).
+ *   With --tolerance, fp16 and bf16 fail when they change more than that.
  * The spikes are read through a calibration copy of the module: its IR text without fusion, with an
  * extra `sequence` output per spiking layer, parsed again (the text round-trips by design). */
 #include "driver/calibrate.h"
@@ -208,6 +210,14 @@ is_free_output(const Module *m, ValueId v, const PrecisionRequest *rq)
     return rq->activations && m->nodes[v].astore_loc.line == 0 && !ir_activation_problem(m, v);
 }
 
+/* the changes d measured are within the fractions --tolerance allows */
+static bool
+within(const Diff *d, const PrecisionRequest *rq)
+{
+    return (double)d->spikes_changed <= rq->tolerance * (double)d->spikes &&
+           (double)d->outputs_changed <= rq->tolerance_outputs * (double)d->outputs;
+}
+
 /* mixed: tensor slot[v] of layer v in f16 on top of what is kept; kept only if nothing changes */
 static bool
 try_narrow(Cal *c, const PrecisionRequest *rq, WeightStore *store, WeightStore *astore,
@@ -217,7 +227,7 @@ try_narrow(Cal *c, const PrecisionRequest *rq, WeightStore *store, WeightStore *
     *slot = rq->narrow;
     set_weights(c, store, astore);
     bool ok = run_all(c, false, &d);
-    bool keep = ok && d.spikes_changed == 0 && d.outputs_changed == 0;
+    bool keep = ok && within(&d, rq);
     if (!keep) *slot = WSTORE_F32;
     if (ok && !rq->quiet) {
         char line[200];
@@ -309,6 +319,14 @@ precision_calibrate(Module *m, const PrecisionRequest *rq)
                      !rq->activations ? "weight" : !rq->weights ? "layer output" : "tensor",
                      wstore_name(rq->narrow));
             report_diff(&c, what, &d);
+        }
+        if (ok && rq->has_tolerance && !within(&d, rq)) {
+            fprintf(stderr, "snnc: error: precision %s changes %.6g of the spikes and %.6g of the "
+                            "outputs on the calibration samples, more than --tolerance=%g,%g\n",
+                    rq->mode, d.spikes ? (double)d.spikes_changed / (double)d.spikes : 0.0,
+                    d.outputs ? (double)d.outputs_changed / (double)d.outputs : 0.0,
+                    rq->tolerance, rq->tolerance_outputs);
+            ok = false;
         }
     }
     if (ok) {

@@ -10,6 +10,10 @@ typedef struct PrecisionRequest {
     bool is_mixed;               /* keep it per tensor only where nothing changes */
     bool weights, activations;   /* which tensors: layers' weights (Node.wstore), their outputs
                                   * (Node.astore) */
+    /* --tolerance: the changed spikes / spikes, and changed outputs / outputs, allowed: mixed
+     * keeps a tensor within them; fp16 and bf16 fail past them when has_tolerance */
+    double tolerance, tolerance_outputs;
+    bool has_tolerance;
     const float *const *inputs;  /* calibration samples: inputs[k] holds n samples of input k */
     const int64_t *numel;        /* floats per sample of input k */
     int64_t n;

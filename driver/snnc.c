@@ -47,6 +47,9 @@ typedef struct Options {
     WeightStore narrow;         /* WSTORE_F32 unless precision_mode */
     bool narrow_weights, narrow_activations; /* --narrow: what precision_mode narrows */
     int64_t calibrate;          /* calibration samples (of --data / --input) */
+    double tolerance;           /* --tolerance: changed spikes allowed (fraction) */
+    double tolerance_outputs;   /* ... and changed output elements */
+    bool has_tolerance;
     int accumulate; /* -1: as the model says; else an Accumulate */
     const char *data;
     const char *input_args[MAX_INPUT_ARGS];
@@ -141,6 +144,10 @@ usage(FILE *f)
           "  --narrow=weights|activations|all  what --precision=fp16|bf16|mixed narrows: the\n"
           "                          layers' weights, their outputs, or both (all, the default)\n"
           "  --calibrate=N           calibration samples: the first N of the data (default 64)\n"
+          "  --tolerance=F[,G]       with --precision and calibration inputs: the fraction of\n"
+          "                          spikes (every layer's) that may change, and of output\n"
+          "                          elements (G, default F; both default 0); mixed keeps a 16-bit\n"
+          "                          tensor within them, fp16 and bf16 fail past them\n"
           "  --data=fashion-mnist[:DIR]  the Fashion-MNIST test set (IDX files; default directory\n"
           "                          $SNN_DATA_DIR, then /usr/share/datasets/fashion-mnist)\n"
           "  --input=FILE.npy        input samples, sample-major [N, ...]; NAME=FILE.npy for one of\n"
@@ -489,7 +496,7 @@ parse_device(Options *o, bool is_f64_asked)
 static void
 parse_options(int argc, char **argv, Options *o)
 {
-    enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_NARROW, O_CALIBRATE, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
+    enum { O_EMIT = 256, O_RUN, O_BACKEND, O_PRECISION, O_NARROW, O_TOLERANCE, O_CALIBRATE, O_DATA, O_INPUT, O_BATCH, O_LIMIT, O_SEED,
            O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU,
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
@@ -499,6 +506,7 @@ parse_options(int argc, char **argv, Options *o)
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
         {"calibrate", required_argument, 0, O_CALIBRATE}, {"narrow", required_argument, 0, O_NARROW},
+        {"tolerance", required_argument, 0, O_TOLERANCE},
         {"data", required_argument, 0, O_DATA},       {"input", required_argument, 0, O_INPUT},
         {"batch", required_argument, 0, O_BATCH},     {"limit", required_argument, 0, O_LIMIT},
         {"seed", required_argument, 0, O_SEED},       {"output", required_argument, 0, O_OUTPUT},
@@ -603,6 +611,22 @@ parse_options(int argc, char **argv, Options *o)
             if (!o->narrow_weights && !o->narrow_activations)
                 usage_error("--narrow expects weights, activations or all, got '%s'", optarg);
             break;
+        case O_TOLERANCE: {
+            char *end;
+            double v = strtod(optarg, &end), w = v;
+            if (end != optarg && *end == ',') {
+                const char *at = end + 1;
+                w = strtod(at, &end);
+                if (end == at) end = (char *)"?";
+            }
+            if (end == optarg || *end || !(v >= 0 && v <= 1) || !(w >= 0 && w <= 1))
+                usage_error("--tolerance expects fractions of spikes [and outputs] (0 to 1, e.g. "
+                            "1e-5 or 1e-5,0.01), got '%s'", optarg);
+            o->tolerance = v;
+            o->tolerance_outputs = w;
+            o->has_tolerance = true;
+            break;
+        }
         case O_CALIBRATE: {
             char *end;
             long long v = strtoll(optarg, &end, 10);
@@ -801,6 +825,9 @@ parse_options(int argc, char **argv, Options *o)
                     "--input");
     if (o->data && o->ninput_args)
         usage_error("give either --data or --input, not both");
+    if (o->has_tolerance && (!o->precision_mode || (!o->data && !o->ninput_args)))
+        usage_error("--tolerance bounds what --precision=fp16|bf16|mixed changes on calibration "
+                    "inputs: give --precision and --data or --input");
 }
 
 /* ---- data ---- */
@@ -1830,6 +1857,9 @@ apply_precision(Module *m, const Options *o)
             .is_mixed = strcmp(o->precision_mode, "mixed") == 0,
             .weights = o->narrow_weights,
             .activations = o->narrow_activations,
+            .tolerance = o->tolerance,
+            .tolerance_outputs = o->tolerance_outputs,
+            .has_tolerance = o->has_tolerance,
             .inputs = (const float *const *)d.inputs,
             .numel = d.numel,
             .n = d.n < o->calibrate ? d.n : o->calibrate,

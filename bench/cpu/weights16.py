@@ -3,7 +3,7 @@
 
     python3 bench/cpu/weights16.py [--snnc build-rel/driver/snnc] [--bench build-rel/bench/snnc_bench]
                                    [--narrow=weights|activations|all] [--accumulate=exact,f32]
-                                   [--workloads=mlp,conv,conv-bncal]
+                                   [--workloads=mlp,conv,conv-bncal] [--tolerance=F]
 
 What is narrowed is --narrow's (snnc's option; default weights here: the layers' weights; activations:
 the dense and conv layers' outputs; all: both), the other tensors stay f32.
@@ -17,7 +17,7 @@ same accumulation: elements equal bit for bit, predicted class the same, accurac
 report (`snnc --emit=ir --precision=... --data=fashion-mnist --calibrate=64`) gives the spike
 agreement of every layer on those 64 images and the weight bytes; `snnc --explain --batch=B` the
 arena each build needs. Writes bench/cpu/weights16.json (--narrow=weights), activations16.json or
-all16.json."""
+all16.json (with --tolerance: weights16-tol.json, ...)."""
 import argparse
 import gzip
 import json
@@ -58,7 +58,10 @@ def main():
     ap.add_argument("--narrow", choices=("weights", "activations", "all"), default="weights")
     ap.add_argument("--accumulate", default="exact,f32")
     ap.add_argument("--workloads", default="mlp,conv,conv-bncal")
+    ap.add_argument("--tolerance", help="snnc's --tolerance for the mixed builds (default: none, "
+                    "nothing may change)")
     a = ap.parse_args()
+    tol = [f"--tolerance={a.tolerance}"] if a.tolerance else []
     narrow = [f"--narrow={a.narrow}"]
     work = Path(tempfile.mkdtemp(prefix="snnc-weights16-"))
     conv = ROOT / "examples/fmnist_conv.snn"
@@ -76,7 +79,8 @@ def main():
         calib = {}
         for prec in ("fp16", "bf16", "mixed"):
             p = sh([a.snnc, "--emit=ir", str(model), f"--precision={prec}", "--data=fashion-mnist",
-                    "--calibrate=64", "-o", str(work / f"{name}.{prec}.snnir")] + wflags + narrow)
+                    "--calibrate=64", "-o", str(work / f"{name}.{prec}.snnir")] + wflags + narrow +
+                   (tol if prec == "mixed" else []))
             lines = [ln.strip() for ln in p.stderr.splitlines() if ln.startswith("  ")]
             mb = re.search(r"weights ([0-9.]+) MB -> ([0-9.]+) MB", p.stderr)
             ir = (work / f"{name}.{prec}.snnir").read_text()
@@ -88,7 +92,7 @@ def main():
             base = None
             for prec in ("fp32", "fp16", "bf16", "mixed"):
                 so, out = work / f"{name}.{acc}.{prec}.so", work / f"{name}.{acc}.{prec}.npy"
-                extra = ["--data=fashion-mnist", "--calibrate=64", "-q"] if prec == "mixed" else []
+                extra = ["--data=fashion-mnist", "--calibrate=64", "-q"] + tol if prec == "mixed" else []
                 flags = [f"--accumulate={acc}", f"--precision={prec}"] + extra + wflags + narrow
                 sh([a.snnc, str(model), "-o", str(so), "--cuda-arch=none"] + flags)
                 ex = sh([a.snnc, "--explain", f"--batch={batch}", str(model)] + flags).stdout
@@ -118,10 +122,10 @@ def main():
                   f"{c['f16_outputs']}")
             for ln in c["report"]:
                 print(f"    {ln}")
-    out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cores": os.cpu_count(),
+    out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cores": os.cpu_count(), "tolerance": a.tolerance,
            "command": " ".join(sys.argv), "rows": rows}
-    dest = HERE / {"weights": "weights16.json", "activations": "activations16.json",
-                   "all": "all16.json"}[a.narrow]
+    dest = HERE / ({"weights": "weights16", "activations": "activations16", "all": "all16"}[a.narrow]
+                   + ("-tol" if a.tolerance else "") + ".json")
     dest.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {dest}")
 
