@@ -1,14 +1,28 @@
 /* pool.c: the CPU thread pool (pool.h): persistent pthreads that run the chunks of a kernel's
  * outermost parallel loop (SnnkRt.parallel_for, called by generated code). The split is contiguous and
  * depends only on the range and the thread count, and chunks write disjoint data, so results never
- * depend on timing. Nothing here allocates per call or knows what a kernel computes. */
+ * depend on timing. Nothing here allocates per call or knows what a kernel computes.
+ *
+ * Hand-offs spin before they sleep: a worker that finished a chunk watches for the next job, and
+ * the caller for the workers' chunks, for up to SPIN_NS before waiting on a condition variable.
+ * A kernel of a batch-1 inference takes microseconds, the kernels follow one another, and a
+ * futex wake-up on a virtual machine costs tens of microseconds each way: with sleeping hand-offs
+ * 2 threads were slower at batch 1 than 1 (docs/benchmarks.md). Why 10 us: long enough to catch
+ * the next kernel of a run; 100 us measured the same latencies but once cost a recurrent model's
+ * batch-64 throughput 1.6x on a 2-vCPU machine (a spinning vCPU takes from the working one when
+ * the host shares their cores), 10 us measured throughput at parity. An idle pool sleeps. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/pool.h"
+
+/* how long a waiter spins before it sleeps */
+enum { SPIN_NS = 10000 };
 
 struct RtPool {
     SnnkRt rt; /* first: generated code is handed &pool->rt */
@@ -17,15 +31,66 @@ struct RtPool {
     pthread_t *workers;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    uint64_t generation; /* bumped for every job; workers run each generation once */
-    int pending;         /* workers that have not finished the current job */
-    bool is_stopping;
+    /* bumped (under mu) for every job; workers run each generation once */
+    _Atomic uint64_t generation;
+    _Atomic int pending;     /* workers that have not finished the current job */
+    _Atomic bool is_stopping;
+    int nsleeping;           /* workers waiting on go (under mu) */
+    bool is_caller_sleeping; /* the caller waits on done (under mu) */
     /* the current job */
     SnnkChunkFn fn;
     void **bufs;
     int64_t batch, step, sample_base, lo, hi;
     int nchunks;
 };
+
+static inline void
+cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* spin until done(arg) or SPIN_NS pass; true if done */
+static bool
+spin_until(bool (*done)(const RtPool *, uint64_t), const RtPool *p, uint64_t arg)
+{
+    int64_t t0 = 0;
+    for (unsigned i = 0;; i++) {
+        if (done(p, arg)) return true;
+        cpu_relax();
+        if ((i & 63) == 63) {
+            int64_t t = now_ns();
+            if (!t0) t0 = t;
+            else if (t - t0 > SPIN_NS) return false;
+        }
+    }
+}
+
+static bool
+has_new_job(const RtPool *p, uint64_t seen)
+{
+    return atomic_load_explicit(&p->generation, memory_order_acquire) != seen ||
+           atomic_load_explicit(&p->is_stopping, memory_order_acquire);
+}
+
+static bool
+is_job_done(const RtPool *p, uint64_t unused)
+{
+    (void)unused;
+    return atomic_load_explicit(&p->pending, memory_order_acquire) == 0;
+}
 
 typedef struct Worker {
     RtPool *pool;
@@ -58,20 +123,26 @@ worker_main(void *arg)
     Worker *w = arg;
     RtPool *p = w->pool;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->generation == seen && !p->is_stopping)
-            pthread_cond_wait(&p->go, &p->mu);
-        if (p->is_stopping) break;
-        seen = p->generation;
-        int nchunks = p->nchunks;
-        pthread_mutex_unlock(&p->mu);
-        /* the job's fields do not change until every worker has reported back */
-        if (w->index < nchunks) run_chunk(p, w->index);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
+        if (!spin_until(has_new_job, p, seen)) {
+            pthread_mutex_lock(&p->mu);
+            p->nsleeping++;
+            while (!has_new_job(p, seen))
+                pthread_cond_wait(&p->go, &p->mu);
+            p->nsleeping--;
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load_explicit(&p->is_stopping, memory_order_acquire)) break;
+        seen = atomic_load_explicit(&p->generation, memory_order_acquire);
+        /* the job's fields (written before the generation was bumped) do not change until every
+         * worker has reported back */
+        if (w->index < p->nchunks) run_chunk(p, w->index);
+        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&p->mu);
+            if (p->is_caller_sleeping) pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     free(w);
     return NULL;
 }
@@ -87,7 +158,7 @@ pool_parallel_for(SnnkRt *rt, SnnkChunkFn fn, void **bufs, int64_t batch, int64_
         fn(bufs, batch, step, sample_base, lo, hi);
         return;
     }
-    pthread_mutex_lock(&p->mu);
+    /* every worker finished the previous job (pending was 0), so none reads these fields now */
     p->fn = fn;
     p->bufs = bufs;
     p->batch = batch;
@@ -96,15 +167,20 @@ pool_parallel_for(SnnkRt *rt, SnnkChunkFn fn, void **bufs, int64_t batch, int64_
     p->lo = lo;
     p->hi = hi;
     p->nchunks = trip < p->nthreads ? (int)trip : p->nthreads;
-    p->pending = p->nworkers;
-    p->generation++;
-    pthread_cond_broadcast(&p->go);
+    atomic_store_explicit(&p->pending, p->nworkers, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    if (p->nsleeping > 0) pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     run_chunk(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    if (!spin_until(is_job_done, p, 0)) {
+        pthread_mutex_lock(&p->mu);
+        p->is_caller_sleeping = true;
+        while (!is_job_done(p, 0))
+            pthread_cond_wait(&p->done, &p->mu);
+        p->is_caller_sleeping = false;
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 SnnkRt *
@@ -166,7 +242,7 @@ rt_pool_free(RtPool *p)
 {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->is_stopping = true;
+    atomic_store_explicit(&p->is_stopping, true, memory_order_release);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nworkers; i++)
