@@ -46,6 +46,7 @@ typedef struct Options {
     const char *precision_mode; /* fp16, bf16, mixed: dense and conv weights stored narrower */
     WeightStore narrow;         /* WSTORE_F32 unless precision_mode */
     bool narrow_weights, narrow_activations; /* --narrow: what precision_mode narrows */
+    bool has_narrow;
     int64_t calibrate;          /* calibration samples (of --data / --input) */
     double tolerance;           /* --tolerance: changed spikes allowed (fraction) */
     double tolerance_outputs;   /* ... and changed output elements */
@@ -610,6 +611,7 @@ parse_options(int argc, char **argv, Options *o)
             o->narrow_activations = !strcmp(optarg, "activations") || !strcmp(optarg, "all");
             if (!o->narrow_weights && !o->narrow_activations)
                 usage_error("--narrow expects weights, activations or all, got '%s'", optarg);
+            o->has_narrow = true;
             break;
         case O_TOLERANCE: {
             char *end;
@@ -825,6 +827,8 @@ parse_options(int argc, char **argv, Options *o)
                     "--input");
     if (o->data && o->ninput_args)
         usage_error("give either --data or --input, not both");
+    if (o->has_narrow && !o->precision_mode)
+        usage_error("--narrow says what --precision=fp16|bf16|mixed narrows: give --precision");
     if (o->has_tolerance && (!o->precision_mode || (!o->data && !o->ninput_args)))
         usage_error("--tolerance bounds what --precision=fp16|bf16|mixed changes on calibration "
                     "inputs: give --precision and --data or --input");
