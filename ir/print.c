@@ -396,22 +396,16 @@ ir_print(FILE *f, const Module *m)
         put_value(f, m, pos, order[i]);
         fputc('\n', f);
     }
-    for (int i = 0; i < m->nnodes; i++) {
-        WeightStore ws = m->nodes[order[i]].wstore;
-        if (ws == WSTORE_F32)
-            continue;
-        fputs("  weights ", f);
-        put_value(f, m, pos, order[i]);
-        fprintf(f, " : %s\n", wstore_name(ws));
-    }
-    for (int i = 0; i < m->nnodes; i++) {
-        WeightStore as = m->nodes[order[i]].astore;
-        if (as == WSTORE_F32)
-            continue;
-        fputs("  activations ", f);
-        put_value(f, m, pos, order[i]);
-        fprintf(f, " : %s\n", wstore_name(as));
-    }
+    for (int k = 0; k < 2; k++) /* weights, then activations, stored narrower */
+        for (int i = 0; i < m->nnodes; i++) {
+            const Node *n = &m->nodes[order[i]];
+            WeightStore ws = k == 0 ? n->wstore : n->astore;
+            if (ws == WSTORE_F32)
+                continue;
+            fputs(k == 0 ? "  weights " : "  activations ", f);
+            put_value(f, m, pos, order[i]);
+            fprintf(f, " : %s\n", wstore_name(ws));
+        }
     for (int i = 0; i < m->nnodes; i++) {
         SpikeLayout l = m->nodes[order[i]].layout;
         if (l == SPIKES_BYTES && m->nodes[order[i]].layout_loc.line == 0)

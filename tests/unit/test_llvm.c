@@ -1399,6 +1399,31 @@ test_layers(void)
 }
 #endif
 
+/* a kernel "tiles" over j in [0, N / lanes) (the loop is the caller's) with an f64 and an f32 tile
+ * of `lanes` lanes; *at = j * lanes, the first lane's element */
+static Kernel *
+tiles_kernel(TestProg *tp, int lanes, int *j, int *t64, int *t32, KExpr **at)
+{
+    Kernel *kt = add_kernel(tp, "tiles", false);
+    *j = add_local(kt, "j", KT_I64);
+    *t64 = add_local(kt, "t64", KT_F64);
+    *t32 = add_local(kt, "t32", KT_F32);
+    kt->locals[*t64].lanes = kt->locals[*t32].lanes = lanes;
+    *at = xbin(tp, KB_MUL, xv(tp, kt, *j), xi(tp, lanes));
+    return kt;
+}
+
+/* weight 0 of tp: n floats of data, in a buffer of type t (16-bit types: the binder narrows) */
+static int
+weight0(TestProg *tp, const char *name, KType t, int64_t n, float *data)
+{
+    int b = add_buf(tp, name, t, 0, n, KB_WEIGHT);
+    tp->weights[0].name = name;
+    tp->weights[0].numel = n;
+    tp->weights[0].data = data;
+    return b;
+}
+
 /* 16-bit weight buffers: every binary16 and bfloat16 value (from the f32 weights the binder
  * narrows) loads as its exact f32, through scalar loads (and SIMD lanes: check_run), f64 and f32
  * tiles, and with binary16 both ways LLVM widens: F16C's conversion and the integer one. */
@@ -1419,10 +1444,7 @@ test_weights16(void)
                 want[h] = wt == KT_F16 ? rt_f16_to_f32(r) : rt_bf16_to_f32(r);
             }
             TestProg *tp = new_prog(1);
-            int bw = add_buf(tp, "W", wt, 0, N, KB_WEIGHT);
-            tp->weights[0].name = "W";
-            tp->weights[0].numel = N;
-            tp->weights[0].data = W;
+            int bw = weight0(tp, "W", wt, N, W);
             int by = add_buf(tp, "y", KT_F32, 0, N, KB_OUTPUT);
             int bz = add_buf(tp, "z", KT_F32, 0, N, KB_OUTPUT);
             int bu = add_buf(tp, "u", KT_F32, 0, N, KB_OUTPUT);
@@ -1432,11 +1454,9 @@ test_weights16(void)
                   pfor(sfor(tp, i, xi(tp, 0), xi(tp, N),
                             sstore(tp, by, xv(tp, k, i), xld(tp, bw, xv(tp, k, i))), NULL)),
                   NULL);
-            Kernel *kt = add_kernel(tp, "tiles", false);
-            int j = add_local(kt, "j", KT_I64);
-            int t64 = add_local(kt, "t64", KT_F64), t32 = add_local(kt, "t32", KT_F32);
-            kt->locals[t64].lanes = kt->locals[t32].lanes = L;
-            KExpr *at = xbin(tp, KB_MUL, xv(tp, kt, j), xi(tp, L));
+            int j, t64, t32;
+            KExpr *at;
+            Kernel *kt = tiles_kernel(tp, L, &j, &t64, &t32, &at);
             kbody(kt, tp,
                   sfor(tp, j, xi(tp, 0), xi(tp, N / L),
                        stile(tp, KS_VLOAD, t64, bw, at, NULL, 1, false),
@@ -1498,10 +1518,7 @@ test_stores16(void)
                 want[i] = is_f16 ? rt_f16_to_f32(rt_f32_to_f16(X[i]))
                                  : rt_bf16_to_f32(rt_f32_to_bf16(X[i]));
             TestProg *tp = new_prog(1);
-            int bx = add_buf(tp, "X", KT_F32, 0, N, KB_WEIGHT);
-            tp->weights[0].name = "X";
-            tp->weights[0].numel = N;
-            tp->weights[0].data = X;
+            int bx = weight0(tp, "X", KT_F32, N, X);
             int bh = add_buf(tp, "h", ht, 0, N, KB_TEMP), bg = add_buf(tp, "g", ht, 0, N, KB_TEMP);
             int bq = add_buf(tp, "q", ht, 0, N, KB_TEMP);
             int by = add_buf(tp, "y", KT_F32, 0, N, KB_OUTPUT);
@@ -1519,11 +1536,9 @@ test_stores16(void)
                             sstore(tp, bu, xv(tp, k, i), xun(tp, round, xld(tp, bx, xv(tp, k, i)))),
                             NULL)),
                   NULL);
-            Kernel *kt = add_kernel(tp, "tiles", false);
-            int j = add_local(kt, "j", KT_I64);
-            int t64 = add_local(kt, "t64", KT_F64), t32 = add_local(kt, "t32", KT_F32);
-            kt->locals[t64].lanes = kt->locals[t32].lanes = L;
-            KExpr *at = xbin(tp, KB_MUL, xv(tp, kt, j), xi(tp, L));
+            int j, t64, t32;
+            KExpr *at;
+            Kernel *kt = tiles_kernel(tp, L, &j, &t64, &t32, &at);
             kbody(kt, tp,
                   sfor(tp, j, xi(tp, 0), xi(tp, N / L),
                        stile(tp, KS_VLOAD, t64, bx, at, NULL, 1, false),
