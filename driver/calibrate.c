@@ -218,7 +218,8 @@ within(const Diff *d, const PrecisionRequest *rq)
            (double)d->outputs_changed <= rq->tolerance_outputs * (double)d->outputs;
 }
 
-/* mixed: tensor slot[v] of layer v in f16 on top of what is kept; kept only if nothing changes */
+/* mixed: tensor slot[v] of layer v in f16 on top of what is kept; kept only within --tolerance
+ * (by default: if nothing changes) */
 static bool
 try_narrow(Cal *c, const PrecisionRequest *rq, WeightStore *store, WeightStore *astore,
            WeightStore *slot, const char *what)
