@@ -1399,18 +1399,25 @@ test_layers(void)
 }
 #endif
 
-/* a kernel "tiles" over j in [0, N / lanes) (the loop is the caller's) with an f64 and an f32 tile
- * of `lanes` lanes; *at = j * lanes, the first lane's element */
-static Kernel *
-tiles_kernel(TestProg *tp, int lanes, int *j, int *t64, int *t32, KExpr **at)
+/* a kernel "tiles" over [0, n) in tiles of `lanes`: src through an f64 tile into dst64, and through
+ * an f32 tile into dst32, loaded (VLOAD) or, is_fma, summed from -0 as fmaf(1, src, -0) (VFMA) */
+static void
+tiles_kernel(TestProg *tp, int lanes, int64_t n, int src, int dst64, int dst32, bool is_fma)
 {
     Kernel *kt = add_kernel(tp, "tiles", false);
-    *j = add_local(kt, "j", KT_I64);
-    *t64 = add_local(kt, "t64", KT_F64);
-    *t32 = add_local(kt, "t32", KT_F32);
-    kt->locals[*t64].lanes = kt->locals[*t32].lanes = lanes;
-    *at = xbin(tp, KB_MUL, xv(tp, kt, *j), xi(tp, lanes));
-    return kt;
+    int j = add_local(kt, "j", KT_I64);
+    int t64 = add_local(kt, "t64", KT_F64), t32 = add_local(kt, "t32", KT_F32);
+    kt->locals[t64].lanes = kt->locals[t32].lanes = lanes;
+    KExpr *at = xbin(tp, KB_MUL, xv(tp, kt, j), xi(tp, lanes));
+    KStmt *first32 = is_fma ? stile(tp, KS_VSET, t32, -1, NULL, xc(tp, KT_F32, -0.0), 1, false)
+                            : stile(tp, KS_VLOAD, t32, src, at, NULL, 1, false);
+    KStmt *sum32 = is_fma ? stile(tp, KS_VFMA, t32, src, at, xc(tp, KT_F32, 1.0), 1, false) : NULL;
+    kbody(kt, tp,
+          sfor(tp, j, xi(tp, 0), xi(tp, n / lanes), stile(tp, KS_VLOAD, t64, src, at, NULL, 1, false),
+               stile(tp, KS_VSTORE, t64, dst64, at, NULL, 1, false), first32,
+               sum32 ? sum32 : stile(tp, KS_VSTORE, t32, dst32, at, NULL, 1, false),
+               sum32 ? stile(tp, KS_VSTORE, t32, dst32, at, NULL, 1, false) : NULL, NULL),
+          NULL);
 }
 
 /* weight 0 of tp: n floats of data, in a buffer of type t (16-bit types: the binder narrows) */
@@ -1454,17 +1461,7 @@ test_weights16(void)
                   pfor(sfor(tp, i, xi(tp, 0), xi(tp, N),
                             sstore(tp, by, xv(tp, k, i), xld(tp, bw, xv(tp, k, i))), NULL)),
                   NULL);
-            int j, t64, t32;
-            KExpr *at;
-            Kernel *kt = tiles_kernel(tp, L, &j, &t64, &t32, &at);
-            kbody(kt, tp,
-                  sfor(tp, j, xi(tp, 0), xi(tp, N / L),
-                       stile(tp, KS_VLOAD, t64, bw, at, NULL, 1, false),
-                       stile(tp, KS_VSTORE, t64, bz, at, NULL, 1, false),
-                       stile(tp, KS_VSET, t32, -1, NULL, xc(tp, KT_F32, -0.0), 1, false),
-                       stile(tp, KS_VFMA, t32, bw, at, xc(tp, KT_F32, 1.0), 1, false),
-                       stile(tp, KS_VSTORE, t32, bu, at, NULL, 1, false), NULL),
-                  NULL);
+            tiles_kernel(tp, L, N, bw, bz, bu, true);
             /* fmaf(1, w, -0) is w for every w but NaN, whose payload fma may not keep */
             static float want_u[N];
             for (int h = 0; h < N; h++)
@@ -1536,16 +1533,7 @@ test_stores16(void)
                             sstore(tp, bu, xv(tp, k, i), xun(tp, round, xld(tp, bx, xv(tp, k, i)))),
                             NULL)),
                   NULL);
-            int j, t64, t32;
-            KExpr *at;
-            Kernel *kt = tiles_kernel(tp, L, &j, &t64, &t32, &at);
-            kbody(kt, tp,
-                  sfor(tp, j, xi(tp, 0), xi(tp, N / L),
-                       stile(tp, KS_VLOAD, t64, bx, at, NULL, 1, false),
-                       stile(tp, KS_VSTORE, t64, bg, at, NULL, 1, false),
-                       stile(tp, KS_VLOAD, t32, bx, at, NULL, 1, false),
-                       stile(tp, KS_VSTORE, t32, bq, at, NULL, 1, false), NULL),
-                  NULL);
+            tiles_kernel(tp, L, N, bx, bg, bq, false);
             Kernel *kb = add_kernel(tp, "back", false);
             int m = add_local(kb, "m", KT_I64);
             kbody(kb, tp,
