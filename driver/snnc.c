@@ -616,12 +616,13 @@ parse_options(int argc, char **argv, Options *o)
         case O_TOLERANCE: {
             char *end;
             double v = strtod(optarg, &end), w = v;
-            if (end != optarg && *end == ',') {
+            bool is_bad = end == optarg;
+            if (!is_bad && *end == ',') {
                 const char *at = end + 1;
                 w = strtod(at, &end);
-                if (end == at) end = (char *)"?";
+                is_bad = end == at;
             }
-            if (end == optarg || *end || !(v >= 0 && v <= 1) || !(w >= 0 && w <= 1))
+            if (is_bad || *end || !(v >= 0 && v <= 1) || !(w >= 0 && w <= 1))
                 usage_error("--tolerance expects fractions of spikes [and outputs] (0 to 1, e.g. "
                             "1e-5 or 1e-5,0.01), got '%s'", optarg);
             o->tolerance = v;
