@@ -24,12 +24,24 @@ typedef enum {
               * writes whole bytes' worth of elements per parallel iteration range (the lowering
               * gives bits only to values of 8k elements per sample, and the thread pool cuts
               * element ranges at multiples of 8), so no two threads share a byte. */
+    KT_BIT2, /* storage only, of -1/0/1 spike buffers (Node.layout on a bipolar value): element e
+              * is bits 2(e % 4) and 2(e % 4) + 1 of byte e / 4, two's complement (0 = 00, +1 = 01,
+              * -1 = 11): the low bit of each pair says "a spike", the high one its sign. A load
+              * gives i8 -1, 0 or 1, a store keeps the value's two low bits. As KT_BIT, no two
+              * threads share a byte (values of 4k elements per sample, ranges cut at 8). */
 } KType;
-/* the type of a loaded element: f32 for the 16-bit storage types, u8 for bits, else the type */
+/* the type of a loaded element: f32 for the 16-bit storage types, u8 for bits, i8 for bit pairs,
+ * else the type */
 static inline KType
 ktype_value(KType t)
 {
-    return t == KT_F16 || t == KT_BF16 ? KT_F32 : t == KT_BIT ? KT_U8 : t;
+    return t == KT_F16 || t == KT_BF16 ? KT_F32 : t == KT_BIT ? KT_U8 : t == KT_BIT2 ? KT_I8 : t;
+}
+/* bits per element of a bit-packed storage type (KT_BIT 1, KT_BIT2 2); 0 for every other type */
+static inline int
+ktype_bits(KType t)
+{
+    return t == KT_BIT ? 1 : t == KT_BIT2 ? 2 : 0;
 }
 const char *ktype_name(KType t);
 size_t ktype_size(KType t); /* bytes of an element in memory (KT_BIT: 1, a byte of 8: kbytes) */
@@ -85,7 +97,9 @@ typedef enum {
     KX_VAR,    /* var: a loop variable or a local (Kernel.locals[var]) */
     KX_LOAD,   /* buf[a]; op KLOAD_BYTES (a KT_BIT buffer): byte a, elements 8a..8a+7 (element
                 * 8a + l in bit l), as u8; op KLOAD_WORD: the 8 bytes from byte a, elements
-                * 8a..8a+63 (element 8a + l in bit l), as i64; so a reader skips zeros at once */
+                * 8a..8a+63 (element 8a + l in bit l), as i64; so a reader skips zeros at once.
+                * Of a KT_BIT2 buffer, likewise the byte or 8 bytes from byte a: elements 4a..,
+                * element 4a + l in bits 2l and 2l + 1. */
     KX_UN,     /* op a (KUn) */
     KX_BIN,    /* a op b (KBin) */
     KX_SELECT, /* a ? b : c */

@@ -94,12 +94,13 @@ load(Eval *ev, const KExpr *e)
     void *m = ev->mem[e->buf];
     KVal r;
     if (e->op == KLOAD_BYTES || e->op == KLOAD_WORD) { /* bytes of a bit buffer, all in bounds */
-        int nb = e->op == KLOAD_WORD ? 8 : 1;
-        if (ev->p->bufs[e->buf].type != KT_BIT)
+        int nb = e->op == KLOAD_WORD ? 8 : 1, bits = ktype_bits(ev->p->bufs[e->buf].type);
+        if (!bits)
             efail(ev, "kernel IR: a byte load from %s buffer '%s'",
                   ktype_name(ev->p->bufs[e->buf].type), ev->p->bufs[e->buf].name);
+        int64_t per = 8 / bits; /* elements in a byte */
         index_of(ev, e->buf,
-                 (KVal){.i = ix.i < 0 || ix.i > INT64_MAX / 16 ? -1 : ix.i * 8 + 8 * nb - 1});
+                 (KVal){.i = ix.i < 0 || ix.i > INT64_MAX / 16 ? -1 : ix.i * per + per * nb - 1});
         uint64_t w = 0;
         for (int q = 0; q < nb; q++) /* little-endian, as the CPU loads it */
             w |= (uint64_t)((const uint8_t *)m)[ix.i + q] << (8 * q);
@@ -117,6 +118,11 @@ load(Eval *ev, const KExpr *e)
     case KT_F16: r.f = rt_f16_to_f32(((const uint16_t *)m)[i]); break;
     case KT_BF16: r.f = rt_bf16_to_f32(((const uint16_t *)m)[i]); break;
     case KT_BIT: r.i = ((const uint8_t *)m)[i / 8] >> (i % 8) & 1; break;
+    case KT_BIT2: { /* the pair, sign-extended */
+        int pair = ((const uint8_t *)m)[i / 4] >> (2 * (i % 4)) & 3;
+        r.i = pair & 2 ? pair - 4 : pair;
+        break;
+    }
     default: unreachable();
     }
     return r;
@@ -388,6 +394,12 @@ store(Eval *ev, const KStmt *s)
     case KT_BIT: {
         uint8_t *byte = (uint8_t *)m + i / 8, bit = (uint8_t)(1u << (i % 8));
         *byte = v.i != 0 ? *byte | bit : *byte & (uint8_t)~bit;
+        break;
+    }
+    case KT_BIT2: {
+        uint8_t *byte = (uint8_t *)m + i / 4;
+        int sh = 2 * (int)(i % 4);
+        *byte = (uint8_t)((*byte & ~(3u << sh)) | ((uint64_t)v.i & 3u) << sh);
         break;
     }
     case KT_F16: ((uint16_t *)m)[i] = rt_f32_to_f16((float)v.f); break;

@@ -62,10 +62,10 @@ static KExpr *
 kx_load_bits(KProgram *p, int buf, KExpr *index, int how)
 {
     KExpr *e = kx_load(p, buf, index);
-    if (p->bufs[buf].type != KT_BIT)
+    if (!ktype_bits(p->bufs[buf].type))
         die("kir: byte load from %s buffer '%s'", ktype_name(p->bufs[buf].type), p->bufs[buf].name);
     e->op = how;
-    if (how == KLOAD_WORD) e->type = KT_I64;
+    e->type = how == KLOAD_WORD ? KT_I64 : KT_U8; /* bytes of pairs too: not an element's i8 */
     return e;
 }
 
@@ -94,15 +94,18 @@ kx_bin(KProgram *p, KBin op, KExpr *a, KExpr *b)
         if (a->kind == KX_CONST && b->kind == KX_CONST && op <= KB_REM && op != KB_MIN &&
             op != KB_MAX && op != KB_POW && !(op >= KB_DIV && b->num == 0)) {
             int64_t x = (int64_t)a->num, y = (int64_t)b->num, r = 0;
+            bool is_over = false;
             switch (op) {
-            case KB_ADD: r = x + y; break;
-            case KB_SUB: r = x - y; break;
-            case KB_MUL: r = x * y; break;
+            case KB_ADD: is_over = __builtin_add_overflow(x, y, &r); break;
+            case KB_SUB: is_over = __builtin_sub_overflow(x, y, &r); break;
+            case KB_MUL: is_over = __builtin_mul_overflow(x, y, &r); break;
             case KB_DIV: r = x / y; break;
             case KB_REM: r = x % y; break;
             default: unreachable();
             }
-            return kx_const(p, KT_I64, (double)r);
+            /* a constant holds integers exactly up to 2^53: larger results stay operations */
+            if (!is_over && r >= -(INT64_C(1) << 53) && r <= INT64_C(1) << 53)
+                return kx_const(p, KT_I64, (double)r);
         }
         if (a->kind == KX_CONST && b->kind == KX_CONST && op >= KB_LT && op <= KB_NE) {
             double x = a->num, y = b->num;
@@ -1067,6 +1070,11 @@ typedef struct Scatter {
     int acc, w, bias;
     KExpr *row, *k, *x; /* acc row's first element; k and x (in the event loop) */
     int64_t O;
+    /* a bit-pair input (-1/0/1): the value x and its row position, from which scatter_spike
+     * loads each listed spike's sign into local xv */
+    ValueId xval;
+    const Pos *xpos;
+    int xv;
 } Scatter;
 
 static void
@@ -1089,18 +1097,28 @@ scatter_add(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     s_tile(lw, c, KS_VSTORE, t, s->acc, ai, NULL);
 }
 
+/* bits per element of v's storage: 1 (0/1 spikes as bits), 2 (-1/0/1 as bit pairs), 0 (bytes or
+ * wider, or no buffer) */
+static int
+bits_of(Lower *lw, ValueId v)
+{
+    return lw->vs[v].buf >= 0 ? ktype_bits(lw->p->bufs[lw->vs[v].buf].type) : 0;
+}
+
 static bool
 is_bits(Lower *lw, ValueId v)
 {
-    return lw->vs[v].buf >= 0 && lw->p->bufs[lw->vs[v].buf].type == KT_BIT;
+    return bits_of(lw, v) > 0;
 }
 
-/* The spikes of K elements (a multiple of 8) of the row of bit-stored value x at ps from element
- * `first` (a multiple of 8, as is the row's first): 64 at a time (8 bytes, unaligned), then the row's last bytes one
- * at a time; in each word its set bits, lowest first, each found with a count of trailing zeros
- * and cleared (no branch per bit: a spike train defeats branch prediction; a loop per byte
- * mispredicted its exit often enough to lose to bytes at 21% spikes). body(k) runs for element k
- * of the row, a spike (its value is 1), in element order. */
+/* The spikes of K elements (a whole number of bytes) of the row of bit-stored value x at ps from
+ * element `first` (on a byte, as is the row's first): 64 bits at a time (8 bytes, unaligned), then
+ * the row's last bytes one at a time; in each word its set bits, lowest first, each found with a
+ * count of trailing zeros and cleared (no branch per bit: a spike train defeats branch prediction;
+ * a loop per byte mispredicted its exit often enough to lose to bytes at 21% spikes). Bit pairs
+ * (-1/0/1) keep only the low bit of each pair, set for both signs, and halve its position.
+ * body(k) runs for element k of the row, a spike (1, or for pairs 1 or -1: body loads it), in
+ * element order. */
 typedef void SpikeBody(Lower *lw, Cur c, KExpr *k, void *ctx);
 
 static void
@@ -1109,25 +1127,32 @@ for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, KExpr *first, int64_t
 {
     Pos p0 = *ps;
     p0.i = first;
-    KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, 8));
+    int bits = bits_of(lw, x);
+    int64_t in_byte = 8 / bits; /* elements in a byte */
+    KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, in_byte));
     int wv = local(lw, "bits", KT_I64), nv = local(lw, "nset", KT_I64), lv = local(lw, "l", KT_I64);
     for (int pass = 0; pass < 2; pass++) {
-        int64_t per = pass == 0 ? 64 : 8; /* elements per load */
-        int64_t lo = pass == 0 ? 0 : K / 64 * 8, hi = pass == 0 ? K / 64 : K / 8;
+        int64_t per = pass == 0 ? 8 * in_byte : in_byte; /* elements per load */
+        int64_t lo = pass == 0 ? 0 : K / (8 * in_byte) * 8, hi = pass == 0 ? K / per : K / in_byte;
         if (lo >= hi) continue;
         KExpr *w, *n;
         KStmt *fw = loop(lw, c, pass == 0 ? "w" : "kb", ci(lw, hi), false, &w);
         fw->lo = ci(lw, lo);
         KExpr *at = bin(lw, KB_ADD, byte0, pass == 0 ? bin(lw, KB_MUL, w, ci(lw, 8)) : w);
-        s_assign(lw, body(fw), wv,
-                 to(lw, KT_I64, kx_load_bits(lw->p, lw->vs[x].buf, at,
-                                             pass == 0 ? KLOAD_WORD : KLOAD_BYTES)));
+        KExpr *word = to(lw, KT_I64, kx_load_bits(lw->p, lw->vs[x].buf, at,
+                                                  pass == 0 ? KLOAD_WORD : KLOAD_BYTES));
+        if (bits == 2) /* the low bit of every pair: a spike of either sign (the mask
+                        * 0x5555555555555555 as a product: constants are exact to 2^53 only) */
+            word = bin(lw, KB_BITAND, word,
+                       bin(lw, KB_MUL, ci(lw, 0x55555555), ci(lw, 0x100000001)));
+        s_assign(lw, body(fw), wv, word);
         s_assign(lw, body(fw), nv, kx_un(lw->p, KU_POPCOUNT, var(lw, wv)));
         KStmt *fn_ = loop(lw, body(fw), "n", var(lw, nv), false, &n);
         s_assign(lw, body(fn_), lv, kx_un(lw->p, KU_CTZ, var(lw, wv)));
         s_assign(lw, body(fn_), wv,
                  bin(lw, KB_BITAND, var(lw, wv), bin(lw, KB_SUB, var(lw, wv), ci(lw, 1))));
-        fn(lw, body(fn_), bin(lw, KB_ADD, bin(lw, KB_MUL, w, ci(lw, per)), var(lw, lv)), ctx);
+        KExpr *l = bits == 2 ? bin(lw, KB_DIV, var(lw, lv), ci(lw, 2)) : var(lw, lv);
+        fn(lw, body(fn_), bin(lw, KB_ADD, bin(lw, KB_MUL, w, ci(lw, per)), l), ctx);
     }
 }
 
@@ -1136,6 +1161,12 @@ scatter_spike(Lower *lw, Cur c, KExpr *k, void *ctx)
 {
     Scatter *s = ctx;
     s->k = k;
+    if (bits_of(lw, s->xval) == 2) {
+        Pos px = *s->xpos;
+        px.i = k;
+        s_assign(lw, c, s->xv, to(lw, KT_F64, vload(lw, s->xval, &px)));
+        s->x = var(lw, s->xv);
+    }
     for_tiles(lw, c, s->O, SCATTER_NT, scatter_add, s);
 }
 
@@ -1153,7 +1184,7 @@ lower_dense_events(Lower *lw, ValueId v)
     KExpr *k;
     int xv = local(lw, "x", KT_F64);
     KExpr *row;
-    Scatter s = {acc_rows(lw, v, &ps, O, &row), w, bias, row, NULL, NULL, O};
+    Scatter s = {acc_rows(lw, v, &ps, O, &row), w, bias, row, NULL, NULL, O, x, &ps, xv};
     for_tiles(lw, c, O, SCATTER_NT, scatter_init, &s);
     if (is_bits(lw, x)) {
         s.x = kx_const(lw->p, KT_F64, 1);
@@ -1582,7 +1613,7 @@ lower_conv2d_events(Lower *lw, ValueId v)
     s_store(lw, body(fz), cv.count, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, cv.d.G * HW)), z),
             ci(lw, 0));
     ConvList cl = {&cv, local(lw, "qi", KT_I64), local(lw, "n", KT_I64), HW, -1, -1, NULL};
-    if (is_bits(lw, cv.x) && HW % 8 == 0) {
+    if (is_bits(lw, cv.x) && HW % (8 / bits_of(lw, cv.x)) == 0) {
         /* channel by channel (each starts on a byte): the pixel is the element, no division */
         Cur in = conv_channels(lw, c, &cv, &cg);
         cl.cg = cg;
@@ -2646,7 +2677,8 @@ plan_buffers(Lower *lw)
         s->layout = lw->is_static[v] ? LY_STATIC : LY_FULL;
         int64_t per = s->numel * (lw->is_static[v] ? 1 : lw->T);
         /* spikes stored as bits (Node.layout) on the CPU; GPU threads write a neuron each */
-        KType t = n->layout == SPIKES_BITS && p->target == KTARGET_CPU ? KT_BIT
+        KType t = n->layout == SPIKES_BITS && p->target == KTARGET_CPU
+                      ? (n->type.dtype == DT_I8 ? KT_BIT2 : KT_BIT)
                   : n->astore == WSTORE_F16                            ? KT_F16
                   : n->astore == WSTORE_BF16                           ? KT_BF16
                                                                        : ktype_of(n->type.dtype);

@@ -20,6 +20,7 @@ ktype_name(KType t)
     case KT_F16: return "f16";
     case KT_BF16: return "bf16";
     case KT_BIT: return "bit";
+    case KT_BIT2: return "bit2";
     }
     return "?";
 }
@@ -33,14 +34,15 @@ ktype_size(KType t)
     case KT_I64: return 8;
     case KT_F16:
     case KT_BF16: return 2;
-    default: return 1; /* u8, i8, bool (a byte); bit (a byte holds 8: kbytes) */
+    default: return 1; /* u8, i8, bool (a byte); bit, bit2 (a byte holds 8, 4: kbytes) */
     }
 }
 
 int64_t
 kbytes(KType t, int64_t elements)
 {
-    return t == KT_BIT ? (elements + 7) / 8 : elements * (int64_t)ktype_size(t);
+    int bits = ktype_bits(t);
+    return bits ? (elements * bits + 7) / 8 : elements * (int64_t)ktype_size(t);
 }
 
 const char *

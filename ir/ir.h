@@ -218,7 +218,9 @@ typedef int32_t ValueId; /* index into Module.nodes; -1 = none */
  * and WSTORE_BF16 (bfloat16) each value rounded to nearest, ties to even (runtime/f16.h). */
 typedef enum { WSTORE_F32, WSTORE_F16, WSTORE_BF16 } WeightStore;
 /* How a spike value's elements are stored (Node.layout): SPIKES_BYTES one byte each; SPIKES_BITS
- * one bit each, 8 to a byte, element e in bit e % 8 of byte e / 8 (lossless: spikes are 0 or 1). */
+ * as few bits as the values need (lossless): 0/1 spikes one bit each, element e in bit e % 8 of
+ * byte e / 8; -1/0/1 spikes (DT_I8) two bits each, element e in bits 2(e % 4) and 2(e % 4) + 1 of
+ * byte e / 4, two's complement. */
 typedef enum { SPIKES_BYTES, SPIKES_BITS } SpikeLayout;
 typedef struct Node {
     Op op;
@@ -257,7 +259,8 @@ typedef struct Node {
     WeightStore astore;
     Loc astore_loc; /* the `activations` statement (line 0: --precision chose it) */
     /* how a spike value with memory of its own is stored (printed `layout a : bits`, chosen by
-     * the pack-spikes pass): 1 bit per spike instead of a byte, on the CPU (ir_layout_problem
+     * the pack-spikes pass): 1 bit per spike (2 for -1/0/1 spikes) instead of a byte, on the
+     * CPU (ir_layout_problem
      * says where it may be given; the GPU keeps bytes) */
     SpikeLayout layout;
     Loc layout_loc; /* the `layout` statement (line 0: a pass chose it) */
@@ -379,9 +382,10 @@ bool ir_verify(Module *m);
  * kernel, no padding, sizes divisible). */
 const char *ir_fusion_problem(const Module *m, ValueId a, ValueId b);
 /* Why value v's spikes cannot be stored as bits (`layout v : bits`), or NULL when they can: v is a
- * 0/1 spike value with memory of its own (not a model input or output, not a flatten, which is a
- * view of its operand, not computed inside another kernel) and a multiple of 8 elements per
- * sample, so that a byte never holds two samples' (or two steps') spikes. */
+ * 0/1 or -1/0/1 spike value with memory of its own (not a model input or output, not a flatten,
+ * which is a view of its operand, not computed inside another kernel) and a multiple of 8 elements
+ * per sample (4 for -1/0/1, two bits each), so that a byte never holds two samples' (or two
+ * steps') spikes. */
 const char *ir_layout_problem(const Module *m, ValueId v);
 /* Why dense or conv layer v cannot be summed in the scan that reads it (Node.is_scan_epilogue),
  * or NULL: it must have its own kernel now (not an output, not fused into a batchnorm), and one

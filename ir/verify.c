@@ -185,18 +185,20 @@ const char *
 ir_layout_problem(const Module *m, ValueId v)
 {
     const Node *n = &m->nodes[v];
-    if (n->type.dtype != DT_SPIKE)
-        return n->type.dtype == DT_I8 ? "it holds -1/0/1 spikes (fire down), not 0/1"
-                                      : "it is not a spike value (0/1)";
+    bool is_bipolar = n->type.dtype == DT_I8;
+    if (n->type.dtype != DT_SPIKE && !is_bipolar)
+        return "it is not a spike value (0/1, or -1/0/1)";
     if (n->op == OP_INPUT || n->is_output)
         return "a model input or output is stored as the caller holds it";
     if (n->op == OP_FLATTEN)
         return "a flatten is a view of its operand, which holds the memory";
     if (n->fused_into >= 0)
         return "it is computed inside the kernel of the value it is fused into, without memory";
-    if (type_numel(&n->type) % 8 != 0)
-        return "its elements per sample are not a multiple of 8 (a byte would hold the spikes of "
-               "two samples or steps)";
+    if (type_numel(&n->type) % (is_bipolar ? 4 : 8) != 0)
+        return is_bipolar ? "its elements per sample are not a multiple of 4 (a byte would hold "
+                            "the spikes of two samples or steps)"
+                          : "its elements per sample are not a multiple of 8 (a byte would hold "
+                            "the spikes of two samples or steps)";
     return NULL;
 }
 

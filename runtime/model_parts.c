@@ -249,13 +249,16 @@ static const struct {
     [RT_ELEM_F32] = {"f32", 4}, [RT_ELEM_F64] = {"f64", 8}, [RT_ELEM_I64] = {"i64", 8},
     [RT_ELEM_U8] = {"u8", 1},   [RT_ELEM_I8] = {"i8", 1},   [RT_ELEM_BOOL] = {"bool", 1},
     [RT_ELEM_F16] = {"f16", 2}, [RT_ELEM_BF16] = {"bf16", 2}, [RT_ELEM_BIT] = {"bit", 1},
+    [RT_ELEM_BIT2] = {"bit2", 1},
 };
 
 size_t
 rt_buf_bytes(const RtBuf *b, int64_t batch)
 {
     size_t n = (size_t)(b->per_batch * batch + b->fixed);
-    return b->type == RT_ELEM_BIT ? (n + 7) / 8 : n * b->elem;
+    return b->type == RT_ELEM_BIT    ? (n + 7) / 8
+           : b->type == RT_ELEM_BIT2 ? (n + 3) / 4
+                                     : n * b->elem;
 }
 
 static void
@@ -430,7 +433,8 @@ program_check(const snn_model *m, const RtBuf *bufs, int nbufs, const RtLayer *l
         bool is_16 = b->type == RT_ELEM_F16 || b->type == RT_ELEM_BF16;
         if (b->kind != RT_BUF_TEMP && b->type != RT_ELEM_F32 && !(is_16 && b->kind == RT_BUF_WEIGHT))
             return false;
-        if (b->type == RT_ELEM_BIT && (b->kind != RT_BUF_TEMP || bufs == m->cuda_bufs))
+        bool is_bits = b->type == RT_ELEM_BIT || b->type == RT_ELEM_BIT2;
+        if (is_bits && (b->kind != RT_BUF_TEMP || bufs == m->cuda_bufs))
             return false; /* spikes as bits: CPU temporaries only */
         if (b->kind == RT_BUF_WEIGHT) {
             const snn_tensor_info *w = &m->weights[b->io].info;

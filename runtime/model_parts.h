@@ -21,7 +21,7 @@ typedef enum { RT_BUF_INPUT, RT_BUF_OUTPUT, RT_BUF_WEIGHT, RT_BUF_TEMP } RtBufKi
  * temporaries, 8 elements to a byte: rt_buf_bytes) */
 typedef enum {
     RT_ELEM_F32, RT_ELEM_F64, RT_ELEM_I64, RT_ELEM_U8, RT_ELEM_I8, RT_ELEM_BOOL, RT_ELEM_F16,
-    RT_ELEM_BF16, RT_ELEM_BIT
+    RT_ELEM_BF16, RT_ELEM_BIT, RT_ELEM_BIT2
 } RtElem;
 
 typedef struct RtBuf {

@@ -8,13 +8,15 @@ Workloads (the CPU suite's, bench/cpu/peers.py): the Fashion-MNIST MLP (10,000 t
 256), the conv SNN (the first 1,024 test images, batch 64, bench/cpu/fmnist_conv_bench.safetensors)
 one LIF layer (2^20 neurons, T = 8, one sample of uniform [0, 2) input, seeded) and
 bench/cpu/models/conv_bn.snn (conv-batchnorm-LIF blocks without pooling, seeded weights, the
-first 1,024 test images, batch 64: the fold-batchnorm pass's workload). For each
+first 1,024 test images, batch 64: the fold-batchnorm pass's workload) and
+bench/cpu/models/conv_ternary.snn (the same blocks with ternary -1/0/1 spikes: bipolar spike
+packing's workload; same images and batch). --workloads picks some of them. For each
 configuration snnc builds a model.so (weights embedded, CPU only) and snnc_bench times it on 2
 threads: the median of --repeats warm passes over the images (compile, first touch of memory and
 thread start excluded), the process's peak resident memory (/proc: VmHWM), the arena of
 temporaries and kernel calls per inference (`--explain`), and whether the outputs equal -O2's bit
-for bit. Writes bench/cpu/ablation.json and prints a table. The passes and their order come from
-`snnc --help-passes`.
+for bit. Writes bench/cpu/ablation.json (with --workloads, ablation-NAMES.json) and prints a
+table. The passes and their order come from `snnc --help-passes`.
 
 --device cuda: the same on the CUDA backend, plus -O3 (the scan-epilogue pass, GPU only) and the
 recurrent workload (bench/cpu/models/recurrent.snn, its seeded weights, 1,024 samples of uniform
@@ -89,6 +91,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="two repeats, fewer images")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--cuda-arch", default="sm_90", help="--device cuda: what model.so carries")
+    ap.add_argument("--workloads", default="",
+                    help="comma-separated names (mlp, conv, lif, conv-bn, conv-tern, recurrent); "
+                         "default all")
     a = ap.parse_args()
     snnc = a.snnc
     is_gpu = a.device == "cuda"
@@ -110,6 +115,8 @@ def main():
         "lif": (ROOT / "examples/lif_layer.snn", [], [f"--input={lif_x}"], 1, repeats * 4),
         "conv-bn": (HERE / "models/conv_bn.snn", [], ["--fmnist", f"--limit={n_conv}"], 64,
                     repeats),
+        "conv-tern": (HERE / "models/conv_ternary.snn", [], ["--fmnist", f"--limit={n_conv}"],
+                      64, repeats),
     }
     configs = [("-O0", ["-O0"]), ("-O2", [])]
     configs += [(f"-O2 -{p}", [f"--disable-pass={p}"]) for p in passes(snnc)]
@@ -119,6 +126,13 @@ def main():
         workloads["recurrent"] = (HERE / "models/recurrent.snn", [], [f"--input={rec_x}"], 64,
                                   repeats)
         configs.append(("-O3", ["-O3"]))
+    if a.workloads:
+        names = a.workloads.split(",")
+        unknown = [n for n in names if n not in workloads]
+        if unknown:
+            sys.exit(f"ablation: unknown workload(s) {', '.join(unknown)}; "
+                     f"known: {', '.join(workloads)}")
+        workloads = {n: workloads[n] for n in names}
     rows = []
     for wname, (model, bflags, rflags, batch, reps) in workloads.items():
         ref = None
@@ -161,6 +175,8 @@ def main():
     dest = ROOT / "bench" / "gpu" if is_gpu else HERE
     (dest / "out").mkdir(exist_ok=True)
     name = "ablation_quick.json" if a.quick else "ablation.json"
+    if a.workloads:  # a part of the table: beside the whole one, not over it
+        name = name.replace(".json", "-" + a.workloads.replace(",", "-") + ".json")
     path = dest / "out" / name if a.quick else dest / name
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")

@@ -80,7 +80,8 @@ llvm_gen_elem_size(KType t)
     case KT_U8:
     case KT_I8:
     case KT_BOOL:
-    case KT_BIT: /* accessed a byte (8 elements) at a time */
+    case KT_BIT: /* accessed a byte (8 elements, 4 pairs) at a time */
+    case KT_BIT2:
         return 1;
     case KT_F16:
     case KT_BF16:
@@ -111,6 +112,7 @@ val_type(Gen *g, KType t)
     case KT_U8:
     case KT_I8:
     case KT_BIT: /* loads give u8 0/1 */
+    case KT_BIT2: /* ... and i8 -1/0/1 */
         return g->t_i64;
     case KT_BOOL:
         return g->t_i1;
@@ -126,7 +128,8 @@ mem_type(Gen *g, KType t)
     case KT_U8:
     case KT_I8:
     case KT_BOOL:
-    case KT_BIT: /* a byte holds 8 elements */
+    case KT_BIT: /* a byte holds 8 elements (pairs: 4) */
+    case KT_BIT2:
         return g->t_i8;
     case KT_F16:
     case KT_BF16:
@@ -203,6 +206,7 @@ const_of(Gen *g, KType t, double v)
     case KT_U8:
     case KT_I8:
     case KT_BIT:
+    case KT_BIT2:
         return LLVMConstInt(g->t_i64, (unsigned long long)(long long)v, 1);
     case KT_BOOL:
         return LLVMConstInt(g->t_i1, v != 0, 0);
@@ -508,27 +512,62 @@ elem_ptr(Gen *g, int buf, const KExpr *index)
                                  "");
 }
 
-/* ---- bit buffers (KT_BIT): element e is bit e % 8 of byte e / 8 ---- */
+/* ---- bit buffers: KT_BIT, element e is bit e % 8 of byte e / 8; KT_BIT2, element e is the bit
+ * pair 2(e % 4), 2(e % 4) + 1 of byte e / 4, two's complement (kir.h) ---- */
 
-/* the type a load from a bit buffer gives: u8 (a bit, a byte), i64 (a word) */
+/* the type a load from a bit buffer of type bt gives: u8 (a bit, a byte), i8 (a pair), i64 (a
+ * word) */
 static KType
-ktype_value_of_load(const KExpr *e)
+ktype_value_of_load(const KExpr *e, KType bt)
 {
-    return e->op == KLOAD_WORD ? KT_I64 : KT_U8;
+    return e->op == KLOAD_WORD ? KT_I64 : e->op == KLOAD_BYTES ? KT_U8 : ktype_value(bt);
 }
 
-/* the byte of element idx (i64) of bit buffer buf, and the bit's position in it (i8) */
+/* et, or a vector of et as wide as `like` is */
+static LLVMTypeRef
+shaped_like(LLVMTypeRef et, LLVMValueRef like)
+{
+    return is_vector(like) ? LLVMVectorType(et, LLVMGetVectorSize(LLVMTypeOf(like))) : et;
+}
+
+/* the byte of element idx (i64 or i64 lanes) of a buffer of `bits` bits per element, and the
+ * element's first bit in it (i8 or i8 lanes) */
 static LLVMValueRef
-bit_byte(Gen *g, int buf, LLVMValueRef idx, LLVMValueRef *shift)
+bit_byte_index(Gen *g, int bits, LLVMValueRef idx, LLVMValueRef *shift)
 {
     LLVMBuilderRef b = g->b;
-    LLVMValueRef byte = LLVMBuildAShr(b, idx, LLVMConstInt(g->t_i64, 3, 0), "");
-    *shift = LLVMBuildTrunc(b, LLVMBuildAnd(b, idx, LLVMConstInt(g->t_i64, 7, 0), ""), g->t_i8, "");
-    return LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &byte, 1, "");
+    LLVMTypeRef t8 = shaped_like(g->t_i8, idx);
+    unsigned in_byte = 8u / (unsigned)bits;
+    LLVMValueRef byte =
+        LLVMBuildAShr(b, idx, const_splat(LLVMConstInt(g->t_i64, bits == 2 ? 2 : 3, 0), idx), "");
+    LLVMValueRef e =
+        LLVMBuildAnd(b, idx, const_splat(LLVMConstInt(g->t_i64, in_byte - 1, 0), idx), "");
+    if (bits == 2) e = LLVMBuildShl(b, e, const_splat(LLVMConstInt(g->t_i64, 1, 0), idx), "");
+    *shift = LLVMBuildTrunc(b, e, t8, "");
+    return byte;
 }
 
-/* element idx of bit buffer buf as an i64 0/1; KLOAD_BYTES: byte idx as an i64; KLOAD_WORD: the 8
- * bytes from byte idx (unaligned), as an i64 */
+/* element bits (i8 or i8 lanes, shifted down from `shift`) as the load gives it: a bit as 0/1,
+ * a pair sign-extended to -1/0/1; widened to i64 */
+static LLVMValueRef
+bit_value(Gen *g, int bits, LLVMValueRef byte, LLVMValueRef shift)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMTypeRef t64 = shaped_like(g->t_i64, byte);
+    if (bits == 1) {
+        LLVMValueRef v = LLVMBuildLShr(b, byte, shift, "");
+        v = LLVMBuildAnd(b, v, const_splat(LLVMConstInt(g->t_i8, 1, 0), v), "");
+        return LLVMBuildZExt(b, v, t64, "");
+    }
+    /* the pair to the top of the byte, then an arithmetic shift brings its sign down */
+    LLVMValueRef up = LLVMBuildSub(b, const_splat(LLVMConstInt(g->t_i8, 6, 0), shift), shift, "");
+    LLVMValueRef v = LLVMBuildShl(b, byte, up, "");
+    v = LLVMBuildAShr(b, v, const_splat(LLVMConstInt(g->t_i8, 6, 0), v), "");
+    return LLVMBuildSExt(b, v, t64, "");
+}
+
+/* element idx of bit buffer buf as an i64 (0/1, or -1/0/1 for pairs); KLOAD_BYTES: byte idx as
+ * an i64; KLOAD_WORD: the 8 bytes from byte idx (unaligned), as an i64 */
 static LLVMValueRef
 load_bit(Gen *g, int buf, LLVMValueRef idx, int how)
 {
@@ -544,25 +583,32 @@ load_bit(Gen *g, int buf, LLVMValueRef idx, int how)
         LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &idx, 1, "");
         return LLVMBuildZExt(b, tag_access(g, LLVMBuildLoad2(b, g->t_i8, ptr, "")), g->t_i64, "");
     }
-    LLVMValueRef sh, ptr = bit_byte(g, buf, idx, &sh);
-    LLVMValueRef v = LLVMBuildLShr(b, tag_access(g, LLVMBuildLoad2(b, g->t_i8, ptr, "")), sh, "");
-    return LLVMBuildZExt(b, LLVMBuildAnd(b, v, LLVMConstInt(g->t_i8, 1, 0), ""), g->t_i64, "");
+    int bits = ktype_bits(g->p->bufs[buf].type);
+    LLVMValueRef sh, byte = bit_byte_index(g, bits, idx, &sh);
+    LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &byte, 1, "");
+    return bit_value(g, bits, tag_access(g, LLVMBuildLoad2(b, g->t_i8, ptr, "")), sh);
 }
 
-/* element idx of bit buffer buf = (v != 0), v an i64: the byte read, the bit set or cleared. Not
- * in the parallel loop's access group: neighbouring iterations read and write the same byte, so
- * LLVM must not take them for independent (it vectorised such a loop and lost bits). */
+/* element idx of bit buffer buf = v, an i64: for bits (v != 0), for pairs v's two low bits; the
+ * byte read, the element's bits replaced. Not in the parallel loop's access group: neighbouring
+ * iterations read and write the same byte, so LLVM must not take them for independent (it
+ * vectorised such a loop and lost bits). */
 static void
 store_bit(Gen *g, int buf, LLVMValueRef idx, LLVMValueRef v)
 {
     LLVMBuilderRef b = g->b;
-    LLVMValueRef sh, ptr = bit_byte(g, buf, idx, &sh);
+    int bits = ktype_bits(g->p->bufs[buf].type);
+    LLVMValueRef sh, byte = bit_byte_index(g, bits, idx, &sh);
+    LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &byte, 1, "");
     LLVMValueRef old = LLVMBuildLoad2(b, g->t_i8, ptr, "");
-    LLVMValueRef bit = LLVMBuildShl(b, LLVMConstInt(g->t_i8, 1, 0), sh, "");
-    LLVMValueRef on = LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
-    LLVMValueRef nv = LLVMBuildSelect(b, on, LLVMBuildOr(b, old, bit, ""),
-                                      LLVMBuildAnd(b, old, LLVMBuildNot(b, bit, ""), ""), "");
-    LLVMBuildStore(b, nv, ptr);
+    LLVMValueRef ones = LLVMConstInt(g->t_i8, bits == 2 ? 3 : 1, 0);
+    LLVMValueRef val = bits == 2 ? LLVMBuildAnd(b, LLVMBuildTrunc(b, v, g->t_i8, ""), ones, "")
+                                 : LLVMBuildZExt(b, LLVMBuildICmp(b, LLVMIntNE, v,
+                                                                  LLVMConstNull(LLVMTypeOf(v)), ""),
+                                                 g->t_i8, "");
+    LLVMValueRef mask = LLVMBuildShl(b, ones, sh, "");
+    LLVMValueRef keep = LLVMBuildAnd(b, old, LLVMBuildNot(b, mask, ""), "");
+    LLVMBuildStore(b, LLVMBuildOr(b, keep, LLVMBuildShl(b, val, sh, ""), ""), ptr);
 }
 
 /* op(a) for a of type t, as type rt (a scalar, or SIMD lanes) */
@@ -804,9 +850,9 @@ gen_expr(Gen *g, const KExpr *e)
     }
     case KX_LOAD: {
         if (e->buf >= 0 && e->buf < g->p->nbufs && g->bufptr[e->buf] &&
-            g->p->bufs[e->buf].type == KT_BIT)
+            ktype_bits(g->p->bufs[e->buf].type))
             return convert(g, load_bit(g, e->buf, gen_expr_as(g, e->a, KT_I64), e->op),
-                           ktype_value_of_load(e), e->type);
+                           ktype_value_of_load(e, g->p->bufs[e->buf].type), e->type);
         LLVMValueRef ptr = elem_ptr(g, e->buf, e->a);
         if (!ptr) return LLVMGetUndef(val_type(g, e->type));
         KType bt = g->p->bufs[e->buf].type;
@@ -1102,7 +1148,7 @@ gen_stmt(Gen *g, const KStmt *s)
                      g->p->bufs[s->buf].name);
             return;
         }
-        if (bt == KT_BIT) {
+        if (ktype_bits(bt)) {
             store_bit(g, s->buf, gen_expr_as(g, s->index, KT_I64), gen_expr_as(g, s->a, KT_I64));
             return;
         }
@@ -1476,9 +1522,9 @@ vload_buf(Gen *g, int buf, VV idx)
     return is_vector(v) ? vv_var(v) : vv_uni(v);
 }
 
-/* element lanes idx of bit buffer buf as i64 0/1 lanes (bytes: byte lanes idx, KLOAD_BYTES): one
- * scalar load when idx is uniform and no lane is off (a word, KLOAD_WORD, only so), else a gather
- * of the bytes under the lanes that are on */
+/* element lanes idx of bit buffer buf as i64 lanes (0/1, pairs -1/0/1; bytes: byte lanes idx,
+ * KLOAD_BYTES): one scalar load when idx is uniform and no lane is off (a word, KLOAD_WORD, only
+ * so), else a gather of the bytes under the lanes that are on */
 static VV
 vload_bits(Gen *g, int buf, VV idx, int how)
 {
@@ -1488,13 +1534,10 @@ vload_bits(Gen *g, int buf, VV idx, int how)
         return vv_uni(LLVMGetUndef(g->t_i64));
     }
     bool is_bytes = how == KLOAD_BYTES;
+    int bits = ktype_bits(g->p->bufs[buf].type);
     LLVMBuilderRef b = g->b;
     LLVMValueRef iv = vec_of(g, idx), byte = iv, sh = NULL;
-    if (!is_bytes) {
-        byte = LLVMBuildAShr(b, iv, const_splat(LLVMConstInt(g->t_i64, 3, 0), iv), "");
-        sh = LLVMBuildTrunc(b, LLVMBuildAnd(b, iv, const_splat(LLVMConstInt(g->t_i64, 7, 0), iv), ""),
-                            lanes_of(g->t_i8), "");
-    }
+    if (!is_bytes) byte = bit_byte_index(g, bits, iv, &sh);
     LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &byte, 1, "");
     LLVMTypeRef fty;
     LLVMValueRef f = masked_intrinsic(g, "gather", KT_U8, &fty);
@@ -1502,25 +1545,35 @@ vload_bits(Gen *g, int buf, VV idx, int how)
                                     (LLVMValueRef[]){ptrs, LLVMConstInt(g->t_i32, 1, 0),
                                                      all_lanes(g), LLVMConstNull(lanes_of(g->t_i8))},
                                     4, "");
-    if (sh)
-        v = LLVMBuildAnd(b, LLVMBuildLShr(b, v, sh, ""),
-                         const_splat(LLVMConstInt(g->t_i8, 1, 0), v), "");
+    if (sh) return vv_var(bit_value(g, bits, v, sh));
     return vv_var(LLVMBuildZExt(b, v, lanes_of(g->t_i64), ""));
 }
 
 /* a store of i64 lanes v to bit buffer buf at element lanes idx: 8 neighbouring lanes from an
  * element that is a multiple of 8 with every lane on are one byte (the lanes' comparisons with 0,
- * bitcast), anything else is stored lane by lane, each lane that is on reading and writing its
- * byte */
+ * bitcast) or, for pairs, two (the lanes' two low bits, <8 x i2> bitcast to i16); anything else
+ * is stored lane by lane, each lane that is on reading and writing its byte */
 static void
 vstore_bits(Gen *g, int buf, VV idx, LLVMValueRef v)
 {
     LLVMBuilderRef b = g->b;
     if (idx.sh == SH_LIN && idx.is_aligned && !g->mask) {
-        LLVMValueRef on = LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
-        LLVMValueRef byte = LLVMBuildAShr(b, idx.v, LLVMConstInt(g->t_i64, 3, 0), "");
+        bool is_pairs = ktype_bits(g->p->bufs[buf].type) == 2;
+        LLVMValueRef packed;
+        if (is_pairs) {
+            LLVMTypeRef i2 = LLVMIntTypeInContext(g->ctx, 2);
+            packed = LLVMBuildBitCast(b, LLVMBuildTrunc(b, v, LLVMVectorType(i2, SIMD_W), ""),
+                                      LLVMIntTypeInContext(g->ctx, 2 * SIMD_W), "spikes");
+        } else {
+            LLVMValueRef on = LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
+            packed = LLVMBuildBitCast(b, on, g->t_i8, "spikes");
+        }
+        LLVMValueRef byte =
+            LLVMBuildAShr(b, idx.v, LLVMConstInt(g->t_i64, is_pairs ? 2 : 3, 0), "");
         LLVMValueRef ptr = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &byte, 1, "");
-        tag_access(g, LLVMBuildStore(b, LLVMBuildBitCast(b, on, g->t_i8, "spikes"), ptr));
+        ptr = LLVMBuildBitCast(b, ptr, LLVMPointerType(LLVMTypeOf(packed), 0), "");
+        LLVMValueRef st = tag_access(g, LLVMBuildStore(b, packed, ptr));
+        LLVMSetAlignment(st, 1);
         return;
     }
     LLVMValueRef iv = vec_of(g, idx);
@@ -1584,9 +1637,9 @@ vexpr(Gen *g, const KExpr *e)
     }
     case KX_LOAD: {
         if (e->buf >= 0 && e->buf < g->p->nbufs && g->bufptr[e->buf] &&
-            g->p->bufs[e->buf].type == KT_BIT)
+            ktype_bits(g->p->bufs[e->buf].type))
             return vconv(g, vload_bits(g, e->buf, vexpr_as(g, e->a, KT_I64), e->op),
-                         ktype_value_of_load(e), e->type);
+                         ktype_value_of_load(e, g->p->bufs[e->buf].type), e->type);
         VV v = vload_buf(g, e->buf, vexpr_as(g, e->a, KT_I64));
         return g->has_failed ? v : vconv(g, v, ktype_value(g->p->bufs[e->buf].type), e->type);
     }
@@ -1655,7 +1708,7 @@ vstore_buf(Gen *g, const KStmt *s)
     }
     LLVMBuilderRef b = g->b;
     VV idx = vexpr_as(g, s->index, KT_I64);
-    if (bt == KT_BIT) {
+    if (ktype_bits(bt)) {
         vstore_bits(g, s->buf, idx, vec_of(g, vexpr_as(g, s->a, KT_I64)));
         return;
     }

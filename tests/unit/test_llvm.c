@@ -1675,6 +1675,121 @@ test_bits(void)
     }
 }
 
+/* -1/0/1 spikes stored as bit pairs (KT_BIT2): SIMD lanes store two bytes from 8 aligned lanes
+ * (the pairs as <8 x i2>), under a varying condition lane by lane (masked), at a scattered index
+ * lane by lane; loads of single elements sign-extend the pair (gathered in lanes, one byte
+ * scalar); byte (KLOAD_BYTES) and word (KLOAD_WORD) loads give the raw pairs, as u8 and i64, the
+ * low bit of each pair masked as the event listers do. Against C, kir_eval, scalar and SIMD code
+ * alike, at two batch sizes. */
+static void
+test_bit_pairs(void)
+{
+    enum { N = 24, T = 3, NO = 5 };
+    for (int batch = 1; batch <= 2; batch++) {
+        int bn = batch * N;
+        TestProg *tp = new_prog(1);
+        int bx = add_buf(tp, "x", KT_F32, N, 0, KB_INPUT);
+        int bs = add_buf(tp, "s", KT_BIT2, T * N, 0, KB_TEMP);
+        int bm = add_buf(tp, "m", KT_BIT2, N, 0, KB_TEMP);
+        int br = add_buf(tp, "r", KT_BIT2, N, 0, KB_TEMP);
+        int bo = add_buf(tp, "out", KT_F32, NO * N, 0, KB_OUTPUT);
+        KExpr *BN = xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, N));
+        Kernel *k = add_kernel(tp, "produce", false);
+        int j = add_local(k, "j", KT_I64), t = add_local(k, "t", KT_I64);
+        int x = add_local(k, "xv", KT_F32);
+#define J() xv(tp, k, j)
+#define X() xv(tp, k, x)
+#define I8(e) xcast(tp, KT_I8, e)
+#define SIGN(v) xsel(tp, xbin(tp, KB_GT, v, xc(tp, KT_F32, 1.0)), xi(tp, 1), \
+                     xsel(tp, xbin(tp, KB_LT, v, xc(tp, KT_F32, -1.0)), xi(tp, -1), xi(tp, 0)))
+        KExpr *grow = xbin(tp, KB_MUL, X(), xcast(tp, KT_F32, xbin(tp, KB_ADD, xv(tp, k, t), xi(tp, 1))));
+        kbody(k, tp,
+              pfor(sfor(tp, j, xi(tp, 0), BN, sassign(tp, x, xld(tp, bx, J())),
+                        sfor(tp, t, xi(tp, 0), xi(tp, T),
+                             sstore(tp, bs, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k, t), BN), J()),
+                                    I8(SIGN(grow))),
+                             NULL),
+                        sif(tp, xbin(tp, KB_GT, X(), xc(tp, KT_F32, 0.5)),
+                            sstore(tp, bm, J(), I8(xi(tp, -1))), sstore(tp, bm, J(), I8(xi(tp, 1)))),
+                        sstore(tp, br, xbin(tp, KB_REM, xbin(tp, KB_MUL, J(), xi(tp, 5)), BN),
+                               I8(SIGN(xbin(tp, KB_MUL, X(), xc(tp, KT_F32, 2.0))))),
+                        NULL)),
+              NULL);
+#undef J
+#undef X
+#undef I8
+#undef SIGN
+        Kernel *kc = add_kernel(tp, "consume", false);
+        int i = add_local(kc, "i", KT_I64);
+#define I() xv(tp, kc, i)
+#define AT(o) xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, o), BN), I())
+#define F(e) xcast(tp, KT_F32, e)
+#define PAIR(b, e) xcast(tp, KT_I64, xld(tp, b, e))
+        KExpr *low = xbin(tp, KB_MUL, xi(tp, 0x55555555), xi(tp, 0x100000001));
+        KExpr *byte_s = xld(tp, bs, xbin(tp, KB_DIV, I(), xi(tp, 4)));
+        byte_s->op = KLOAD_BYTES;
+        byte_s->type = KT_U8;
+        KExpr *word_s = xld(tp, bs, xbin(tp, KB_REM, xbin(tp, KB_DIV, I(), xi(tp, 8)), xi(tp, 2)));
+        word_s->op = KLOAD_WORD;
+        word_s->type = KT_I64;
+        KExpr *word_low = xbin(tp, KB_BITAND, word_s, low);
+        KExpr *sum = xbin(tp, KB_ADD, PAIR(bs, I()),
+                          xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, 3), PAIR(bs, xbin(tp, KB_ADD, BN, I()))),
+                               xbin(tp, KB_MUL, xi(tp, 9),
+                                    PAIR(bs, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, 2), BN), I())))));
+        kbody(kc, tp,
+              pfor(sfor(tp, i, xi(tp, 0), BN, sstore(tp, bo, AT(0), F(sum)),
+                        sstore(tp, bo, AT(1),
+                               F(xbin(tp, KB_ADD, PAIR(bm, I()), xbin(tp, KB_MUL, xi(tp, 3), PAIR(br, I()))))),
+                        sstore(tp, bo, AT(2), F(xcast(tp, KT_I64, byte_s))),
+                        sstore(tp, bo, AT(3),
+                               F(xbin(tp, KB_ADD, xun(tp, KU_POPCOUNT, word_low),
+                                      xbin(tp, KB_MUL, xi(tp, 100), xun(tp, KU_CTZ, word_low))))),
+                        /* the bytes' sign bits above the low ones: the word's high half */
+                        sstore(tp, bo, AT(4), F(xun(tp, KU_POPCOUNT, xbin(tp, KB_BITAND, word_s,
+                                                                         xbin(tp, KB_MUL, low, xi(tp, 2)))))),
+                        NULL)),
+              NULL);
+#undef I
+#undef AT
+#undef F
+#undef PAIR
+        float xin[2 * N], want[NO * 2 * N];
+        int sv[T * 2 * N], mv[2 * N], rv[2 * N];
+        for (int q = 0; q < bn; q++)
+            xin[q] = (float)((q * 37) % 19 - 9) * 0.23f;
+        for (int q = 0; q < bn; q++) {
+            for (int tt = 0; tt < T; tt++) {
+                float g = xin[q] * (float)(tt + 1);
+                sv[tt * bn + q] = g > 1.0f ? 1 : g < -1.0f ? -1 : 0;
+            }
+            mv[q] = xin[q] > 0.5f ? -1 : 1;
+            float g = xin[q] * 2.0f;
+            rv[(q * 5) % bn] = g > 1.0f ? 1 : g < -1.0f ? -1 : 0;
+        }
+        for (int q = 0; q < bn; q++) {
+            int byte = 0;
+            for (int l = 0; l < 4; l++)
+                byte |= (sv[q / 4 * 4 + l] & 3) << (2 * l);
+            uint64_t word = 0; /* the 8 bytes from byte w = (q / 8) % 2: elements 4w..4w+31 */
+            for (int l = 0; l < 32; l++)
+                word |= (uint64_t)(sv[(q / 8) % 2 * 4 + l] & 3) << (2 * l);
+            uint64_t lo = word & 0x5555555555555555u;
+            want[q] = (float)(sv[q] + 3 * sv[bn + q] + 9 * sv[2 * bn + q]);
+            want[bn + q] = (float)(mv[q] + 3 * rv[q]);
+            want[2 * bn + q] = (float)byte;
+            want[3 * bn + q] = (float)(__builtin_popcountll(lo) + 100 * (lo ? __builtin_ctzll(lo) : 64));
+            want[4 * bn + q] = (float)__builtin_popcountll(word & 0xAAAAAAAAAAAAAAAAu);
+        }
+        const float *in[] = {xin};
+        float *w[] = {want};
+        char what[64];
+        snprintf(what, sizeof what, "bit pairs at batch %d", batch);
+        check_run(what, tp, batch, 0, in, w);
+        free_prog(tp);
+    }
+}
+
 int
 main(void)
 {
@@ -1688,6 +1803,7 @@ main(void)
     test_weights16();
     test_stores16();
     test_bits();
+    test_bit_pairs();
     test_uniform();
     test_errors();
     test_module_text();
