@@ -1396,8 +1396,18 @@ conv_event_pixels(Lower *lw, Cur c, Conv *cv)
              kx_load(lw->p, cv->list,
                      bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->d.Cg)), e)));
     KExpr *cg = var(lw, cgv), *ti = bin(lw, KB_ADD, cv->terms, var(lw, nv));
+    /* a listed spike of bits is 1; of bit pairs, its sign is in the entry (conv_list_append);
+     * else the input is loaded */
+    KExpr *x = NULL;
+    if (bits_of(lw, cv->x) == 1) {
+        x = kx_const(lw->p, KT_F64, 1);
+    } else if (bits_of(lw, cv->x) == 2) {
+        KExpr *is_neg = bin(lw, KB_REM, var(lw, cgv), ci(lw, 2));
+        x = to(lw, KT_F64, bin(lw, KB_SUB, ci(lw, 1), bin(lw, KB_MUL, ci(lw, 2), is_neg)));
+        cg = bin(lw, KB_DIV, var(lw, cgv), ci(lw, 2));
+    }
     s_store(lw, body(fe), cv->tap_w, ti, conv_weight(lw, cv, cg, kh, kw, ci(lw, 0)));
-    s_store(lw, body(fe), cv->tap_x, ti, conv_input(lw, cv, cg, ih, iw));
+    s_store(lw, body(fe), cv->tap_x, ti, x ? x : conv_input(lw, cv, cg, ih, iw));
     s_assign(lw, body(fe), nv, bin(lw, KB_ADD, var(lw, nv), ci(lw, 1)));
     cv->oh = oh;
     cv->ow = ow;
@@ -1541,11 +1551,21 @@ typedef struct ConvList {
     KExpr *cg;   /* ... read channel by channel: the channel in the group */
 } ConvList;
 
-/* channel cg of group cv->g spikes at input pixel q: list[g][q][count++] = cg */
+/* channel cg of group cv->g spikes at input pixel q: list[g][q][count++] = cg; for an input of
+ * bit pairs (-1/0/1) cg * 2 + (the spike is -1), its value loaded once here rather than at each
+ * of its taps (conv_event_pixels decodes it) */
 static void
 conv_list_append(Lower *lw, Cur c, const ConvList *cl, KExpr *q, KExpr *cg)
 {
     const Conv *cv = cl->cv;
+    if (bits_of(lw, cv->x) == 2) {
+        KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Cg)), cg);
+        Pos px = cv->ps;
+        px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, cl->HW)), q);
+        KExpr *x = to(lw, KT_I64, vload(lw, cv->x, &px));
+        KExpr *is_neg = bin(lw, KB_DIV, bin(lw, KB_SUB, ci(lw, 1), x), ci(lw, 2)); /* 1 - ±1 */
+        cg = bin(lw, KB_ADD, bin(lw, KB_MUL, cg, ci(lw, 2)), is_neg);
+    }
     s_assign(lw, c, cl->qv, conv_count_index(lw, cv, q));
     s_assign(lw, c, cl->nv, kx_load(lw->p, cv->count, var(lw, cl->qv)));
     s_store(lw, c, cv->list,
@@ -1598,9 +1618,11 @@ lower_conv2d_events(Lower *lw, ValueId v)
     bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
     int64_t HW = cv.d.H * cv.d.W, rows = is_batched ? lw->T : 1;
     const char *vn = value_name(lw, v);
-    /* channel numbers in bytes where they fit: the list is as large as the input */
+    /* channel numbers in bytes where they fit (bit pairs: with the sign, twice the channel): the
+     * list is as large as the input */
+    int64_t entries = bits_of(lw, cv.x) == 2 ? 2 * cv.d.Cg : cv.d.Cg;
     cv.list = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.spikes", vn),
-                          cv.d.Cg <= 256 ? KT_U8 : KT_I64, cv.d.C * HW * rows);
+                          entries <= 256 ? KT_U8 : KT_I64, cv.d.C * HW * rows);
     cv.count = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.nspiking", vn), KT_I64,
                            cv.d.G * HW * rows);
     int64_t nterms = cv.d.KH * cv.d.KW * cv.d.Cg; /* at most, per output pixel */
