@@ -44,6 +44,7 @@ typedef struct Options {
     const char *backend;
     InterpPrecision precision;
     const char *precision_mode; /* fp16, bf16, mixed: dense and conv weights stored narrower */
+    const char *outputs;        /* --outputs: the outputs to keep, comma-separated; NULL: all */
     WeightStore narrow;         /* WSTORE_F32 unless precision_mode */
     bool narrow_weights, narrow_activations; /* --narrow: what precision_mode narrows */
     bool has_narrow;
@@ -157,6 +158,8 @@ usage(FILE *f)
           "  --limit=N               run only the first N samples\n"
           "  --seed=S                seed for Poisson encoders (default: the model's seed)\n"
           "  --output=FILE           write the outputs: .npy (the first output) or .npz (all)\n"
+          "  --outputs=NAMES         keep only these outputs of the model (comma-separated, in the\n"
+          "                          model's order): what only the others needed is not computed\n"
           "  --report=json           print one JSON object as the last line of stdout (also for a\n"
           "                          build: its CUDA images, their compile times and cache use)\n"
           "  --weights=FILE          a safetensors file overriding the model's weights\n"
@@ -502,7 +505,7 @@ parse_options(int argc, char **argv, Options *o)
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
            O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS, O_ACCUMULATE, O_DT, O_INTEGRATOR,
-           O_RESET, O_RESET_STEP, O_TIMESTEPS, O_IMPULSES, O_SPIKE_INPUTS };
+           O_RESET, O_RESET_STEP, O_TIMESTEPS, O_IMPULSES, O_SPIKE_INPUTS, O_OUTPUTS };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -539,6 +542,7 @@ parse_options(int argc, char **argv, Options *o)
         {"timesteps", required_argument, 0, O_TIMESTEPS},
         {"impulses", no_argument, 0, O_IMPULSES},
         {"spike-inputs", no_argument, 0, O_SPIKE_INPUTS},
+        {"outputs", required_argument, 0, O_OUTPUTS},
         {0, 0, 0, 0},
     };
     o->batch = 64;
@@ -735,6 +739,10 @@ parse_options(int argc, char **argv, Options *o)
             else
                 usage_error("--reset-step expects same or next, got '%s'", optarg);
             nir_given |= 1u << 4;
+            break;
+        case O_OUTPUTS:
+            if (!optarg[0]) usage_error("--outputs expects output names, comma-separated");
+            o->outputs = optarg;
             break;
         case O_SPIKE_INPUTS:
             o->nir.spike_inputs = true;
@@ -1877,6 +1885,51 @@ apply_precision(Module *m, const Options *o)
     return ok;
 }
 
+/* --outputs: keep the outputs named in the comma-separated list (every name an output of the
+ * model), drop the others; dce then removes what only they needed. Says what is wrong, or true. */
+static bool
+keep_outputs(Module *m, const char *list, const char *path)
+{
+    bool *is_kept = calloc((size_t)m->noutputs + 1, sizeof *is_kept);
+    if (!is_kept) die("out of memory");
+    bool ok = true;
+    for (const char *p = list; ok;) {
+        size_t len = strcspn(p, ",");
+        int k = -1;
+        for (int i = 0; i < m->noutputs && k < 0; i++) {
+            const char *name = m->nodes[m->outputs[i]].name;
+            if (name && strlen(name) == len && strncmp(name, p, len) == 0) k = i;
+        }
+        if (len == 0) {
+            fprintf(stderr, "%s: error: --outputs: an empty name in '%s'\n", path, list);
+            ok = false;
+        } else if (k < 0) {
+            fprintf(stderr, "%s: error: --outputs: '%.*s' is not an output of model '%s' (its outputs:",
+                    path, (int)len, p, m->name ? m->name : "?");
+            for (int i = 0; i < m->noutputs; i++)
+                fprintf(stderr, "%s %s", i ? "," : "", m->nodes[m->outputs[i]].name);
+            fputs(")\n", stderr);
+            ok = false;
+        } else {
+            is_kept[k] = true;
+        }
+        if (!p[len]) break;
+        p += len + 1;
+    }
+    if (ok) {
+        int n = 0;
+        for (int i = 0; i < m->noutputs; i++) {
+            if (is_kept[i])
+                m->outputs[n++] = m->outputs[i];
+            else
+                m->nodes[m->outputs[i]].is_output = false;
+        }
+        m->noutputs = n;
+    }
+    free(is_kept);
+    return ok;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1896,6 +1949,10 @@ main(int argc, char **argv)
         return rc;
     }
     if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
+    if (m && o.outputs && !keep_outputs(m, o.outputs, o.path)) {
+        module_free(m);
+        m = NULL;
+    }
     if (!m || !passes_run(m, &o.passes) || (o.precision_mode && !apply_precision(m, &o))) {
         module_free(m);
         nir_import_free(&import);
