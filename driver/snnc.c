@@ -1904,7 +1904,8 @@ keep_outputs(Module *m, const char *list, const char *path)
             fprintf(stderr, "%s: error: --outputs: an empty name in '%s'\n", path, list);
             ok = false;
         } else if (k < 0) {
-            fprintf(stderr, "%s: error: --outputs: '%.*s' is not an output of model '%s' (its outputs:",
+            fprintf(stderr,
+                    "%s: error: --outputs: '%.*s' is not an output of model '%s' (its outputs:",
                     path, (int)len, p, m->name ? m->name : "?");
             for (int i = 0; i < m->noutputs; i++)
                 fprintf(stderr, "%s %s", i ? "," : "", m->nodes[m->outputs[i]].name);
