@@ -1563,7 +1563,7 @@ conv_list_append(Lower *lw, Cur c, const ConvList *cl, KExpr *q, KExpr *cg)
         Pos px = cv->ps;
         px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, cl->HW)), q);
         KExpr *x = to(lw, KT_I64, vload(lw, cv->x, &px));
-        KExpr *is_neg = bin(lw, KB_DIV, bin(lw, KB_SUB, ci(lw, 1), x), ci(lw, 2)); /* 1 - ±1 */
+        KExpr *is_neg = bin(lw, KB_DIV, bin(lw, KB_SUB, ci(lw, 1), x), ci(lw, 2)); /* +1: 0, -1: 1 */
         cg = bin(lw, KB_ADD, bin(lw, KB_MUL, cg, ci(lw, 2)), is_neg);
     }
     s_assign(lw, c, cl->qv, conv_count_index(lw, cv, q));

@@ -941,11 +941,21 @@ class Gen:
         """`layout V : bits` for some 0/1 spike values with memory of their own (8k elements per
         sample, not a flatten, not an input or an output): whatever reads them (sequence outputs,
         neuron layers, pooling, elementwise ops) then reads single bits. A generator of its own, so
-        the models of every seed stay what they were."""
+        the models of every seed stay what they were. -1/0/1 values (4k elements per sample) get
+        bit pairs likewise, half of them, from a generator of their own."""
+        inputs = {i[0] for i in self.inputs}
+        rb = random.Random(self.seed * 1000003 + 59)
+        for name, e, shape, kind in ([(x[0], "", x[3], x[4]) for x in self.neurons] +
+                                     list(self.bound)):
+            n = 1
+            for d in shape:
+                n *= d
+            if (kind == "b" and n % 4 == 0 and not e.startswith("flatten(") and
+                    name not in inputs and name not in self.direct_outputs and rb.random() < 0.5):
+                self.lines.append("  layout %s : bits" % name)
         r = random.Random(self.seed * 1000003 + 53)
         if r.random() >= 0.3:
             return
-        inputs = {i[0] for i in self.inputs}
         cands = [(n, shape) for n, _, shape, kind, *_ in
                  [(x[0], None, x[3], x[4]) for x in self.neurons] if kind == "s"]
         cands += [(n, shape) for n, e, shape, kind in self.bound
