@@ -1560,101 +1560,192 @@ test_stores16(void)
     llvm_gen_soft_f16 = false;
 }
 
-/* spikes stored as bits (KT_BIT): SIMD lanes store a byte from 8 aligned lanes (the index
- * t*(B*N) + j is a lane multiple plus the loop variable), under a varying condition lane by lane
- * (masked), at a scattered index lane by lane; loads of single bits gather bytes, a byte load
- * (KLOAD_BYTES) at a uniform index is one scalar load; ctz, popcount and & on lanes and scalars.
- * Against C, kir_eval, scalar and SIMD code alike, at two batch sizes. */
+/* The producer of the bit-buffer tests (test_bits, test_bit_pairs), into buffers of bit type bt:
+ * s[T * N] = code(x (t + 1)) from aligned SIMD lanes (the index t*(B*N) + j is a lane multiple
+ * plus the loop variable), m[N] = on or off under a condition that varies by lane (x > 0.5:
+ * masked lanes), r[j * 5 % (B*N)] = code(-2x) at a scattered index, lane by lane; an output
+ * buffer of NO * N and a kernel "consume" for the test's loads. cval is code in C: the values
+ * are also returned in sv, mv, rv (ints), from the inputs xin. */
+typedef struct BitsTest {
+    TestProg *tp;
+    int bs, bm, br, bo;
+    KExpr *BN;
+    Kernel *kc;
+    KExpr *i; /* the consumer's parallel loop variable, 0..BN */
+} BitsTest;
+
+static BitsTest
+bits_test(KType bt, int N, int T, int NO, KExpr *(*code)(TestProg *, KExpr *), int on, int off)
+{
+    BitsTest b = {new_prog(1), 0, 0, 0, 0, NULL, NULL, NULL};
+    TestProg *tp = b.tp;
+    int bx = add_buf(tp, "x", KT_F32, N, 0, KB_INPUT);
+    b.bs = add_buf(tp, "s", bt, T * N, 0, KB_TEMP);
+    b.bm = add_buf(tp, "m", bt, N, 0, KB_TEMP);
+    b.br = add_buf(tp, "r", bt, N, 0, KB_TEMP);
+    b.bo = add_buf(tp, "out", KT_F32, NO * N, 0, KB_OUTPUT);
+    KExpr *BN = b.BN = xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, N));
+    KType st = ktype_value(bt);
+    Kernel *k = add_kernel(tp, "produce", false);
+    int j = add_local(k, "j", KT_I64), t = add_local(k, "t", KT_I64);
+    int x = add_local(k, "xv", KT_F32);
+#define J() xv(tp, k, j)
+#define X() xv(tp, k, x)
+    KExpr *grow = xbin(tp, KB_MUL, X(), xcast(tp, KT_F32, xbin(tp, KB_ADD, xv(tp, k, t), xi(tp, 1))));
+    kbody(k, tp,
+          pfor(sfor(tp, j, xi(tp, 0), BN, sassign(tp, x, xld(tp, bx, J())),
+                    sfor(tp, t, xi(tp, 0), xi(tp, T),
+                         sstore(tp, b.bs, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k, t), BN), J()),
+                                code(tp, grow)),
+                         NULL),
+                    sif(tp, xbin(tp, KB_GT, X(), xc(tp, KT_F32, 0.5)),
+                        sstore(tp, b.bm, J(), xcast(tp, st, xi(tp, on))),
+                        sstore(tp, b.bm, J(), xcast(tp, st, xi(tp, off)))),
+                    sstore(tp, b.br, xbin(tp, KB_REM, xbin(tp, KB_MUL, J(), xi(tp, 5)), BN),
+                           code(tp, xbin(tp, KB_MUL, X(), xc(tp, KT_F32, -2.0)))),
+                    NULL)),
+          NULL);
+#undef J
+#undef X
+    b.kc = add_kernel(tp, "consume", false);
+    b.i = xv(tp, b.kc, add_local(b.kc, "i", KT_I64));
+    return b;
+}
+
+/* element i of output o: the consumer's store index */
+static KExpr *
+bits_at(const BitsTest *b, int o)
+{
+    return xbin(b->tp, KB_ADD, xbin(b->tp, KB_MUL, xi(b->tp, o), b->BN), b->i);
+}
+
+/* bits_test's inputs for bn = B*N elements, and the values its producer stores (C's cval) */
+static void
+bits_test_values(int bn, int T, int offset, int (*cval)(float), int on, int off, float *xin,
+                 int *sv, int *mv, int *rv)
+{
+    for (int q = 0; q < bn; q++)
+        xin[q] = (float)((q * 37) % 19 - offset) * 0.23f;
+    for (int q = 0; q < bn; q++) {
+        for (int tt = 0; tt < T; tt++)
+            sv[tt * bn + q] = cval(xin[q] * (float)(tt + 1));
+        mv[q] = xin[q] > 0.5f ? on : off;
+        rv[(q * 5) % bn] = cval(xin[q] * -2.0f);
+    }
+}
+
+/* The two outputs every bit-buffer test checks first, at element i of the consumer: the steps of
+ * s as one number, s[0] + base s[1] + base^2 s[2] (each element loaded alone), and m[i] + base
+ * r[i]; want0 and want1 the same from bits_test_values' values. And the 8 bytes from byte
+ * (i / 8) % 2 of s as a word (KLOAD_WORD). */
+static KExpr *
+bits_steps(const BitsTest *b, KExpr *i, int base)
+{
+    TestProg *tp = b->tp;
+#define LD(buf, e) xcast(tp, KT_I64, xld(tp, buf, e))
+    KExpr *s2 = LD(b->bs, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, 2), b->BN), i));
+    return xbin(tp, KB_ADD, LD(b->bs, i),
+                xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, base), LD(b->bs, xbin(tp, KB_ADD, b->BN, i))),
+                     xbin(tp, KB_MUL, xi(tp, base * base), s2)));
+}
+
+static KExpr *
+bits_mr(const BitsTest *b, KExpr *i, int base)
+{
+    TestProg *tp = b->tp;
+    return xbin(tp, KB_ADD, LD(b->bm, i), xbin(tp, KB_MUL, xi(tp, base), LD(b->br, i)));
+#undef LD
+}
+
+static KExpr *
+bits_word(const BitsTest *b, KExpr *i)
+{
+    KExpr *w = xld(b->tp, b->bs, xbin(b->tp, KB_REM, xbin(b->tp, KB_DIV, i, xi(b->tp, 8)), xi(b->tp, 2)));
+    w->op = KLOAD_WORD;
+    w->type = KT_I64;
+    return w;
+}
+
+static void
+bits_want(int bn, int base, const int *sv, const int *mv, const int *rv, float *want)
+{
+    for (int q = 0; q < bn; q++) {
+        want[q] = (float)(sv[q] + base * sv[bn + q] + base * base * sv[2 * bn + q]);
+        want[bn + q] = (float)(mv[q] + base * rv[q]);
+    }
+}
+
+static KExpr *
+code_bit(TestProg *tp, KExpr *v)
+{
+    return xcast(tp, KT_U8, xbin(tp, KB_GT, v, xc(tp, KT_F32, 1.0)));
+}
+
+static int
+cval_bit(float v)
+{
+    return v > 1.0f;
+}
+
+static KExpr *
+code_pair(TestProg *tp, KExpr *v)
+{
+    return xcast(tp, KT_I8,
+                 xsel(tp, xbin(tp, KB_GT, v, xc(tp, KT_F32, 1.0)), xi(tp, 1),
+                      xsel(tp, xbin(tp, KB_LT, v, xc(tp, KT_F32, -1.0)), xi(tp, -1), xi(tp, 0))));
+}
+
+static int
+cval_pair(float v)
+{
+    return v > 1.0f ? 1 : v < -1.0f ? -1 : 0;
+}
+
+/* spikes stored as bits (KT_BIT), produced by bits_test; loads of single bits gather bytes, a byte
+ * load (KLOAD_BYTES) at a uniform index is one scalar load; ctz, popcount and & on lanes and
+ * scalars. Against C, kir_eval, scalar and SIMD code alike, at two batch sizes. */
 static void
 test_bits(void)
 {
     enum { N = 24, T = 3, NO = 7 };
     for (int batch = 1; batch <= 2; batch++) {
         int bn = batch * N;
-        TestProg *tp = new_prog(1);
-        int bx = add_buf(tp, "x", KT_F32, N, 0, KB_INPUT);
-        int bs = add_buf(tp, "s", KT_BIT, T * N, 0, KB_TEMP);
-        int bm = add_buf(tp, "m", KT_BIT, N, 0, KB_TEMP);
-        int br = add_buf(tp, "r", KT_BIT, N, 0, KB_TEMP);
-        int bo = add_buf(tp, "out", KT_F32, NO * N, 0, KB_OUTPUT);
-        KExpr *BN = xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, N));
-        Kernel *k = add_kernel(tp, "produce", false);
-        int j = add_local(k, "j", KT_I64), t = add_local(k, "t", KT_I64);
-        int x = add_local(k, "xv", KT_F32);
-#define J() xv(tp, k, j)
-#define X() xv(tp, k, x)
-#define U8(e) xcast(tp, KT_U8, e)
-        KExpr *grow = xbin(tp, KB_MUL, X(), xcast(tp, KT_F32, xbin(tp, KB_ADD, xv(tp, k, t), xi(tp, 1))));
-        kbody(k, tp,
-              pfor(sfor(tp, j, xi(tp, 0), BN, sassign(tp, x, xld(tp, bx, J())),
-                        sfor(tp, t, xi(tp, 0), xi(tp, T),
-                             sstore(tp, bs, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k, t), BN), J()),
-                                    U8(xbin(tp, KB_GT, grow, xc(tp, KT_F32, 1.0)))),
-                             NULL),
-                        sif(tp, xbin(tp, KB_GT, X(), xc(tp, KT_F32, 0.5)),
-                            sstore(tp, bm, J(), U8(xi(tp, 1))), sstore(tp, bm, J(), U8(xi(tp, 0)))),
-                        sstore(tp, br, xbin(tp, KB_REM, xbin(tp, KB_MUL, J(), xi(tp, 5)), BN),
-                               U8(xbin(tp, KB_LT, X(), xc(tp, KT_F32, 0.0)))),
-                        NULL)),
-              NULL);
-#undef J
-#undef X
-        Kernel *kc = add_kernel(tp, "consume", false);
-        int i = add_local(kc, "i", KT_I64);
-#define I() xv(tp, kc, i)
-#define AT(o) xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, o), BN), I())
+        BitsTest b = bits_test(KT_BIT, N, T, NO, code_bit, 1, 0);
+        TestProg *tp = b.tp;
+        KExpr *I = b.i;
 #define F(e) xcast(tp, KT_F32, e)
-#define BIT(b, e) xcast(tp, KT_I64, xld(tp, b, e))
-        KExpr *byte_s = xld(tp, bs, xbin(tp, KB_DIV, I(), xi(tp, 8)));
+        KExpr *byte_s = xld(tp, b.bs, xbin(tp, KB_DIV, I, xi(tp, 8)));
         byte_s->op = KLOAD_BYTES;
-        KExpr *byte_r = xld(tp, br, xbin(tp, KB_DIV, I(), xi(tp, 8)));
+        KExpr *byte_r = xld(tp, b.br, xbin(tp, KB_DIV, I, xi(tp, 8)));
         byte_r->op = KLOAD_BYTES;
-        KExpr *word_s = xld(tp, bs, xbin(tp, KB_REM, xbin(tp, KB_DIV, I(), xi(tp, 8)), xi(tp, 2)));
-        word_s->op = KLOAD_WORD;
-        word_s->type = KT_I64;
-        KExpr *sum = xbin(tp, KB_ADD, BIT(bs, I()),
-                          xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, 2), BIT(bs, xbin(tp, KB_ADD, BN, I()))),
-                               xbin(tp, KB_MUL, xi(tp, 4),
-                                    BIT(bs, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, 2), BN), I())))));
-        kbody(kc, tp,
-              pfor(sfor(tp, i, xi(tp, 0), BN, sstore(tp, bo, AT(0), F(sum)),
-                        sstore(tp, bo, AT(1),
-                               F(xbin(tp, KB_ADD, BIT(bm, I()), xbin(tp, KB_MUL, xi(tp, 2), BIT(br, I()))))),
-                        sstore(tp, bo, AT(2), F(xcast(tp, KT_I64, byte_s))),
-                        sstore(tp, bo, AT(3),
-                               F(xbin(tp, KB_ADD, xun(tp, KU_POPCOUNT, xbin(tp, KB_MUL, I(), xi(tp, 7))),
+        KExpr *word_s = bits_word(&b, I);
+        kbody(b.kc, tp,
+              pfor(sfor(tp, b.i->var, xi(tp, 0), b.BN,
+                        sstore(tp, b.bo, bits_at(&b, 0), F(bits_steps(&b, I, 2))),
+                        sstore(tp, b.bo, bits_at(&b, 1), F(bits_mr(&b, I, 2))),
+                        sstore(tp, b.bo, bits_at(&b, 2), F(xcast(tp, KT_I64, byte_s))),
+                        sstore(tp, b.bo, bits_at(&b, 3),
+                               F(xbin(tp, KB_ADD, xun(tp, KU_POPCOUNT, xbin(tp, KB_MUL, I, xi(tp, 7))),
                                       xbin(tp, KB_MUL, xi(tp, 100),
-                                           xun(tp, KU_CTZ, xbin(tp, KB_ADD, I(), xi(tp, 1))))))),
-                        sstore(tp, bo, AT(4), F(xbin(tp, KB_BITAND, xbin(tp, KB_MUL, I(), xi(tp, 3)), xi(tp, 10)))),
-                        sstore(tp, bo, AT(5), F(xun(tp, KU_CTZ, xcast(tp, KT_I64, byte_r)))),
-                        sstore(tp, bo, AT(6),
+                                           xun(tp, KU_CTZ, xbin(tp, KB_ADD, I, xi(tp, 1))))))),
+                        sstore(tp, b.bo, bits_at(&b, 4), F(xbin(tp, KB_BITAND, xbin(tp, KB_MUL, I, xi(tp, 3)), xi(tp, 10)))),
+                        sstore(tp, b.bo, bits_at(&b, 5), F(xun(tp, KU_CTZ, xcast(tp, KT_I64, byte_r)))),
+                        sstore(tp, b.bo, bits_at(&b, 6),
                                F(xbin(tp, KB_ADD, xun(tp, KU_POPCOUNT, word_s),
                                       xbin(tp, KB_MUL, xi(tp, 100), xun(tp, KU_CTZ, word_s))))),
                         NULL)),
               NULL);
-#undef I
-#undef AT
 #undef F
-#undef BIT
-#undef U8
         float xin[2 * N], want[NO * 2 * N];
-        uint8_t sb[T * 2 * N], mb[2 * N], rb[2 * N];
-        for (int q = 0; q < bn; q++)
-            xin[q] = (float)((q * 37) % 19 - 6) * 0.23f;
-        for (int q = 0; q < bn; q++) {
-            for (int tt = 0; tt < T; tt++)
-                sb[tt * bn + q] = xin[q] * (float)(tt + 1) > 1.0f;
-            mb[q] = xin[q] > 0.5f;
-            rb[(q * 5) % bn] = xin[q] < 0.0f;
-        }
+        int sb[T * 2 * N], mb[2 * N], rb[2 * N];
+        bits_test_values(bn, T, 6, cval_bit, 1, 0, xin, sb, mb, rb);
+        bits_want(bn, 2, sb, mb, rb, want);
         for (int q = 0; q < bn; q++) {
             int byte = 0, rbyte = 0;
             for (int l = 0; l < 8; l++) {
                 byte |= sb[q / 8 * 8 + l] << l;
                 rbyte |= rb[q / 8 * 8 + l] << l;
             }
-            want[q] = (float)(sb[q] + 2 * sb[bn + q] + 4 * sb[2 * bn + q]);
-            want[bn + q] = (float)(mb[q] + 2 * rb[q]);
             want[2 * bn + q] = (float)byte;
             want[3 * bn + q] =
                 (float)(__builtin_popcountll((unsigned long long)q * 7) + 100 * __builtin_ctzll((unsigned long long)q + 1));
@@ -1675,9 +1766,8 @@ test_bits(void)
     }
 }
 
-/* -1/0/1 spikes stored as bit pairs (KT_BIT2): SIMD lanes store two bytes from 8 aligned lanes
- * (the pairs as <8 x i2>), under a varying condition lane by lane (masked), at a scattered index
- * lane by lane; loads of single elements sign-extend the pair (gathered in lanes, one byte
+/* -1/0/1 spikes stored as bit pairs (KT_BIT2), produced by bits_test (8 aligned lanes store two
+ * bytes, as <8 x i2>); loads of single elements sign-extend the pair (gathered in lanes, one byte
  * scalar); byte (KLOAD_BYTES) and word (KLOAD_WORD) loads give the raw pairs, as u8 and i64, the
  * low bit of each pair masked as the event listers do. Against C, kir_eval, scalar and SIMD code
  * alike, at two batch sizes. */
@@ -1687,86 +1777,35 @@ test_bit_pairs(void)
     enum { N = 24, T = 3, NO = 5 };
     for (int batch = 1; batch <= 2; batch++) {
         int bn = batch * N;
-        TestProg *tp = new_prog(1);
-        int bx = add_buf(tp, "x", KT_F32, N, 0, KB_INPUT);
-        int bs = add_buf(tp, "s", KT_BIT2, T * N, 0, KB_TEMP);
-        int bm = add_buf(tp, "m", KT_BIT2, N, 0, KB_TEMP);
-        int br = add_buf(tp, "r", KT_BIT2, N, 0, KB_TEMP);
-        int bo = add_buf(tp, "out", KT_F32, NO * N, 0, KB_OUTPUT);
-        KExpr *BN = xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, N));
-        Kernel *k = add_kernel(tp, "produce", false);
-        int j = add_local(k, "j", KT_I64), t = add_local(k, "t", KT_I64);
-        int x = add_local(k, "xv", KT_F32);
-#define J() xv(tp, k, j)
-#define X() xv(tp, k, x)
-#define I8(e) xcast(tp, KT_I8, e)
-#define SIGN(v) xsel(tp, xbin(tp, KB_GT, v, xc(tp, KT_F32, 1.0)), xi(tp, 1), \
-                     xsel(tp, xbin(tp, KB_LT, v, xc(tp, KT_F32, -1.0)), xi(tp, -1), xi(tp, 0)))
-        KExpr *grow = xbin(tp, KB_MUL, X(), xcast(tp, KT_F32, xbin(tp, KB_ADD, xv(tp, k, t), xi(tp, 1))));
-        kbody(k, tp,
-              pfor(sfor(tp, j, xi(tp, 0), BN, sassign(tp, x, xld(tp, bx, J())),
-                        sfor(tp, t, xi(tp, 0), xi(tp, T),
-                             sstore(tp, bs, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k, t), BN), J()),
-                                    I8(SIGN(grow))),
-                             NULL),
-                        sif(tp, xbin(tp, KB_GT, X(), xc(tp, KT_F32, 0.5)),
-                            sstore(tp, bm, J(), I8(xi(tp, -1))), sstore(tp, bm, J(), I8(xi(tp, 1)))),
-                        sstore(tp, br, xbin(tp, KB_REM, xbin(tp, KB_MUL, J(), xi(tp, 5)), BN),
-                               I8(SIGN(xbin(tp, KB_MUL, X(), xc(tp, KT_F32, 2.0))))),
-                        NULL)),
-              NULL);
-#undef J
-#undef X
-#undef I8
-#undef SIGN
-        Kernel *kc = add_kernel(tp, "consume", false);
-        int i = add_local(kc, "i", KT_I64);
-#define I() xv(tp, kc, i)
-#define AT(o) xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, o), BN), I())
+        BitsTest b = bits_test(KT_BIT2, N, T, NO, code_pair, -1, 1);
+        TestProg *tp = b.tp;
+        KExpr *I = b.i;
 #define F(e) xcast(tp, KT_F32, e)
-#define PAIR(b, e) xcast(tp, KT_I64, xld(tp, b, e))
         KExpr *low = xbin(tp, KB_MUL, xi(tp, 0x55555555), xi(tp, 0x100000001));
-        KExpr *byte_s = xld(tp, bs, xbin(tp, KB_DIV, I(), xi(tp, 4)));
+        KExpr *byte_s = xld(tp, b.bs, xbin(tp, KB_DIV, I, xi(tp, 4)));
         byte_s->op = KLOAD_BYTES;
         byte_s->type = KT_U8;
-        KExpr *word_s = xld(tp, bs, xbin(tp, KB_REM, xbin(tp, KB_DIV, I(), xi(tp, 8)), xi(tp, 2)));
-        word_s->op = KLOAD_WORD;
-        word_s->type = KT_I64;
+        KExpr *word_s = bits_word(&b, I);
         KExpr *word_low = xbin(tp, KB_BITAND, word_s, low);
-        KExpr *sum = xbin(tp, KB_ADD, PAIR(bs, I()),
-                          xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, 3), PAIR(bs, xbin(tp, KB_ADD, BN, I()))),
-                               xbin(tp, KB_MUL, xi(tp, 9),
-                                    PAIR(bs, xbin(tp, KB_ADD, xbin(tp, KB_MUL, xi(tp, 2), BN), I())))));
-        kbody(kc, tp,
-              pfor(sfor(tp, i, xi(tp, 0), BN, sstore(tp, bo, AT(0), F(sum)),
-                        sstore(tp, bo, AT(1),
-                               F(xbin(tp, KB_ADD, PAIR(bm, I()), xbin(tp, KB_MUL, xi(tp, 3), PAIR(br, I()))))),
-                        sstore(tp, bo, AT(2), F(xcast(tp, KT_I64, byte_s))),
-                        sstore(tp, bo, AT(3),
+        kbody(b.kc, tp,
+              pfor(sfor(tp, b.i->var, xi(tp, 0), b.BN,
+                        sstore(tp, b.bo, bits_at(&b, 0), F(bits_steps(&b, I, 3))),
+                        sstore(tp, b.bo, bits_at(&b, 1), F(bits_mr(&b, I, 3))),
+                        sstore(tp, b.bo, bits_at(&b, 2), F(xcast(tp, KT_I64, byte_s))),
+                        sstore(tp, b.bo, bits_at(&b, 3),
                                F(xbin(tp, KB_ADD, xun(tp, KU_POPCOUNT, word_low),
                                       xbin(tp, KB_MUL, xi(tp, 100), xun(tp, KU_CTZ, word_low))))),
                         /* the bytes' sign bits above the low ones: the word's high half */
-                        sstore(tp, bo, AT(4), F(xun(tp, KU_POPCOUNT, xbin(tp, KB_BITAND, word_s,
-                                                                         xbin(tp, KB_MUL, low, xi(tp, 2)))))),
+                        sstore(tp, b.bo, bits_at(&b, 4),
+                               F(xun(tp, KU_POPCOUNT,
+                                     xbin(tp, KB_BITAND, word_s, xbin(tp, KB_MUL, low, xi(tp, 2)))))),
                         NULL)),
               NULL);
-#undef I
-#undef AT
 #undef F
-#undef PAIR
         float xin[2 * N], want[NO * 2 * N];
         int sv[T * 2 * N], mv[2 * N], rv[2 * N];
-        for (int q = 0; q < bn; q++)
-            xin[q] = (float)((q * 37) % 19 - 9) * 0.23f;
-        for (int q = 0; q < bn; q++) {
-            for (int tt = 0; tt < T; tt++) {
-                float g = xin[q] * (float)(tt + 1);
-                sv[tt * bn + q] = g > 1.0f ? 1 : g < -1.0f ? -1 : 0;
-            }
-            mv[q] = xin[q] > 0.5f ? -1 : 1;
-            float g = xin[q] * 2.0f;
-            rv[(q * 5) % bn] = g > 1.0f ? 1 : g < -1.0f ? -1 : 0;
-        }
+        bits_test_values(bn, T, 9, cval_pair, -1, 1, xin, sv, mv, rv);
+        bits_want(bn, 3, sv, mv, rv, want);
         for (int q = 0; q < bn; q++) {
             int byte = 0;
             for (int l = 0; l < 4; l++)
@@ -1775,8 +1814,6 @@ test_bit_pairs(void)
             for (int l = 0; l < 32; l++)
                 word |= (uint64_t)(sv[(q / 8) % 2 * 4 + l] & 3) << (2 * l);
             uint64_t lo = word & 0x5555555555555555u;
-            want[q] = (float)(sv[q] + 3 * sv[bn + q] + 9 * sv[2 * bn + q]);
-            want[bn + q] = (float)(mv[q] + 3 * rv[q]);
             want[2 * bn + q] = (float)byte;
             want[3 * bn + q] = (float)(__builtin_popcountll(lo) + 100 * (lo ? __builtin_ctzll(lo) : 64));
             want[4 * bn + q] = (float)__builtin_popcountll(word & 0xAAAAAAAAAAAAAAAAu);
