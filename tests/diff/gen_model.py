@@ -977,7 +977,8 @@ class Gen:
         if r.random() >= 0.3:
             return
         for name, e, _, _ in self.bound:
-            if e.split("(")[0] in ("dense", "linear", "conv2d", "conv1d") and r.random() < 0.6:
+            if (is_call(e) and e.split("(")[0] in ("dense", "linear", "conv2d", "conv1d") and
+                    r.random() < 0.6):
                 self.lines.append("  activations %s : %s" % (name, r.choice(["f16", "bf16"])))
 
     # -- data --
