@@ -11,10 +11,13 @@
  *               changes of everything kept so far against the model as given).
  *   With --tolerance, fp16 and bf16 fail when they change more than that.
  * The spikes are read through a calibration copy of the module: its IR text without fusion, with an
- * extra `sequence` output per spiking layer, parsed again (the text round-trips by design). */
+ * extra `sequence` output per spiking layer, parsed again (the text round-trips by design).
+ * --events=auto reads the inputs of spike-fed dense and conv layers through the same kind of copy
+ * and measures how often they are nonzero (events_calibrate). */
 #include "driver/calibrate.h"
 
 #include "frontend/frontend.h"
+#include "passes/pass.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +33,8 @@ typedef struct Diff {
 typedef struct Cal {
     const Module *m;
     Module *cm;          /* the calibration copy */
-    int nlayers;         /* spiking layers: cm's outputs [nout, nout + nlayers) */
-    ValueId *layer;      /* their nodes in m */
+    int nlayers;         /* values read: cm's outputs [nout, nout + nlayers) */
+    ValueId *layer;      /* their nodes in m (spiking layers; for events, layers' inputs) */
     int nout;            /* m's outputs */
     int64_t *per;        /* cm output j: floats per sample */
     float **base;        /* baseline outputs, all samples */
@@ -44,16 +47,17 @@ typedef struct Cal {
     int batch;
 } Cal;
 
+/* m's IR text without fusion and storage statements, with an output `sequence(V)` for each of the
+ * n values (malloc'ed) */
 static char *
-calibration_text(const Module *m, ValueId **layer_out, int *nlayers_out)
+calibration_text(const Module *m, const ValueId *values, int n)
 {
     char *ir = ir_print_to_string(m);
     int *num = malloc(((size_t)m->nnodes + 1) * sizeof *num);
     if (num) ir_value_numbers(m, num);
     size_t len = strlen(ir), cap = len + 64 * (size_t)m->nnodes + 64;
     char *t = malloc(cap);
-    ValueId *layer = malloc(((size_t)m->nnodes + 1) * sizeof *layer);
-    if (!t || !layer || !num) die("out of memory");
+    if (!t || !num) die("out of memory");
     size_t k = 0;
     /* every line but fusion, weight storage, spike layouts and scan epilogues (the interpreter
      * has no use for them); the closing brace comes after the new outputs */
@@ -70,24 +74,83 @@ calibration_text(const Module *m, ValueId **layer_out, int *nlayers_out)
         }
         p += l;
     }
-    int nl = 0;
-    for (ValueId v = 0; v < m->nnodes; v++) {
-        const Node *n = &m->nodes[v];
-        if (n->op != OP_NEURON || (n->type.dtype != DT_SPIKE && n->type.dtype != DT_I8)) continue;
-        if (n->name)
-            k += (size_t)snprintf(t + k, cap - k, "  output calibration_%d = sequence(%s)\n", nl,
-                                  n->name);
+    for (int i = 0; i < n; i++) {
+        const Node *x = &m->nodes[values[i]];
+        if (x->name)
+            k += (size_t)snprintf(t + k, cap - k, "  output calibration_%d = sequence(%s)\n", i,
+                                  x->name);
         else
-            k += (size_t)snprintf(t + k, cap - k, "  output calibration_%d = sequence(%%%d)\n", nl,
-                                  num[v]);
-        layer[nl++] = v;
+            k += (size_t)snprintf(t + k, cap - k, "  output calibration_%d = sequence(%%%d)\n", i,
+                                  num[values[i]]);
     }
     snprintf(t + k, cap - k, "}\n");
     free(ir);
     free(num);
-    *layer_out = layer;
-    *nlayers_out = nl;
     return t;
+}
+
+/* c->cm: the calibration copy of c->m reading the c->nlayers values c->layer, with weights of its
+ * own mapped to m's (c->w_of; m's as bound kept in c->orig) and room for every output of every
+ * sample (c->base) and of one batch (c->cur). False after reporting an error. */
+static bool
+open_copy(Cal *c)
+{
+    const Module *m = c->m;
+    char *text = calibration_text(m, c->layer, c->nlayers);
+    c->cm = fe_load_text("calibration-copy.snnir", text, strlen(text), NULL);
+    free(text);
+    if (!c->cm || c->cm->nweights != m->nweights || c->cm->nnodes < m->nnodes) {
+        fprintf(stderr, "snnc: error: calibration: the model's IR did not read back as a copy\n");
+        return false;
+    }
+    c->nout = m->noutputs;
+    int no = c->cm->noutputs;
+    c->per = calloc((size_t)no + 1, sizeof *c->per);
+    c->base = calloc((size_t)no + 1, sizeof *c->base);
+    c->cur = calloc((size_t)no + 1, sizeof *c->cur);
+    c->orig = calloc((size_t)m->nweights + 1, sizeof *c->orig);
+    c->w_of = calloc((size_t)m->nweights + 1, sizeof *c->w_of);
+    if (!c->per || !c->base || !c->cur || !c->orig || !c->w_of) die("out of memory");
+    for (int j = 0; j < no; j++) {
+        const Node *n = &c->cm->nodes[c->cm->outputs[j]];
+        c->per[j] = type_numel(&n->type) * (n->type.has_time ? c->cm->timesteps : 1);
+        c->base[j] = malloc((size_t)(c->per[j] * c->n + 1) * sizeof(float));
+        c->cur[j] = malloc((size_t)(c->per[j] * c->batch + 1) * sizeof(float));
+        if (!c->base[j] || !c->cur[j]) die("out of memory for calibration outputs");
+    }
+    for (int i = 0; i < m->nweights; i++) {
+        size_t bytes = (size_t)(m->weights[i].numel + 1) * sizeof(float);
+        c->orig[i] = malloc(bytes);
+        if (!c->orig[i]) die("out of memory");
+        memcpy(c->orig[i], m->weights[i].data, (size_t)m->weights[i].numel * sizeof(float));
+    }
+    for (int j = 0; j < m->nweights; j++) {
+        int i = module_find_weight(m, c->cm->weights[j].name);
+        if (i < 0 || m->weights[i].numel != c->cm->weights[j].numel)
+            die("calibration: weight '%s' of the copy is not the model's", c->cm->weights[j].name);
+        c->w_of[j] = i;
+        c->cm->weights[j].data = arena_alloc(&c->cm->arena, (size_t)(m->weights[i].numel + 1) *
+                                                                sizeof(float));
+    }
+    return true;
+}
+
+static void
+close_copy(Cal *c)
+{
+    for (int j = 0; c->base && j < c->cm->noutputs; j++) {
+        free(c->base[j]);
+        free(c->cur[j]);
+    }
+    for (int i = 0; c->orig && i < c->m->nweights; i++)
+        free(c->orig[i]);
+    free(c->per);
+    free(c->base);
+    free(c->cur);
+    free(c->orig);
+    free(c->w_of);
+    free(c->layer);
+    module_free(c->cm);
 }
 
 /* cm's weights: m's as bound, rounded where store[v] says, and its layers' outputs stored as
@@ -243,47 +306,20 @@ bool
 precision_calibrate(Module *m, const PrecisionRequest *rq)
 {
     Cal c = {.m = m, .inputs = rq->inputs, .numel = rq->numel, .n = rq->n, .batch = rq->batch};
-    char *text = calibration_text(m, &c.layer, &c.nlayers);
-    c.cm = fe_load_text("calibration-copy.snnir", text, strlen(text), NULL);
-    free(text);
-    if (!c.cm || c.cm->nweights != m->nweights || c.cm->nnodes < m->nnodes) {
-        fprintf(stderr, "snnc: error: calibration: the model's IR did not read back as a copy\n");
-        module_free(c.cm);
-        free(c.layer);
+    c.layer = malloc(((size_t)m->nnodes + 1) * sizeof *c.layer);
+    if (!c.layer) die("out of memory");
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        const Node *n = &m->nodes[v];
+        if (n->op == OP_NEURON && (n->type.dtype == DT_SPIKE || n->type.dtype == DT_I8))
+            c.layer[c.nlayers++] = v;
+    }
+    if (!open_copy(&c)) {
+        close_copy(&c);
         return false;
     }
-    c.nout = m->noutputs;
-    int no = c.cm->noutputs;
-    c.per = calloc((size_t)no + 1, sizeof *c.per);
-    c.base = calloc((size_t)no + 1, sizeof *c.base);
-    c.cur = calloc((size_t)no + 1, sizeof *c.cur);
-    c.orig = calloc((size_t)m->nweights + 1, sizeof *c.orig);
     WeightStore *store = calloc((size_t)m->nnodes + 1, sizeof *store);
     WeightStore *astore = calloc((size_t)m->nnodes + 1, sizeof *astore);
-    if (!c.per || !c.base || !c.cur || !c.orig || !store || !astore) die("out of memory");
-    for (int j = 0; j < no; j++) {
-        const Node *n = &c.cm->nodes[c.cm->outputs[j]];
-        c.per[j] = type_numel(&n->type) * (n->type.has_time ? c.cm->timesteps : 1);
-        c.base[j] = malloc((size_t)(c.per[j] * c.n + 1) * sizeof(float));
-        c.cur[j] = malloc((size_t)(c.per[j] * c.batch + 1) * sizeof(float));
-        if (!c.base[j] || !c.cur[j]) die("out of memory for calibration outputs");
-    }
-    c.w_of = calloc((size_t)m->nweights + 1, sizeof *c.w_of);
-    if (!c.w_of) die("out of memory");
-    for (int i = 0; i < m->nweights; i++) {
-        size_t bytes = (size_t)(m->weights[i].numel + 1) * sizeof(float);
-        c.orig[i] = malloc(bytes);
-        if (!c.orig[i]) die("out of memory");
-        memcpy(c.orig[i], m->weights[i].data, (size_t)m->weights[i].numel * sizeof(float));
-    }
-    for (int j = 0; j < m->nweights; j++) {
-        int i = module_find_weight(m, c.cm->weights[j].name);
-        if (i < 0 || m->weights[i].numel != c.cm->weights[j].numel)
-            die("calibration: weight '%s' of the copy is not the model's", c.cm->weights[j].name);
-        c.w_of[j] = i;
-        c.cm->weights[j].data = arena_alloc(&c.cm->arena, (size_t)(m->weights[i].numel + 1) *
-                                                             sizeof(float));
-    }
+    if (!store || !astore) die("out of memory");
     /* the baseline: the model as given (storage written in the model stays) */
     for (ValueId v = 0; v < m->nnodes; v++) {
         store[v] = m->nodes[v].wstore;
@@ -346,21 +382,9 @@ precision_calibrate(Module *m, const PrecisionRequest *rq)
                                 "bits (--explain gives the arena)\n", rq->mode, n, all);
         }
     }
-    for (int j = 0; j < no; j++) {
-        free(c.base[j]);
-        free(c.cur[j]);
-    }
-    for (int i = 0; i < m->nweights; i++)
-        free(c.orig[i]);
-    free(c.per);
-    free(c.base);
-    free(c.cur);
-    free(c.orig);
-    free(c.w_of);
     free(store);
     free(astore);
-    free(c.layer);
-    module_free(c.cm);
+    close_copy(&c);
     return ok;
 }
 
@@ -372,4 +396,84 @@ precision_set_all(Module *m, WeightStore narrow, bool weights, bool activations)
         if (is_free_weight(m, v, &rq)) m->nodes[v].wstore = narrow;
         if (is_free_output(m, v, &rq)) m->nodes[v].astore = narrow;
     }
+}
+
+/* a dense or conv layer the CPU would sum from event lists if marked (node_lists_events) */
+static bool
+would_list_events(const Module *m, const Node *n)
+{
+    if (n->op != OP_DENSE && !op_is_conv(n->op)) return false;
+    DType in = m->nodes[n->args[0]].type.dtype;
+    if (in != DT_SPIKE && in != DT_I8) return false;
+    return op_is_conv(n->op) || type_numel(&n->type) > 32;
+}
+
+bool
+events_calibrate(Module *m, const float *const *inputs, const int64_t *numel, int64_t n,
+                 int batch, bool quiet)
+{
+    Cal c = {.m = m, .inputs = inputs, .numel = numel, .n = n, .batch = batch};
+    c.layer = malloc(((size_t)m->nnodes + 1) * sizeof *c.layer);
+    int *reads = malloc(((size_t)m->nnodes + 1) * sizeof *reads); /* layer v reads c.layer[i] */
+    if (!c.layer || !reads) die("out of memory");
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        const Node *l = &m->nodes[v];
+        reads[v] = -1;
+        if (!would_list_events(m, l) || l->is_events) continue; /* `events` stated: it stays */
+        int i = 0;
+        while (i < c.nlayers && c.layer[i] != l->args[0])
+            i++;
+        if (i == c.nlayers) c.layer[c.nlayers++] = l->args[0];
+        reads[v] = i;
+    }
+    if (c.nlayers == 0) {
+        if (!quiet)
+            fprintf(stderr, "snnc: events: no layer reads spikes into event lists; nothing to "
+                            "calibrate\n");
+        free(c.layer);
+        free(reads);
+        return true;
+    }
+    bool ok = open_copy(&c);
+    WeightStore *store = calloc((size_t)m->nnodes + 1, sizeof *store);
+    WeightStore *astore = calloc((size_t)m->nnodes + 1, sizeof *astore);
+    double *rate = calloc((size_t)c.nlayers + 1, sizeof *rate);
+    if (!store || !astore || !rate) die("out of memory");
+    if (ok) {
+        for (ValueId v = 0; v < m->nnodes; v++) {
+            store[v] = m->nodes[v].wstore;
+            astore[v] = m->nodes[v].astore;
+        }
+        set_weights(&c, store, astore);
+        ok = run_all(&c, true, &(Diff){0});
+    }
+    for (int i = 0; ok && i < c.nlayers; i++) {
+        const float *x = c.base[c.nout + i];
+        int64_t total = c.per[c.nout + i] * c.n, nonzero = 0;
+        for (int64_t k = 0; k < total; k++)
+            nonzero += x[k] != 0;
+        rate[i] = total ? (double)nonzero / (double)total : 0;
+    }
+    if (ok && !quiet)
+        fprintf(stderr, "snnc: events: input firing rates on %lld calibration samples (the "
+                        "interpreter in float32; %s sums):\n",
+                (long long)c.n, m->accumulate == ACC_F32 ? "float" : "exact");
+    for (ValueId v = 0; ok && v < m->nnodes; v++) {
+        if (reads[v] < 0) continue;
+        Node *l = &m->nodes[v];
+        l->has_input_rate = true;
+        l->input_rate = rate[reads[v]];
+        double cross = events_crossover(m, l);
+        if (!quiet)
+            fprintf(stderr, "  %s (%s): %.2f%% of its inputs nonzero: %s (event lists below "
+                            "%.0f%%)\n",
+                    node_layer_name(m, l), node_op_name(m, l), 100 * l->input_rate,
+                    l->input_rate >= cross ? "dense kernel" : "event lists", 100 * cross);
+    }
+    free(store);
+    free(astore);
+    free(rate);
+    free(reads);
+    close_copy(&c);
+    return ok;
 }

@@ -1,4 +1,4 @@
-/* calibrate.h: --precision=fp16|bf16|mixed, --narrow (driver/calibrate.c). */
+/* calibrate.h: --precision=fp16|bf16|mixed, --narrow, --events=auto (driver/calibrate.c). */
 #ifndef SNN_DRIVER_CALIBRATE_H
 #define SNN_DRIVER_CALIBRATE_H
 
@@ -30,5 +30,13 @@ bool precision_calibrate(Module *m, const PrecisionRequest *rq);
 /* fp16 or bf16 without calibration: every dense and conv weight (weights) and output (activations)
  * the model leaves unstated */
 void precision_set_all(Module *m, WeightStore narrow, bool weights, bool activations);
+
+/* --events=auto: measure, on the samples (the interpreter in float32), how often the input of each
+ * dense and conv layer that would sum event by event is nonzero, and set Node.input_rate and
+ * has_input_rate for the events pass (layers with an `events` statement keep it). m's weights
+ * must be bound. Prints the rates and choices to stderr unless quiet. False after reporting an
+ * error. */
+bool events_calibrate(Module *m, const float *const *inputs, const int64_t *numel, int64_t n,
+                      int batch, bool quiet);
 
 #endif

@@ -53,6 +53,7 @@ typedef struct Options {
     double tolerance_outputs;   /* ... and changed output elements */
     bool has_tolerance;
     int accumulate; /* -1: as the model says; else an Accumulate */
+    bool events_auto; /* --events=auto: input rates on the calibration samples decide */
     const char *data;
     const char *input_args[MAX_INPUT_ARGS];
     int ninput_args;
@@ -168,6 +169,10 @@ usage(FILE *f)
           "                          double, rounded once: the interpreter's bits) or f32 (float\n"
           "                          with an FMA per term, as float32 frameworks: about twice as\n"
           "                          fast; outputs may differ in the last bits, and spikes with them)\n"
+          "  --events=all|auto       which spike-fed dense and conv layers the events pass makes sum\n"
+          "                          event by event on the CPU: all (default), or auto: those whose\n"
+          "                          input fires below the rate where the dense kernel is faster,\n"
+          "                          measured on calibration inputs (--data or --input)\n"
           "\n"
           "\n",
           f);
@@ -505,7 +510,7 @@ parse_options(int argc, char **argv, Options *o)
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
            O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS, O_ACCUMULATE, O_DT, O_INTEGRATOR,
-           O_RESET, O_RESET_STEP, O_TIMESTEPS, O_IMPULSES, O_SPIKE_INPUTS, O_OUTPUTS };
+           O_RESET, O_RESET_STEP, O_TIMESTEPS, O_IMPULSES, O_SPIKE_INPUTS, O_OUTPUTS, O_EVENTS };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -535,6 +540,7 @@ parse_options(int argc, char **argv, Options *o)
         {"explain", no_argument, 0, O_EXPLAIN},
         {"llvm-args", required_argument, 0, O_LLVM_ARGS},
         {"accumulate", required_argument, 0, O_ACCUMULATE},
+        {"events", required_argument, 0, O_EVENTS},
         {"dt", required_argument, 0, O_DT},
         {"integrator", required_argument, 0, O_INTEGRATOR},
         {"reset", required_argument, 0, O_RESET},
@@ -704,6 +710,14 @@ parse_options(int argc, char **argv, Options *o)
             else
                 usage_error("--accumulate expects exact or f32, got '%s'", optarg);
             break;
+        case O_EVENTS:
+            if (strcmp(optarg, "auto") == 0)
+                o->events_auto = true;
+            else if (strcmp(optarg, "all") == 0)
+                o->events_auto = false;
+            else
+                usage_error("--events expects all or auto, got '%s'", optarg);
+            break;
         case O_DT: {
             char *end;
             errno = 0;
@@ -828,9 +842,15 @@ parse_options(int argc, char **argv, Options *o)
                     "--emit=ptx, --emit=cubin)");
     if (!o->run && (o->output || o->limit >= 0))
         usage_error("--output and --limit need --run");
-    if (!o->run && !o->precision_mode && (o->data || o->ninput_args))
-        usage_error("--data and --input need --run (or --precision=fp16|bf16|mixed, which "
-                    "calibrates on them)");
+    if (!o->run && !o->precision_mode && !o->events_auto && (o->data || o->ninput_args))
+        usage_error("--data and --input need --run (or --precision=fp16|bf16|mixed or "
+                    "--events=auto, which calibrate on them)");
+    if (o->events_auto && !o->data && !o->ninput_args)
+        usage_error("--events=auto chooses per layer from firing rates on calibration inputs: "
+                    "give --data or --input");
+    if (o->events_auto && !passes_include(&o->passes, "events"))
+        usage_error("--events=auto chooses for the events pass, which this pipeline does not run "
+                    "(-O1 and above run it, unless --disable-pass or --passes leave it out)");
     if (o->precision_mode && !strcmp(o->precision_mode, "mixed") && !o->data && !o->ninput_args)
         usage_error("--precision=mixed chooses per tensor on calibration inputs: give --data or "
                     "--input");
@@ -1885,6 +1905,22 @@ apply_precision(Module *m, const Options *o)
     return ok;
 }
 
+/* --events=auto: the input rates of spike-fed layers on the calibration samples, for the events
+ * pass (weights bound for the run, then unbound again: passes see a module without weights) */
+static bool
+calibrate_events(Module *m, const Options *o)
+{
+    Data d = {0};
+    bool ok = load_inputs(m, o, &d) && bind_weights(m, o);
+    if (ok)
+        ok = events_calibrate(m, (const float *const *)d.inputs, d.numel,
+                              d.n < o->calibrate ? d.n : o->calibrate, o->batch, o->quiet);
+    for (int i = 0; i < m->nweights; i++)
+        m->weights[i].data = NULL; /* arena memory, freed with the module */
+    data_free(&d);
+    return ok;
+}
+
 /* --outputs: keep the outputs named in the comma-separated list (every name an output of the
  * model), drop the others; dce then removes what only they needed. Says what is wrong, or true. */
 static bool
@@ -1954,7 +1990,8 @@ main(int argc, char **argv)
         module_free(m);
         m = NULL;
     }
-    if (!m || !passes_run(m, &o.passes) || (o.precision_mode && !apply_precision(m, &o))) {
+    if (!m || (o.events_auto && !calibrate_events(m, &o)) || !passes_run(m, &o.passes) ||
+        (o.precision_mode && !apply_precision(m, &o))) {
         module_free(m);
         nir_import_free(&import);
         free(nir_text_path);

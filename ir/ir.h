@@ -246,6 +246,11 @@ typedef struct Node {
      * which visits every input and skips the zero products) */
     bool is_events;
     Loc events_loc; /* the `events` statement (line 0: a pass chose it) */
+    /* the fraction of a dense or conv layer's input elements that were nonzero on the
+     * calibration samples (`snnc --events=auto`; not part of the IR text): the events pass leaves
+     * a layer at or past the rate where summing densely measured faster unmarked */
+    bool has_input_rate;
+    double input_rate;
     /* how a dense or conv layer's weight (its first weight slot; a bias stays f32) is stored
      * (printed `weights a : f16`, chosen by --precision): its values are the float weight rounded
      * to that type, everywhere (weights_bind rounds them, the interpreter computes with them),

@@ -1,11 +1,25 @@
 /* events.c: event-driven accumulation. A dense or conv layer whose input is spikes (0/1, or -1/0/1)
  * sums on the CPU only the inputs that spiked: per row, the nonzero channels are listed and only
- * their weight rows added (kir_lower.c). Measured on the conv SNN's second convolution (1 thread,
- * 512 images): 0.78 s against 7.65 s at 6% input spikes, 5.36 s against 10.65 s at 36%
- * (docs/benchmarks.md), so every such layer is marked; a layer reading real values never is. The
- * sums are exact either way (the order of terms differs, the double sum does not). The GPU's
- * kernels are dense; the mark does not change them. */
+ * their weight rows added (kir_lower.c). Every such layer is marked, unless calibration
+ * (--events=auto) measured its input firing at or past the rate where the dense kernel (every
+ * input visited, zero products skipped) was faster: bench/cpu/events_rate.py, one spike-fed layer
+ * at input rates 5-95% (docs/benchmarks.md); the benchmark networks' layers read 1-37% and never
+ * reach it. The exact sums are the same bits either way (another order of terms, in
+ * double); float sums (--accumulate=f32) round in the order each kernel adds. The GPU's kernels
+ * are dense; the mark does not change them. */
 #include "passes/pass.h"
+
+/* The input rate from which the dense kernel measured faster than event lists (this machine's
+ * AVX2 cores, 2 threads): a dense layer 0.70 with exact sums (events 1.05x at 60%, dense 1.04x
+ * at 80%), 0.40 with float sums (parity at 40%, dense 1.37x at 60%); a conv 0.90 exact (events
+ * 1.09x at 80%, dense 1.02x at 95%), 0.50 float (events 1.17x at 40%, dense 1.10x at 60%). */
+double
+events_crossover(const Module *m, const Node *n)
+{
+    bool is_f32 = m->accumulate == ACC_F32;
+    if (op_is_conv(n->op)) return is_f32 ? 0.50 : 0.90;
+    return is_f32 ? 0.40 : 0.70;
+}
 
 bool
 pass_events(Module *m, bool *changed)
@@ -15,6 +29,7 @@ pass_events(Module *m, bool *changed)
         if (n->is_events || (n->op != OP_DENSE && !op_is_conv(n->op))) continue;
         DType in = m->nodes[n->args[0]].type.dtype;
         if (in != DT_SPIKE && in != DT_I8) continue;
+        if (n->has_input_rate && n->input_rate >= events_crossover(m, n)) continue;
         n->is_events = true;
         n->events_loc = (Loc){0};
         *changed = true;

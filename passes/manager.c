@@ -132,11 +132,10 @@ dump_file(const char *dir, int index, const char *name, const Module *m, const c
     return true;
 }
 
-bool
-passes_run(Module *m, const PassOptions *o)
+/* the pipeline o asks for, into run (room for NPASSES * 4); its length */
+static int
+pipeline(const PassOptions *o, const PassInfo **run)
 {
-    FILE *out = o->dump ? o->dump : stderr;
-    const PassInfo *run[NPASSES * 4 + 1];
     int n = 0;
     if (o->passes) {
         for (const char *p = o->passes; *p && n < NPASSES * 4;) {
@@ -150,6 +149,25 @@ passes_run(Module *m, const PassOptions *o)
             if (table[i].level <= o->level && !in_list(o->disable, table[i].name))
                 run[n++] = &table[i];
     }
+    return n;
+}
+
+bool
+passes_include(const PassOptions *o, const char *name)
+{
+    const PassInfo *run[NPASSES * 4 + 1];
+    int n = pipeline(o, run);
+    for (int k = 0; k < n; k++)
+        if (strcmp(run[k]->name, name) == 0) return true;
+    return false;
+}
+
+bool
+passes_run(Module *m, const PassOptions *o)
+{
+    FILE *out = o->dump ? o->dump : stderr;
+    const PassInfo *run[NPASSES * 4 + 1];
+    int n = pipeline(o, run);
     if (o->tree_dir) {
         if (mkdir(o->tree_dir, 0777) != 0 && errno != EEXIST) {
             diag_file_error(o->tree_dir, "cannot create the dump directory: %s", strerror(errno));

@@ -38,10 +38,16 @@ bool pass_check_list(const char *list, char *err, size_t errlen);
 /* The same for --passes, whose list is also capped at 4 times the table's length (a pipeline is
  * run as listed; nothing is dropped silently). */
 bool pass_check_pipeline(const char *list, char *err, size_t errlen);
+/* Whether the pipeline o asks for runs the pass `name`. */
+bool passes_include(const PassOptions *o, const char *name);
 /* The pipeline o asks for, on m. False after reporting an error. */
 bool passes_run(Module *m, const PassOptions *o);
 /* --help-passes: name, minimum level, description, one per line. */
 void passes_print_help(FILE *f);
+
+/* events.c: the input firing rate at or past which layer n (dense or conv) is summed densely
+ * rather than event by event (the events pass, with rates measured on calibration samples) */
+double events_crossover(const Module *m, const Node *n);
 
 /* rewrite.c: what passes share */
 /* Remove the nodes with keep[v] false (none may be used by a kept node, none may have weights),

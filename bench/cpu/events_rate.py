@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Dense vs event-driven accumulation against the input firing rate, on the CPU: where is the
+crossover?
+
+    python3 bench/cpu/events_rate.py [--snnc build-rel/driver/snnc] [--bench build-rel/bench/snnc_bench]
+                                     [--rates 0.05,0.2,0.4,0.6,0.8,0.95] [--rounds 3] [--threads 2]
+
+The events pass marks every spike-fed dense and conv layer event-driven (a list of the inputs that
+spiked per row, only their weight rows added); `--disable-pass=events` runs the same layers as
+dense kernels (register tiles over every input, zero products skipped). The pass's rule is static
+because event-driven won at every rate the benchmark networks reach; this sweeps the rate up to
+95% to find where, if anywhere, dense wins. Two workloads, each one spike-fed layer whose
+input rate is set exactly (inputs declared `spike`, Bernoulli at the rate, numpy seeded):
+  dense: T = 25, 784 -> dense 256 -> LIF (2,048 samples, batch 256)
+  conv:  T = 4, [64, 14, 14] -> conv 64 3x3 pad 1 -> LIF (512 samples, batch 64)
+each with the default exact sums (double) and with --accumulate=f32 (float tiles, twice the
+lanes). The LIF scan after the layer is the same in both builds. A third build per rate,
+`--events=auto` calibrated on the rate's inputs (64 samples), shows what the choice picks. Every
+configuration is a model.so timed by snnc_bench (median of 3 passes); the events and dense builds
+(and auto) run in alternation, --rounds times, and the table gives the median of the rounds. Outputs of the
+two builds are compared bit for bit (they sum the same terms in another order, in double; in
+float the orders differ, so equality is reported, not required). Writes
+bench/cpu/events_rate.json."""
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+MODELS = {
+    "dense": ("""model dense_rate {
+  timesteps 25
+  seed 7
+  input x : spike[T, 784]
+  s = LIF(dense(x, 256), tau = 2.0)
+  output c = mean(s)
+}
+""", (25, 784), 2048, 256),
+    "conv": ("""model conv_rate {
+  timesteps 4
+  seed 7
+  input x : spike[T, 64, 14, 14]
+  s = LIF(conv2d(x, 64, kernel = 3, pad = 1), tau = 2.0)
+  output c = mean(s)
+}
+""", (4, 64, 14, 14), 512, 64),
+}
+
+
+def bench_once(bench, so, x, batch, threads, out):
+    p = subprocess.run([bench, str(so), f"--input={x}", f"--batch={batch}", f"--threads={threads}",
+                        "--repeats=3", f"--output={out}"], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"snnc_bench {so}: {p.stderr.strip()}")
+    return json.loads(p.stdout)["median_pass_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--snnc", default=str(ROOT / "build-rel/driver/snnc"))
+    ap.add_argument("--bench", default=str(ROOT / "build-rel/bench/snnc_bench"))
+    ap.add_argument("--rates", default="0.05,0.2,0.4,0.6,0.8,0.95")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default=str(HERE / "events_rate.json"))
+    a = ap.parse_args()
+    rates = [float(r) for r in a.rates.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="snnc-events-rate-") as tmp:
+        tmp = Path(tmp)
+        for name, (text, shape, n, batch) in MODELS.items():
+            src = tmp / f"{name}.snn"
+            src.write_text(text)
+            for acc in ("exact", "f32"):
+                extra = ["--accumulate=f32"] if acc == "f32" else []
+                sos = {}
+                for mode, flags in (("events", []), ("dense", ["--disable-pass=events"])):
+                    so = tmp / f"{name}-{acc}-{mode}.so"
+                    subprocess.run([a.snnc, str(src), "-o", str(so)] + extra + flags, check=True)
+                    sos[mode] = so
+                for rate in rates:
+                    rng = np.random.default_rng(int(rate * 1000))
+                    x = tmp / f"{name}-x.npy"
+                    np.save(x, (rng.random((n,) + shape) < rate).astype(np.float32))
+                    so = tmp / f"{name}-{acc}-auto.so"
+                    p = subprocess.run([a.snnc, str(src), "-o", str(so), "--events=auto",
+                                        f"--input={x}"] + extra, check=True, capture_output=True,
+                                       text=True)
+                    chose = "dense" if "dense kernel" in p.stderr else "events"
+                    sos["auto"] = so
+                    times = {"events": [], "dense": [], "auto": []}
+                    for _ in range(a.rounds):
+                        for mode in ("events", "dense", "auto"):
+                            times[mode].append(bench_once(a.bench, sos[mode], x, batch, a.threads,
+                                                          tmp / f"{mode}.npy"))
+                    equal = bool(np.array_equal(np.load(tmp / "events.npy"),
+                                                np.load(tmp / "dense.npy")))
+                    ev, de, au = (statistics.median(times[k]) for k in ("events", "dense", "auto"))
+                    rows.append({"workload": name, "accumulate": acc, "rate": rate,
+                                 "events_s": ev, "dense_s": de, "dense_over_events": de / ev,
+                                 "auto_s": au, "auto_chose": chose,
+                                 "events_runs": times["events"], "dense_runs": times["dense"],
+                                 "auto_runs": times["auto"], "outputs_equal": equal})
+                    print(f"{name:5} {acc:5} rate {rate:4.2f}  events {ev:.3f} s  dense {de:.3f} s"
+                          f"  dense/events {de / ev:5.2f}  auto ({chose}) {au:.3f} s"
+                          f"  outputs equal: {equal}", flush=True)
+    doc = {"date": time.strftime("%Y-%m-%d"), "machine": platform.machine(),
+           "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                        if l.startswith("model name")), "?"),
+           "threads": a.threads, "rounds": a.rounds, "command": " ".join(sys.argv), "rows": rows}
+    Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
