@@ -172,10 +172,15 @@ one_seed() { # SEED
   # layers through the kernels for real inputs). The first two share a compile cache private to the
   # test: the first compiles (a miss) and the second loads that code (a hit); the others compile
   # without a cache.
-  local label model cache extra
-  for spec in "cpu-bN|model.snn|$work/cache|" "cpu-b1|model.snn|$work/cache|--batch=1" \
-              "cpu-b$b2|model.snnir|off|--batch=$b2 --threads=$threads" \
-              "cpu-O0|model.snn|off|-O0 --batch=$b2"; do
+  # Every third seed also with --events=auto: spike-fed layers measured on the model's own inputs
+  # (the calibration copy, a sequence output per layer input, must read back for any model) and
+  # summed densely where they fire past the crossover; with exact sums either way is the oracle's.
+  local label model cache extra specs=()
+  specs=("cpu-bN|model.snn|$work/cache|" "cpu-b1|model.snn|$work/cache|--batch=1"
+         "cpu-b$b2|model.snnir|off|--batch=$b2 --threads=$threads"
+         "cpu-O0|model.snn|off|-O0 --batch=$b2")
+  [ $((seed % 3)) -eq 0 ] && specs+=("cpu-auto|model.snn|off|--events=auto --batch=$b2")
+  for spec in "${specs[@]}"; do
     IFS='|' read -r label model cache extra <<<"$spec"
     # shellcheck disable=SC2206
     local cmd=(--run -q "$model" "${args[@]}" --backend=cpu --report=json $extra --output="$label.npz")
