@@ -10,9 +10,10 @@
 #include "passes/pass.h"
 
 /* The input rate from which the dense kernel measured faster than event lists (this machine's
- * AVX2 cores, 2 threads): a dense layer 0.70 with exact sums (events 1.05x at 60%, dense 1.04x
- * at 80%), 0.40 with float sums (parity at 40%, dense 1.37x at 60%); a conv 0.90 exact (events
- * 1.09x at 80%, dense 1.02x at 95%), 0.50 float (events 1.17x at 40%, dense 1.10x at 60%). */
+ * AVX2 cores, 2 threads; bench/cpu/events_rate.json): a dense layer 0.70 with exact sums (events
+ * 1.05x at 60%, dense 1.03x at 80%), 0.40 with float sums (parity at 40% in a first run, dense
+ * 1.28x at 60%); a conv 0.90 exact (events 1.14x at 80%, parity at 95%), 0.50 float (parity at
+ * 40%, dense 1.10x at 60%). */
 double
 events_crossover(const Module *m, const Node *n)
 {
