@@ -464,11 +464,12 @@ events_calibrate(Module *m, const float *const *inputs, const int64_t *numel, in
         l->has_input_rate = true;
         l->input_rate = rate[reads[v]];
         double cross = events_crossover(m, l);
+        char below[48] = "at any rate";
+        if (cross <= 1) snprintf(below, sizeof below, "below %.0f%%", 100 * cross);
         if (!quiet)
-            fprintf(stderr, "  %s (%s): %.2f%% of its inputs nonzero: %s (event lists below "
-                            "%.0f%%)\n",
+            fprintf(stderr, "  %s (%s): %.2f%% of its inputs nonzero: %s (event lists %s)\n",
                     node_layer_name(m, l), node_op_name(m, l), 100 * l->input_rate,
-                    l->input_rate >= cross ? "dense kernel" : "event lists", 100 * cross);
+                    l->input_rate >= cross ? "dense kernel" : "event lists", below);
     }
     free(store);
     free(astore);

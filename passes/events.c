@@ -3,23 +3,38 @@
  * their weight rows added (kir_lower.c). Every such layer is marked, unless calibration
  * (--events=auto) measured its input firing at or past the rate where the dense kernel (every
  * input visited, zero products skipped) was faster: bench/cpu/events_rate.py, one spike-fed layer
- * at input rates 5-95% (docs/benchmarks.md); the benchmark networks' layers read 1-37% and never
- * reach it. The exact sums are the same bits either way (another order of terms, in
+ * at input rates 5-95%, reading a model input or a neuron's spikes (docs/benchmarks.md); the
+ * benchmark networks' layers read 1-37% and never reach it. The exact sums are the same bits either way (another order of terms, in
  * double); float sums (--accumulate=f32) round in the order each kernel adds. The GPU's kernels
  * are dense; the mark does not change them. */
 #include "passes/pass.h"
 
+/* Whether n's input (through flattens) is a model input, whose floats the event lists compare one
+ * by one, rather than spikes the model computes, which pack-spikes stores as bits when only event
+ * lists read them (scanned 64 at a time: event lists stay ahead to higher rates). */
+static bool
+reads_model_input(const Module *m, const Node *n)
+{
+    ValueId x = n->args[0];
+    while (m->nodes[x].op == OP_FLATTEN)
+        x = m->nodes[x].args[0];
+    return m->nodes[x].op == OP_INPUT;
+}
+
 /* The input rate from which the dense kernel measured faster than event lists (this machine's
- * AVX2 cores, 2 threads; bench/cpu/events_rate.json): a dense layer 0.70 with exact sums (events
- * 1.05x at 60%, dense 1.03x at 80%), 0.40 with float sums (parity at 40% in a first run, dense
- * 1.28x at 60%); a conv 0.90 exact (events 1.14x at 80%, parity at 95%), 0.50 float (parity at
- * 40%, dense 1.10x at 60%). */
+ * AVX2 cores, 2 threads; bench/cpu/events_rate*.json), 1.01 where event lists won at every rate
+ * up to 95%. Reading a model input: a dense layer 0.70 with exact sums (events 1.05x at 60%, dense
+ * 1.03x at 80%), 0.40 with float sums (parity at 40% in a first run, dense 1.28x at 60%); a conv
+ * 0.90 exact (events 1.14x at 80%, parity at 95%), 0.50 float (parity at 40%, dense 1.10x at
+ * 60%). Reading computed spikes (bits): a dense layer never exact (events 1.22x at 95%), 0.90
+ * float (events 1.14x at 80%, dense 1.06x at 95%); a conv 0.90 exact (events 1.15x at 80%, dense
+ * 1.16x at 95%), 0.70 float (events 1.17x at 60%, dense 1.25x at 80%). */
 double
 events_crossover(const Module *m, const Node *n)
 {
-    bool is_f32 = m->accumulate == ACC_F32;
-    if (op_is_conv(n->op)) return is_f32 ? 0.50 : 0.90;
-    return is_f32 ? 0.40 : 0.70;
+    bool is_f32 = m->accumulate == ACC_F32, is_conv = op_is_conv(n->op);
+    if (reads_model_input(m, n)) return is_conv ? (is_f32 ? 0.50 : 0.90) : (is_f32 ? 0.40 : 0.70);
+    return is_conv ? (is_f32 ? 0.70 : 0.90) : (is_f32 ? 0.90 : 1.01);
 }
 
 bool

@@ -13,6 +13,10 @@ because event-driven won at every rate the benchmark networks reach; this sweeps
 input rate is set exactly (inputs declared `spike`, Bernoulli at the rate, numpy seeded):
   dense: T = 25, 784 -> dense 256 -> LIF (2,048 samples, batch 256)
   conv:  T = 4, [64, 14, 14] -> conv 64 3x3 pad 1 -> LIF (512 samples, batch 64)
+and dense-bits and conv-bits, the same layers reading a neuron's spikes instead of an input: x (0/1
+floats) -> IF -> the layer -> LIF, the IF firing exactly where x is 1 (v += 1 reaches its
+threshold 1, then resets), so the layer's input rate is x's; pack-spikes stores those spikes as
+bits, which the event lists scan 64 at a time, where an input's floats are compared one by one.
 each with the default exact sums (double) and with --accumulate=f32 (float tiles, twice the
 lanes). The LIF scan after the layer is the same in both builds. A third build per rate,
 `--events=auto` calibrated on the rate's inputs (64 samples), shows what the choice picks. Every
@@ -45,11 +49,29 @@ MODELS = {
   output c = mean(s)
 }
 """, (25, 784), 2048, 256),
+    "dense-bits": ("""model dense_bits_rate {
+  timesteps 25
+  seed 7
+  input x : f32[T, 784]
+  q = IF(x)
+  s = LIF(dense(q, 256), tau = 2.0)
+  output c = mean(s)
+}
+""", (25, 784), 2048, 256),
     "conv": ("""model conv_rate {
   timesteps 4
   seed 7
   input x : spike[T, 64, 14, 14]
   s = LIF(conv2d(x, 64, kernel = 3, pad = 1), tau = 2.0)
+  output c = mean(s)
+}
+""", (4, 64, 14, 14), 512, 64),
+    "conv-bits": ("""model conv_bits_rate {
+  timesteps 4
+  seed 7
+  input x : f32[T, 64, 14, 14]
+  q = IF(x)
+  s = LIF(conv2d(q, 64, kernel = 3, pad = 1), tau = 2.0)
   output c = mean(s)
 }
 """, (4, 64, 14, 14), 512, 64),
@@ -71,13 +93,25 @@ def main():
     ap.add_argument("--rates", default="0.05,0.2,0.4,0.6,0.8,0.95")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", default=str(HERE / "events_rate.json"))
+    ap.add_argument("--workloads", default=",".join(MODELS),
+                    help="comma-separated: " + ", ".join(MODELS))
+    ap.add_argument("--json", default=None,
+                    help="default bench/cpu/events_rate.json (with --workloads: "
+                         "events_rate-NAMES.json)")
     a = ap.parse_args()
     rates = [float(r) for r in a.rates.split(",")]
+    names = a.workloads.split(",")
+    for name in names:
+        if name not in MODELS:
+            sys.exit(f"--workloads: no workload '{name}' (workloads: {', '.join(MODELS)})")
+    if a.json is None:
+        a.json = str(HERE / ("events_rate.json" if names == list(MODELS) else
+                             f"events_rate-{'-'.join(names)}.json"))
     rows = []
     with tempfile.TemporaryDirectory(prefix="snnc-events-rate-") as tmp:
         tmp = Path(tmp)
-        for name, (text, shape, n, batch) in MODELS.items():
+        for name in names:
+            text, shape, n, batch = MODELS[name]
             src = tmp / f"{name}.snn"
             src.write_text(text)
             for acc in ("exact", "f32"):
