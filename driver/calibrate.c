@@ -398,16 +398,6 @@ precision_set_all(Module *m, WeightStore narrow, bool weights, bool activations)
     }
 }
 
-/* a dense or conv layer the CPU would sum from event lists if marked (node_lists_events) */
-static bool
-would_list_events(const Module *m, const Node *n)
-{
-    if (n->op != OP_DENSE && !op_is_conv(n->op)) return false;
-    DType in = m->nodes[n->args[0]].type.dtype;
-    if (in != DT_SPIKE && in != DT_I8) return false;
-    return op_is_conv(n->op) || type_numel(&n->type) > 32;
-}
-
 bool
 events_calibrate(Module *m, const float *const *inputs, const int64_t *numel, int64_t n,
                  int batch, bool quiet)
@@ -419,7 +409,7 @@ events_calibrate(Module *m, const float *const *inputs, const int64_t *numel, in
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *l = &m->nodes[v];
         reads[v] = -1;
-        if (!would_list_events(m, l) || l->is_events) continue; /* `events` stated: it stays */
+        if (!node_can_list_events(m, l) || l->is_events) continue; /* `events` stated: it stays */
         int i = 0;
         while (i < c.nlayers && c.layer[i] != l->args[0])
             i++;

@@ -351,6 +351,8 @@ int node_stored_weight(const Module *m, const Node *n);
  * lane-wise, which measured faster). The lowering decides by it, and pack-spikes, which packs
  * spikes only for readers that list them. */
 bool node_lists_events(const Module *m, const Node *n);
+/* The same without the mark: n would list events if marked (what --events=auto measures). */
+bool node_can_list_events(const Module *m, const Node *n);
 /* The layer name that prefixes a node's weights ("fc1"): its name attribute. */
 const char *node_layer_name(const Module *m, const Node *n);
 /* A node's attribute by its ops.def name (the name must exist for the op: a wrong name is a bug). */

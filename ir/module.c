@@ -354,7 +354,13 @@ wstore_name(WeightStore s)
 bool
 node_lists_events(const Module *m, const Node *n)
 {
-    if (!n->is_events || n->nargs < 1) return false;
+    return n->is_events && node_can_list_events(m, n);
+}
+
+bool
+node_can_list_events(const Module *m, const Node *n)
+{
+    if ((n->op != OP_DENSE && !op_is_conv(n->op)) || n->nargs < 1) return false;
     DType in = m->nodes[n->args[0]].type.dtype;
     if (in != DT_SPIKE && in != DT_I8) return false;
     return op_is_conv(n->op) || (n->op == OP_DENSE && type_numel(&n->type) > 32);
