@@ -1,22 +1,65 @@
 #!/usr/bin/env bash
-# Installs the Python packages the fixture scripts (tools/fixtures/*.py) and the benchmarks (bench/)
-# use, at the versions the committed fixtures and docs/benchmarks.md were made with, and nothing
-# when they are all there already. Not needed to build or test snnc: the fixtures are committed.
+# Installs the Python packages snnc's scripts use, for the python3 first on PATH, and nothing when
+# they are all there already.
+#   tools/install-python-deps.sh --tests   what the test suite needs (numpy: lit tests make and
+#                                          compare .npy/.npz arrays with it); tools/test.sh runs this
+#   tools/install-python-deps.sh           that, and what the fixture scripts (tools/fixtures/*.py)
+#                                          and the benchmarks (bench/) use, at the versions the
+#                                          committed fixtures and docs/benchmarks.md were made with
+# pip installs them; where python3 is a system Python that pip may not change (Debian's, marked
+# EXTERNALLY-MANAGED), the test packages come from Debian's python3-* packages instead.
 set -euo pipefail
-packages=(
-  numpy==2.4.6 safetensors==0.8.0 h5py==3.16.0   # arrays and files
+tests=(numpy==2.4.6)
+packages=("${tests[@]}"
+  safetensors==0.8.0 h5py==3.16.0                # files
   torch==2.15.0                                  # the frameworks' base
   spikingjelly==2.0.0 snntorch==1.0.0 norse==1.1.0   # the peers
   nir==1.0.8 nirtorch==2.6                       # NIR export of snnTorch and Norse models
 )
+case "${1:-}" in
+  --tests) wanted=("${tests[@]}") ;;
+  "") wanted=("${packages[@]}") ;;
+  *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
+esac
+
+# the installed version of a distribution, or nothing
+have() { python3 -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null || true; }
+
 missing=()
-for spec in "${packages[@]}"; do
+for spec in "${wanted[@]}"; do
   name=${spec%%==*} want=${spec##*==}
-  have=$(python3 -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
-  [ "$have" = "$want" ] || missing+=("$spec")
+  [ "$(have "$name")" = "$want" ] && continue
+  # the test suite needs the package, not this exact version: any installed one will do
+  [ "${1:-}" = --tests ] && [ -n "$(have "$name")" ] && continue
+  missing+=("$spec")
 done
-if [ ${#missing[@]} -eq 0 ]; then
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+python=$(command -v python3) || { echo "install-python-deps: no python3 on PATH" >&2; exit 1; }
+managed=$(python3 -c 'import sys, sysconfig, os
+print(int(sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))')
+if [ "$managed" = 1 ] && [ "${1:-}" = --tests ]; then
+  # a system Python: its packages come from the system's package manager
+  debs=()
+  for spec in "${missing[@]}"; do debs+=("python3-${spec%%==*}"); done
+  echo "install-python-deps: $python is the system's Python; installing ${debs[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${debs[@]}" >/dev/null
   exit 0
 fi
-echo "install-python-deps: installing ${missing[*]}" >&2
-python3 -m pip install --quiet "${missing[@]}"
+extra=()
+[ "$managed" = 1 ] && extra=(--break-system-packages) # the frameworks are on PyPI only
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  echo "install-python-deps: $python has no pip; installing it with ensurepip" >&2
+  python3 -m ensurepip --upgrade >/dev/null
+fi
+echo "install-python-deps: installing ${missing[*]} for $python" >&2
+if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${extra[@]}" "${missing[@]}"; then
+  [ "${1:-}" = --tests ] || exit 1
+  # no wheel of the pinned version for this Python: the newest that has one serves the tests
+  echo "install-python-deps: the pinned versions failed; trying the newest" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${extra[@]}" "${missing[@]%%==*}"
+fi

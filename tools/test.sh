@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
+tools/install-python-deps.sh --tests
 jobs=$(nproc)
 
 echo "== build (warnings are errors) and test"
