@@ -95,7 +95,7 @@ cache_load(const char *dir, CacheKey k, const char *ext, unsigned char **data, s
     cache_entry_path(dir, k, ext, path, sizeof path);
     unsigned char *buf;
     size_t n;
-    if (rt_read_file(path, &buf, &n, msg, sizeof msg) != 0) return false;
+    if (rt_read_file(path, NULL, &buf, &n, msg, sizeof msg) != 0) return false;
     unsigned char want[TRAILER_BYTES];
     bool is_intact = n >= TRAILER_BYTES;
     if (is_intact) {

@@ -2,7 +2,8 @@
  * description, the weights as safetensors bytes, the CUDA images snnc built) is linked by the
  * system's C compiler driver ($CC, else cc) with the model runtime archive (runtime/CMakeLists.txt:
  * snnrt_model) into a shared library that exports only snn_* (a version script) and needs nothing
- * but libc, libm and libpthread at run time. */
+ * but libc, libm and libpthread at run time. Everything is made in a temporary directory; only
+ * the finished library reaches the output, through rt_write_file's rule. */
 #include "driver/link.h"
 
 #include "codegen/llvm/cg_llvm.h"
@@ -93,9 +94,10 @@ run_command(char *const *argv, const char *what)
     return false;
 }
 
-bool
-link_emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const char *path,
-                 bool embed_weights)
+/* the object at path; errors name `library` (the model.so it is made for) when given */
+static bool
+emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const char *path,
+            bool embed_weights, const char *library)
 {
     const Module *m = kp->m;
     unsigned char *weights = NULL;
@@ -107,10 +109,20 @@ link_emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, cons
                              has_cuda ? cuda->images_len : 0};
     char err[1024];
     bool is_ok = cg_llvm_write_object(kp, cpu, &data, path, err, sizeof err);
-    if (!is_ok) diag_error((Loc){0}, "%s", err);
+    if (!is_ok && library)
+        diag_file_error(library, "cannot build it: %s", err);
+    else if (!is_ok)
+        diag_reader_error(NULL, err);
     free(meta);
     free(weights);
     return is_ok;
+}
+
+bool
+link_emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const char *path,
+                 bool embed_weights)
+{
+    return emit_object(kp, cpu, cuda, path, embed_weights, NULL);
 }
 
 bool
@@ -126,15 +138,16 @@ link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda, c
         diag_file_error(dir, "cannot make a temporary directory: %s", strerror(errno));
         return false;
     }
-    char obj[4200], map[4200];
+    char obj[4200], map[4200], lib[4200];
     snprintf(obj, sizeof obj, "%s/model.o", dir);
     snprintf(map, sizeof map, "%s/exports.map", dir);
-    bool is_ok = link_emit_object(kp, cpu, cuda, obj, embed_weights);
+    snprintf(lib, sizeof lib, "%s/model.so", dir);
+    bool is_ok = emit_object(kp, cpu, cuda, obj, embed_weights, out);
     if (is_ok) {
         static const char script[] = "{\n  global: snn_*;\n  local: *;\n};\n";
         char msg[512];
         is_ok = rt_write_file(map, script, sizeof script - 1, msg, sizeof msg) == 0;
-        if (!is_ok) diag_error((Loc){0}, "%s", msg);
+        if (!is_ok) diag_file_error(out, "cannot build it: %s", msg);
     }
     if (is_ok) {
         char vs[4300], flags[] = SNN_RUNTIME_LINK_FLAGS;
@@ -145,7 +158,7 @@ link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda, c
         argv[n++] = (char *)(cc && *cc ? cc : "cc");
         argv[n++] = "-shared";
         argv[n++] = "-o";
-        argv[n++] = (char *)out;
+        argv[n++] = lib; /* linked here, then written to out by the one writer */
         argv[n++] = obj;
         argv[n++] = "-Wl,--whole-archive"; /* nothing in the object calls snn_*: keep them all */
         argv[n++] = runtime;
@@ -161,6 +174,16 @@ link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda, c
         argv[n] = NULL;
         is_ok = run_command(argv, "linking model.so");
     }
+    if (is_ok) {
+        unsigned char *bytes = NULL;
+        size_t len;
+        char msg[1200];
+        is_ok = rt_read_file(lib, NULL, &bytes, &len, msg, sizeof msg) == 0 &&
+                rt_write_file_flags(out, bytes, len, RT_WRITE_EXEC, msg, sizeof msg) == 0;
+        if (!is_ok) diag_reader_error(NULL, msg);
+        free(bytes);
+    }
+    unlink(lib);
     unlink(obj);
     unlink(map);
     rmdir(dir);

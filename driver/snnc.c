@@ -7,6 +7,7 @@
 #include "codegen/kir.h"
 #include "driver/calibrate.h"
 #include "driver/explain.h"
+#include "driver/files.h"
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
 #include "driver/link.h"
@@ -25,6 +26,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -946,6 +948,17 @@ bind_tensor(const Module *m, Data *d, int k, RtTensor *t, const char *file)
             return false;
         }
     }
+    /* not an error: the model computes with them as IEEE arithmetic does (docs/api.md) */
+    int64_t first, bad = rt_count_nonfinite(t->data, t->numel, &first);
+    if (bad) {
+        int64_t per = t->dims[0] ? t->numel / t->dims[0] : 1;
+        diag_warning((Loc){diag_intern(file), 0, 0},
+                     "%lld value%s of input '%s' %s not finite (the first, element %lld of sample "
+                     "%lld, is %s); they reach the model as they are (docs/api.md: inputs that are "
+                     "not finite)", (long long)bad, bad == 1 ? "" : "s", n->name,
+                     bad == 1 ? "is" : "are", (long long)(first % per), (long long)(first / per),
+                     isnan(t->data[first]) ? "NaN" : t->data[first] > 0 ? "inf" : "-inf");
+    }
     d->n = t->dims[0];
     d->inputs[k] = t->data;
     return true;
@@ -1033,7 +1046,7 @@ load_inputs(const Module *m, const Options *o, Data *d)
                             "without NAME=",
                             arg);
             RtTensorSet set = {0};
-            if (rt_npz_read(file, &set, err, sizeof err)) {
+            if (rt_npz_read(file, NULL, &set, err, sizeof err)) {
                 diag_reader_error(file, err);
                 return false;
             }
@@ -1070,7 +1083,8 @@ load_inputs(const Module *m, const Options *o, Data *d)
             usage_error("the model has %d inputs: name them, --input=NAME=FILE.npy", m->ninputs);
         }
         RtTensor *t = own(d);
-        if (rt_npy_read(file, t, err, sizeof err)) {
+        RtReadLimit lim = {0, o->limit > 0 ? o->limit : 0, NULL}; /* --limit: the rows it runs */
+        if (rt_npy_read(file, &lim, t, err, sizeof err)) {
             diag_reader_error(file, err);
             return false;
         }
@@ -1859,16 +1873,26 @@ emit_snn(const Options *o, const char *weights_path)
                     "as FILE.safetensors)\n", o->path);
         return 0;
     }
-    if (rt_write_file(o->out, im->text, im->len, err, sizeof err) != 0) {
-        diag_reader_error(NULL, err);
-        return 1;
+    /* the text and its weights change together: both are written whole before either is
+     * renamed into place */
+    unsigned char *weights = NULL;
+    size_t wlen = 0;
+    RtWrite *text_w = NULL, *weights_w = NULL;
+    bool ok = rt_safetensors_encode(im->tensors, im->ntensors, RT_F32, &weights, &wlen, err,
+                                    sizeof err) == 0 &&
+              rt_write_prepare(weights_path, weights, wlen, 0, &weights_w, err, sizeof err) == 0 &&
+              rt_write_prepare(o->out, im->text, im->len, 0, &text_w, err, sizeof err) == 0;
+    if (!ok) {
+        rt_write_abort(weights_w);
+    } else if (rt_write_commit(weights_w, err, sizeof err) != 0) {
+        rt_write_abort(text_w);
+        ok = false;
+    } else {
+        ok = rt_write_commit(text_w, err, sizeof err) == 0;
     }
-    if (rt_safetensors_write(weights_path, im->tensors, im->ntensors, RT_F32, err,
-                             sizeof err) != 0) {
-        diag_reader_error(NULL, err);
-        return 1;
-    }
-    return 0;
+    free(weights);
+    if (!ok) diag_reader_error(NULL, err);
+    return ok ? 0 : 1;
 }
 
 /* --precision=fp16|bf16|mixed: the storage of dense and conv weights and outputs (--narrow),
@@ -1967,15 +1991,72 @@ keep_outputs(Module *m, const char *list, const char *path)
     return ok;
 }
 
+/* The exit status of a run that ended with rc: 1 also when what it printed could not all be
+ * written (a full disk, a closed pipe): output cut short never exits 0. */
+static int
+finish(int rc)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "snnc: error: cannot write to standard output: %s\n", strerror(errno));
+        return 1;
+    }
+    return rc;
+}
+
+/* Every file this run reads and writes, checked before anything is written (driver/files.h);
+ * false after reporting an output that would overwrite an input or another output. */
+static bool
+check_files(const Options *o, const Module *m, const char *snn_weights_path)
+{
+    FileList *l = files_new();
+    files_input(l, o->path, o->is_nir ? "the NIR graph" : "the model");
+    for (int i = 1; i < m->nfiles; i++) /* files[0] is the model */
+        files_input(l, m->files[i], "a file the model includes");
+    if (o->weights)
+        files_input(l, o->weights, "--weights");
+    else if (m->weights_path && !o->is_nir) /* an import's weights come with the graph */
+        files_input(l, m->weights_path, "the model's weights file");
+    for (int a = 0; a < o->ninput_args; a++) {
+        const char *eq = strchr(o->input_args[a], '=');
+        files_input(l, eq ? eq + 1 : o->input_args[a], "--input");
+    }
+    if (o->data && !strncmp(o->data, "fashion-mnist", 13)) {
+        const char *dir = o->data[13] == ':' && o->data[14] ? o->data + 14 : NULL;
+        char img[4200], lbl[4200], err[1200];
+        if (!rt_fmnist_find(dir, 0, img, lbl, sizeof img, err, sizeof err)) {
+            files_input(l, img, "the Fashion-MNIST images");
+            files_input(l, lbl, "the Fashion-MNIST labels");
+        }
+    }
+    const char *ov = getenv("SNN_KERNEL_OVERRIDE");
+    if (ov && *ov) files_input(l, ov, "SNN_KERNEL_OVERRIDE");
+    if (o->out && !o->explain) files_output(l, o->out, "-o");
+    if (snn_weights_path) files_output(l, snn_weights_path, "the weights written beside -o");
+    if (o->output) files_output(l, o->output, "--output");
+    char dump[4200];
+    for (int i = 0; passes_tree_path(&o->passes, i, dump, sizeof dump); i++)
+        files_output(l, dump, "a --print-ir-tree-dir dump");
+    bool ok = files_check(l);
+    files_free(l);
+    return ok;
+}
+
 int
 main(int argc, char **argv)
 {
     Options o = {0};
+    /* a write past `ulimit -f` fails with EFBIG, reported like any write error, instead of the
+     * signal ending the process with a file half written */
+    signal(SIGXFSZ, SIG_IGN);
     parse_options(argc, argv, &o);
     NirImport import = {0};
     char *nir_text_path = NULL, *nir_weights_path = NULL;
     Module *m = o.is_nir ? load_nir(&o, &import, &nir_text_path, &nir_weights_path)
                          : fe_load(o.path, o.model);
+    if (m && !check_files(&o, m, nir_weights_path)) {
+        module_free(m);
+        m = NULL;
+    }
     if (m && (is_emit(&o, "snn") || is_emit(&o, "nir"))) {
         int rc = is_emit(&o, "snn") ? emit_snn(&o, nir_weights_path) : emit_nir(m, &o);
         module_free(m);
@@ -1983,7 +2064,7 @@ main(int argc, char **argv)
         free(nir_text_path);
         free(nir_weights_path);
         diag_reset();
-        return rc;
+        return finish(rc);
     }
     if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
     if (m && o.outputs && !keep_outputs(m, o.outputs, o.path)) {
@@ -2011,11 +2092,12 @@ main(int argc, char **argv)
     } else if (is_emit(&o, "ptx") || is_emit(&o, "cubin")) {
         rc = emit_cuda_image(m, &o);
     } else if (o.emit && strcmp(o.emit, "obj") != 0) {
-        FILE *f = o.out ? fopen(o.out, "w") : stdout;
-        if (!f) {
-            diag_file_error(o.out, "cannot write: %s", strerror(errno));
-            rc = 1;
-        } else {
+        /* -o: the text is made in memory, then written by the one writer */
+        char *text = NULL;
+        size_t tlen = 0;
+        FILE *f = o.out ? open_memstream(&text, &tlen) : stdout;
+        if (!f) die("out of memory");
+        {
             if (strcmp(o.emit, "kernel") == 0 || strcmp(o.emit, "llvm") == 0) {
                 bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;
                 if (is_gpu && strcmp(o.emit, "llvm") == 0)
@@ -2034,10 +2116,13 @@ main(int argc, char **argv)
             } else {
                 ir_print(f, m);
             }
-            if (f != stdout && fclose(f) != 0) {
-                diag_file_error(o.out, "cannot write: %s", strerror(errno));
+            if (f != stdout && fclose(f) != 0) die("out of memory");
+            char err[1200];
+            if (f != stdout && rc == 0 && rt_write_file(o.out, text, tlen, err, sizeof err) != 0) {
+                diag_reader_error(o.out, err);
                 rc = 1;
             }
+            free(text);
         }
     } else if (o.out) {
         rc = build_binary(m, &o);
@@ -2053,9 +2138,5 @@ main(int argc, char **argv)
     free(nir_text_path);
     free(nir_weights_path);
     diag_reset();
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "snnc: error: cannot write to standard output: %s\n", strerror(errno));
-        return 1;
-    }
-    return rc;
+    return finish(rc);
 }

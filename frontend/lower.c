@@ -1514,6 +1514,12 @@ fe_load_text(const char *path, const char *text, size_t len, const char *model_n
     ok = load_file(&L, path, text, len, true, model_name, none, 0, &model) &&
          lower_model(&L, model, path) && ir_verify(L.m) && ir_infer(L.m) && ir_verify_fusions(L.m) &&
          check_annotations(&L);
+    if (ok) {
+        /* included[0] is the main file's name, which fe_load adds if it is a file */
+        L.m->files = arena_alloc(&L.m->arena, (size_t)L.nincluded * sizeof *L.m->files);
+        for (int i = 1; i < L.nincluded; i++)
+            L.m->files[L.m->nfiles++] = arena_strdup(&L.m->arena, L.included[i]);
+    }
     arena_free(&L.ast);
     if (!ok || diag_error_count() > 0) {
         module_free(L.m);
@@ -1535,5 +1541,12 @@ fe_load(const char *path, const char *model_name)
     }
     Module *m = fe_load_text(path, text, len, model_name);
     arena_free(&tmp);
+    if (m) {
+        m->files = arena_grow(&m->arena, m->files, (size_t)m->nfiles * sizeof *m->files,
+                              (size_t)(m->nfiles + 1) * sizeof *m->files);
+        memmove(m->files + 1, m->files, (size_t)m->nfiles * sizeof *m->files);
+        m->files[0] = arena_strdup(&m->arena, path);
+        m->nfiles++;
+    }
     return m;
 }

@@ -87,7 +87,60 @@ diag_error_count(void)
     return nerrors;
 }
 
-/* Print the source line of loc and a caret under its column (tabs kept so the caret lines up). */
+/* The length of the UTF-8 character at s (at most n bytes), or 0 if the bytes there are not
+ * one (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short). */
+static int
+utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    int len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+              : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!len || (size_t)len > n) return 0;
+    for (int i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
+        (c == 0xf4 && s[1] > 0x8f))
+        return 0;
+    return len;
+}
+
+/* One character of s (n bytes left) as printed (to f, unless f is NULL): itself, or an escape for
+ * a control byte (\\n, \\t unless tabs are kept, \\x1b) or a byte that is not UTF-8 (\\xff), so
+ * that nothing a file holds (a name, a source line) can move the cursor, ring the bell or fake a
+ * line of output. Returns the bytes of s consumed; *width gets the columns printed. */
+static size_t
+put_char(FILE *f, const unsigned char *s, size_t n, bool keep_tabs, int *width)
+{
+    int len = utf8_len(s, n);
+    if (len > 1 || (len == 1 && s[0] >= 0x20 && s[0] != 0x7f) || (keep_tabs && s[0] == '\t')) {
+        if (f) fwrite(s, 1, (size_t)len, f);
+        *width = 1;
+        return (size_t)len;
+    }
+    char esc[8];
+    if (s[0] == '\n' || s[0] == '\t' || s[0] == '\r')
+        snprintf(esc, sizeof esc, "\\%c", s[0] == '\n' ? 'n' : s[0] == '\t' ? 't' : 'r');
+    else
+        snprintf(esc, sizeof esc, "\\x%02x", s[0]);
+    if (f) fputs(esc, f);
+    *width = (int)strlen(esc);
+    return 1;
+}
+
+static void
+put_escaped(FILE *f, const char *s)
+{
+    size_t n = strlen(s);
+    int width;
+    for (const unsigned char *p = (const unsigned char *)s; n > 0;) {
+        size_t k = put_char(f, p, n, false, &width);
+        p += k;
+        n -= k;
+    }
+}
+
+/* Print the source line of loc and a caret under its column (tabs kept so the caret lines up;
+ * other control bytes and bytes that are not UTF-8 escaped, the caret moved past them). */
 static void
 quote_line(FILE *f, Loc loc)
 {
@@ -103,9 +156,23 @@ quote_line(FILE *f, Loc loc)
     const char *end = p;
     while (*end && *end != '\n')
         end++;
-    fprintf(f, "%.*s\n", (int)(end - p), p);
-    for (int c = 1; c < loc.col && p + c - 1 < end; c++)
-        fputc(p[c - 1] == '\t' ? '\t' : ' ', f);
+    /* the line, then under it a caret at byte loc.col: each character before it a space as wide
+     * as it was printed (a tab a tab) */
+    int width;
+    const unsigned char *q = (const unsigned char *)p, *stop = (const unsigned char *)end;
+    const unsigned char *caret = q + (loc.col > 1 ? loc.col - 1 : 0);
+    while (q < stop) {
+        size_t k = put_char(f, q, (size_t)(stop - q), true, &width);
+        q += k;
+    }
+    fputc('\n', f);
+    q = (const unsigned char *)p;
+    while (q < stop && q < caret) {
+        size_t k = put_char(NULL, q, (size_t)(stop - q), true, &width);
+        for (int i = 0; i < width; i++)
+            fputc(*q == '\t' ? '\t' : ' ', f);
+        q += k;
+    }
     fputs("^\n", f);
 }
 
@@ -113,14 +180,24 @@ static void
 report(Loc loc, const char *kind, const char *fmt, va_list ap)
 {
     FILE *f = stream ? stream : stderr;
-    if (loc.file && loc.line > 0)
-        fprintf(f, "%s:%d:%d: %s: ", loc.file, loc.line, loc.col, kind);
-    else if (loc.file)
-        fprintf(f, "%s: %s: ", loc.file, kind);
-    else
+    va_list copy;
+    va_copy(copy, ap);
+    int n = vsnprintf(NULL, 0, fmt, copy);
+    va_end(copy);
+    char *msg = malloc(n > 0 ? (size_t)n + 1 : 1);
+    if (!msg) die("out of memory");
+    vsnprintf(msg, n > 0 ? (size_t)n + 1 : 1, fmt, ap);
+    /* file names and messages quote what files hold: printed escaped */
+    if (loc.file) {
+        put_escaped(f, loc.file);
+        if (loc.line > 0) fprintf(f, ":%d:%d", loc.line, loc.col);
+        fprintf(f, ": %s: ", kind);
+    } else {
         fprintf(f, "snnc: %s: ", kind);
-    vfprintf(f, fmt, ap);
+    }
+    put_escaped(f, msg);
     fputc('\n', f);
+    free(msg);
     quote_line(f, loc);
 }
 

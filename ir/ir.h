@@ -318,6 +318,9 @@ typedef struct Module {
     MemoryPlan memory;
     Accumulate accumulate;
     const char *weights_path; /* absolute, or NULL: seeded initialisation */
+    const char **files;       /* the files read to build it: the main file (unless it came as
+                                 text), then its includes; what no output may overwrite */
+    int nfiles;
     int64_t seed;
     Node *nodes;
     int nnodes, capnodes;
@@ -427,6 +430,9 @@ void print_double(char *buf, size_t n, double x);
 /* weights.c: bind weight data from a safetensors file (checking names, shapes, dtypes: missing, extra,
  * mis-shaped are errors) or from the seeded PyTorch-default initialisation. */
 bool weights_bind(Module *m, const char *override_path);
+/* The most a weights file for m is read for (rt_weights_file_limit), why pointing into why. */
+struct RtReadLimit;
+void weights_read_limit(const Module *m, struct RtReadLimit *lim, char *why, size_t len);
 /* round every weight whose layer stores it narrower (Node.wstore) to that type's values; the
  * binders call it, and whoever changes wstore after binding */
 void weights_round_stored(Module *m);

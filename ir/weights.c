@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_LISTED_WEIGHTS = 8 };
+enum { MAX_LISTED_WEIGHTS = 8, MAX_LISTED_UNUSED = 5 };
 
 /* FNV-1a, 32 bits: the random stream of a weight is keyed by its name */
 static uint32_t
@@ -96,6 +96,15 @@ check_tensor(const Module *m, const Weight *w, const RtTensor *t, const char *pa
                    shape_str(got, sizeof got, t->rank, t->dims), node_layer_name(m, n), want);
         ok = false;
     }
+    int64_t first;
+    int64_t bad = ok ? rt_count_nonfinite(t->data, t->numel, &first) : 0;
+    if (bad) {
+        diag_error(n->loc, "tensor '%s' in '%s' holds %lld value%s that %s not finite (element "
+                   "%lld is %s); weights must be numbers", w->name, path, (long long)bad,
+                   bad == 1 ? "" : "s", bad == 1 ? "is" : "are", (long long)first,
+                   isnan(t->data[first]) ? "NaN" : t->data[first] > 0 ? "inf" : "-inf");
+        ok = false;
+    }
     return ok;
 }
 
@@ -130,21 +139,43 @@ bool
 weights_bind_set(Module *m, const RtTensorSet *set, const char *path)
 {
     bool ok = true;
-    for (int i = 0; i < m->nweights; i++)
-        if (!check_tensor(m, &m->weights[i], rt_tensorset_find(set, m->weights[i].name), path))
+    int nmissing = 0;
+    for (int i = 0; i < m->nweights; i++) {
+        const RtTensor *t = rt_tensorset_find(set, m->weights[i].name);
+        /* a file of the wrong model misses every weight: a few are named, then a count */
+        if (!t && ++nmissing > MAX_LISTED_WEIGHTS) {
             ok = false;
+            continue;
+        }
+        if (!check_tensor(m, &m->weights[i], t, path))
+            ok = false;
+    }
+    if (nmissing > MAX_LISTED_WEIGHTS)
+        diag_file_error(path, "has no tensor for %d more of the model's weights (%d of %d missing)",
+                        nmissing - MAX_LISTED_WEIGHTS, nmissing, m->nweights);
+    /* the tensors the model does not use: one error, however many, naming the first few */
+    int nunused = 0;
+    char names[512];
+    size_t k = 0;
+    names[0] = 0;
     for (int i = 0; i < set->ntensors; i++) {
         const char *name = set->tensors[i].name ? set->tensors[i].name : "";
         if (module_find_weight(m, name) >= 0)
             continue;
-        if (m->nweights == 0) {
-            diag_file_error(path, "tensor '%s' is not used by the model (it has no weights)", name);
-        } else {
-            char list[1024];
-            list_weights(m, list, sizeof list);
-            diag_file_error(path, "tensor '%s' is not used by the model (its weights are: %s)",
-                            name, list);
+        if (nunused++ < MAX_LISTED_UNUSED && k < sizeof names)
+            k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", k ? ", " : "", name);
+    }
+    if (nunused) {
+        char list[1024] = "it has no weights";
+        if (m->nweights) {
+            memcpy(list, "its weights are: ", 18);
+            list_weights(m, list + 17, sizeof list - 17);
         }
+        if (nunused == 1)
+            diag_file_error(path, "tensor %s is not used by the model (%s)", names, list);
+        else
+            diag_file_error(path, "%d tensors are not used by the model: %s%s (%s)", nunused,
+                            names, nunused > MAX_LISTED_UNUSED ? ", ..." : "", list);
         ok = false;
     }
     if (ok)
@@ -160,6 +191,19 @@ weights_bind_set(Module *m, const RtTensorSet *set, const char *path)
     return ok;
 }
 
+void
+weights_read_limit(const Module *m, RtReadLimit *lim, char *why, size_t len)
+{
+    int64_t numel = 0;
+    for (int i = 0; i < m->nweights; i++)
+        numel += m->weights[i].numel;
+    char size[32];
+    rt_format_bytes(4 * (uint64_t)numel, size, sizeof size);
+    snprintf(why, len, "the model's %d weight%s hold %s as f32, and a header", m->nweights,
+             m->nweights == 1 ? "" : "s", size);
+    *lim = (RtReadLimit){rt_weights_file_limit(numel, m->nweights), 0, why};
+}
+
 bool
 weights_bind(Module *m, const char *override_path)
 {
@@ -172,9 +216,12 @@ weights_bind(Module *m, const char *override_path)
     }
 
     RtTensorSet set;
-    char msg[512];
+    char msg[1024];
     memset(&set, 0, sizeof set);
-    if (rt_safetensors_read(path, &set, msg, sizeof msg) != 0) {
+    RtReadLimit lim;
+    char why[200];
+    weights_read_limit(m, &lim, why, sizeof why);
+    if (rt_safetensors_read(path, &lim, &set, msg, sizeof msg) != 0) {
         diag_reader_error(path, msg);
         rt_tensorset_free(&set);
         return false;

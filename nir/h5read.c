@@ -16,6 +16,7 @@ typedef struct Reader {
     char *err;
     size_t errlen;
     int64_t nobjs;
+    uint64_t budget; /* bytes the datasets may still claim, as doubles */
 } Reader;
 
 static bool
@@ -75,6 +76,15 @@ read_dataset(Reader *r, hid_t did, const char *where, NirObj *o)
         o->numel *= (int64_t)dims[d];
     }
     size_t n = (size_t)o->numel;
+    /* a dataset's values need not be in the file (compressed, or chunks never written, which read
+     * as fill values): the claims together are bounded by the file's size, so that a small file
+     * cannot ask for much */
+    if ((uint64_t)n * 8 > r->budget) {
+        fail(r, where, "claims %lld elements, more than a file of this size can hold (compressed, "
+             "or never written)", (long long)o->numel);
+        goto done;
+    }
+    r->budget -= (uint64_t)n * 8;
     H5T_class_t cls = H5Tget_class(tid);
     if (cls == H5T_INTEGER || cls == H5T_FLOAT) {
         o->kind = NIR_NUMBERS;
@@ -207,21 +217,84 @@ nir_h5_available(void)
     return true;
 }
 
+/* HDF5's signature: the superblock starts with it at 0, 512, 1024, 2048, ... */
+static const unsigned char h5_signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+enum { H5_SEARCH = 1 << 16 }; /* how far the signature is looked for */
+/* The name libhdf5 opens the image under: its core driver refuses the name of a file that exists,
+ * so one that cannot */
+#define H5_IMAGE_NAME "/proc/self/snnc-nir-file-image"
+
+static uint64_t
+le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* RtSizeProbe of HDF5: the superblock's end-of-file address (from its base address) is the file's
+ * size; no signature in the first 64 KiB stops the read (not HDF5) */
+static int
+h5_probe(const unsigned char *b, size_t n, const void *ctx, uint64_t *total)
+{
+    (void)ctx;
+    for (size_t at = 0; at <= H5_SEARCH; at = at ? at * 2 : 512) {
+        if (n < at + 16) return 1;
+        if (memcmp(b + at, h5_signature, 8) != 0) continue;
+        int version = b[at + 8];
+        int o = version <= 1 ? b[at + 13] : b[at + 9]; /* size of offsets */
+        size_t base_at = version == 0 ? at + 24 : version == 1 ? at + 28 : at + 12;
+        if (version > 3 || (o != 2 && o != 4 && o != 8)) {
+            *total = RT_SIZE_UNKNOWN; /* a superblock this does not know: libhdf5 will say */
+            return 0;
+        }
+        size_t eof_at = base_at + 2 * (size_t)o;
+        if (n < eof_at + (size_t)o) return 1;
+        uint64_t base = le(b + base_at, o), eof = le(b + eof_at, o);
+        uint64_t undefined = o == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * o)) - 1;
+        *total = eof == undefined || base > UINT64_MAX / 2 || eof > UINT64_MAX / 2
+                     ? RT_SIZE_UNKNOWN
+                     : base + eof;
+        return 0;
+    }
+    *total = n;
+    return 0;
+}
+
 bool
 nir_h5_read(const char *path, NirObj *root, char *err, size_t errlen)
 {
     memset(root, 0, sizeof *root);
-    Reader r = {path, err, errlen, 0};
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        rt_io_error(err, errlen, path, "cannot open: %s", strerror(errno));
-        return false;
+    /* the file is read once, bounded, and parsed from memory: a FIFO or a device is read like a
+     * file, and libhdf5 never sees the path */
+    unsigned char *buf;
+    size_t len;
+    if (rt_read_file_probed(path, NULL, h5_probe, NULL, &buf, &len, err, errlen)) return false;
+    /* deflate packs at most 1032 bytes into one: 2 x that for values read as doubles */
+    uint64_t budget = 2064 * (uint64_t)len + ((uint64_t)1 << 20), ceiling = rt_read_ceiling();
+    Reader r = {path, err, errlen, 0, budget < ceiling ? budget : ceiling};
+    bool has_signature = false;
+    for (size_t at = 0; at <= H5_SEARCH && at + 8 <= len && !has_signature; at = at ? at * 2 : 512)
+        has_signature = memcmp(buf + at, h5_signature, 8) == 0;
+    uint64_t claim = RT_SIZE_UNKNOWN;
+    if (h5_probe(buf, len, NULL, &claim) != 0) claim = RT_SIZE_UNKNOWN; /* the superblock is cut */
+    if (!has_signature) {
+        free(buf);
+        return fail(&r, NULL, "not an HDF5 file (a .nir file is HDF5, written by nir.write)");
     }
-    fclose(f);
-    htri_t is_h5 = H5Fis_hdf5(path);
-    if (is_h5 <= 0) return fail(&r, NULL, "not an HDF5 file (a .nir file is HDF5, written by nir.write)");
-    hid_t fid = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (claim != RT_SIZE_UNKNOWN && len < claim) {
+        free(buf);
+        return fail(&r, NULL, "truncated: its superblock says the file is %llu bytes, it holds %zu",
+                    (unsigned long long)claim, len);
+    }
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), fid = -1;
+    if (fapl >= 0 && H5Pset_fapl_core(fapl, 1 << 16, 0) >= 0 &&
+        H5Pset_file_image(fapl, buf, len) >= 0)
+        fid = H5Fopen(H5_IMAGE_NAME, H5F_ACC_RDONLY, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    free(buf);
     if (fid < 0) return fail(&r, NULL, "cannot open it as HDF5 (damaged or truncated file?)");
     hid_t gid = H5Gopen2(fid, "/", H5P_DEFAULT);
     bool ok = gid >= 0 ? read_group(&r, gid, "", 0, root)

@@ -1,14 +1,13 @@
 /* Writing a NirObj tree as an HDF5 file the way nir.write stores graphs: one group per group,
  * numeric arrays gzip-compressed (float32, or int64 where the tree says integers), scalars
- * uncompressed, strings variable-length UTF-8. The file is written beside its destination and
- * renamed into place. Compiled only where CMake found libhdf5. */
+ * uncompressed, strings variable-length UTF-8. The file is made in memory and written by
+ * rt_write_file (the rule of every output). Compiled only where CMake found libhdf5. */
 #include "nir/nir.h"
 
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static bool
 write_obj(hid_t parent, const NirObj *o, const char *path, char *err, size_t errlen)
@@ -80,31 +79,32 @@ bool
 nir_h5_write(const char *path, const NirObj *root, char *err, size_t errlen)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    size_t n = strlen(path) + 16;
-    char *tmp = malloc(n);
-    if (!tmp) {
-        rt_io_error(err, errlen, path, "out of memory");
-        return false;
-    }
-    snprintf(tmp, n, "%s.tmp%d", path, (int)getpid());
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    /* built in memory by libhdf5's core driver (under a name no file has), then written by the
+     * one writer every output goes through: atomic, every error checked, nothing of libhdf5's
+     * own file handling on the output's path */
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
+    if (fapl >= 0 && H5Pset_fapl_core(fapl, 1 << 16, 0) >= 0)
+        f = H5Fcreate("/proc/self/snnc-nir-file-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
     if (f < 0) {
-        rt_io_error(err, errlen, path, "cannot create the file (is its directory writable?)");
-        free(tmp);
+        rt_io_error(err, errlen, path, "cannot make the HDF5 file in memory");
         return false;
     }
     bool ok = true;
     for (int i = 0; ok && i < root->nkids; i++)
         ok = write_obj(f, &root->kids[i], path, err, errlen);
-    if (H5Fclose(f) < 0 && ok) {
-        rt_io_error(err, errlen, path, "cannot finish writing the file");
+    unsigned char *image = NULL;
+    ssize_t size = ok && H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0 ? H5Fget_file_image(f, NULL, 0) : -1;
+    if (ok && size > 0 && (image = malloc((size_t)size)) &&
+        H5Fget_file_image(f, image, (size_t)size) != size) {
+        free(image);
+        image = NULL;
+    }
+    if (H5Fclose(f) < 0 || (ok && !image)) {
+        if (ok) rt_io_error(err, errlen, path, "cannot finish the HDF5 file in memory");
         ok = false;
     }
-    if (ok && rename(tmp, path) != 0) {
-        rt_io_error(err, errlen, path, "cannot write: rename failed");
-        ok = false;
-    }
-    if (!ok) remove(tmp);
-    free(tmp);
+    if (ok) ok = rt_write_file(path, image, (size_t)size, err, errlen) == 0;
+    free(image);
     return ok;
 }

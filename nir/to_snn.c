@@ -1348,8 +1348,8 @@ nir_import_file(const char *path, const NirImportOptions *given, NirImport *out,
     char taken[512], ignored[512];
     stored_options(&root, o, taken, sizeof taken, ignored, sizeof ignored);
     NirGraph g;
-    bool ok = nir_graph_build(&root, path, &g, err, errlen);
-    if (ok) ok = nir_to_snn(&g, path, o, out, err, errlen);
+    bool is_built = nir_graph_build(&root, path, &g, err, errlen);
+    bool ok = is_built && nir_to_snn(&g, path, o, out, err, errlen);
     if (ok && (taken[0] || ignored[0])) {
         size_t k = strlen(out->notes);
         if (taken[0])
@@ -1360,7 +1360,7 @@ nir_import_file(const char *path, const NirImportOptions *given, NirImport *out,
             snprintf(out->notes + k, sizeof out->notes - k, "stored options not understood, "
                      "ignored: %s\n", ignored);
     }
-    if (ok) nir_graph_free(&g);
+    if (is_built) nir_graph_free(&g); /* also when the translation failed */
     nir_obj_free(&root);
     return ok;
 }

@@ -11,6 +11,7 @@
 
 #include "passes/pass.h"
 #include "runtime/clock.h"
+#include "runtime/tensor_io.h"
 
 typedef struct PassInfo {
     const char *name;
@@ -113,23 +114,29 @@ dump(FILE *f, const Module *m, const char *when, const char *pass, int k, int n)
     ir_print(f, m);
 }
 
+/* DIR/NN-name.snnir: the tree dump of pass `name` at position index (0: the input) */
+static void
+passes_tree_file(const char *dir, int index, const char *name, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/%02d-%s.snnir", dir, index, name);
+}
+
 static bool
 dump_file(const char *dir, int index, const char *name, const Module *m, const char *when, int k,
           int n)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%02d-%s.snnir", dir, index, name);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        diag_file_error(path, "cannot write: %s", strerror(errno));
-        return false;
-    }
+    char path[4096], err[1200];
+    passes_tree_file(dir, index, name, path, sizeof path);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) die("out of memory");
     dump(f, m, when, name, k, n);
-    if (fclose(f) != 0) {
-        diag_file_error(path, "cannot write: %s", strerror(errno));
-        return false;
-    }
-    return true;
+    if (fclose(f) != 0) die("out of memory");
+    bool is_ok = rt_write_file(path, text, len, err, sizeof err) == 0;
+    if (!is_ok) diag_reader_error(path, err);
+    free(text);
+    return is_ok;
 }
 
 /* the pipeline o asks for, into run (room for NPASSES * 4); its length */
@@ -153,6 +160,16 @@ pipeline(const PassOptions *o, const PassInfo **run)
 }
 
 bool
+passes_tree_path(const PassOptions *o, int i, char *buf, size_t n)
+{
+    const PassInfo *run[NPASSES * 4 + 1];
+    int count = pipeline(o, run);
+    if (!o->tree_dir || i < 0 || i > count) return false;
+    passes_tree_file(o->tree_dir, i, i ? run[i - 1]->name : "input", buf, n);
+    return true;
+}
+
+bool
 passes_include(const PassOptions *o, const char *name)
 {
     const PassInfo *run[NPASSES * 4 + 1];
@@ -169,8 +186,11 @@ passes_run(Module *m, const PassOptions *o)
     const PassInfo *run[NPASSES * 4 + 1];
     int n = pipeline(o, run);
     if (o->tree_dir) {
-        if (mkdir(o->tree_dir, 0777) != 0 && errno != EEXIST) {
-            diag_file_error(o->tree_dir, "cannot create the dump directory: %s", strerror(errno));
+        struct stat st;
+        if (mkdir(o->tree_dir, 0777) != 0 &&
+            (errno != EEXIST || stat(o->tree_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+            diag_file_error(o->tree_dir, "cannot create the dump directory: %s",
+                            errno == EEXIST ? "a file of that name is in the way" : strerror(errno));
             return false;
         }
         if (!dump_file(o->tree_dir, 0, "input", m, "before", 1, n)) return false;

@@ -40,6 +40,9 @@ bool pass_check_list(const char *list, char *err, size_t errlen);
 bool pass_check_pipeline(const char *list, char *err, size_t errlen);
 /* Whether the pipeline o asks for runs the pass `name`. */
 bool passes_include(const PassOptions *o, const char *name);
+/* The i-th file --print-ir-tree-dir writes (0: DIR/00-input.snnir, then one per pass the pipeline
+ * runs) into buf; false past the last, or without a tree directory. */
+bool passes_tree_path(const PassOptions *o, int i, char *buf, size_t n);
 /* The pipeline o asks for, on m. False after reporting an error. */
 bool passes_run(Module *m, const PassOptions *o);
 /* --help-passes: name, minimum level, description, one per line. */

@@ -8,20 +8,21 @@
 #endif
 #include "runtime/tensor_io.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
 
-/* output limit for gzip: the largest IDX file the parser could accept (header is < 4 KiB) */
-#define GZ_MAX_OUT ((size_t)RT_MAX_NUMEL + 4096)
-
-int
-rt_gunzip(const void *buf, size_t len, const char *what, unsigned char **out, size_t *outlen,
-          char *err, size_t errlen)
+/* Inflate gzip data (one or more members) into a malloc'd buffer of at most max_out bytes. With
+ * is_prefix, stop there without complaint (the first bytes of the output); else more output is an
+ * error saying past_what ("the 47 MiB its header's shape [60000, 28, 28] claims"). The buffer
+ * grows as output comes, so a claim is never allocated before the data backs it. */
+static int
+gunzip(const unsigned char *b, size_t len, const char *what, size_t max_out, bool is_prefix,
+       const char *past_what, unsigned char **out, size_t *outlen, char *err, size_t errlen)
 {
-    const unsigned char *b = buf;
     *out = NULL;
     *outlen = 0;
     if (len < 2 || b[0] != 0x1f || b[1] != 0x8b) {
@@ -29,6 +30,7 @@ rt_gunzip(const void *buf, size_t len, const char *what, unsigned char **out, si
         return 1;
     }
     size_t cap = len < ((size_t)1 << 24) ? len * 4 + 4096 : (size_t)1 << 26;
+    if (cap > max_out + 1) cap = max_out + 1; /* + 1: room to see output past max_out */
     unsigned char *dst = malloc(cap);
     if (!dst) {
         rt_io_error(err, errlen, what, "out of memory");
@@ -44,19 +46,24 @@ rt_gunzip(const void *buf, size_t len, const char *what, unsigned char **out, si
     size_t in_left = len, n = 0;
     zs.next_in = (Bytef *)b;
     const char *problem = NULL;
-    char msg[160];
+    char msg[320];
     for (;;) {
         /* zlib counts in uInt, so feed both sides in chunks of at most 1 GiB */
         if (zs.avail_in == 0 && in_left > 0) {
             zs.avail_in = in_left > (1u << 30) ? (1u << 30) : (uInt)in_left;
             in_left -= zs.avail_in;
         }
-        if (n == cap) {
-            if (cap >= GZ_MAX_OUT) {
-                problem = "decompresses to more than 2^34 bytes, larger than any accepted file";
+        if (n > max_out || (is_prefix && n == max_out)) {
+            if (is_prefix) {
+                n = max_out;
                 break;
             }
-            size_t ncap = cap > GZ_MAX_OUT / 2 ? GZ_MAX_OUT : cap * 2;
+            snprintf(msg, sizeof msg, "decompresses to more than %s", past_what);
+            problem = msg;
+            break;
+        }
+        if (n == cap) {
+            size_t ncap = cap > (max_out + 1) / 2 ? max_out + 1 : cap * 2;
             unsigned char *nd = realloc(dst, ncap);
             if (!nd) {
                 problem = "out of memory";
@@ -84,6 +91,7 @@ rt_gunzip(const void *buf, size_t len, const char *what, unsigned char **out, si
         }
         if (zr == Z_OK) continue;
         if (zr == Z_BUF_ERROR && zs.avail_in == 0 && in_left == 0) {
+            if (is_prefix) break; /* what there is of the prefix: the parser says what is short */
             problem = "gzip data is truncated";
             break;
         }
@@ -103,6 +111,15 @@ rt_gunzip(const void *buf, size_t len, const char *what, unsigned char **out, si
     *out = shrunk ? shrunk : dst;
     *outlen = n;
     return 0;
+}
+
+int
+rt_gunzip(const void *buf, size_t len, const char *what, size_t max_out, unsigned char **out,
+          size_t *outlen, char *err, size_t errlen)
+{
+    char past[64];
+    rt_format_bytes(max_out, past, sizeof past);
+    return gunzip(buf, len, what, max_out, false, past, out, outlen, err, errlen);
 }
 
 static const char *
@@ -125,18 +142,82 @@ idx_type_name(unsigned t)
     return NULL;
 }
 
-/* file = 00 00 type ndims { dim_be32 } data     (type 0x08 only; 1 <= ndims <= 8) */
-int
-rt_idx_parse(const void *buf, size_t len, const char *what, RtTensor *out, char *err, size_t errlen)
+enum { IDX_MAX_HEADER = 4 + 4 * RT_MAX_RANK };
+
+/* The bytes a whole, valid IDX header (of unsigned bytes) says its file holds, else
+ * RT_SIZE_UNKNOWN. */
+static uint64_t
+idx_claim(const unsigned char *b, size_t len)
+{
+    if (len < 4 || b[0] || b[1] || b[2] != 0x08 || b[3] < 1 || b[3] > RT_MAX_RANK ||
+        len < 4 + 4 * (size_t)b[3])
+        return RT_SIZE_UNKNOWN;
+    uint64_t numel = 1;
+    for (int i = 0; i < b[3]; i++) {
+        const unsigned char *p = b + 4 + 4 * i;
+        uint64_t d = (uint64_t)p[0] << 24 | (uint64_t)p[1] << 16 | (uint64_t)p[2] << 8 | p[3];
+        if (d && numel > (uint64_t)RT_MAX_NUMEL / d) return RT_SIZE_UNKNOWN;
+        numel *= d;
+    }
+    return 4 + 4 * (uint64_t)b[3] + numel;
+}
+
+/* "[10000, 28, 28]": the shape of a header idx_claim accepted */
+static void
+idx_shape(const unsigned char *b, char *buf, size_t len)
+{
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < b[3] && k < len; i++) {
+        const unsigned char *p = b + 4 + 4 * i;
+        k += (size_t)snprintf(buf + k, len - k, "%s%lu", i ? ", " : "",
+                              (unsigned long)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+                                              (uint32_t)p[2] << 8 | p[3]));
+    }
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+static int
+idx_too_large(const char *what, uint64_t claim, size_t max_out, char *err, size_t errlen)
+{
+    char c[32], m[32];
+    rt_format_bytes(claim, c, sizeof c);
+    rt_format_bytes(max_out, m, sizeof m);
+    rt_io_error(err, errlen, what, "its header claims %s, more than the %s read for it", c, m);
+    return 1;
+}
+
+/* file = 00 00 type ndims { dim_be32 } data     (type 0x08 only; 1 <= ndims <= 8); at most
+ * max_out bytes, decompressed */
+static int
+idx_parse(const void *buf, size_t len, const char *what, size_t max_out, RtTensor *out, char *err,
+          size_t errlen)
 {
     const unsigned char *b = buf;
     memset(out, 0, sizeof *out);
     if (err && errlen) err[0] = 0;
     if (len >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
+        /* the header first: its shape bounds the rest of the output */
+        unsigned char *head;
+        size_t hlen;
+        if (gunzip(b, len, what, IDX_MAX_HEADER, true, NULL, &head, &hlen, err, errlen)) return 1;
+        uint64_t claim = idx_claim(head, hlen);
+        if (claim == RT_SIZE_UNKNOWN) {
+            /* no whole, valid header: the parser says what is wrong with it */
+            int rc = idx_parse(head, hlen, what, max_out, out, err, errlen);
+            free(head);
+            if (rc == 0) rt_tensor_free(out);
+            return 1;
+        }
+        char shape[120], past[200];
+        idx_shape(head, shape, sizeof shape);
+        free(head);
+        snprintf(past, sizeof past, "the %llu bytes its header's shape %s claims",
+                 (unsigned long long)claim, shape);
+        if (claim > max_out) return idx_too_large(what, claim, max_out, err, errlen);
         unsigned char *plain;
         size_t plen;
-        if (rt_gunzip(buf, len, what, &plain, &plen, err, errlen)) return 1;
-        int rc = rt_idx_parse(plain, plen, what, out, err, errlen);
+        if (gunzip(b, len, what, (size_t)claim, false, past, &plain, &plen, err, errlen)) return 1;
+        int rc = idx_parse(plain, plen, what, max_out, out, err, errlen);
         free(plain);
         return rc;
     }
@@ -185,6 +266,7 @@ rt_idx_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
         }
         numel *= dims[i];
     }
+    if ((uint64_t)numel + hdr > max_out) return idx_too_large(what, numel + hdr, max_out, err, errlen);
     size_t have = len - hdr;
     if ((uint64_t)numel > have) {
         rt_io_error(err, errlen, what, "truncated: data is %zu bytes but the dims need %lld", have,
@@ -212,12 +294,40 @@ rt_idx_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
 }
 
 int
-rt_idx_read(const char *path, RtTensor *out, char *err, size_t errlen)
+rt_idx_parse(const void *buf, size_t len, const char *what, RtTensor *out, char *err, size_t errlen)
+{
+    uint64_t max = rt_read_ceiling();
+    return idx_parse(buf, len, what, max > SIZE_MAX ? SIZE_MAX : (size_t)max, out, err, errlen);
+}
+
+/* RtSizeProbe of IDX: a plain file is as long as its header says; gzip data is read whole */
+static int
+idx_probe(const unsigned char *b, size_t n, const void *ctx, uint64_t *total)
+{
+    (void)ctx;
+    if (n < 2) return 1;
+    if (b[0] == 0x1f && b[1] == 0x8b) {
+        *total = RT_SIZE_UNKNOWN;
+        return 0;
+    }
+    if (n < 4) return 1;
+    if (b[0] || b[1] || b[3] < 1 || b[3] > RT_MAX_RANK) {
+        *total = n; /* not IDX: the parser says so */
+        return 0;
+    }
+    if (n < 4 + 4 * (size_t)b[3]) return 1;
+    uint64_t claim = idx_claim(b, n);
+    *total = claim == RT_SIZE_UNKNOWN ? n : claim;
+    return 0;
+}
+
+int
+rt_idx_read(const char *path, const RtReadLimit *lim, RtTensor *out, char *err, size_t errlen)
 {
     unsigned char *buf;
     size_t len;
     memset(out, 0, sizeof *out);
-    if (rt_read_file(path, &buf, &len, err, errlen)) return 1;
+    if (rt_read_file_probed(path, lim, idx_probe, NULL, &buf, &len, err, errlen)) return 1;
     size_t plen = strlen(path);
     if (plen > 3 && strcmp(path + plen - 3, ".gz") == 0 &&
         !(len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b)) {
@@ -225,7 +335,17 @@ rt_idx_read(const char *path, RtTensor *out, char *err, size_t errlen)
         rt_io_error(err, errlen, path, "name ends in .gz but the file is not gzip data");
         return 1;
     }
-    int rc = rt_idx_parse(buf, len, path, out, err, errlen);
+    uint64_t max = lim && lim->max_bytes ? lim->max_bytes : rt_read_ceiling(),
+             claim = idx_claim(buf, len);
+    if (claim != RT_SIZE_UNKNOWN && len > claim) { /* the reader stopped a byte past the claim */
+        char shape[120];
+        idx_shape(buf, shape, sizeof shape);
+        rt_io_error(err, errlen, path, "has data after the %llu bytes its header's shape %s claims",
+                    (unsigned long long)claim, shape);
+        free(buf);
+        return 1;
+    }
+    int rc = idx_parse(buf, len, path, max > SIZE_MAX ? SIZE_MAX : (size_t)max, out, err, errlen);
     free(buf);
     return rc;
 }
@@ -247,7 +367,7 @@ find_file(const char *dir, const char *base, char *path, size_t n)
 }
 
 int
-rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels, char *err,
+rt_fmnist_find(const char *dir, int is_train, char *img_path, char *lbl_path, size_t n, char *err,
                size_t errlen)
 {
     const char *what = "Fashion-MNIST";
@@ -255,8 +375,6 @@ rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels
     char img_base[64], lbl_base[64];
     snprintf(img_base, sizeof img_base, "%s-images-idx3-ubyte", split);
     snprintf(lbl_base, sizeof lbl_base, "%s-labels-idx1-ubyte", split);
-    memset(images, 0, sizeof *images);
-    memset(labels, 0, sizeof *labels);
 
     /* the folders to search, in order */
     char dirs[4][4096];
@@ -272,10 +390,9 @@ rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels
         }
         snprintf(dirs[ndirs++], sizeof dirs[0], "%s", FMNIST_SYSTEM_DIR);
     }
-    char img_path[4200], lbl_path[4200];
     int found = -1;
     for (int i = 0; i < ndirs && found < 0; i++)
-        if (find_file(dirs[i], img_base, img_path, sizeof img_path)) found = i;
+        if (find_file(dirs[i], img_base, img_path, n)) found = i;
     if (found < 0) {
         char looked[1024];
         size_t k = 0;
@@ -289,12 +406,27 @@ rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels
                     dir ? "" : " or set SNN_DATA_DIR");
         return 1;
     }
-    if (!find_file(dirs[found], lbl_base, lbl_path, sizeof lbl_path)) {
+    if (!find_file(dirs[found], lbl_base, lbl_path, n)) {
         rt_io_error(err, errlen, what, "found %s but no %s[.gz] beside it", img_path, lbl_base);
         return 1;
     }
-    if (rt_idx_read(img_path, images, err, errlen)) return 1;
-    if (rt_idx_read(lbl_path, labels, err, errlen)) {
+    return 0;
+}
+
+int
+rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels, char *err,
+               size_t errlen)
+{
+    const char *what = "Fashion-MNIST";
+    memset(images, 0, sizeof *images);
+    memset(labels, 0, sizeof *labels);
+    char img_path[4200], lbl_path[4200];
+    if (rt_fmnist_find(dir, is_train, img_path, lbl_path, sizeof img_path, err, errlen)) return 1;
+    /* no split is larger than the training set's 60,000 images and labels */
+    RtReadLimit img_lim = {16 + 60000 * 784, 0, "60,000 images of 28 x 28, the largest split"};
+    RtReadLimit lbl_lim = {8 + 60000, 0, "60,000 labels, the largest split"};
+    if (rt_idx_read(img_path, &img_lim, images, err, errlen)) return 1;
+    if (rt_idx_read(lbl_path, &lbl_lim, labels, err, errlen)) {
         rt_tensor_free(images);
         return 1;
     }

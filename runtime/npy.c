@@ -8,6 +8,7 @@
 #include "runtime/tensor_io.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,38 +292,89 @@ npy_header(PyLit *py, RtDType *dtype, int *rank, int64_t *dims)
     return 1;
 }
 
-int
-rt_npy_parse(const void *buf, size_t len, const char *what, RtTensor *out, char *err, size_t errlen)
+/* a header longer than this is refused (numpy writes a few hundred bytes; np.load itself refuses
+ * more than 10,000 unless told otherwise) */
+enum { NPY_MAX_HEADER = 1 << 20 };
+
+/* The magic, version and header length at the start of b: 1 with *start and *hlen, 0 if len is
+ * too short to say, -1 if the bytes are not a .npy file of a known version. */
+static int
+npy_prefix(const unsigned char *b, size_t len, size_t *start, uint64_t *hlen)
+{
+    if (memcmp(b, npy_magic, len < 6 ? len : 6) != 0) return -1;
+    if (len < 8) return 0;
+    int major = b[6], minor = b[7];
+    if (!(major == 1 || major == 2 || major == 3) || minor != 0) return -1;
+    *start = major == 1 ? 10 : 12;
+    if (len < *start) return 0;
+    *hlen = major == 1 ? ld16(b + 8) : ld32(b + 8);
+    return 1;
+}
+
+/* the shape's element count, the first dimension cut to max_rows (> 0); -1 past 2^34 */
+static int64_t
+npy_numel(int rank, int64_t *dims, int64_t max_rows)
+{
+    if (max_rows > 0 && rank > 0 && dims[0] > max_rows) dims[0] = max_rows;
+    int64_t numel = 1;
+    for (int i = 0; i < rank; i++)
+        if (dims[i] > RT_MAX_NUMEL) return -1;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] == 0) return 0;
+        if (numel > RT_MAX_NUMEL / dims[i]) return -1;
+        numel *= dims[i];
+    }
+    return numel;
+}
+
+/* RtSizeProbe of .npy: the header and the data its shape and dtype claim (of the first
+ * *(const int64_t *)ctx rows, if that is > 0) */
+static int
+npy_probe(const unsigned char *b, size_t n, const void *ctx, uint64_t *total)
+{
+    size_t start;
+    uint64_t hlen;
+    int k = npy_prefix(b, n, &start, &hlen);
+    if (k == 0) return 1;
+    if (k < 0 || hlen > NPY_MAX_HEADER) {
+        *total = n; /* not one this reads: the parser says why */
+        return 0;
+    }
+    if (n < start + hlen) return 1;
+    PyLit py = {b + start, b + start, b + start + hlen, "", NULL, 0};
+    RtDType dtype = RT_F32;
+    int rank = 0;
+    int64_t dims[RT_MAX_RANK];
+    int64_t numel = npy_header(&py, &dtype, &rank, dims) ? npy_numel(rank, dims, *(const int64_t *)ctx)
+                                                         : -1;
+    *total = numel < 0 ? n : start + hlen + (uint64_t)numel * rt_dtype_size(dtype);
+    return 0;
+}
+
+/* rt_npy_parse of the first max_rows rows (> 0; 0: all) */
+static int
+npy_parse(const void *buf, size_t len, const char *what, int64_t max_rows, RtTensor *out,
+          char *err, size_t errlen)
 {
     const unsigned char *b = buf;
     memset(out, 0, sizeof *out);
     if (err && errlen) err[0] = 0;
-    if (len < 10 || memcmp(b, npy_magic, 6) != 0) {
-        rt_io_error(err, errlen, what,
-                    len < 10 && (len < 6 || !memcmp(b, npy_magic, 6))
-                        ? "file is %zu bytes, too short for a .npy header"
-                        : "not a .npy file (bad magic; %zu bytes)",
-                    len);
+    size_t start = 0;
+    uint64_t hlen = 0;
+    int k = npy_prefix(b, len, &start, &hlen);
+    if (k <= 0) {
+        if (len >= 8 && !memcmp(b, npy_magic, 6))
+            rt_io_error(err, errlen, what, "unsupported .npy format version %d.%d", b[6], b[7]);
+        else
+            rt_io_error(err, errlen, what,
+                        k == 0 ? "file is %zu bytes, too short for a .npy header"
+                               : "not a .npy file (bad magic; %zu bytes)",
+                        len);
         return 1;
     }
-    int major = b[6], minor = b[7];
-    size_t start;
-    uint64_t hlen;
-    if ((major == 1 || major == 2 || major == 3) && minor == 0) {
-        if (major == 1) {
-            hlen = ld16(b + 8);
-            start = 10;
-        } else {
-            if (len < 12) {
-                rt_io_error(err, errlen, what, "file is %zu bytes, too short for a .npy header",
-                            len);
-                return 1;
-            }
-            hlen = ld32(b + 8);
-            start = 12;
-        }
-    } else {
-        rt_io_error(err, errlen, what, "unsupported .npy format version %d.%d", major, minor);
+    if (hlen > NPY_MAX_HEADER) {
+        rt_io_error(err, errlen, what, "header length %llu is more than the %d bytes read for it",
+                    (unsigned long long)hlen, NPY_MAX_HEADER);
         return 1;
     }
     if (hlen > len - start) {
@@ -335,23 +387,15 @@ rt_npy_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
     int rank = 0;
     int64_t dims[RT_MAX_RANK];
     if (!npy_header(&py, &dtype, &rank, dims)) return 1;
-
-    int64_t numel = 1;
-    for (int i = 0; i < rank; i++)
+    for (int i = max_rows > 0 ? 1 : 0; i < rank; i++)
         if (dims[i] > RT_MAX_NUMEL) {
             rt_io_error(err, errlen, what, "dimension %d of the shape is above 2^34", i);
             return 1;
         }
-    for (int i = 0; i < rank; i++) {
-        if (dims[i] == 0) {
-            numel = 0;
-            break;
-        }
-        if (numel > RT_MAX_NUMEL / dims[i]) {
-            rt_io_error(err, errlen, what, "shape has more than 2^34 elements");
-            return 1;
-        }
-        numel *= dims[i];
+    int64_t numel = npy_numel(rank, dims, max_rows);
+    if (numel < 0) {
+        rt_io_error(err, errlen, what, "shape has more than 2^34 elements");
+        return 1;
     }
     size_t avail = len - start - (size_t)hlen;
     uint64_t need = (uint64_t)numel * rt_dtype_size(dtype);
@@ -378,13 +422,20 @@ rt_npy_parse(const void *buf, size_t len, const char *what, RtTensor *out, char 
 }
 
 int
-rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen)
+rt_npy_parse(const void *buf, size_t len, const char *what, RtTensor *out, char *err, size_t errlen)
+{
+    return npy_parse(buf, len, what, 0, out, err, errlen);
+}
+
+int
+rt_npy_read(const char *path, const RtReadLimit *lim, RtTensor *out, char *err, size_t errlen)
 {
     unsigned char *buf;
     size_t len;
     memset(out, 0, sizeof *out);
-    if (rt_read_file(path, &buf, &len, err, errlen)) return 1;
-    int rc = rt_npy_parse(buf, len, path, out, err, errlen);
+    int64_t max_rows = lim ? lim->max_rows : 0;
+    if (rt_read_file_probed(path, lim, npy_probe, &max_rows, &buf, &len, err, errlen)) return 1;
+    int rc = npy_parse(buf, len, path, max_rows, out, err, errlen);
     free(buf);
     return rc;
 }
@@ -702,11 +753,13 @@ cmp_tensor_name(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-int
-rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, char *err,
-             size_t errlen)
+/* rt_npz_parse, its members inflating to at most max_out bytes together */
+static int
+npz_parse(const void *buf, size_t len, const char *what, uint64_t max_out, RtTensorSet *out,
+          char *err, size_t errlen)
 {
     const unsigned char *b = buf;
+    uint64_t inflated = 0;
     out->tensors = NULL;
     out->ntensors = 0;
     if (err && errlen) err[0] = 0;
@@ -773,6 +826,13 @@ rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, ch
                             (unsigned long long)ze.usize, (unsigned long long)ze.csize);
                 goto fail;
             }
+            if ((inflated += ze.usize) > max_out) {
+                char m[32];
+                rt_format_bytes(max_out, m, sizeof m);
+                rt_io_error(err, errlen, mwhat, "the members claim more than the %s read for the "
+                            "file, inflated", m);
+                goto fail;
+            }
             if (inflate_member(src, (size_t)ze.csize, (size_t)ze.usize, &plain, mwhat, err, errlen))
                 goto fail;
             npy = plain;
@@ -823,14 +883,34 @@ fail:
 }
 
 int
-rt_npz_read(const char *path, RtTensorSet *out, char *err, size_t errlen)
+rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, char *err,
+             size_t errlen)
+{
+    return npz_parse(buf, len, what, rt_read_ceiling(), out, err, errlen);
+}
+
+/* RtSizeProbe of .npz: a ZIP archive (its directory is at its end: read whole); anything else
+ * stops at its first bytes */
+static int
+npz_probe(const unsigned char *b, size_t n, const void *ctx, uint64_t *total)
+{
+    (void)ctx;
+    if (n < 4) return 1;
+    bool is_zip = b[0] == 'P' && b[1] == 'K' && ((b[2] == 3 && b[3] == 4) || (b[2] == 5 && b[3] == 6));
+    *total = is_zip ? RT_SIZE_UNKNOWN : n;
+    return 0;
+}
+
+int
+rt_npz_read(const char *path, const RtReadLimit *lim, RtTensorSet *out, char *err, size_t errlen)
 {
     unsigned char *buf;
     size_t len;
     out->tensors = NULL;
     out->ntensors = 0;
-    if (rt_read_file(path, &buf, &len, err, errlen)) return 1;
-    int rc = rt_npz_parse(buf, len, path, out, err, errlen);
+    if (rt_read_file_probed(path, lim, npz_probe, NULL, &buf, &len, err, errlen)) return 1;
+    int rc = npz_parse(buf, len, path, lim && lim->max_bytes ? lim->max_bytes : rt_read_ceiling(),
+                       out, err, errlen);
     free(buf);
     return rc;
 }

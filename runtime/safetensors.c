@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,19 @@ rt_tensor_free(RtTensor *t)
     memset(t, 0, sizeof *t);
 }
 
+int64_t
+rt_count_nonfinite(const float *x, int64_t n, int64_t *first)
+{
+    int64_t count = 0;
+    *first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            if (!count) *first = i;
+            count++;
+        }
+    return count;
+}
+
 const RtTensor *
 rt_tensorset_find(const RtTensorSet *s, const char *name)
 {
@@ -154,104 +168,6 @@ rt_tensorset_free(RtTensorSet *s)
     free(s->tensors);
     s->tensors = NULL;
     s->ntensors = 0;
-}
-
-int
-rt_read_file(const char *path, unsigned char **buf, size_t *len, char *err, size_t errlen)
-{
-    *buf = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        rt_io_error(err, errlen, path, "cannot open: %s", strerror(errno));
-        return 1;
-    }
-    /* read to EOF with a growing buffer so pipes and files that change size work too */
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *b = malloc(cap);
-    if (!b) goto oom;
-    for (;;) {
-        if (n == cap) {
-            if (cap > SIZE_MAX / 2) goto oom;
-            unsigned char *nb = realloc(b, cap * 2);
-            if (!nb) goto oom;
-            b = nb;
-            cap *= 2;
-        }
-        size_t got = fread(b + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                rt_io_error(err, errlen, path, "read error: %s", strerror(errno));
-                free(b);
-                fclose(f);
-                return 1;
-            }
-            break;
-        }
-    }
-    fclose(f);
-    *buf = b;
-    *len = n;
-    return 0;
-oom:
-    free(b);
-    fclose(f);
-    rt_io_error(err, errlen, path, "out of memory reading the file (%zu bytes so far)", n);
-    return 1;
-}
-
-int
-rt_write_file(const char *path, const void *buf, size_t len, char *err, size_t errlen)
-{
-    /* write a sibling temporary and rename it over path, so a failed write never leaves a
-     * truncated file behind; O_EXCL with mode 0666 respects the umask, unlike mkstemp */
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 48);
-    if (!tmp) {
-        rt_io_error(err, errlen, path, "out of memory");
-        return 1;
-    }
-    int fd = -1;
-    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        snprintf(tmp, plen + 48, "%s.tmp%ld.%d", path, (long)getpid(), attempt);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (fd < 0 && errno != EEXIST) break;
-    }
-    if (fd < 0) {
-        rt_io_error(err, errlen, path, "cannot create a file next to it: %s", strerror(errno));
-        free(tmp);
-        return 1;
-    }
-    const unsigned char *p = buf;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left > (1u << 30) ? (1u << 30) : left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            rt_io_error(err, errlen, path, "write error: %s", strerror(w < 0 ? errno : EIO));
-            close(fd);
-            unlink(tmp);
-            free(tmp);
-            return 1;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (close(fd) != 0) {
-        rt_io_error(err, errlen, path, "write error: %s", strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return 1;
-    }
-    if (rename(tmp, path) != 0) {
-        rt_io_error(err, errlen, path, "cannot replace: %s", strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return 1;
-    }
-    free(tmp);
-    return 0;
 }
 
 /* ---- little-endian loads and element conversion ---- */
@@ -974,36 +890,17 @@ st_validate(StEntry *es, int n, uint64_t datalen, const char *what, char *err, s
     return 0;
 }
 
-int
-rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, char *err,
-                     size_t errlen)
+/* The header's JSON object (hlen bytes at h): its tensors into *es_out (*n_out of them), not yet
+ * checked against the data. On failure frees what it made. */
+static int
+st_header(const unsigned char *h, uint64_t hlen, const char *what, StEntry **es_out, int *n_out,
+          char *err, size_t errlen)
 {
-    const unsigned char *b = buf;
-    out->tensors = NULL;
-    out->ntensors = 0;
-    if (err && errlen) err[0] = 0;
-    if (len < 8) {
-        rt_io_error(err, errlen, what, "file is %zu bytes, too short for the 8-byte header length",
-                    len);
-        return 1;
-    }
-    uint64_t hlen = ld64(b);
-    if (hlen > len - 8) {
-        rt_io_error(err, errlen, what, "header length %llu exceeds the %zu bytes after it",
-                    (unsigned long long)hlen, len - 8);
-        return 1;
-    }
-    if (hlen > ST_MAX_HEADER) {
-        rt_io_error(err, errlen, what, "header length %llu exceeds the %u-byte limit",
-                    (unsigned long long)hlen, ST_MAX_HEADER);
-        return 1;
-    }
-    Json j = {b + 8, b + 8, b + 8 + hlen, what, err, errlen, 0};
-    uint64_t datalen = len - 8 - hlen;
-    const unsigned char *data = b + 8 + hlen;
-
+    Json j = {h, h, h + hlen, what, err, errlen, 0};
     StEntry *es = NULL;
     int n = 0, cap = 0;
+    *es_out = NULL;
+    *n_out = 0;
     if (!json_eat(&j, '{')) {
         json_fail(&j, "header must be a JSON object starting with '{'");
         return 1;
@@ -1049,6 +946,45 @@ rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet 
         json_fail(&j, "unexpected data after the header object");
         goto fail;
     }
+    *es_out = es;
+    *n_out = n;
+    return 0;
+fail:
+    for (int i = 0; i < n; i++)
+        rt_tensor_free(&es[i].t);
+    free(es);
+    return 1;
+}
+
+int
+rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, char *err,
+                     size_t errlen)
+{
+    const unsigned char *b = buf;
+    out->tensors = NULL;
+    out->ntensors = 0;
+    if (err && errlen) err[0] = 0;
+    if (len < 8) {
+        rt_io_error(err, errlen, what, "file is %zu bytes, too short for the 8-byte header length",
+                    len);
+        return 1;
+    }
+    uint64_t hlen = ld64(b);
+    if (hlen > ST_MAX_HEADER) {
+        rt_io_error(err, errlen, what, "header length %llu exceeds the %u-byte limit",
+                    (unsigned long long)hlen, ST_MAX_HEADER);
+        return 1;
+    }
+    if (hlen > len - 8) {
+        rt_io_error(err, errlen, what, "header length %llu exceeds the %zu bytes after it",
+                    (unsigned long long)hlen, len - 8);
+        return 1;
+    }
+    uint64_t datalen = len - 8 - hlen;
+    const unsigned char *data = b + 8 + hlen;
+    StEntry *es;
+    int n;
+    if (st_header(b + 8, hlen, what, &es, &n, err, errlen)) return 1;
     if (st_validate(es, n, datalen, what, err, errlen)) goto fail;
 
     for (int i = 0; i < n; i++) {
@@ -1079,17 +1015,53 @@ fail:
     return 1;
 }
 
+/* RtSizeProbe of safetensors: the header length, the header, and the data its offsets claim */
+static int
+st_probe(const unsigned char *b, size_t n, const void *ctx, uint64_t *total)
+{
+    (void)ctx;
+    if (n < 8) return 1;
+    uint64_t hlen = ld64(b);
+    if (hlen > ST_MAX_HEADER || (n > 8 && hlen > 0 && b[8] != '{')) {
+        *total = n; /* not a header this reads: the parser says why */
+        return 0;
+    }
+    if (n < 8 + hlen) return 1;
+    StEntry *es;
+    int k;
+    if (st_header(b + 8, hlen, "", &es, &k, NULL, 0)) {
+        *total = n;
+        return 0;
+    }
+    uint64_t end = 0;
+    for (int i = 0; i < k; i++) {
+        if (es[i].end > 0 && (uint64_t)es[i].end > end) end = (uint64_t)es[i].end;
+        rt_tensor_free(&es[i].t);
+    }
+    free(es);
+    *total = 8 + hlen + end;
+    return 0;
+}
+
 int
-rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen)
+rt_safetensors_read(const char *path, const RtReadLimit *lim, RtTensorSet *out, char *err,
+                    size_t errlen)
 {
     unsigned char *buf;
     size_t len;
     out->tensors = NULL;
     out->ntensors = 0;
-    if (rt_read_file(path, &buf, &len, err, errlen)) return 1;
+    if (rt_read_file_probed(path, lim, st_probe, NULL, &buf, &len, err, errlen)) return 1;
     int rc = rt_safetensors_parse(buf, len, path, out, err, errlen);
     free(buf);
     return rc;
+}
+
+uint64_t
+rt_weights_file_limit(int64_t numel, int n)
+{
+    return 8 + ((uint64_t)1 << 20) + 1024 * (uint64_t)(n > 0 ? n : 0) +
+           4 * (uint64_t)(numel > 0 ? numel : 0);
 }
 
 /* ---- safetensors writer ---- */

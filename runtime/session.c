@@ -77,6 +77,13 @@ fail(snn_status st, const char *fmt, ...)
     return st;
 }
 
+/* every snn_ function but snn_last_error starts here: a call that succeeds leaves no message */
+static void
+clear_error(void)
+{
+    last_error[0] = 0;
+}
+
 snn_status
 rt_fail(snn_status st, const char *fmt, ...)
 {
@@ -96,12 +103,14 @@ snn_last_error(void)
 uint32_t
 snn_abi_version(void)
 {
+    clear_error();
     return SNN_ABI_VERSION;
 }
 
 const char *
 snn_status_name(snn_status status)
 {
+    clear_error();
     switch (status) {
     case SNN_OK: return "SNN_OK";
     case SNN_ERR_ARGUMENT: return "SNN_ERR_ARGUMENT";
@@ -149,6 +158,7 @@ model_release(void)
 const snn_model *
 snn_model_get(void)
 {
+    clear_error();
     pthread_once(&model_once, model_parse);
     if (!model_ok) fail(SNN_ERR_STATE, "%s", model_error);
     return model_ok;
@@ -157,42 +167,49 @@ snn_model_get(void)
 const char *
 snn_model_name(const snn_model *m)
 {
+    clear_error();
     return m ? m->name : NULL;
 }
 
 int
 snn_model_timesteps(const snn_model *m)
 {
+    clear_error();
     return m ? m->timesteps : -1;
 }
 
 int
 snn_model_num_inputs(const snn_model *m)
 {
+    clear_error();
     return m ? m->ninputs : -1;
 }
 
 int
 snn_model_num_outputs(const snn_model *m)
 {
+    clear_error();
     return m ? m->noutputs : -1;
 }
 
 int
 snn_model_num_weights(const snn_model *m)
 {
+    clear_error();
     return m ? m->nweights : -1;
 }
 
 int
 snn_model_num_layers(const snn_model *m)
 {
+    clear_error();
     return m ? m->nlayers : -1;
 }
 
 const char *
 snn_model_layer_name(const snn_model *m, int i)
 {
+    clear_error();
     if (!m || i < 0 || i >= m->nlayers) {
         fail(SNN_ERR_ARGUMENT, "snn_model_layer_name: %s", m ? "layer index out of range" :
                                                                "model is NULL");
@@ -215,12 +232,14 @@ tensor_info(const char *fn, const snn_model *m, const RtModelTensor *ts, int n, 
 snn_status
 snn_model_input(const snn_model *m, int i, snn_tensor_info *info)
 {
+    clear_error();
     return tensor_info("snn_model_input", m, m ? m->inputs : NULL, m ? m->ninputs : 0, i, info);
 }
 
 snn_status
 snn_model_output(const snn_model *m, int i, snn_tensor_info *info)
 {
+    clear_error();
     return tensor_info("snn_model_output", m, m ? m->outputs : NULL, m ? m->noutputs : 0, i,
                        info);
 }
@@ -228,6 +247,7 @@ snn_model_output(const snn_model *m, int i, snn_tensor_info *info)
 snn_status
 snn_model_weight(const snn_model *m, int i, snn_tensor_info *info)
 {
+    clear_error();
     return tensor_info("snn_model_weight", m, m ? m->weights : NULL, m ? m->nweights : 0, i,
                        info);
 }
@@ -235,12 +255,14 @@ snn_model_weight(const snn_model *m, int i, snn_tensor_info *info)
 int
 snn_model_has_weights(const snn_model *m)
 {
+    clear_error();
     return m && m->weight_size > 0;
 }
 
 const char *
 snn_model_devices(const snn_model *m)
 {
+    clear_error();
     return m ? m->devices : NULL;
 }
 
@@ -276,6 +298,14 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
             return fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s has shape %s], the model wants %s]",
                         w->name, what, got, want);
         }
+        int64_t first, bad = rt_count_nonfinite(t->data, t->numel, &first);
+        if (bad)
+            return fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s holds %lld value%s that %s not finite "
+                        "(element %lld is %s); weights must be numbers", w->name, what,
+                        (long long)bad, bad == 1 ? "" : "s", bad == 1 ? "is" : "are",
+                        (long long)first, t->data[first] != t->data[first] ? "NaN"
+                                          : t->data[first] > 0             ? "inf"
+                                                                           : "-inf");
     }
     for (int i = 0; i < set->ntensors; i++) {
         const char *name = set->tensors[i].name ? set->tensors[i].name : "";
@@ -371,6 +401,7 @@ load_weights_bytes(snn_session *s, const void *data, size_t size, const char *wh
 snn_status
 snn_session_load_weights(snn_session *s, const void *data, size_t size)
 {
+    clear_error();
     if (!s || !data)
         return fail(SNN_ERR_ARGUMENT, "snn_session_load_weights: %s is NULL",
                     s ? "data" : "session");
@@ -380,13 +411,23 @@ snn_session_load_weights(snn_session *s, const void *data, size_t size)
 snn_status
 snn_session_load_weights_file(snn_session *s, const char *path)
 {
+    clear_error();
     if (!s || !path)
         return fail(SNN_ERR_ARGUMENT, "snn_session_load_weights_file: %s is NULL",
                     s ? "path" : "session");
     unsigned char *buf;
     size_t len;
-    char msg[512];
-    if (rt_read_file(path, &buf, &len, msg, sizeof msg) != 0) return fail(SNN_ERR_IO, "%s", msg);
+    char msg[1024], why[160], size[32];
+    const snn_model *m = s->m;
+    int64_t numel = 0;
+    for (int i = 0; i < m->nweights; i++)
+        numel += m->weights[i].info.numel;
+    rt_format_bytes(4 * (uint64_t)numel, size, sizeof size);
+    snprintf(why, sizeof why, "the model's %d weights hold %s as f32, and a header", m->nweights,
+             size);
+    RtReadLimit lim = {rt_weights_file_limit(numel, m->nweights), 0, why};
+    if (rt_read_file(path, &lim, &buf, &len, msg, sizeof msg) != 0)
+        return fail(SNN_ERR_IO, "%s", msg);
     char what[600];
     snprintf(what, sizeof what, "'%s'", path);
     snn_status st = load_weights_bytes(s, buf, len, what);
@@ -403,8 +444,9 @@ online_cores(void)
     return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }
 
-void
-snn_session_destroy(snn_session *s)
+/* snn_session_destroy's work, for the error paths that must keep their message */
+static void
+session_free(snn_session *s)
 {
     if (!s) return;
     rt_pool_free(s->pool);
@@ -420,6 +462,13 @@ snn_session_destroy(snn_session *s)
     free(s->counts);
     pthread_mutex_destroy(&s->lock);
     free(s);
+}
+
+void
+snn_session_destroy(snn_session *s)
+{
+    clear_error();
+    session_free(s);
 }
 
 /* "cuda" or "cuda:N": the ordinal, else -1 */
@@ -504,12 +553,20 @@ snn_status
 snn_session_create(const snn_model *m, const char *device, int max_batch, int threads,
                    snn_session **out)
 {
+    clear_error();
     if (out) *out = NULL;
     if (!m || !out)
         return fail(SNN_ERR_ARGUMENT, "snn_session_create: %s is NULL", m ? "out" : "model");
     if (m != model_ok && !rt_model_is_made(m))
         return fail(SNN_ERR_ARGUMENT, "snn_session_create: not a model of this library (use "
                                       "snn_model_get())");
+    if (max_batch < 1 || max_batch > SNN_MAX_BATCH)
+        return fail(SNN_ERR_ARGUMENT, "snn_session_create: max_batch must be from 1 to %d "
+                                      "(SNN_MAX_BATCH), not %d", SNN_MAX_BATCH, max_batch);
+    if (threads < 0 || threads > SNN_MAX_THREADS)
+        return fail(SNN_ERR_ARGUMENT, "snn_session_create: threads must be 0 (one per core) or "
+                                      "from 1 to %d (SNN_MAX_THREADS), not %d", SNN_MAX_THREADS,
+                    threads);
     bool has_cpu = m->entry != NULL, has_cuda = m->ncuda_kernels > 0;
     bool is_auto = !device || !*device || !strcmp(device, "auto");
     int ordinal = is_auto ? -1 : cuda_ordinal(device);
@@ -526,12 +583,6 @@ snn_session_create(const snn_model *m, const char *device, int max_batch, int th
     if ((ordinal >= 0 && !has_cuda) || (!is_auto && ordinal < 0 && !has_cpu))
         return fail(SNN_ERR_DEVICE, "device '%s': this library holds code for %s only", device,
                     m->devices);
-    if (max_batch < 1)
-        return fail(SNN_ERR_ARGUMENT, "snn_session_create: max_batch must be at least 1, not %d",
-                    max_batch);
-    if (threads < 0)
-        return fail(SNN_ERR_ARGUMENT, "snn_session_create: threads must be 0 (one per core) or "
-                                      "more, not %d", threads);
     snn_session *s = calloc(1, sizeof *s);
     if (!s) return fail(SNN_ERR_MEMORY, "out of memory for a session");
     pthread_mutex_init(&s->lock, NULL);
@@ -543,7 +594,7 @@ snn_session_create(const snn_model *m, const char *device, int max_batch, int th
     s->out_ptrs = calloc((size_t)m->noutputs + 1, sizeof *s->out_ptrs);
     s->counts = calloc((size_t)m->nlayers + 1, sizeof *s->counts);
     if (!s->bufs || !s->weight_mem || !s->in_ptrs || !s->out_ptrs || !s->counts) {
-        snn_session_destroy(s);
+        session_free(s);
         return fail(SNN_ERR_MEMORY, "out of memory for a session of batch %d", max_batch);
     }
     snn_status st;
@@ -560,10 +611,11 @@ snn_session_create(const snn_model *m, const char *device, int max_batch, int th
         st = load_weights_bytes(s, m->weight_data, m->weight_size,
                                 "the library's embedded weights");
     if (st != SNN_OK) {
-        snn_session_destroy(s);
+        session_free(s);
         return st;
     }
     *out = s;
+    clear_error(); /* "auto": a GPU that could not be had, and the CPU that could */
     return SNN_OK;
 }
 
@@ -581,6 +633,16 @@ check_run(const char *fn, snn_session *s, int64_t first_sample, int batch, bool 
     if (first_sample < 0)
         return fail(SNN_ERR_ARGUMENT, "%s: first_sample %lld is negative", fn,
                     (long long)first_sample);
+    /* the Poisson encoder keys element i of sample s by s * numel + i in 64 bits: past the end,
+     * keys would wrap onto other samples' (sample 0's) */
+    int64_t per = 1;
+    for (int b = 0; b < m->nbufs; b++)
+        if (m->bufs[b].per_batch > per) per = m->bufs[b].per_batch;
+    int64_t end = INT64_MAX / per;
+    if (first_sample > end - batch)
+        return fail(SNN_ERR_ARGUMENT, "%s: first_sample %lld + batch %d passes %lld, the last "
+                    "sample whose Poisson spikes this model keys apart", fn,
+                    (long long)first_sample, batch, (long long)end);
     if (m->ninputs && !has_inputs) return fail(SNN_ERR_ARGUMENT, "%s: inputs is NULL", fn);
     if (m->noutputs && !has_outputs) return fail(SNN_ERR_ARGUMENT, "%s: outputs is NULL", fn);
     return SNN_OK;
@@ -658,6 +720,7 @@ snn_status
 snn_run(snn_session *s, int64_t first_sample, int batch, const float *const *inputs,
         float *const *outputs)
 {
+    clear_error();
     snn_status st = check_run("snn_run", s, first_sample, batch, inputs, outputs);
     if (st != SNN_OK) return st;
     pthread_mutex_lock(&s->lock);
@@ -677,6 +740,7 @@ snn_status
 snn_run_device(snn_session *s, int64_t first_sample, int batch, const void *const *inputs,
                void *const *outputs)
 {
+    clear_error();
     snn_status st = check_run("snn_run_device", s, first_sample, batch, inputs, outputs);
     if (st != SNN_OK) return st;
     if (!s->cuda)
@@ -698,6 +762,7 @@ snn_run_device(snn_session *s, int64_t first_sample, int batch, const void *cons
 snn_status
 snn_session_spike_counts(snn_session *s, double *counts, int n)
 {
+    clear_error();
     if (!s || !counts)
         return fail(SNN_ERR_ARGUMENT, "snn_session_spike_counts: %s is NULL",
                     s ? "counts" : "session");
@@ -717,6 +782,7 @@ snn_session_spike_counts(snn_session *s, double *counts, int n)
 snn_status
 snn_session_stats(snn_session *s, snn_stats *stats)
 {
+    clear_error();
     if (!s || !stats)
         return fail(SNN_ERR_ARGUMENT, "snn_session_stats: %s is NULL", s ? "stats" : "session");
     pthread_mutex_lock(&s->lock);
@@ -728,6 +794,7 @@ snn_session_stats(snn_session *s, snn_stats *stats)
 snn_status
 snn_session_reset_stats(snn_session *s)
 {
+    clear_error();
     if (!s) return fail(SNN_ERR_ARGUMENT, "snn_session_reset_stats: session is NULL");
     pthread_mutex_lock(&s->lock);
     snn_status st = SNN_OK;
@@ -744,6 +811,7 @@ snn_session_reset_stats(snn_session *s)
 int
 snn_session_threads(const snn_session *s)
 {
+    clear_error();
     if (!s) return -1;
     return s->pool ? rt_pool_nthreads(s->pool) : 1; /* cuda: the calling thread drives the GPU */
 }
@@ -751,5 +819,6 @@ snn_session_threads(const snn_session *s)
 const char *
 snn_session_device(const snn_session *s)
 {
+    clear_error();
     return s ? s->device : NULL;
 }

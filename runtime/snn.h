@@ -31,6 +31,9 @@ extern "C" {
  * built with. */
 #define SNN_ABI_VERSION 2
 #define SNN_MAX_RANK 8
+/* the largest max_batch and threads snn_session_create accepts */
+#define SNN_MAX_BATCH (1 << 20)
+#define SNN_MAX_THREADS 1024
 
 typedef enum snn_status {
     SNN_OK = 0,
@@ -71,8 +74,8 @@ typedef struct snn_stats {
 
 /* ABI version the library was built with (SNN_ABI_VERSION of its header). */
 uint32_t snn_abi_version(void);
-/* The message of the last failed call on this thread ("" if none). Valid until the next call on
- * this thread. */
+/* The message of the last failed call on this thread: "" if the last call succeeded (every snn_
+ * function but this one clears it first). Valid until the next call on this thread. */
 const char *snn_last_error(void);
 /* A name for a status ("SNN_ERR_ARGUMENT"). */
 const char *snn_status_name(snn_status status);
@@ -98,8 +101,9 @@ const char *snn_model_devices(const snn_model *m);
 /* ---- sessions ---- */
 /* A session on `device` ("cpu", "cuda" = "cuda:0", "cuda:N"; NULL, "" or "auto" for the best
  * available: cuda:0 when the library carries CUDA code and that device can be had, else cpu) for
- * batches of at most max_batch samples, running on `threads` threads (0: one per online core;
- * cpu only). All memory a run needs, host and device, is allocated here, once: runs allocate
+ * batches of at most max_batch samples (1..SNN_MAX_BATCH), running on `threads` threads (0: one
+ * per online core; at most SNN_MAX_THREADS; cpu only): out of range, SNN_ERR_ARGUMENT before
+ * anything is allocated or started. All memory a run needs, host and device, is allocated here, once: runs allocate
  * nothing. The session starts with the library's weights if it carries any. */
 snn_status snn_session_create(const snn_model *m, const char *device, int max_batch, int threads,
                               snn_session **out);
@@ -112,7 +116,10 @@ snn_status snn_session_load_weights(snn_session *s, const void *data, size_t siz
 /* Run a batch of `batch` samples (1..max_batch): inputs[i] and outputs[i] as described above, for
  * every input and output of the model. first_sample is the global index of the batch's first
  * sample: it keys the Poisson encoder, so a data set split into batches gives the same spikes as
- * one run over all of it (pass 0 when that does not matter). */
+ * one run over all of it (pass 0 when that does not matter). Every sample's key is its own while
+ * first_sample + batch stays within 2^63 / (the largest per-sample buffer, in elements): past
+ * that, SNN_ERR_ARGUMENT. Inputs are not checked: NaN and infinite values are computed with as
+ * IEEE float32 arithmetic does (docs/api.md). */
 snn_status snn_run(snn_session *s, int64_t first_sample, int batch, const float *const *inputs,
                    float *const *outputs);
 /* snn_run with inputs and outputs in CUDA device memory (device addresses, e.g. from cuMemAlloc or

@@ -43,13 +43,58 @@ int rt_tensor_init(RtTensor *t, const char *name, int rank, const int64_t *dims,
 void rt_tensor_free(RtTensor *t);
 const RtTensor *rt_tensorset_find(const RtTensorSet *s, const char *name);
 void rt_tensorset_free(RtTensorSet *s);
-/* whole file into a malloc'd buffer (*buf is never NULL on success, even for an empty file) */
-int rt_read_file(const char *path, unsigned char **buf, size_t *len, char *err, size_t errlen);
-/* writes through a temporary file in the same directory renamed into place */
+
+/* files.c: whole files in and out (docs/design.md, "Files snnc reads and writes").
+ * Every read is bounded: by a limit derived from what the model needs, else by the ceiling (half
+ * the physical memory, at least 1 GiB). A limit of max_bytes == 0 (or a NULL limit) means the
+ * ceiling. */
+typedef struct RtReadLimit {
+    uint64_t max_bytes; /* the most read; 0: rt_read_ceiling() */
+    int64_t max_rows;   /* .npy: > 0: only the first max_rows along the first dimension; 0: all */
+    const char *why;    /* where max_bytes comes from, for messages ("the model's weights...") */
+} RtReadLimit;
+/* The reader's first bytes through a format's eyes: nonzero if it needs more of them to say, else
+ * 0 with *total = the bytes to read (what the header claims; n itself when the bytes are not of
+ * the format, so the parser says why), or RT_SIZE_UNKNOWN: to the end of the file. */
+#define RT_SIZE_UNKNOWN UINT64_MAX
+typedef int (*RtSizeProbe)(const unsigned char *head, size_t n, const void *ctx, uint64_t *total);
+uint64_t rt_read_ceiling(void);
+void rt_format_bytes(uint64_t n, char *buf, size_t len); /* "812 bytes", "3.14 MiB" */
+/* The whole file (regular, a FIFO, a device) into a malloc'd buffer (never NULL on success, even
+ * for an empty file); a file past the limit is an error, found from its size before reading where
+ * the size is known. */
+int rt_read_file(const char *path, const RtReadLimit *lim, unsigned char **buf, size_t *len,
+                 char *err, size_t errlen);
+/* The same, reading only what probe says the format claims (see RtSizeProbe), and one byte more
+ * where the file has it, so that a parser sees that data follows; a claim past the limit is an
+ * error before anything more is read. A file shorter than its claim is returned as it is, for the
+ * parser to say what is missing. */
+int rt_read_file_probed(const char *path, const RtReadLimit *lim, RtSizeProbe probe, const void *ctx,
+                        unsigned char **buf, size_t *len, char *err, size_t errlen);
+/* The one rule of every file snnc writes. path may be: missing (created), a regular file
+ * (replaced atomically: a temporary file beside it, written, fsync'ed and closed with every error
+ * checked, then renamed over it, its permissions kept; on any failure the temporary is removed and
+ * the old file is as it was), a symbolic link to an existing file (that file is replaced; the link
+ * stays), /dev/stdout, /dev/stderr, /dev/fd/N, a character device or a FIFO (written as a stream).
+ * A directory, socket, block device or dangling link is an error; nothing is written. */
+enum { RT_WRITE_EXEC = 1 }; /* flags: a new file is executable (0777 less the umask: a library) */
+int rt_write_file_flags(const char *path, const void *buf, size_t len, unsigned flags, char *err,
+                        size_t errlen);
 int rt_write_file(const char *path, const void *buf, size_t len, char *err, size_t errlen);
+/* rt_write_file in two steps, for outputs that change together: prepare writes everything but
+ * the renames (a stream is written then), commit renames, abort removes the temporary. Each
+ * consumes w. */
+typedef struct RtWrite RtWrite;
+int rt_write_prepare(const char *path, const void *buf, size_t len, unsigned flags, RtWrite **w,
+                     char *err, size_t errlen);
+int rt_write_commit(RtWrite *w, char *err, size_t errlen);
+void rt_write_abort(RtWrite *w);
 /* n little-endian elements of dtype t at bytes (n * rt_dtype_size(t) of them, checked by the
  * caller) converted to float */
 void rt_decode_le(RtDType t, const void *bytes, int64_t n, float *dst);
+/* The values of x[0..n) that are NaN or infinite: their count, and *first the index of the first
+ * (-1 if none) */
+int64_t rt_count_nonfinite(const float *x, int64_t n, int64_t *first);
 /* what a writer needs from a tensor: rank 0..8, dims >= 0 whose product is numel <= 2^34, data */
 int rt_tensor_check(const RtTensor *t, const char *what, char *err, size_t errlen);
 /* err gets "<what>: <message>" (printf-style), truncated to errlen, always NUL-terminated */
@@ -59,7 +104,11 @@ void rt_io_error(char *err, size_t errlen, const char *what, const char *fmt, ..
 #endif
     ;
 
-int rt_safetensors_read(const char *path, RtTensorSet *out, char *err, size_t errlen);
+int rt_safetensors_read(const char *path, const RtReadLimit *lim, RtTensorSet *out, char *err,
+                        size_t errlen);
+/* The most a weights file for n weights of numel elements in all may hold: f32 data and a header
+ * of 1 MiB plus 1 KiB a tensor (the limit both snnc and model.so read such files with). */
+uint64_t rt_weights_file_limit(int64_t numel, int n);
 int rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, char *err,
                          size_t errlen);
 /* Writes tensors converted from their float data to store_dtype (RT_F32, RT_F16 or RT_BF16; round
@@ -73,7 +122,8 @@ int rt_safetensors_encode(const RtTensor *ts, int n, RtDType store_dtype, unsign
 
 /* npy.c: .npy versions 1.0/2.0/3.0, little-endian '<f4' '<f8' '<f2' '|u1' '|i1' '|b1' '<i4' '<i8',
  * C order only (fortran_order True is an error), shape tuples including () and (n,); and .npz */
-int rt_npy_read(const char *path, RtTensor *out, char *err, size_t errlen);
+/* lim->max_rows > 0 reads only the first rows (of a file that may hold more) */
+int rt_npy_read(const char *path, const RtReadLimit *lim, RtTensor *out, char *err, size_t errlen);
 int rt_npy_parse(const void *buf, size_t len, const char *what, RtTensor *out, char *err,
                  size_t errlen);
 /* Writes float data as dtype RT_F32, RT_U8 or RT_I8; integer stores truncate toward zero like
@@ -88,7 +138,9 @@ int rt_npy_encode(RtDType dtype, int rank, const int64_t *dims, const float *dat
  * names without
  * ".npy", CRCs checked. */
 int rt_npz_write(const char *path, const RtTensor *ts, int n, char *err, size_t errlen);
-int rt_npz_read(const char *path, RtTensorSet *out, char *err, size_t errlen);
+/* the members inflate to at most the limit's bytes together */
+int rt_npz_read(const char *path, const RtReadLimit *lim, RtTensorSet *out, char *err,
+                size_t errlen);
 int rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out, char *err,
                  size_t errlen);
 
@@ -96,16 +148,20 @@ int rt_npz_parse(const void *buf, size_t len, const char *what, RtTensorSet *out
  * parser transparently gunzips gzip input (magic 1f 8b); the reader requires gzip for files ending
  * in
  * ".gz". Values converted to float unscaled (0..255). */
-int rt_idx_read(const char *path, RtTensor *out, char *err, size_t errlen);
+int rt_idx_read(const char *path, const RtReadLimit *lim, RtTensor *out, char *err, size_t errlen);
 int rt_idx_parse(const void *buf, size_t len, const char *what, RtTensor *out, char *err,
                  size_t errlen);
-/* gzip (one or more members) into a malloc'd buffer; output capped at RT_MAX_NUMEL bytes */
-int rt_gunzip(const void *buf, size_t len, const char *what, unsigned char **out, size_t *outlen,
-              char *err, size_t errlen);
+/* gzip (one or more members) into a malloc'd buffer; more than max_out bytes of output is an
+ * error (the buffer grows with the output: max_out is never allocated up front) */
+int rt_gunzip(const void *buf, size_t len, const char *what, size_t max_out, unsigned char **out,
+              size_t *outlen, char *err, size_t errlen);
 /* Fashion-MNIST test or train split. dir may be NULL: then search $SNN_DATA_DIR (and its
  * fashion-mnist/ and FashionMNIST/raw/ subfolders), then /usr/share/datasets/fashion-mnist (Debian
  * package dataset-fashion-mnist), accepting {t10k,train}-{images-idx3,labels-idx1}-ubyte[.gz].
  * images: [N,1,28,28], (float)u8 / 255.0f exactly as torchvision's ToTensor; labels: [N], 0..9. */
+/* The images and labels files rt_fmnist_load reads (n bytes each) */
+int rt_fmnist_find(const char *dir, int is_train, char *img_path, char *lbl_path, size_t n,
+                   char *err, size_t errlen);
 int rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels, char *err,
                    size_t errlen);
 

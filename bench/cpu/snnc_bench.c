@@ -148,7 +148,7 @@ main(int argc, char **argv)
     RtTensor x, labels;
     char msg[512];
     if (is_fmnist ? rt_fmnist_load(NULL, 0, &x, &labels, msg, sizeof msg)
-                  : rt_npy_read(input, &x, msg, sizeof msg))
+                  : rt_npy_read(input, NULL, &x, msg, sizeof msg))
         fail(is_fmnist ? "fashion-mnist" : input, msg);
     long n = x.rank ? (long)x.dims[0] : 0;
     if (limit >= 0 && limit < n) n = limit;

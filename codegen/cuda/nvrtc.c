@@ -340,7 +340,8 @@ cuda_override_load(CudaOverride *ov, char *err, size_t errlen)
     unsigned char *buf;
     size_t len;
     char msg[600];
-    if (rt_read_file(path, &buf, &len, msg, sizeof msg) != 0) {
+    RtReadLimit lim = {(uint64_t)1 << 28, 0, "a kernel source or PTX file"};
+    if (rt_read_file(path, &lim, &buf, &len, msg, sizeof msg) != 0) {
         diag_format(err, errlen, "SNN_KERNEL_OVERRIDE: %s", msg);
         return false;
     }

@@ -21,6 +21,7 @@
 #include "codegen/cache.h"
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/llvm/llvm_gen.h"
+#include "runtime/tensor_io.h"
 #include "runtime/layout.h"
 #include "runtime/pool.h"
 
@@ -515,10 +516,17 @@ cg_llvm_write_object(const KProgram *p, const char *cpu, const CgLlvmObjectData 
         is_ok = llvm_optimise(mod, tm, err, errlen);
     }
     if (is_ok) {
+        /* into memory, then through the one writer: LLVM's own file output aborts the process on
+         * a write error ("LLVM ERROR: IO failure on output stream") */
         char *msg = NULL;
-        if (LLVMTargetMachineEmitToFile(tm, mod, (char *)path, LLVMObjectFile, &msg)) {
-            diag_format(err, errlen, "LLVM: cannot write '%s': %s", path, msg ? msg : "?");
+        LLVMMemoryBufferRef obj = NULL;
+        if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) {
+            diag_format(err, errlen, "LLVM: cannot make the object file: %s", msg ? msg : "?");
             is_ok = false;
+        } else {
+            is_ok = rt_write_file(path, LLVMGetBufferStart(obj), LLVMGetBufferSize(obj), err,
+                                  errlen) == 0;
+            LLVMDisposeMemoryBuffer(obj);
         }
         LLVMDisposeMessage(msg);
     }

@@ -237,7 +237,7 @@ test_weights(const snn_model *m, Io *ref, const char *weights_path)
     RtTensorSet set;
     char msg[512];
     memset(&set, 0, sizeof set);
-    CHECK(rt_safetensors_read(weights_path, &set, msg, sizeof msg) == 0);
+    CHECK(rt_safetensors_read(weights_path, NULL, &set, msg, sizeof msg) == 0);
     unsigned char *good = NULL, *bad = NULL;
     size_t good_len = 0, bad_len = 0;
     CHECK(rt_safetensors_encode(set.tensors, set.ntensors, RT_F32, &good, &good_len, msg,
@@ -354,7 +354,7 @@ main(int argc, char **argv)
     RtTensorSet inputs;
     char msg[512];
     memset(&inputs, 0, sizeof inputs);
-    if (rt_npz_read(argv[4], &inputs, msg, sizeof msg) != 0) {
+    if (rt_npz_read(argv[4], NULL, &inputs, msg, sizeof msg) != 0) {
         fprintf(stderr, "abi_test: %s\n", msg);
         return 1;
     }

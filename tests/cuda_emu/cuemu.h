@@ -42,7 +42,8 @@
  * cuMemAlloc gave. Work runs on the calling thread, in order, when it is issued, except on a
  * capturing stream: there launches (their parameter values copied, as the driver copies them),
  * copies and memsets are recorded in a graph and run, checked again, by every cuGraphLaunch (a
- * recorded copy reads or writes its host memory then, as a graph's memcpy node does). As
+ * recorded copy reads or writes its host memory then, as a graph's memcpy node does;
+ * $SNN_CUEMU_FAIL_LAUNCH=N makes the N-th cuGraphLaunch fail with CUDA_ERROR_LAUNCH_FAILED). As
  * with the driver, an error on a capturing stream invalidates the capture, cuStreamSynchronize
  * on it is an error, and so are cuMemAlloc/cuMemFree during a global or thread-local capture.
  * Launches must be 1-D, with 1..1024 threads a block and no dynamic shared memory. Releasing a

@@ -110,6 +110,9 @@ static bool is_initialized;
 static int ndevices;
 static int device_cc = 90;
 static unsigned long long mem_limit; /* 0: none */
+/* SNN_CUEMU_FAIL_LAUNCH=N: the N-th graph launch (1, 2, ...) fails as a faulting kernel would,
+ * for tests of a run that fails partway; 0: none */
+static long long fail_launch, nlaunches;
 static int fill_byte = 0xff;         /* -1: leave allocations as malloc gives them */
 static struct CUctx_st contexts[MAX_DEVICES];
 static Alloc *allocs;
@@ -292,6 +295,8 @@ init(unsigned flags)
                     MAX_DEVICES);
     if (!env_int("SNN_CUEMU_MEM_LIMIT", 0, (long long)(~0ull >> 1), 0, &limit))
         return fail(CUDA_ERROR_NO_DEVICE, "SNN_CUEMU_MEM_LIMIT is not a byte count");
+    if (!env_int("SNN_CUEMU_FAIL_LAUNCH", 0, (long long)(~0ull >> 1), 0, &fail_launch))
+        return fail(CUDA_ERROR_NO_DEVICE, "SNN_CUEMU_FAIL_LAUNCH is not a launch count");
     if (!env_int("SNN_CUEMU_FILL", -1, 255, 255, &fill))
         return fail(CUDA_ERROR_NO_DEVICE, "SNN_CUEMU_FILL is not a byte value (or -1)");
     const char *arch = getenv("SNN_CUEMU_ARCH");
@@ -1450,6 +1455,9 @@ CUresult
 cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     enter(__func__);
+    if (fail_launch && ++nlaunches == fail_launch)
+        return leave(fail(CUDA_ERROR_LAUNCH_FAILED, "SNN_CUEMU_FAIL_LAUNCH: launch %lld fails",
+                          nlaunches));
     return leave(graph_launch(hGraphExec, hStream));
 }
 

@@ -23,12 +23,27 @@ config.environment["PATH"] = os.pathsep.join(path)
 for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "SNN_DATA_DIR", "HOME"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
-# a sanitized build: its model.so needs the sanitizer runtime first in a process (not Python's)
+# a sanitized build: its model.so needs the sanitizer runtime first in a process (not Python's).
+# A leak report aborts the process (abort_on_error), so that `not %snnc` (an expected error) still
+# fails the test when the error path leaks: every error test is a leak check of its path.
 if getattr(config, "snnc_sanitize", "OFF").upper() in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("asan")
+    opts = config.environment.get("ASAN_OPTIONS", "")
+    config.environment["ASAN_OPTIONS"] = ":".join(
+        o for o in (opts, "detect_leaks=1", "abort_on_error=1") if o)
 if os.path.isdir("/usr/share/datasets/fashion-mnist") or os.environ.get("SNN_DATA_DIR"):
     config.available_features.add("fmnist")
 import subprocess
+# %failio: the LD_PRELOAD library that fails writes to snnc's temporary files (tests/tools/failio.c)
+config.substitutions.append(("%failio", getattr(config, "failio_path", "")))
+# `mount`: a private mount namespace with a tmpfs of our own can be made (root, unshare), for
+# writes to a file system that is really full
+try:
+    if subprocess.run(["unshare", "-m", "sh", "-c", "d=$(mktemp -d) && mount -t tmpfs -o size=64k "
+                       "tmpfs $d && umount $d && rmdir $d"], capture_output=True).returncode == 0:
+        config.available_features.add("mount")
+except OSError:
+    pass
 try:
     if "--backend=cpu" in subprocess.run([config.snnc_path, "--help"], capture_output=True, text=True).stdout:
         config.available_features.add("llvm")

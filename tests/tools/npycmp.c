@@ -23,12 +23,12 @@ load(const char *path, RtTensorSet *set)
     char err[512];
     size_t n = strlen(path);
     if (n > 4 && strcmp(path + n - 4, ".npz") == 0) {
-        if (rt_npz_read(path, set, err, sizeof err) == 0)
+        if (rt_npz_read(path, NULL, set, err, sizeof err) == 0)
             return 0;
     } else {
         set->tensors = calloc(1, sizeof *set->tensors);
         set->ntensors = 1;
-        if (set->tensors && rt_npy_read(path, &set->tensors[0], err, sizeof err) == 0)
+        if (set->tensors && rt_npy_read(path, NULL, &set->tensors[0], err, sizeof err) == 0)
             return 0;
     }
     fprintf(stderr, "npycmp: %s\n", err);

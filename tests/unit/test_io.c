@@ -261,7 +261,7 @@ test_safetensors_roundtrip(void)
         const char *path = tmp_path("rt.safetensors");
         CHECK(rt_safetensors_write(path, ts, 4, stores[s], err, sizeof err) == 0);
         RtTensorSet set;
-        int rc = rt_safetensors_read(path, &set, err, sizeof err);
+        int rc = rt_safetensors_read(path, NULL, &set, err, sizeof err);
         CHECK(rc == 0);
         if (rc) {
             fprintf(stderr, "%s\n", err);
@@ -538,9 +538,9 @@ test_safetensors_errors(void)
     free(b.p);
 
     /* file errors name the file */
-    CHECK_ERR(rt_safetensors_read(tmp_path("nope.safetensors"), &s, err, sizeof err), err,
+    CHECK_ERR(rt_safetensors_read(tmp_path("nope.safetensors"), NULL, &s, err, sizeof err), err,
               "nope.safetensors", "cannot open");
-    CHECK_ERR(rt_safetensors_read(tmpdir, &s, err, sizeof err), err, tmpdir);
+    CHECK_ERR(rt_safetensors_read(tmpdir, NULL, &s, err, sizeof err), err, tmpdir);
 }
 
 /* ---- npy ---- */
@@ -555,7 +555,7 @@ test_npy(void)
     const char *path = tmp_path("a.npy");
 
     CHECK(rt_npy_write(path, RT_F32, 2, dims, v, err, sizeof err) == 0);
-    CHECK(rt_npy_read(path, &t, err, sizeof err) == 0);
+    CHECK(rt_npy_read(path, NULL, &t, err, sizeof err) == 0);
     CHECK(t.name == NULL && t.dtype == RT_F32 && t.rank == 2 && t.dims[0] == 2 && t.dims[1] == 3 &&
           t.numel == 6);
     CHECK(t.data && memcmp(t.data, v, 5 * sizeof(float)) == 0 && isnan(t.data[5]));
@@ -578,22 +578,22 @@ test_npy(void)
 
     /* integer stores clamp and truncate like astype */
     CHECK(rt_npy_write(path, RT_U8, 2, dims, v, err, sizeof err) == 0);
-    CHECK(rt_npy_read(path, &t, err, sizeof err) == 0);
+    CHECK(rt_npy_read(path, NULL, &t, err, sizeof err) == 0);
     CHECK(t.dtype == RT_U8 && t.data[0] == 0 && t.data[1] == 0 && t.data[2] == 3 &&
           t.data[3] == 255 && t.data[4] == 0 && t.data[5] == 0);
     rt_tensor_free(&t);
     CHECK(rt_npy_write(path, RT_I8, 2, dims, v, err, sizeof err) == 0);
-    CHECK(rt_npy_read(path, &t, err, sizeof err) == 0);
+    CHECK(rt_npy_read(path, NULL, &t, err, sizeof err) == 0);
     CHECK(t.dtype == RT_I8 && t.data[0] == 0 && t.data[1] == -1 && t.data[2] == 3 &&
           t.data[3] == 127 && t.data[4] == -128 && t.data[5] == 0);
     rt_tensor_free(&t);
     /* scalar and 1-D */
     CHECK(rt_npy_write(path, RT_F32, 0, NULL, v, err, sizeof err) == 0);
-    CHECK(rt_npy_read(path, &t, err, sizeof err) == 0 && t.rank == 0 && t.numel == 1 &&
+    CHECK(rt_npy_read(path, NULL, &t, err, sizeof err) == 0 && t.rank == 0 && t.numel == 1 &&
           t.data[0] == 0.5f);
     rt_tensor_free(&t);
     CHECK(rt_npy_write(path, RT_F32, 1, &five, v, err, sizeof err) == 0);
-    CHECK(rt_npy_read(path, &t, err, sizeof err) == 0 && t.rank == 1 && t.dims[0] == 5);
+    CHECK(rt_npy_read(path, NULL, &t, err, sizeof err) == 0 && t.rank == 1 && t.dims[0] == 5);
     rt_tensor_free(&t);
     CHECK_ERR(rt_npy_write(path, RT_F16, 1, &five, v, err, sizeof err), err, "a.npy",
               "cannot write dtype f16");
@@ -683,7 +683,7 @@ test_npy(void)
              "{'descr': '<f\xc3\xa9"
              "4'}",
              4, "unsupported character");
-    CHECK_ERR(rt_npy_read(tmp_path("nope.npy"), &t, err, sizeof err), err, "nope.npy",
+    CHECK_ERR(rt_npy_read(tmp_path("nope.npy"), NULL, &t, err, sizeof err), err, "nope.npy",
               "cannot open");
 }
 
@@ -747,7 +747,7 @@ test_npz(void)
     ts[2].data[0] = -5.0f;
     const char *path = tmp_path("r.npz");
     CHECK(rt_npz_write(path, ts, 3, err, sizeof err) == 0);
-    rc = rt_npz_read(path, &s, err, sizeof err);
+    rc = rt_npz_read(path, NULL, &s, err, sizeof err);
     CHECK(rc == 0 && s.ntensors == 3);
     if (rc) fprintf(stderr, "%s\n", err);
     for (int i = 0; i < 3 && rc == 0; i++) {
@@ -760,7 +760,7 @@ test_npz(void)
     /* corruption: flip a data byte (CRC), cut the file, break the directory */
     unsigned char *buf;
     size_t len;
-    CHECK(rt_read_file(path, &buf, &len, err, sizeof err) == 0);
+    CHECK(rt_read_file(path, NULL, &buf, &len, err, sizeof err) == 0);
     buf[30 + 11 + 130] ^= 1;
     CHECK_ERR(rt_npz_parse(buf, len, "c.npz", &s, err, sizeof err), err,
               "c.npz: member 'weights.npy'", "CRC-32 mismatch");
@@ -789,7 +789,7 @@ test_npz(void)
     free(ts[1].name);
     ts[1].name = strdup("x");
     CHECK(rt_npz_write(path, ts, 2, err, sizeof err) == 0);
-    CHECK(rt_read_file(path, &buf, &len, err, sizeof err) == 0);
+    CHECK(rt_read_file(path, NULL, &buf, &len, err, sizeof err) == 0);
     /* rename the second member in the directory from "x.npy" to "x.npz" */
     for (size_t i = len - 22; i-- > 0;)
         if (memcmp(buf + i, "x.npy", 5) == 0) {
@@ -807,7 +807,7 @@ test_npz(void)
     ts[1].dtype = RT_F16;
     CHECK_ERR(rt_npz_write(path, ts, 2, err, sizeof err), err, "r.npz: tensor 'w'",
               "cannot write dtype f16");
-    CHECK_ERR(rt_npz_read(tmp_path("nope.npz"), &s, err, sizeof err), err, "nope.npz",
+    CHECK_ERR(rt_npz_read(tmp_path("nope.npz"), NULL, &s, err, sizeof err), err, "nope.npz",
               "cannot open");
     unlink(path);
     for (int i = 0; i < 3; i++)
@@ -865,10 +865,10 @@ test_idx(void)
     CHECK(rt_idx_parse(g1.p, g1.n, "a.gz", &t, err, sizeof err) == 0 && t.numel == 6);
     rt_tensor_free(&t);
     write_bytes(tmp_path("x-idx2-ubyte.gz"), gz.p, gz.n);
-    CHECK(rt_idx_read(tmp_path("x-idx2-ubyte.gz"), &t, err, sizeof err) == 0 && t.numel == 6);
+    CHECK(rt_idx_read(tmp_path("x-idx2-ubyte.gz"), NULL, &t, err, sizeof err) == 0 && t.numel == 6);
     rt_tensor_free(&t);
     write_bytes(tmp_path("y-idx2-ubyte.gz"), b.p, b.n);
-    CHECK_ERR(rt_idx_read(tmp_path("y-idx2-ubyte.gz"), &t, err, sizeof err), err, "y-idx2-ubyte.gz",
+    CHECK_ERR(rt_idx_read(tmp_path("y-idx2-ubyte.gz"), NULL, &t, err, sizeof err), err, "y-idx2-ubyte.gz",
               "not gzip data");
     unlink(tmp_path("x-idx2-ubyte.gz"));
     unlink(tmp_path("y-idx2-ubyte.gz"));
@@ -892,7 +892,7 @@ test_idx(void)
     free(gz.p);
     unsigned char *out;
     size_t outlen;
-    CHECK_ERR(rt_gunzip("ab", 2, "z", &out, &outlen, err, sizeof err), err, "z: not gzip data");
+    CHECK_ERR(rt_gunzip("ab", 2, "z", 1 << 20, &out, &outlen, err, sizeof err), err, "z: not gzip data");
 
     /* IDX errors */
     b.p[2] = 0x0d;
@@ -924,7 +924,7 @@ test_idx(void)
     b = idx_bytes(0x08, 1, big, 16);
     IDX_FAIL(b.p, b.n, "data is 16 bytes but the dims need 1000000");
     free(b.p);
-    CHECK_ERR(rt_idx_read(tmp_path("nope-idx1-ubyte"), &t, err, sizeof err), err, "nope-idx1-ubyte",
+    CHECK_ERR(rt_idx_read(tmp_path("nope-idx1-ubyte"), NULL, &t, err, sizeof err), err, "nope-idx1-ubyte",
               "cannot open");
 }
 
@@ -1040,10 +1040,10 @@ test_files(void)
     unsigned char *buf;
     size_t len;
     write_bytes(tmp_path("empty"), "", 0);
-    CHECK(rt_read_file(tmp_path("empty"), &buf, &len, err, sizeof err) == 0 && buf && len == 0);
+    CHECK(rt_read_file(tmp_path("empty"), NULL, &buf, &len, err, sizeof err) == 0 && buf && len == 0);
     free(buf);
     unlink(tmp_path("empty"));
-    CHECK_ERR(rt_read_file(tmp_path("missing"), &buf, &len, err, sizeof err), err, "missing",
+    CHECK_ERR(rt_read_file(tmp_path("missing"), NULL, &buf, &len, err, sizeof err), err, "missing",
               "cannot open");
     CHECK(buf == NULL && len == 0);
     RtTensor t;

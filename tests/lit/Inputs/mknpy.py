@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Write a little-endian .npy file by hand (tests must not need numpy).
 
-mknpy.py OUT --shape 2,4 (--fill X | --values a,b,c,...) [--descr <f4] [--truncate N] [--header-only]
-The values are repeated to fill the shape. --truncate drops the last N bytes of the file."""
+mknpy.py OUT --shape 2,4 (--fill X | --values a,b,c,...) [--descr <f4] [--truncate N]
+         [--header-only | --rows K]
+The values are repeated to fill the shape. --truncate drops the last N bytes of the file;
+--header-only writes the header alone and --rows K the data of the first K rows only (files that
+claim more than they hold)."""
 import argparse
 import struct
 
@@ -13,12 +16,19 @@ ap.add_argument("--fill", type=float)
 ap.add_argument("--values")
 ap.add_argument("--descr", default="<f4")
 ap.add_argument("--truncate", type=int, default=0)
+ap.add_argument("--header-only", action="store_true")
+ap.add_argument("--rows", type=int)
 a = ap.parse_args()
 
 shape = tuple(int(d) for d in a.shape.split(",") if d)
 n = 1
 for d in shape:
     n *= d
+full = shape
+if a.header_only:
+    n = 0
+elif a.rows is not None:
+    n = n // shape[0] * a.rows
 vals = [a.fill if a.fill is not None else 0.0]
 if a.values:
     vals = [float(v) for v in a.values.split(",")]
@@ -28,7 +38,7 @@ if fmt in "qB":
     data = [int(v) for v in data]
 body = struct.pack("<%d%s" % (n, fmt), *data)
 
-shape_s = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+shape_s = "(" + ", ".join(str(d) for d in full) + ("," if len(full) == 1 else "") + ")"
 header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (a.descr, shape_s)
 pad = 64 - (10 + len(header) + 1) % 64
 header = header + " " * (pad % 64) + "\n"

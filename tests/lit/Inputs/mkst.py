@@ -3,7 +3,8 @@
 
 mkst.py OUT NAME:DTYPE:D1,D2 ... [--fill X] [--spread] [--truncate N] [--hlen N]
         [--offsets NAME=BEGIN,END]
-DTYPE is F32, F16, BF16, I64, ...; every tensor is filled with X (default 0.1) and laid out in order;
+DTYPE is F32, F16, BF16, I64, ...; every tensor is filled with X (default 0.1; BF16 truncates it)
+and laid out in order (other dtypes are zeros);
 --spread makes F32 element k of each tensor X * (1 + ((k * 37) % 11) / 10), so neighbours differ.
 --truncate drops the last N bytes; --hlen writes N as the header length; --offsets overrides one
 tensor's data_offsets in the header."""
@@ -35,6 +36,8 @@ for spec in a.tensors:
         body = struct.pack("<%df" % n, *([a.fill] * n))
     elif dt == "F16":
         body = struct.pack("<%de" % n, *([a.fill] * n))
+    elif dt == "BF16":  # the top half of the float32 (X exact in bfloat16, or inf/nan)
+        body = struct.pack("<%dH" % n, *([struct.unpack("<I", struct.pack("<f", a.fill))[0] >> 16] * n))
     elif dt == "I64":
         body = struct.pack("<%dq" % n, *([int(a.fill)] * n))
     else:
