@@ -1799,14 +1799,15 @@ weights_path_beside(const char *snn_path)
     return p;
 }
 
-/* notes, one per line, as "FILE: note: ..." on stderr */
+/* notes, one per line, as "FILE: note: ..." on stderr (through diag: they quote node names a
+ * file holds, printed escaped) */
 static void
 print_notes(const char *file, const char *notes)
 {
     for (const char *line = notes; *line;) {
         const char *end = strchr(line, '\n');
         int len = end ? (int)(end - line) : (int)strlen(line);
-        fprintf(stderr, "%s: note: %.*s\n", file, len, line);
+        diag_note((Loc){diag_intern(file), 0, 0}, "%.*s", len, line);
         line += len + (end != NULL);
     }
 }

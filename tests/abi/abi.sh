@@ -38,6 +38,11 @@ PY
 "$snnc" --run -q --backend=interp --precision=f32 "$model" --input=inputs.npz --batch=3 \
   --output=ref.npz
 run=("$abi_test" ./abi.so ./abi_noweights.so abi.safetensors inputs.npz out.npz)
+# with NVRTC, the model with CUDA code too: where no GPU can be had (no driver), "auto" is the CPU
+if "$snnc" --version | grep -q '^nvrtc: [0-9]'; then
+  "$snnc" "$model" --cuda-arch=sm_80 -o abi_cuda.so
+  SNN_CUDA_DRIVER=/nonexistent/libcuda.so.1 "${run[@]}" ./abi_cuda.so
+fi
 "${run[@]}"
 "$npycmp" --exact '*' out.npz ref.npz
 

@@ -1,16 +1,19 @@
 /* abi_test: the C ABI of a model.so (runtime/snn.h), loaded with dlopen as a user would.
- *   abi_test MODEL.so NOWEIGHTS.so WEIGHTS.safetensors INPUTS.npz OUT.npz
+ *   abi_test MODEL.so NOWEIGHTS.so WEIGHTS.safetensors INPUTS.npz OUT.npz [CUDA.so]
  * MODEL.so carries the weights WEIGHTS.safetensors holds; NOWEIGHTS.so is the same model built with
  * --no-embed-weights. INPUTS.npz has one array per model input (sample-major). Checks every error
  * path of the ABI, runs the inputs in uneven batches (first_sample offsets) and writes the outputs
  * to OUT.npz for the caller to compare with snnc's own run; checks that thread counts, sessions
- * running concurrently and weights reloaded from a file or memory all give the same bits. */
+ * running concurrently and weights reloaded from a file or memory all give the same bits. CUDA.so,
+ * the model with CUDA code, run where no GPU can be had: an "auto" session falls back to the CPU
+ * and leaves no message. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/snn.h"
 #include "runtime/tensor_io.h"
@@ -190,6 +193,13 @@ test_session_errors(const snn_model *m, Io *io)
     CHECK_ERR(api.snn_session_create(m, "tpu", 4, 1, &s), SNN_ERR_DEVICE, "unknown device 'tpu'");
     CHECK_ERR(api.snn_session_create(m, "cpu", 0, 1, &s), SNN_ERR_ARGUMENT, "max_batch");
     CHECK_ERR(api.snn_session_create(m, "cpu", 4, -1, &s), SNN_ERR_ARGUMENT, "threads");
+    /* the documented bounds, checked before anything is allocated or started */
+    CHECK_ERR(api.snn_session_create(m, "cpu", SNN_MAX_BATCH + 1, 1, &s), SNN_ERR_ARGUMENT,
+              "max_batch must be from 1 to 1048576 (SNN_MAX_BATCH), not 1048577");
+    CHECK_ERR(api.snn_session_create(m, "cpu", 4, SNN_MAX_THREADS + 1, &s), SNN_ERR_ARGUMENT,
+              "threads must be 0 (one per core) or from 1 to 1024 (SNN_MAX_THREADS), not 1025");
+    CHECK_ERR(api.snn_session_create(m, "tpu", INT32_MAX, 1, &s), SNN_ERR_ARGUMENT, "max_batch");
+    CHECK(s == NULL);
     CHECK_ERR(api.snn_session_create((const snn_model *)io, "cpu", 4, 1, &s), SNN_ERR_ARGUMENT,
               "not a model of this library");
     CHECK(api.snn_session_create(m, NULL, 4, 2, &s) == SNN_OK && s);
@@ -202,6 +212,12 @@ test_session_errors(const snn_model *m, Io *io)
     CHECK_ERR(api.snn_run(s, 0, 0, in, out), SNN_ERR_ARGUMENT, "batch 0 is not in 1..4");
     CHECK_ERR(api.snn_run(s, 0, 5, in, out), SNN_ERR_ARGUMENT, "batch 5 is not in 1..4");
     CHECK_ERR(api.snn_run(s, -1, 1, in, out), SNN_ERR_ARGUMENT, "first_sample -1");
+    /* first_sample + batch past the last sample whose Poisson keys are its own: an error, not
+     * keys that wrap onto sample 0's */
+    CHECK_ERR(api.snn_run(s, INT64_MAX, 1, in, out), SNN_ERR_ARGUMENT,
+              "first_sample 9223372036854775807 + batch 1 passes");
+    CHECK_ERR(api.snn_run(s, INT64_MAX / 2, 4, in, out), SNN_ERR_ARGUMENT, "+ batch 4 passes");
+    CHECK(api.snn_run(s, (int64_t)1 << 40, 4, in, out) == SNN_OK);
     CHECK_ERR(api.snn_run(s, 0, 1, NULL, out), SNN_ERR_ARGUMENT, "inputs is NULL");
     CHECK_ERR(api.snn_run(s, 0, 1, in, NULL), SNN_ERR_ARGUMENT, "outputs is NULL");
     const float *in_hole[2] = {io->in[0], NULL};
@@ -216,11 +232,21 @@ test_session_errors(const snn_model *m, Io *io)
     CHECK_ERR(api.snn_session_stats(s, NULL), SNN_ERR_ARGUMENT, "stats is NULL");
     CHECK_ERR(api.snn_session_stats(NULL, &st), SNN_ERR_ARGUMENT, "session is NULL");
     CHECK_ERR(api.snn_session_reset_stats(NULL), SNN_ERR_ARGUMENT, "session is NULL");
+    /* a call that succeeds leaves no message: after each failure above, one that works */
+    CHECK(api.snn_session_reset_stats(s) == SNN_OK && !strcmp(api.snn_last_error(), ""));
+    CHECK_ERR(api.snn_run(s, -1, 1, in, out), SNN_ERR_ARGUMENT, "first_sample -1");
+    CHECK(api.snn_model_get() == m && !strcmp(api.snn_last_error(), ""));
+    CHECK_ERR(api.snn_run(s, -1, 1, in, out), SNN_ERR_ARGUMENT, "first_sample -1");
+    CHECK(api.snn_session_threads(s) == 2 && !strcmp(api.snn_last_error(), ""));
+    CHECK_ERR(api.snn_run(s, -1, 1, in, out), SNN_ERR_ARGUMENT, "first_sample -1");
+    CHECK(api.snn_session_spike_counts(s, counts, 2) == SNN_OK &&
+          !strcmp(api.snn_last_error(), ""));
     /* failed runs count nothing */
     CHECK(api.snn_session_stats(s, &st) == SNN_OK && st.runs == 0 && st.samples == 0);
     CHECK(api.snn_run(s, 0, 2, in, out) == SNN_OK);
     CHECK(api.snn_session_stats(s, &st) == SNN_OK && st.runs == 1 && st.samples == 2 &&
           st.kernel_launches > 0 && st.seconds >= st.last_seconds && st.last_seconds > 0);
+    CHECK(api.snn_run(s, 0, 2, in, out) == SNN_OK && !strcmp(api.snn_last_error(), ""));
     CHECK(api.snn_session_reset_stats(s) == SNN_OK);
     CHECK(api.snn_session_stats(s, &st) == SNN_OK && st.runs == 0 && st.kernel_launches == 0);
     CHECK(api.snn_session_spike_counts(s, counts, 2) == SNN_OK && counts[0] == 0 &&
@@ -286,6 +312,24 @@ test_weights(const snn_model *m, Io *ref, const char *weights_path)
               "tensor 'extra.weight' in the weights buffer is not a weight of model 'abi_model'");
     free(bad);
     free(more);
+    /* a value that is not a number */
+    float keep = set.tensors[1].data[0];
+    set.tensors[1].data[0] = 0.0f / 0.0f;
+    CHECK(rt_safetensors_encode(set.tensors, set.ntensors, RT_F16, &bad, &bad_len, msg,
+                                sizeof msg) == 0);
+    set.tensors[1].data[0] = keep;
+    snprintf(want, sizeof want, "tensor '%s' in the weights buffer holds 1 value that is not "
+             "finite (element 0 is NaN)", set.tensors[1].name);
+    CHECK_ERR(api.snn_session_load_weights(s, bad, bad_len), SNN_ERR_WEIGHTS, want);
+    free(bad);
+    /* a file larger than the model's weights (as f32) and a header: not read */
+    char big_path[] = "/tmp/abi_test_big_XXXXXX";
+    int fd = mkstemp(big_path);
+    CHECK(fd >= 0 && ftruncate(fd, 64 << 20) == 0);
+    if (fd >= 0) close(fd);
+    CHECK_ERR(api.snn_session_load_weights_file(s, big_path), SNN_ERR_IO,
+              "is 64.0 MiB, more than the ");
+    unlink(big_path);
     /* after all those errors, the embedded weights still give the reference outputs */
     CHECK(run_all(&api, s, &io, 3) == SNN_OK && same_outputs(&io, ref));
     /* the same weights from memory and from the file: the same bits */
@@ -336,12 +380,36 @@ test_no_weights(const char *path, const Io *ref, const char *weights_path)
     api = saved;
 }
 
+/* a library with CUDA code where no GPU can be had: "auto" is the CPU, and a call that succeeds
+ * leaves no message even though the GPU it tried first failed */
+static void
+test_auto_fallback(const char *path)
+{
+    Api saved = api;
+    if (!load_api(&api, path)) {
+        failures++;
+        api = saved;
+        return;
+    }
+    const snn_model *m = api.snn_model_get();
+    CHECK(m && strstr(api.snn_model_devices(m), "cuda"));
+    snn_session *s = NULL;
+    CHECK_ERR(api.snn_session_create(m, "cuda", 4, 1, &s), SNN_ERR_DEVICE, "");
+    CHECK(s == NULL && strcmp(api.snn_last_error(), "") != 0);
+    CHECK(api.snn_session_create(m, "auto", 4, 1, &s) == SNN_OK && s);
+    CHECK(!strcmp(api.snn_last_error(), ""));
+    CHECK(s && !strcmp(api.snn_session_device(s), "cpu"));
+    api.snn_session_destroy(s);
+    dlclose(api.handle);
+    api = saved;
+}
+
 int
 main(int argc, char **argv)
 {
-    if (argc != 6) {
+    if (argc != 6 && argc != 7) {
         fprintf(stderr, "usage: abi_test MODEL.so NOWEIGHTS.so WEIGHTS.safetensors INPUTS.npz "
-                        "OUT.npz\n");
+                        "OUT.npz [CUDA.so]\n");
         return 2;
     }
     if (!load_api(&api, argv[1])) return 1;
@@ -409,6 +477,7 @@ main(int argc, char **argv)
 
     test_weights(m, &ref, argv[3]);
     test_no_weights(argv[2], &ref, argv[3]);
+    if (argc == 7) test_auto_fallback(argv[6]);
 
     /* the outputs, for the caller to compare with snnc's own run */
     RtTensor outs[8];
