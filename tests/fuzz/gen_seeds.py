@@ -275,6 +275,19 @@ def gen_nir():
         .encode())
 
 
+# ---- the file readers: a format byte (fuzz_read.c), then a seed of that format's parser ----
+
+def gen_read():
+    for fmt, target in enumerate(("fuzz_npy", "fuzz_safetensors", "fuzz_idx", "fuzz_npz")):
+        d = os.path.join(SEEDS, target)
+        for name in sorted(os.listdir(d))[:8]:
+            with open(os.path.join(d, name), "rb") as f:
+                blob = f.read()
+            for flags in (0, 0x04 | 0x08, 0x10):  # no limit; rows 3; 64 bytes
+                if len(blob) + 1 < 4096:
+                    put("fuzz_read", "%s_%s_%02x" % (target[5:], name, flags), bytes([fmt | flags]) + blob)
+
+
 if __name__ == "__main__":
     import warnings
     warnings.simplefilter("ignore")  # zipfile warns about the deliberate duplicate member
@@ -284,5 +297,6 @@ if __name__ == "__main__":
     gen_npz()
     gen_snn()
     gen_nir()
+    gen_read()
     for target in sorted(os.listdir(SEEDS)):
         print(target, len(os.listdir(os.path.join(SEEDS, target))), "seeds")
