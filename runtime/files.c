@@ -52,8 +52,9 @@ limit_bytes(const RtReadLimit *lim, char *why, size_t len)
     uint64_t max = lim && lim->max_bytes ? lim->max_bytes : rt_read_ceiling();
     char size[32];
     rt_format_bytes(max, size, sizeof size);
-    if (lim && lim->max_bytes && lim->why)
-        snprintf(why, len, "%s read for it: %s", size, lim->why);
+    if (lim && lim->max_bytes)
+        snprintf(why, len, "%s read for it%s%s", size, lim->why ? ": " : "",
+                 lim->why ? lim->why : "");
     else
         snprintf(why, len, "%s read for any file: half this machine's memory", size);
     return max;
@@ -278,7 +279,8 @@ write_stream(const char *path, int fd, const void *buf, size_t len, RtWrite **ou
 }
 
 /* buf into a temporary file beside target (a rename across file systems would fail), written,
- * fsync'ed and closed, every error checked; the old file, if any, keeps its permissions */
+ * fsync'ed and closed, every error checked; the old file, if any, keeps its permissions (and its
+ * owner, where this process may give it) */
 static int
 write_temp(RtWrite *w, const struct stat *old, unsigned flags, const void *buf, size_t len,
            char *err, size_t errlen)
@@ -320,6 +322,10 @@ write_temp(RtWrite *w, const struct stat *old, unsigned flags, const void *buf, 
         w->tmp = NULL;
         return 1;
     }
+    /* the old file's owner too, where this process may give it (root may; others keep theirs) */
+    if (old && (old->st_uid != geteuid() || old->st_gid != getegid()) &&
+        fchown(fd, old->st_uid, old->st_gid) != 0)
+        errno = 0;
     int e = old && fchmod(fd, old->st_mode & 07777) != 0 ? errno : 0;
     if (!e) e = write_all(fd, buf, len);
     while (!e && fsync(fd) != 0)

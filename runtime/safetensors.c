@@ -890,6 +890,14 @@ st_validate(StEntry *es, int n, uint64_t datalen, const char *what, char *err, s
     return 0;
 }
 
+static void
+st_entries_free(StEntry *es, int n)
+{
+    for (int i = 0; i < n; i++)
+        rt_tensor_free(&es[i].t);
+    free(es);
+}
+
 /* The header's JSON object (hlen bytes at h): its tensors into *es_out (*n_out of them), not yet
  * checked against the data. On failure frees what it made. */
 static int
@@ -950,9 +958,7 @@ st_header(const unsigned char *h, uint64_t hlen, const char *what, StEntry **es_
     *n_out = n;
     return 0;
 fail:
-    for (int i = 0; i < n; i++)
-        rt_tensor_free(&es[i].t);
-    free(es);
+    st_entries_free(es, n);
     return 1;
 }
 
@@ -1009,9 +1015,7 @@ rt_safetensors_parse(const void *buf, size_t len, const char *what, RtTensorSet 
     out->ntensors = n;
     return 0;
 fail:
-    for (int i = 0; i < n; i++)
-        rt_tensor_free(&es[i].t);
-    free(es);
+    st_entries_free(es, n);
     return 1;
 }
 
@@ -1034,11 +1038,9 @@ st_probe(const unsigned char *b, size_t n, const void *ctx, uint64_t *total)
         return 0;
     }
     uint64_t end = 0;
-    for (int i = 0; i < k; i++) {
+    for (int i = 0; i < k; i++)
         if (es[i].end > 0 && (uint64_t)es[i].end > end) end = (uint64_t)es[i].end;
-        rt_tensor_free(&es[i].t);
-    }
-    free(es);
+    st_entries_free(es, k);
     *total = 8 + hlen + end;
     return 0;
 }

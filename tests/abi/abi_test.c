@@ -353,16 +353,23 @@ test_weights(const snn_model *m, Io *ref, const char *weights_path)
     rt_tensorset_free(&set);
 }
 
+/* api becomes the library at path (false, counted as a failure, if it cannot be loaded); the
+ * caller puts *saved back when done */
+static bool
+use_library(const char *path, const Api *saved)
+{
+    if (load_api(&api, path)) return true;
+    failures++;
+    api = *saved;
+    return false;
+}
+
 /* the library built without weights: runs fail until weights are loaded, then match */
 static void
 test_no_weights(const char *path, const Io *ref, const char *weights_path)
 {
     Api saved = api;
-    if (!load_api(&api, path)) {
-        failures++;
-        api = saved;
-        return;
-    }
+    if (!use_library(path, &saved)) return;
     const snn_model *m = api.snn_model_get();
     CHECK(m && api.snn_model_has_weights(m) == 0);
     snn_session *s;
@@ -386,11 +393,7 @@ static void
 test_auto_fallback(const char *path)
 {
     Api saved = api;
-    if (!load_api(&api, path)) {
-        failures++;
-        api = saved;
-        return;
-    }
+    if (!use_library(path, &saved)) return;
     const snn_model *m = api.snn_model_get();
     CHECK(m && strstr(api.snn_model_devices(m), "cuda"));
     snn_session *s = NULL;
