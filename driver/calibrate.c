@@ -267,6 +267,14 @@ is_free_weight(const Module *m, ValueId v, const PrecisionRequest *rq)
     return rq->weights && node_stored_weight(m, n) >= 0 && n->wstore_loc.line == 0;
 }
 
+/* mixed: a weight past the narrower type's range stays f32 (stored narrower it would hold inf) */
+static bool
+fits(const Module *m, ValueId v, WeightStore s)
+{
+    int64_t first;
+    return weights_overflow(&m->weights[node_stored_weight(m, &m->nodes[v])], s, &first) == 0;
+}
+
 static bool
 is_free_output(const Module *m, ValueId v, const PrecisionRequest *rq)
 {
@@ -336,7 +344,7 @@ precision_calibrate(Module *m, const PrecisionRequest *rq)
         for (ValueId v = 0; v < m->nnodes && ok; v++) {
             char what[160];
             snprintf(what, sizeof what, "%s weights", layer_name(m, v));
-            if (is_free_weight(m, v, rq))
+            if (is_free_weight(m, v, rq) && fits(m, v, rq->narrow))
                 ok = try_narrow(&c, rq, store, astore, &store[v], what);
             snprintf(what, sizeof what, "%s activations", layer_name(m, v));
             if (ok && is_free_output(m, v, rq))
@@ -344,9 +352,14 @@ precision_calibrate(Module *m, const PrecisionRequest *rq)
         }
     } else if (ok) {
         for (ValueId v = 0; v < m->nnodes; v++) {
-            if (is_free_weight(m, v, rq)) store[v] = rq->narrow;
+            if (is_free_weight(m, v, rq)) {
+                store[v] = rq->narrow;
+                ok = weights_check_store(m, v, rq->narrow) && ok; /* fp16, bf16: said, not done */
+            }
             if (is_free_output(m, v, rq)) astore[v] = rq->narrow;
         }
+    }
+    if (ok && !rq->is_mixed) {
         set_weights(&c, store, astore);
         Diff d;
         ok = run_all(&c, false, &d);
@@ -371,8 +384,8 @@ precision_calibrate(Module *m, const PrecisionRequest *rq)
             m->nodes[v].wstore = store[v];
             m->nodes[v].astore = astore[v];
         }
-        weights_round_stored(m);
-        if (!rq->quiet) {
+        ok = weights_round_stored(m);
+        if (ok && !rq->quiet) {
             if (rq->weights)
                 fprintf(stderr, "snnc: precision %s: weights %.2f MB -> %.2f MB\n", rq->mode,
                         (double)wbytes / 1e6, (double)weight_bytes(m, store) / 1e6);

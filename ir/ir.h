@@ -434,8 +434,13 @@ bool weights_bind(Module *m, const char *override_path);
 struct RtReadLimit;
 void weights_read_limit(const Module *m, struct RtReadLimit *lim, char *why, size_t len);
 /* round every weight whose layer stores it narrower (Node.wstore) to that type's values; the
- * binders call it, and whoever changes wstore after binding */
-void weights_round_stored(Module *m);
+ * binders call it, and whoever changes wstore after binding. A weight past the narrower type's
+ * range (f16's 65504) would become infinite: an error naming it (weights_check_store), false. */
+bool weights_round_stored(Module *m);
+/* How many of w's finite values stored in s would not be (their count; *first the first) */
+int64_t weights_overflow(const Weight *w, WeightStore s, int64_t *first);
+/* The weight of layer v stored in s keeps every value finite, else an error at v; false */
+bool weights_check_store(const Module *m, ValueId v, WeightStore s);
 /* the same from tensors in memory (an imported model's); path names them in messages */
 struct RtTensorSet;
 bool weights_bind_set(Module *m, const struct RtTensorSet *set, const char *path);

@@ -120,19 +120,62 @@ list_weights(const Module *m, char *buf, size_t n)
         snprintf(buf + k, n - k, ", ... (%d in all)", m->nweights);
 }
 
-void
+/* x as stored in s and read back */
+static float
+stored(float x, WeightStore s)
+{
+    return s == WSTORE_F16 ? rt_f16_to_f32(rt_f32_to_f16(x))
+           : s == WSTORE_BF16 ? rt_bf16_to_f32(rt_f32_to_bf16(x))
+                              : x;
+}
+
+int64_t
+weights_overflow(const Weight *w, WeightStore s, int64_t *first)
+{
+    int64_t count = 0;
+    *first = -1;
+    for (int64_t i = 0; w->data && i < w->numel; i++)
+        if (isfinite(w->data[i]) && !isfinite(stored(w->data[i], s))) {
+            if (!count) *first = i;
+            count++;
+        }
+    return count;
+}
+
+bool
+weights_check_store(const Module *m, ValueId v, WeightStore s)
+{
+    const Node *n = &m->nodes[v];
+    int wi = node_stored_weight(m, n);
+    int64_t first, bad = wi >= 0 ? weights_overflow(&m->weights[wi], s, &first) : 0;
+    if (!bad) return true;
+    const Weight *w = &m->weights[wi];
+    diag_error(n->loc, "tensor '%s' holds %lld value%s past %s's range (element %lld is %g): "
+               "stored in %s %s infinite; keep this layer's weights f32 (--precision=mixed "
+               "chooses per tensor)", w->name, (long long)bad, bad == 1 ? "" : "s",
+               wstore_name(s), (long long)first, (double)w->data[first], wstore_name(s),
+               bad == 1 ? "it would be" : "they would be");
+    return false;
+}
+
+bool
 weights_round_stored(Module *m)
 {
+    bool ok = true;
     for (int v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
         int wi = node_stored_weight(m, n);
         if (wi < 0 || n->wstore == WSTORE_F32 || !m->weights[wi].data)
             continue;
+        if (!weights_check_store(m, v, n->wstore)) {
+            ok = false;
+            continue;
+        }
         float *d = m->weights[wi].data;
         for (int64_t i = 0; i < m->weights[wi].numel; i++)
-            d[i] = n->wstore == WSTORE_F16 ? rt_f16_to_f32(rt_f32_to_f16(d[i]))
-                                           : rt_bf16_to_f32(rt_f32_to_bf16(d[i]));
+            d[i] = stored(d[i], n->wstore);
     }
+    return ok;
 }
 
 bool
@@ -187,7 +230,7 @@ weights_bind_set(Module *m, const RtTensorSet *set, const char *path)
             if (n > 0)
                 memcpy(w->data, t->data, (size_t)n * sizeof(float));
         }
-    if (ok) weights_round_stored(m);
+    if (ok) ok = weights_round_stored(m);
     return ok;
 }
 
@@ -211,8 +254,7 @@ weights_bind(Module *m, const char *override_path)
     if (!path) {
         for (int i = 0; i < m->nweights; i++)
             init_seeded(m, &m->weights[i]);
-        weights_round_stored(m);
-        return true;
+        return weights_round_stored(m);
     }
 
     RtTensorSet set;

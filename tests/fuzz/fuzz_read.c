@@ -12,20 +12,18 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* a equals b, or b's first `rows` rows (rows > 0) */
 static bool
 same_tensor(const RtTensor *a, const RtTensor *b, int64_t rows)
 {
     if (a->dtype != b->dtype || a->rank != b->rank) return false;
-    int64_t per = 1;
-    for (int d = 0; d < a->rank; d++) {
-        if (d > 0 && a->dims[d] != b->dims[d]) return false;
-        if (d > 0) per *= a->dims[d];
-    }
-    if (a->rank > 0 && a->dims[0] != (rows > 0 && b->dims[0] > rows ? rows : b->dims[0]))
-        return false;
-    int64_t n = a->rank > 0 ? a->dims[0] * per : 1;
-    if (a->numel != n) return false;
-    return n == 0 || memcmp(a->data, b->data, (size_t)n * sizeof(float)) == 0;
+    for (int d = 1; d < a->rank; d++)
+        if (a->dims[d] != b->dims[d]) return false;
+    if (a->rank == 0) return a->numel == b->numel && !memcmp(a->data, b->data, sizeof(float));
+    int64_t r = rows > 0 && b->dims[0] > rows ? rows : b->dims[0];
+    if (a->dims[0] != r) return false;
+    int64_t n = b->dims[0] ? b->numel / b->dims[0] * r : 0; /* at most b->numel: no overflow */
+    return a->numel == n && (n == 0 || !memcmp(a->data, b->data, (size_t)n * sizeof(float)));
 }
 
 static bool
