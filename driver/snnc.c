@@ -2098,33 +2098,31 @@ main(int argc, char **argv)
         size_t tlen = 0;
         FILE *f = o.out ? open_memstream(&text, &tlen) : stdout;
         if (!f) die("out of memory");
-        {
-            if (strcmp(o.emit, "kernel") == 0 || strcmp(o.emit, "llvm") == 0) {
-                bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;
-                if (is_gpu && strcmp(o.emit, "llvm") == 0)
-                    usage_error("--emit=llvm prints the CPU backend's code, not --device=cuda's "
-                                "(see --emit=cuda)");
-                KProgram *kp = kir_lower_for(m, is_gpu ? KTARGET_GPU : KTARGET_CPU);
-                if (!kp)
-                    rc = 1;
-                else if (strcmp(o.emit, "kernel") == 0)
-                    kir_print(f, kp);
-                else
-                    rc = emit_llvm(f, kp, o.opt_level > 0);
-                kir_free(kp);
-            } else if (strcmp(o.emit, "cuda") == 0) {
-                rc = emit_cuda(f, m);
-            } else {
-                ir_print(f, m);
-            }
-            if (f != stdout && fclose(f) != 0) die("out of memory");
-            char err[1200];
-            if (f != stdout && rc == 0 && rt_write_file(o.out, text, tlen, err, sizeof err) != 0) {
-                diag_reader_error(o.out, err);
+        if (strcmp(o.emit, "kernel") == 0 || strcmp(o.emit, "llvm") == 0) {
+            bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;
+            if (is_gpu && strcmp(o.emit, "llvm") == 0)
+                usage_error("--emit=llvm prints the CPU backend's code, not --device=cuda's "
+                            "(see --emit=cuda)");
+            KProgram *kp = kir_lower_for(m, is_gpu ? KTARGET_GPU : KTARGET_CPU);
+            if (!kp)
                 rc = 1;
-            }
-            free(text);
+            else if (strcmp(o.emit, "kernel") == 0)
+                kir_print(f, kp);
+            else
+                rc = emit_llvm(f, kp, o.opt_level > 0);
+            kir_free(kp);
+        } else if (strcmp(o.emit, "cuda") == 0) {
+            rc = emit_cuda(f, m);
+        } else {
+            ir_print(f, m);
         }
+        if (f != stdout && fclose(f) != 0) die("out of memory");
+        char err[1200];
+        if (f != stdout && rc == 0 && rt_write_file(o.out, text, tlen, err, sizeof err) != 0) {
+            diag_reader_error(o.out, err);
+            rc = 1;
+        }
+        free(text);
     } else if (o.out) {
         rc = build_binary(m, &o);
     }
