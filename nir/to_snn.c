@@ -55,6 +55,23 @@ put(Buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+/* s as a string of the language ("..." with \" \\ \n escaped): whatever a file names, the
+ * parser reads back as the same bytes, never as code */
+static void
+put_quoted(Buf *b, const char *s)
+{
+    put(b, "\"");
+    for (; *s; s++) {
+        switch (*s) {
+        case '"': put(b, "\\\""); break;
+        case '\\': put(b, "\\\\"); break;
+        case '\n': put(b, "\\n"); break;
+        default: put(b, "%c", *s);
+        }
+    }
+    put(b, "\"");
+}
+
 /* a number as the language reads it back exactly */
 static const char *
 num(char *buf, size_t n, double x)
@@ -514,8 +531,10 @@ emit_conv(Ctx *c, int id, const Shape *in, const char *x, int nsp)
             "(%lld, %lld), dilation = (%lld, %lld)", c->ident[id], x, (long long)w->dims[0],
             (long long)k[0], (long long)k[1], (long long)stride[0], (long long)stride[1],
             (long long)pad[0], (long long)pad[1], (long long)dil[0], (long long)dil[1]);
-    put(c->out, ", groups = %lld, bias = %s, name = \"%s\")\n", (long long)groups[0],
-        has_bias ? "true" : "false", n->name);
+    put(c->out, ", groups = %lld, bias = %s, name = ", (long long)groups[0],
+        has_bias ? "true" : "false");
+    put_quoted(c->out, n->name);
+    put(c->out, ")\n");
     return set_ident(c, id);
 }
 
@@ -596,8 +615,10 @@ emit_node(Ctx *c, int id)
         }
         ok = add_tensor(c, id, "weight", w) && (!bias || add_tensor(c, id, "bias", bias));
         c->shape[id] = (Shape){1, {w->dims[0]}};
-        put(c->out, "  %s = dense(%s, %lld, bias = %s, name = \"%s\")\n", c->ident[id], x,
-            (long long)w->dims[0], bias ? "true" : "false", n->name);
+        put(c->out, "  %s = dense(%s, %lld, bias = %s, name = ", c->ident[id], x,
+            (long long)w->dims[0], bias ? "true" : "false");
+        put_quoted(c->out, n->name);
+        put(c->out, ")\n");
         set_ident(c, id);
         break;
     }
@@ -1247,7 +1268,11 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
                 "w_in.\n\n");
         emit_neurons(&c, &t);
         put(&t, "model %s {\n  timesteps %d\n", name, o->timesteps);
-        if (o->weights_ref) put(&t, "  weights \"%s\"\n", o->weights_ref);
+        if (o->weights_ref) {
+            put(&t, "  weights ");
+            put_quoted(&t, o->weights_ref);
+            put(&t, "\n");
+        }
         put(&t, "%s}\n", body.s ? body.s : "");
         if (c.ngain_one)
             note(&c, "%d neuron layer(s) follow the exporters' convention r = tau/dt (and w_in = "
