@@ -114,7 +114,15 @@ shape_str(char *buf, size_t n, const Shape *s)
 }
 
 /* the neuron definitions a model may need: one per kind and reset variant */
-typedef enum { NV_SAME_VALUE, NV_SAME_SUB, NV_NEXT_VALUE, NV_NEXT_SUB, NV_COUNT } NeuronVariant;
+typedef enum {
+    NV_SAME_VALUE,
+    NV_SAME_SUB,
+    NV_NEXT_VALUE,  /* reset before the next step's update (snnTorch Leaky, "zero") */
+    NV_NEXT_SUB,
+    NV_NEXT_AFTER,  /* reset after the next step's update, dropping its input (snnTorch RLeaky,
+                       Synaptic and RSynaptic, "zero") */
+    NV_COUNT
+} NeuronVariant;
 
 typedef struct Ctx {
     const NirGraph *g;
@@ -131,6 +139,8 @@ typedef struct Ctx {
     bool *is_back_src; /* per node: the source of such an edge (so it needs a name of its own) */
     int *back_base;
     bool used[NK_COUNT][NV_COUNT];
+    bool *in_cycle;    /* per node: on a cycle of the graph (a LIF there is snnTorch's RLeaky) */
+    int nrleaky, nsynaptic_zero; /* LIF and CubaLIF layers given NV_NEXT_AFTER, for the notes */
     Buf *texts;        /* per node: its statements */
     Buf *out;          /* where emit_node writes: texts[the node being emitted] */
     int *state;        /* per node: 0 not emitted, 1 being emitted, 2 emitted (shape known) */
@@ -381,15 +391,32 @@ note(Ctx *c, const char *fmt, ...)
     put(&c->notes, "%s\n", msg);
 }
 
+/* The reset variant of neuron node id. A reset to a value at the next step (snnTorch's
+ * reset_mechanism="zero") comes in two forms in snnTorch: Leaky zeroes the membrane before the
+ * update, so the step after a spike keeps its input; RLeaky, Synaptic and RSynaptic zero it after
+ * the update, dropping that input. NIR cannot tell Leaky from RLeaky: a LIF on a cycle of the
+ * graph is read as RLeaky (its export is a subgraph with a recurrent edge), any other as Leaky; a
+ * CubaLIF is Synaptic either way. */
 static NeuronVariant
-variant(const Ctx *c)
+variant(Ctx *c, int id)
 {
     bool sub = c->o->reset == NIR_RESET_SUBTRACT;
-    if (c->o->reset_next) return sub ? NV_NEXT_SUB : NV_NEXT_VALUE;
-    return sub ? NV_SAME_SUB : NV_SAME_VALUE;
+    if (!c->o->reset_next) return sub ? NV_SAME_SUB : NV_SAME_VALUE;
+    if (sub) return NV_NEXT_SUB;
+    NirKind k = c->g->nodes[id].kind;
+    if (k == NK_CUBALIF) {
+        c->nsynaptic_zero++;
+        return NV_NEXT_AFTER;
+    }
+    if (k == NK_LIF && c->in_cycle && c->in_cycle[id]) {
+        c->nrleaky++;
+        return NV_NEXT_AFTER;
+    }
+    return NV_NEXT_VALUE;
 }
 
-static const char *const variant_suffix[NV_COUNT] = {"", "_sub", "_next", "_sub_next"};
+static const char *const variant_suffix[NV_COUNT] = {"", "_sub", "_next", "_sub_next",
+                                                     "_next_after"};
 
 /* the input expression of node id: its sources summed (a back edge reads the source's previous
  * step) */
@@ -739,7 +766,7 @@ emit_node(Ctx *c, int id)
             c->used[NK_I][0] = true;
             put(c->out, "  %s = NIR_I(%s, gain = %s)\n", c->ident[id], x, num(nb, sizeof nb, gain));
         } else {
-            NeuronVariant v = variant(c);
+            NeuronVariant v = variant(c, id);
             c->used[NK_IF][v] = true;
             char b1[64], b2[64];
             put(c->out, "  %s = NIR_IF%s(%s, gain = %s, v_th = %s, v_reset = %s)\n", c->ident[id],
@@ -778,7 +805,7 @@ emit_node(Ctx *c, int id)
             put(c->out, "  %s = NIR_LI(%s, decay = %s, gain = %s, v_leak = %s)\n", c->ident[id], x,
                 num(nb, sizeof nb, decay), num(b0, sizeof b0, gain), num(b1, sizeof b1, f32(vl)));
         } else {
-            NeuronVariant v = variant(c);
+            NeuronVariant v = variant(c, id);
             c->used[NK_LIF][v] = true;
             put(c->out, "  %s = NIR_LIF%s(%s, decay = %s, gain = %s, v_leak = %s, v_th = %s, "
                 "v_reset = %s)\n", c->ident[id], variant_suffix[v], x, num(nb, sizeof nb, decay),
@@ -818,7 +845,7 @@ emit_node(Ctx *c, int id)
         if (is_conv && is_sconv) c->ngain_one++; else c->ngain_other++;
         c->shape[id] = in;
         char b0[64], b1[64], b2[64], b3[64], b4[64], b5[64];
-        NeuronVariant v = n->kind == NK_CUBALI ? 0 : variant(c);
+        NeuronVariant v = n->kind == NK_CUBALI ? 0 : variant(c, id);
         c->used[n->kind][v] = true;
         put(c->out, "  %s = NIR_%s%s(%s, syn_decay = %s, syn_gain = %s, decay = %s, gain = %s, "
             "v_leak = %s", c->ident[id], n->kind == NK_CUBALI ? "CubaLI" : "CubaLIF",
@@ -847,12 +874,15 @@ emit_neurons(Ctx *c, Buf *b)
         {"  fire v > v_th\n  reset v -= v_th\n", ""},
         {"  fire v > v_th\n", "  reset v = v_reset\n"},
         {"  reset v -= v_th\n  fire v > v_th\n", ""},
+        {"  reset v = v_reset\n  fire v > v_th\n", ""},
     };
     static const char *const reset_doc[NV_COUNT] = {
         "reset to v_reset in the step it fires",
         "reset by subtracting v_th in the step it fires",
         "reset to v_reset at the start of the next step (snnTorch's reset_mechanism=\"zero\")",
         "reset by subtracting v_th in the next step's update (snnTorch's reset_mechanism=\"subtract\")",
+        "reset to v_reset after the next step's update, its input dropped (snnTorch's RLeaky, "
+        "Synaptic and RSynaptic with reset_mechanism=\"zero\")",
     };
     if (c->used[NK_THRESHOLD][0])
         put(b, "# NIR Threshold: a spike where the input exceeds v_th (no state)\n"
@@ -957,6 +987,86 @@ make_idents(Ctx *c)
         c->ident[i] = s;
     }
     return true;
+}
+
+/* c->in_cycle: the nodes on a cycle of the graph, its strongly connected components of two nodes
+ * or more (and nodes with an edge to themselves), by Kosaraju's two depth-first passes, iterative:
+ * finishing order on the graph, then components on the reversed graph in reverse finishing order */
+static bool
+find_cycles(Ctx *c)
+{
+    const NirGraph *g = c->g;
+    int n = g->nnodes, nedges = 0;
+    for (int i = 0; i < n; i++)
+        nedges += g->nodes[i].nin;
+    c->in_cycle = calloc((size_t)n + 1, sizeof *c->in_cycle);
+    int *sbase = calloc((size_t)n + 2, sizeof *sbase), *succ = malloc(((size_t)nedges + 1) * sizeof *succ);
+    int *order = malloc(((size_t)n + 1) * sizeof *order), *comp = malloc(((size_t)n + 1) * sizeof *comp);
+    int *stack = malloc(((size_t)n + 1) * sizeof *stack), *pos = calloc((size_t)n + 1, sizeof *pos);
+    int *size = calloc((size_t)n + 1, sizeof *size);
+    bool ok = c->in_cycle && sbase && succ && order && comp && stack && pos && size;
+    if (ok) {
+        /* successors of each node (src -> i for every input src of i) */
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < g->nodes[i].nin; j++)
+                sbase[g->nodes[i].in[j] + 1]++;
+        for (int i = 0; i < n; i++)
+            sbase[i + 1] += sbase[i];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < g->nodes[i].nin; j++)
+                succ[sbase[g->nodes[i].in[j]] + pos[g->nodes[i].in[j]]++] = i;
+        /* pass 1: finishing order */
+        int norder = 0;
+        for (int i = 0; i < n; i++)
+            comp[i] = -1, pos[i] = 0;
+        for (int root = 0; root < n; root++) {
+            if (comp[root] != -1) continue;
+            int sp = 0;
+            stack[sp++] = root;
+            comp[root] = -2; /* visited */
+            while (sp) {
+                int u = stack[sp - 1];
+                if (pos[u] < sbase[u + 1] - sbase[u]) {
+                    int v = succ[sbase[u] + pos[u]++];
+                    if (comp[v] == -1) comp[v] = -2, stack[sp++] = v;
+                } else {
+                    order[norder++] = u;
+                    sp--;
+                }
+            }
+        }
+        /* pass 2: on the reversed graph (a node's inputs are its successors there) */
+        for (int i = 0; i < n; i++)
+            comp[i] = -1;
+        for (int k = n - 1; k >= 0; k--) {
+            int root = order[k];
+            if (comp[root] != -1) continue;
+            int sp = 0;
+            stack[sp++] = root;
+            comp[root] = root;
+            while (sp) {
+                int u = stack[--sp];
+                size[root]++;
+                for (int j = 0; j < g->nodes[u].nin; j++) {
+                    int v = g->nodes[u].in[j];
+                    if (comp[v] == -1) comp[v] = root, stack[sp++] = v;
+                }
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            c->in_cycle[i] = size[comp[i]] > 1;
+            for (int j = 0; j < g->nodes[i].nin; j++)
+                if (g->nodes[i].in[j] == i) c->in_cycle[i] = true;
+        }
+    }
+    free(sbase);
+    free(succ);
+    free(order);
+    free(comp);
+    free(stack);
+    free(pos);
+    free(size);
+    return ok ? true : fail(c, "out of memory");
 }
 
 /* depth-first from the model's inputs along the edges: an edge into a node on the current path
@@ -1145,6 +1255,7 @@ ctx_free(Ctx *c)
     free(c->texts);
     free(c->state);
     free(c->is_used_early);
+    free(c->in_cycle);
     free(c->notes.s);
 }
 
@@ -1192,7 +1303,7 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
     c.ref = calloc((size_t)n + 1, sizeof *c.ref);
     c.shape = calloc((size_t)n + 1, sizeof *c.shape);
     bool ok = c.ident && c.ref && c.shape ? true : fail(&c, "out of memory");
-    ok = ok && make_idents(&c) && schedule(&c);
+    ok = ok && make_idents(&c) && schedule(&c) && find_cycles(&c);
     if (ok) {
         c.texts = calloc((size_t)n + 1, sizeof *c.texts);
         c.state = calloc((size_t)n + 1, sizeof *c.state);
@@ -1281,6 +1392,12 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
         if (c.ngain_other)
             note(&c, "%d neuron layer(s) do not follow r = tau/dt for dt = %s s: their gains are "
                      "computed from tau, r and w_in", c.ngain_other, dtb);
+        if (c.nrleaky || c.nsynaptic_zero)
+            note(&c, "reset to v_reset at the next step: %d LIF layer(s) on a cycle of the graph "
+                     "read as snnTorch's RLeaky and %d CubaLIF layer(s) as Synaptic/RSynaptic: "
+                     "the membrane is reset after the next step's update, dropping that step's "
+                     "input (a LIF off any cycle is Leaky: reset before the update)",
+                 c.nrleaky, c.nsynaptic_zero);
         if (t.is_oom || body.is_oom) {
             free(t.s);
             ok = fail(&c, "out of memory");
