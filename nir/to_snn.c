@@ -881,8 +881,8 @@ emit_neurons(Ctx *c, Buf *b)
         "reset by subtracting v_th in the step it fires",
         "reset to v_reset at the start of the next step (snnTorch's reset_mechanism=\"zero\")",
         "reset by subtracting v_th in the next step's update (snnTorch's reset_mechanism=\"subtract\")",
-        "reset to v_reset after the next step's update, its input dropped (snnTorch's RLeaky, "
-        "Synaptic and RSynaptic with reset_mechanism=\"zero\")",
+        ("reset to v_reset after the next step's update, its input dropped (snnTorch's RLeaky, "
+         "Synaptic and RSynaptic with reset_mechanism=\"zero\")"),
     };
     if (c->used[NK_THRESHOLD][0])
         put(b, "# NIR Threshold: a spike where the input exceeds v_th (no state)\n"
