@@ -3,6 +3,7 @@
 #include "driver/files.h"
 
 #include "ir/ir.h"
+#include "runtime/tensor_io.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -75,19 +76,11 @@ files_output(FileList *l, const char *path, const char *role)
     add(l, path, role, true);
 }
 
-/* an output path that is a descriptor snnc holds: written as a stream, whatever it resolves to */
-static bool
-is_fd_path(const char *path)
-{
-    return !strcmp(path, "/dev/stdout") || !strcmp(path, "/dev/stderr") ||
-           !strncmp(path, "/dev/fd/", 8) || !strncmp(path, "/proc/self/fd/", 14);
-}
-
 static FileId
 file_id(const File *f)
 {
     FileId id = {ID_NONE, 0, 0, NULL};
-    if (f->is_output && is_fd_path(f->path)) return id;
+    if (f->is_output && rt_fd_path(f->path) >= 0) return id; /* a stream snnc holds */
     struct stat st;
     if (stat(f->path, &st) == 0) {
         if (S_ISREG(st.st_mode)) id = (FileId){ID_FILE, st.st_dev, st.st_ino, NULL};

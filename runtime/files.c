@@ -178,10 +178,8 @@ rt_read_file(const char *path, const RtReadLimit *lim, unsigned char **buf, size
 
 /* ---- writing ---- */
 
-/* the descriptor a path names by itself (/dev/stdout, /dev/fd/N, /proc/self/fd/N), else -1: such
- * a path is the stream the process already holds, whatever file it resolves to */
-static int
-fd_path(const char *path)
+int
+rt_fd_path(const char *path)
 {
     if (!strcmp(path, "/dev/stdin")) return 0;
     if (!strcmp(path, "/dev/stdout")) return 1;
@@ -346,7 +344,7 @@ rt_write_prepare(const char *path, const void *buf, size_t len, unsigned flags, 
                  char *err, size_t errlen)
 {
     *out = NULL;
-    int fd = fd_path(path);
+    int fd = rt_fd_path(path);
     if (fd >= 0) return write_stream(path, fd, buf, len, out, err, errlen);
     struct stat lst, st;
     const char *target = path;

@@ -78,6 +78,10 @@ int rt_read_file_probed(const char *path, const RtReadLimit *lim, RtSizeProbe pr
  * stays), /dev/stdout, /dev/stderr, /dev/fd/N, a character device or a FIFO (written as a stream).
  * A directory, socket, block device or dangling link is an error; nothing is written. */
 enum { RT_WRITE_EXEC = 1 }; /* flags: a new file is executable (0777 less the umask: a library) */
+/* The descriptor a path names by itself (/dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N,
+ * /proc/self/fd/N), else -1: written to, such a path is the stream the process already holds,
+ * whatever file it resolves to. */
+int rt_fd_path(const char *path);
 int rt_write_file_flags(const char *path, const void *buf, size_t len, unsigned flags, char *err,
                         size_t errlen);
 int rt_write_file(const char *path, const void *buf, size_t len, char *err, size_t errlen);
