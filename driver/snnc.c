@@ -198,6 +198,11 @@ usage(FILE *f)
           "                          a current over dt\n"
           "  --spike-inputs          the graph's inputs are spikes (0/1): declared spike, so the\n"
           "                          layers reading them sum only what spiked\n"
+          "  --framework=NAME        run the graph as the framework that exported it ran it: its\n"
+          "                          dt, integrator, reset kind and timing, impulses and neurons\n"
+          "                          (snntorch, norse, sinabs, spikingjelly, spyx, lava-dl; none:\n"
+          "                          NIR's reading). The flags above override it; docs/nir.md\n"
+          "                          has the table\n"
           "\n"
           "Passes (the graph-IR pipeline; --help-passes lists them):\n"
           "  -O0 .. -O3              -O0: no pass (lowering only: every layer step by step); -O1 and\n"
@@ -517,7 +522,8 @@ parse_options(int argc, char **argv, Options *o)
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
            O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS, O_ACCUMULATE, O_DT, O_INTEGRATOR,
-           O_RESET, O_RESET_STEP, O_TIMESTEPS, O_IMPULSES, O_SPIKE_INPUTS, O_OUTPUTS, O_EVENTS };
+           O_RESET, O_RESET_STEP, O_TIMESTEPS, O_IMPULSES, O_SPIKE_INPUTS, O_OUTPUTS, O_EVENTS,
+           O_FRAMEWORK };
     static const struct option longopts[] = {
         {"emit", required_argument, 0, O_EMIT},       {"run", no_argument, 0, O_RUN},
         {"backend", required_argument, 0, O_BACKEND}, {"precision", required_argument, 0, O_PRECISION},
@@ -555,6 +561,7 @@ parse_options(int argc, char **argv, Options *o)
         {"timesteps", required_argument, 0, O_TIMESTEPS},
         {"impulses", no_argument, 0, O_IMPULSES},
         {"spike-inputs", no_argument, 0, O_SPIKE_INPUTS},
+        {"framework", required_argument, 0, O_FRAMEWORK},
         {"outputs", required_argument, 0, O_OUTPUTS},
         {0, 0, 0, 0},
     };
@@ -569,7 +576,8 @@ parse_options(int argc, char **argv, Options *o)
     bool is_f64_asked = false;
     /* the NIR options given, a bit each in the order of nir_option_names */
     static const char *const nir_option_names[] = {"--dt", "--impulses", "--integrator", "--reset",
-                                                   "--reset-step", "--timesteps", "--spike-inputs"};
+                                                   "--reset-step", "--timesteps", "--spike-inputs",
+                                                   "--framework"};
     unsigned nir_given = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = ncpu < 1 ? 1 : ncpu > 1024 ? 1024 : (int)ncpu;
@@ -773,6 +781,14 @@ parse_options(int argc, char **argv, Options *o)
             o->nir.impulses = true;
             nir_given |= 1u << 1;
             break;
+        case O_FRAMEWORK: {
+            NirFramework f = nir_framework_parse(optarg);
+            if (f == NIR_FW_COUNT)
+                usage_error("--framework expects %s, got '%s'", nir_framework_list(), optarg);
+            o->nir.framework = f;
+            nir_given |= 1u << 7;
+            break;
+        }
         case O_TIMESTEPS:
             o->nir.timesteps = (int)parse_int("--timesteps", optarg, 1, 1 << 20);
             nir_given |= 1u << 5;
@@ -820,12 +836,13 @@ parse_options(int argc, char **argv, Options *o)
     o->nir.given = nir_given; /* bit i is nir_option_names[i]: NIR_GIVEN_* (nir.h) */
     /* NIR options read a .nir file; --emit=nir writes time constants for a reader's --dt and
      * --impulses */
-    unsigned nir_allowed = o->is_nir ? ~0u : is_emit(o, "nir") ? 3u : 0u;
-    for (int i = 0; i < 7; i++)
+    unsigned nir_allowed = o->is_nir ? ~0u : is_emit(o, "nir") ? 3u | 1u << 7 : 0u;
+    for (int i = 0; i < 8; i++)
         if (nir_given & ~nir_allowed & (1u << i))
             usage_error("%s is for NIR graphs (MODEL.nir)%s; a .snn model says this itself",
                         nir_option_names[i],
-                        is_emit(o, "nir") ? " (--emit=nir takes --dt and --impulses)" : "");
+                        is_emit(o, "nir") ? " (--emit=nir takes --dt, --impulses and --framework)"
+                                          : "");
     if (is_emit(o, "nir") && !o->out) usage_error("--emit=nir needs -o FILE.nir");
     if (is_emit(o, "snn") && !o->is_nir)
         usage_error("--emit=snn translates a NIR graph (MODEL.nir); for a .snn model, --emit=ir "
@@ -1807,12 +1824,15 @@ weights_path_beside(const char *snn_path)
 /* notes, one per line, as "FILE: note: ..." on stderr (through diag: they quote node names a
  * file holds, printed escaped) */
 static void
-print_notes(const char *file, const char *notes)
+print_notes(const char *file, const char *notes, bool quiet)
 {
     for (const char *line = notes; *line;) {
         const char *end = strchr(line, '\n');
         int len = end ? (int)(end - line) : (int)strlen(line);
-        diag_note((Loc){diag_intern(file), 0, 0}, "%.*s", len, line);
+        if (strncmp(line, "warning: ", 9) == 0 && len >= 9)
+            diag_warning((Loc){diag_intern(file), 0, 0}, "%.*s", len - 9, line + 9);
+        else if (!quiet)
+            diag_note((Loc){diag_intern(file), 0, 0}, "%.*s", len, line);
         line += len + (end != NULL);
     }
 }
@@ -1835,7 +1855,7 @@ load_nir(Options *o, NirImport *im, char **text_path, char **weights_path)
         diag_reader_error(NULL, err);
         return NULL;
     }
-    if (!o->quiet) print_notes(o->path, im->notes);
+    print_notes(o->path, im->notes, o->quiet); /* warnings even with -q */
     size_t n = strlen(o->path) + 5;
     *text_path = malloc(n);
     if (!*text_path) die("out of memory");
@@ -1851,7 +1871,8 @@ emit_nir(Module *m, const Options *o)
     if (!bind_weights(m, o)) return 1;
     NirObj root;
     char notes[2048], err[1024];
-    if (!nir_from_module(m, o->nir.dt, o->nir.impulses, &root, notes, sizeof notes, err,
+    if (!nir_from_module(m, o->nir.dt, o->nir.given & NIR_GIVEN_IMPULSES ? 1 : -1,
+                         o->nir.framework, &root, notes, sizeof notes, err,
                          sizeof err)) {
         diag_file_error(o->path, "--emit=nir: %s", err);
         return 1;
@@ -1862,7 +1883,7 @@ emit_nir(Module *m, const Options *o)
         diag_reader_error(NULL, err);
         return 1;
     }
-    if (!o->quiet) print_notes(o->out, notes);
+    print_notes(o->out, notes, o->quiet);
     return 0;
 }
 

@@ -29,6 +29,7 @@ typedef struct Ex {
     int reset_next;      /* -1 not yet, else 0/1 */
     bool is_mixed;
     bool has_ge;         /* a neuron fires at v >= v_th: NIR's threshold is strict */
+    NirFramework framework; /* the convention neurons are written in, stored for the reader */
     Module *ref;         /* the NIR_* neuron definitions as the importer writes them */
     char notes[2048];
 } Ex;
@@ -276,6 +277,48 @@ continuous(double dt, double decay, double gain, double *tau, double *r)
     *r = (double)(float)(gain * *tau / dt);
 }
 
+/* Sinabs's convention (--framework=sinabs): decay = exp(-dt/tau) in float32 and r the input
+ * gain; the float32 tau whose decay the importer computes back exactly, where one exists */
+static void
+continuous_sinabs(double dt, double decay, double gain, double *tau, double *r)
+{
+    float t0 = (float)(-dt / log(decay)), best = t0;
+    for (int k = 0; k < 64; k++) {
+        float cand = t0;
+        for (int s = 0; s < k / 2 + 1 && k; s++)
+            cand = nextafterf(cand, k % 2 ? INFINITY : 0.0f);
+        if ((float)exp((double)(float)(-dt / (double)cand)) == (float)decay) {
+            best = cand;
+            break;
+        }
+    }
+    *tau = best;
+    *r = (double)(float)gain;
+}
+
+/* the framework whose NIR_* neurons the model uses (the importer writes them only for one),
+ * or NIR_FW_NONE */
+static NirFramework
+detect_framework(const Module *m)
+{
+    static const struct {
+        const char *suffix;
+        NirFramework f;
+    } marks[] = {{"_multi", NIR_FW_SINABS}, {"_ge", NIR_FW_SPIKINGJELLY},
+                 {"_ge_nodecay", NIR_FW_SPIKINGJELLY}, {"_sub_redo", NIR_FW_SNNTORCH},
+                 {"_spyx", NIR_FW_SPYX}};
+    for (int i = 0; i < m->nneurons; i++) {
+        const char *name = m->neurons[i]->name;
+        if (strncmp(name, "NIR_", 4) != 0) continue;
+        size_t len = strlen(name);
+        for (size_t j = 0; j < sizeof marks / sizeof marks[0]; j++) {
+            size_t sl = strlen(marks[j].suffix);
+            if (len > sl && strcmp(name + len - sl, marks[j].suffix) == 0) return marks[j].f;
+        }
+    }
+    return NIR_FW_NONE;
+}
+
 static bool
 export_neuron(Ex *x, ValueId v, NirObj *g)
 {
@@ -288,7 +331,10 @@ export_neuron(Ex *x, ValueId v, NirObj *g)
     double dt = x->dt, tau, r;
     if (strncmp(name, "NIR_", 4) == 0 && is_import_neuron(x, nd)) {
         const char *kind = name + 4;
-        bool sub = strstr(kind, "_sub") != NULL, next = strstr(kind, "_next") != NULL;
+        bool is_multi = strstr(kind, "_multi") != NULL, is_ge = strstr(kind, "_ge") != NULL;
+        bool sub = strstr(kind, "_sub") != NULL || is_multi || strstr(kind, "_spyx") != NULL;
+        bool next = strstr(kind, "_next") != NULL;
+        if (is_ge) x->has_ge = true;
         if (strncmp(kind, "Threshold", 9) == 0) {
             put_string(g, "type", "Threshold");
             put_param(g, "threshold", t, param(m, n, "v_th"));
@@ -299,13 +345,32 @@ export_neuron(Ex *x, ValueId v, NirObj *g)
         bool is_cuba = strncmp(kind, "Cuba", 4) == 0;
         bool is_spiking = is_integrator ? kind[1] == 'F'
                                         : strncmp(kind, is_cuba ? "CubaLIF" : "LIF", is_cuba ? 7 : 3) == 0;
+        if (is_multi && is_integrator && param(m, n, "v_min") != -param(m, n, "v_th"))
+            return fail(x, "layer '%s': a Sinabs IAF whose min_v_mem is not -v_threshold (NIR "
+                        "cannot say it; Sinabs reads -v_threshold)", name_of(x, v));
+        /* SpikingJelly's LIF: tau in steps, decay_input=True (r = gain) or False (r = tau/dt) */
+        if (is_ge && !is_integrator && !is_cuba) {
+            bool is_nodecay = strstr(kind, "_nodecay") != NULL;
+            double steps = param(m, n, "tau");
+            if (is_nodecay && param(m, n, "gain") != 1)
+                return fail(x, "layer '%s': SpikingJelly's decay_input=False LIF with an input "
+                            "gain of %g (NIR's reading has 1)", name_of(x, v), param(m, n, "gain"));
+            put_string(g, "type", "LIF");
+            put_param(g, "tau", t, steps * dt);
+            put_param(g, "r", t, is_nodecay ? steps : param(m, n, "gain"));
+            put_param(g, "v_leak", t, param(m, n, "v_leak"));
+            put_param(g, "v_threshold", t, param(m, n, "v_th"));
+            put_param(g, "v_reset", t, param(m, n, "v_reset"));
+            want_reset(x, NIR_RESET_VALUE, false);
+            return true;
+        }
         double decay = is_integrator ? 1.0 : param(m, n, "decay");
         if (is_integrator || (!is_cuba && decay == 1)) {
             put_string(g, "type", is_spiking ? "IF" : "I");
             put_param(g, "r", t, x->impulses ? param(m, n, "gain") : param(m, n, "gain") / dt);
             if (is_spiking) {
                 put_param(g, "v_threshold", t, param(m, n, "v_th"));
-                put_param(g, "v_reset", t, param(m, n, "v_reset"));
+                put_param(g, "v_reset", t, is_multi ? 0 : param(m, n, "v_reset"));
                 want_reset(x, sub ? NIR_RESET_SUBTRACT : NIR_RESET_VALUE, next);
             }
             return true;
@@ -315,7 +380,10 @@ export_neuron(Ex *x, ValueId v, NirObj *g)
                         name_of(x, v), is_cuba && decay < 1 ? param(m, n, "syn_decay") : decay);
         }
         put_string(g, "type", is_cuba ? (is_spiking ? "CubaLIF" : "CubaLI") : (is_spiking ? "LIF" : "LI"));
-        continuous(dt, decay, param(m, n, "gain"), &tau, &r);
+        if (x->framework == NIR_FW_SINABS && !is_cuba)
+            continuous_sinabs(dt, decay, param(m, n, "gain"), &tau, &r);
+        else
+            continuous(dt, decay, param(m, n, "gain"), &tau, &r);
         put_param(g, is_cuba ? "tau_mem" : "tau", t, tau);
         put_param(g, "r", t, r);
         put_param(g, "v_leak", t, param(m, n, "v_leak"));
@@ -328,7 +396,7 @@ export_neuron(Ex *x, ValueId v, NirObj *g)
         }
         if (is_spiking) {
             put_param(g, "v_threshold", t, param(m, n, "v_th"));
-            put_param(g, "v_reset", t, param(m, n, "v_reset"));
+            put_param(g, "v_reset", t, is_multi ? 0 : param(m, n, "v_reset"));
             want_reset(x, sub ? NIR_RESET_SUBTRACT : NIR_RESET_VALUE, next);
         }
         return true;
@@ -535,14 +603,19 @@ export_node(Ex *x, ValueId v)
 }
 
 bool
-nir_from_module(const Module *m, double dt, bool impulses, NirObj *root, char *notes,
-                size_t noteslen, char *err, size_t errlen)
+nir_from_module(const Module *m, double dt, int impulses, NirFramework framework, NirObj *root,
+                char *notes, size_t noteslen, char *err, size_t errlen)
 {
     memset(root, 0, sizeof *root);
     root->kind = NIR_GROUP;
     root->name = xstrdup("");
-    Ex x = {.m = m, .dt = dt > 0 ? dt : 1e-4, .impulses = impulses, .err = err, .errlen = errlen,
-            .reset_kind = -1, .reset_next = -1};
+    NirImportOptions preset = {.framework = framework ? framework : detect_framework(m)};
+    nir_apply_preset(&preset);
+    bool has_preset = preset.framework != NIR_FW_NONE;
+    Ex x = {.m = m, .dt = dt > 0 ? dt : has_preset ? preset.dt : 1e-4,
+            .impulses = impulses >= 0 ? impulses != 0 : has_preset && preset.impulses,
+            .framework = preset.framework, .err = err, .errlen = errlen, .reset_kind = -1,
+            .reset_next = -1};
     x.names = calloc((size_t)m->nnodes + 1, sizeof *x.names);
     if (!x.names) die("out of memory");
     x.num = malloc(((size_t)m->nnodes + 1) * sizeof *x.num);
@@ -569,9 +642,13 @@ nir_from_module(const Module *m, double dt, bool impulses, NirObj *root, char *n
         char opts[256];
         char dtb[64];
         print_double(dtb, sizeof dtb, x.dt);
-        snprintf(opts, sizeof opts, "--timesteps=%d --dt=%s%s%s%s", m->timesteps, dtb,
-                 x.reset_kind == NIR_RESET_SUBTRACT ? " --reset=subtract" : "",
-                 x.reset_next == 1 ? " --reset-step=next" : "", x.impulses ? " --impulses" : "");
+        snprintf(opts, sizeof opts, "--timesteps=%d --dt=%s%s%s%s%s%s", m->timesteps, dtb,
+                 x.reset_kind == NIR_RESET_SUBTRACT ? " --reset=subtract"
+                 : x.reset_kind == NIR_RESET_VALUE && has_preset ? " --reset=value" : "",
+                 x.reset_next == 1 ? " --reset-step=next"
+                 : x.reset_next == 0 && has_preset ? " --reset-step=same" : "",
+                 x.impulses ? " --impulses" : "", has_preset ? " --framework=" : "",
+                 has_preset ? nir_framework_name(x.framework) : "");
         NirObj *meta = add_kid(top, "metadata", NIR_GROUP);
         put_string(meta, "snnc_import_options", opts);
         note(&x, "stored in the file, and taken by snnc when it reads it back as this model: %s",
@@ -579,7 +656,7 @@ nir_from_module(const Module *m, double dt, bool impulses, NirObj *root, char *n
         if (x.is_mixed)
             note(&x, "the model's neuron layers reset in different ways; NIR cannot say which: "
                      "the options above reproduce the last one's");
-        if (x.has_ge)
+        if (x.has_ge && x.framework != NIR_FW_SPIKINGJELLY && x.framework != NIR_FW_LAVA_DL)
             note(&x, "SpikingJelly's neurons fire at v >= v_th, NIR's at v > v_th: a membrane "
                      "exactly at the threshold no longer spikes");
     }

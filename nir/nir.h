@@ -93,7 +93,33 @@ typedef enum { NIR_RESET_VALUE, NIR_RESET_SUBTRACT } NirReset;
 enum {
     NIR_GIVEN_DT = 1, NIR_GIVEN_IMPULSES = 2, NIR_GIVEN_INTEGRATOR = 4, NIR_GIVEN_RESET = 8,
     NIR_GIVEN_RESET_STEP = 16, NIR_GIVEN_TIMESTEPS = 32, NIR_GIVEN_SPIKE_INPUTS = 64,
+    NIR_GIVEN_FRAMEWORK = 128,
 };
+
+/* --framework: the framework (and version) whose conventions a graph is run with. NIR leaves the
+ * discretisation open and each exporter fills it in its own way; a preset states one exporter's
+ * (dt, integrator, reset kind and timing, impulses) and picks its neuron variants (snnTorch's
+ * RLeaky/Synaptic zero reset and reset_delay=False, Sinabs's multi-spike neurons). Options the
+ * user gives, then options the file stores, win over the preset. docs/nir.md has the table. */
+typedef enum {
+    NIR_FW_NONE,          /* NIR's own reading: the options' defaults */
+    NIR_FW_SNNTORCH,
+    NIR_FW_NORSE,
+    NIR_FW_SINABS,
+    NIR_FW_SPIKINGJELLY,
+    NIR_FW_SPYX,
+    NIR_FW_LAVA_DL,
+    NIR_FW_COUNT
+} NirFramework;
+
+/* the framework named s ("snntorch", "lava-dl", ...; case-insensitive, '_' for '-'), or
+ * NIR_FW_COUNT when none is */
+NirFramework nir_framework_parse(const char *s);
+const char *nir_framework_name(NirFramework f);   /* "snntorch" */
+/* one line: the framework, the version checked and what its preset sets */
+const char *nir_framework_summary(NirFramework f);
+/* the names --framework takes, separated by '|' */
+const char *nir_framework_list(void);
 
 typedef struct NirImportOptions {
     double dt;                /* seconds per step; <= 0: recovered from the exporters' convention
@@ -107,9 +133,12 @@ typedef struct NirImportOptions {
                                  input as an impulse (v += r I, i += w_in I: Norse) instead of a
                                  current integrated over dt */
     int timesteps;            /* T of the model (required) */
+    NirFramework framework;   /* NIR_FW_NONE, or the preset that fills the options not given */
     unsigned given;           /* NIR_GIVEN_* of the options the user set: the file's stored
                                  options (snnc_import_options, written by --emit=nir) fill the
                                  others (nir_import_file) */
+    unsigned stored;          /* NIR_GIVEN_* of the options the file stored (set by
+                                 nir_import_file): a preset fills only what neither states */
     const char *model_name;   /* NULL: from the file name */
     const char *weights_ref;  /* NULL: no `weights` statement (the caller binds them) */
 } NirImportOptions;
@@ -133,11 +162,15 @@ char *nir_neuron_library(void);
 /* ---- export (from_ir.c, h5write.c) ---- */
 struct Module;
 /* A module with bound weights → a NIR file's tree. dt: the step its neurons' time constants are
- * written for; impulses: IF, I and synaptic gains written for readers that take inputs as
- * impulses (--impulses). notes gets what the reader should know (one line each), err why it
- * failed. */
-bool nir_from_module(const struct Module *m, double dt, bool impulses, NirObj *root, char *notes,
-                     size_t noteslen, char *err, size_t errlen);
+ * written for (<= 0: the framework's, else 1e-4); impulses: IF, I and synaptic gains written for
+ * readers that take inputs as impulses (--impulses; < 0: the framework's, else not); framework:
+ * the convention the neurons are written in and stored for the reader (--framework=), or
+ * NIR_FW_NONE: the one the model's framework-specific NIR_* neurons imply, if any. notes gets
+ * what the reader should know (one line each), err why it failed. */
+bool nir_from_module(const struct Module *m, double dt, int impulses, NirFramework framework,
+                     NirObj *root, char *notes, size_t noteslen, char *err, size_t errlen);
+/* the options framework's preset sets, in o (o->framework names it; NIR_FW_NONE: nothing) */
+void nir_apply_preset(NirImportOptions *o);
 /* h5write.c: the tree as an HDF5 file (arrays gzip-compressed, strings variable-length UTF-8,
  * as nir.write stores them) */
 bool nir_h5_write(const char *path, const NirObj *root, char *err, size_t errlen);

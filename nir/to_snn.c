@@ -121,8 +121,113 @@ typedef enum {
     NV_NEXT_SUB,
     NV_NEXT_AFTER,  /* reset after the next step's update, dropping its input (snnTorch RLeaky,
                        Synaptic and RSynaptic, "zero") */
+    NV_SAME_SUB_REDO, /* snnTorch reset_delay=False, "subtract": the previous step's membrane,
+                         if still above v_th, is reduced before the spike test, and the reset
+                         then undone where no spike follows */
+    NV_MULTI,       /* Sinabs: spikes = trunc(v / v_th) per step (MultiSpike), v -= spikes v_th;
+                       IF clamped below at -v_th (its min_v_mem on import) */
+    NV_GE,          /* SpikingJelly: fire at v >= v_th, hard reset; LIF charged with
+                       decay_input=True: v + (r I - (v - v_leak)) / tau */
+    NV_GE_NODECAY,  /* SpikingJelly LIF with decay_input=False: v - (v - v_leak) / tau + I */
+    NV_SPYX,        /* Spyx: the spike tested on the membrane before the update, v_th subtracted
+                       in that update (a CubaLIF: before its decay) */
     NV_COUNT
 } NeuronVariant;
+
+/* ---- framework presets ---- */
+typedef struct Preset {
+    const char *name;      /* what --framework takes */
+    const char *checked;   /* the framework version its equations were read from and tested */
+    double dt;
+    NirIntegrator integrator;
+    NirReset reset;
+    bool reset_next, impulses;
+    const char *what;      /* the neuron semantics it adds, for notes and --help */
+} Preset;
+
+static const Preset presets[NIR_FW_COUNT] = {
+    [NIR_FW_NONE] = {"none", "NIR 1.0", 0, NIR_EULER, NIR_RESET_VALUE, false, false,
+                     "NIR's own reading: forward Euler, reset to v_reset in the step that fires"},
+    [NIR_FW_SNNTORCH] = {"snntorch", "snnTorch 1.0.0", 1e-4, NIR_EULER, NIR_RESET_SUBTRACT, true,
+                         false,
+                         "export_to_nir's dt = 1e-4 (r = tau/dt: v <- beta v + I), the defaults "
+                         "reset_mechanism=\"subtract\" and reset_delay=True; a LIF on a cycle is "
+                         "RLeaky, a CubaLIF Synaptic; --reset=value for \"zero\" (RLeaky, "
+                         "Synaptic, RSynaptic zeroed after the next update), --reset-step=same "
+                         "for reset_delay=False"},
+    [NIR_FW_NORSE] = {"norse", "Norse 1.1.0", 1e-6, NIR_EULER, NIR_RESET_VALUE, false, true,
+                      "to_nir writes tau = dt/tau_inv with dt = 1e-3, so dt = 1e-6 recovers "
+                      "dt/tau = 1e-3 tau_inv; IF and the synaptic current take inputs as impulses "
+                      "(v += I, i += I); reset to v_reset in the step that fires"},
+    [NIR_FW_SINABS] = {"sinabs", "Sinabs 3.1.3", 1.0, NIR_EXACT, NIR_RESET_SUBTRACT, false, true,
+                       "tau in steps (dt = 1), decay exp(-1/tau) and an input gain of r "
+                       "(from_nir's norm_input=False); several spikes per step (MultiSpike: "
+                       "trunc(v / v_th) for v > 0), v_th subtracted per spike in the same step, "
+                       "IF clamped below at -v_th (from_nir's min_v_mem)"},
+    [NIR_FW_SPIKINGJELLY] = {"spikingjelly", "SpikingJelly 2.0.0", 1e-4, NIR_EULER,
+                             NIR_RESET_VALUE, false, false,
+                             "export_to_nir's dt = 1e-4 (IF r = 1/dt, LIF tau = tau_steps dt and "
+                             "r = 1 for decay_input=True or tau_steps for False); fire at "
+                             "v >= v_th, hard reset in the same step, SpikingJelly's order of "
+                             "operations"},
+    [NIR_FW_SPYX] = {"spyx", "Spyx at 38374e96 (source read; not run here)", 1.0, NIR_EULER,
+                     NIR_RESET_SUBTRACT, false, false,
+                     "from_nir's dt = 1: beta = 1 - dt/tau, an input gain of 1 (r and w_in "
+                     "ignored, as Spyx does); the spike is tested on the membrane before the "
+                     "update and v_th subtracted in that update (a CubaLIF subtracts before its "
+                     "decay)"},
+    [NIR_FW_LAVA_DL] = {"lava-dl", "the NIR project's lava-dl scripts at 7232ada6 (source read; "
+                        "not run here)", 1e-4, NIR_EULER, NIR_RESET_VALUE, false, false,
+                        "dt = 1e-4, decays dt/tau (r = tau/dt, w_in = tau_syn/dt: gains of 1), "
+                        "fire at v >= v_th, reset to 0 in the same step, the current kept; in "
+                        "float32, where Loihi's fixed point rounds each decay to 12 bits"},
+};
+
+NirFramework
+nir_framework_parse(const char *s)
+{
+    for (int f = 0; f < NIR_FW_COUNT; f++) {
+        const char *a = presets[f].name, *b = s;
+        for (; *a && *b; a++, b++) {
+            char cb = *b >= 'A' && *b <= 'Z' ? (char)(*b - 'A' + 'a') : *b == '_' ? '-' : *b;
+            if (cb != *a) break;
+        }
+        if (!*a && !*b) return (NirFramework)f;
+    }
+    return NIR_FW_COUNT;
+}
+
+const char *
+nir_framework_name(NirFramework f)
+{
+    return f >= 0 && f < NIR_FW_COUNT ? presets[f].name : "?";
+}
+
+const char *
+nir_framework_summary(NirFramework f)
+{
+    return f >= 0 && f < NIR_FW_COUNT ? presets[f].what : "?";
+}
+
+const char *
+nir_framework_list(void)
+{
+    return "snntorch|norse|sinabs|spikingjelly|spyx|lava-dl|none";
+}
+
+/* the options a preset fills: those neither the user nor the file states */
+void
+nir_apply_preset(NirImportOptions *o)
+{
+    if (o->framework <= NIR_FW_NONE || o->framework >= NIR_FW_COUNT) return;
+    const Preset *p = &presets[o->framework];
+    unsigned set = o->given | o->stored;
+    if (!(set & NIR_GIVEN_DT)) o->dt = p->dt;
+    if (!(set & NIR_GIVEN_INTEGRATOR)) o->integrator = p->integrator;
+    if (!(set & NIR_GIVEN_RESET)) o->reset = p->reset;
+    if (!(set & NIR_GIVEN_RESET_STEP)) o->reset_next = p->reset_next;
+    if (!(set & NIR_GIVEN_IMPULSES)) o->impulses = p->impulses;
+}
 
 typedef struct Ctx {
     const NirGraph *g;
@@ -141,6 +246,10 @@ typedef struct Ctx {
     bool used[NK_COUNT][NV_COUNT];
     bool *in_cycle;    /* per node: on a cycle of the graph (a LIF there is snnTorch's RLeaky) */
     int nrleaky, nsynaptic_zero; /* LIF and CubaLIF layers given NV_NEXT_AFTER, for the notes */
+    int nredo;         /* layers given NV_SAME_SUB_REDO */
+    int nr_one, ntau_steps, ntau_tiny, nspiking; /* what the parameters look like, for the
+                                                    suggestion of a --framework */
+    Buf warnings;      /* layers that cannot fire (notes prefixed "warning: ") */
     Buf *texts;        /* per node: its statements */
     Buf *out;          /* where emit_node writes: texts[the node being emitted] */
     int *state;        /* per node: 0 not emitted, 1 being emitted, 2 emitted (shape known) */
@@ -339,6 +448,14 @@ discretise(Ctx *c, double tau, double r, double *decay, double *gain, bool *is_c
 {
     double dt = c->dt;
     *is_conv = false;
+    if (c->o->framework == NIR_FW_SINABS && c->o->integrator == NIR_EXACT) {
+        /* Sinabs: alpha = exp(-1/tau) of a float32 tau, in float32; the input added as it is
+         * (from_nir's norm_input=False) */
+        *decay = f32(exp(f32(-dt / tau)));
+        *gain = f32(r);
+        *is_conv = true;
+        return;
+    }
     if (c->o->integrator == NIR_EXACT) {
         double d = exp(-dt / tau);
         *decay = f32(d);
@@ -347,8 +464,10 @@ discretise(Ctx *c, double tau, double r, double *decay, double *gain, bool *is_c
     }
     *decay = f32(1.0 - dt / tau);
     *gain = f32(dt / tau * r);
-    /* the exporters' convention: r = tau/dt in float32, i.e. v <- beta v + I */
-    if ((float)r == (float)(tau / dt) || fabs(r - tau / dt) <= 1e-6 * fabs(tau / dt)) {
+    /* the exporters' convention: r = tau/dt in float32, i.e. v <- beta v + I; Spyx writes r =
+     * beta and reads an input gain of 1 whatever r says */
+    if (c->o->framework == NIR_FW_SPYX || (float)r == (float)(tau / dt) ||
+        fabs(r - tau / dt) <= 1e-6 * fabs(tau / dt)) {
         *is_conv = true;
         *gain = 1.0;
         /* tau = dt / (1 - beta) was computed in float32: find that beta */
@@ -401,9 +520,30 @@ static NeuronVariant
 variant(Ctx *c, int id)
 {
     bool sub = c->o->reset == NIR_RESET_SUBTRACT;
+    NirKind k = c->g->nodes[id].kind;
+    switch (c->o->framework) {
+    case NIR_FW_SINABS:
+        if (k != NK_CUBALIF) return NV_MULTI;
+        break;
+    case NIR_FW_SPIKINGJELLY:
+        if (!sub && !c->o->reset_next) return NV_GE;
+        break;
+    case NIR_FW_LAVA_DL: /* Loihi's CUBA neuron (IF, CubaLIF) fires at >=; Lava's LIF at > */
+        if (!sub && !c->o->reset_next && k != NK_LIF) return NV_GE;
+        break;
+    case NIR_FW_SPYX:
+        if (sub && !c->o->reset_next) return NV_SPYX;
+        break;
+    case NIR_FW_SNNTORCH:
+        if (sub && !c->o->reset_next) {
+            c->nredo++;
+            return NV_SAME_SUB_REDO;
+        }
+        break;
+    default: break;
+    }
     if (!c->o->reset_next) return sub ? NV_SAME_SUB : NV_SAME_VALUE;
     if (sub) return NV_NEXT_SUB;
-    NirKind k = c->g->nodes[id].kind;
     if (k == NK_CUBALIF) {
         c->nsynaptic_zero++;
         return NV_NEXT_AFTER;
@@ -415,8 +555,78 @@ variant(Ctx *c, int id)
     return NV_NEXT_VALUE;
 }
 
-static const char *const variant_suffix[NV_COUNT] = {"", "_sub", "_next", "_sub_next",
-                                                     "_next_after"};
+/* the largest |current| the inputs of node id can carry when every value feeding them is at most 1
+ * in magnitude: the sum over its sources of max_o (sum |W[o, :]| + |b[o]|); false when a source is
+ * not a weighted layer (nothing is claimed then) */
+static bool
+input_bound(Ctx *c, int id, double *bound)
+{
+    const NirNode *n = &c->g->nodes[id];
+    *bound = 0;
+    if (n->nin == 0) return false;
+    for (int j = 0; j < n->nin; j++) {
+        const NirNode *src = &c->g->nodes[n->in[j]];
+        if (src->kind != NK_AFFINE && src->kind != NK_LINEAR && src->kind != NK_CONV1D &&
+            src->kind != NK_CONV2D)
+            return false;
+        const NirObj *w = nir_obj_find(src->group, "weight");
+        const NirObj *b = nir_obj_find(src->group, "bias");
+        if (!w || w->kind != NIR_NUMBERS || w->rank < 1 || w->dims[0] < 1) return false;
+        int64_t out = w->dims[0], per = w->numel / out;
+        double best = 0;
+        for (int64_t o = 0; o < out; o++) {
+            double sum = 0;
+            for (int64_t k = 0; k < per; k++)
+                sum += fabs(w->num[o * per + k]);
+            if (b && b->kind == NIR_NUMBERS && b->numel == out) sum += fabs(b->num[o]);
+            else if (b && b->kind == NIR_NUMBERS && b->numel == 1) sum += fabs(b->num[0]);
+            if (sum > best) best = sum;
+        }
+        *bound += best;
+    }
+    return true;
+}
+
+/* What spiking node id's parameters look like (for the --framework suggestion), and a warning
+ * when, with every value feeding its input at most 1 in magnitude, its membrane cannot reach
+ * v_th within the model's T steps (an input gain of dt r read for a graph whose exporter meant
+ * impulses leaves a whole network silent). sgain 0: no synaptic current. */
+static void
+observe(Ctx *c, int id, double r, double tau, double gain, double decay, double sgain,
+        double sdecay, double th)
+{
+    c->nspiking++;
+    if (r == 1) c->nr_one++;
+    if (tau >= 1) c->ntau_steps++;
+    else if (tau > 0 && tau < 1e-4) c->ntau_tiny++;
+    double bound;
+    if (th <= 0 || !input_bound(c, id, &bound)) return;
+    double i = 0, v = 0, top = 0;
+    double d = fmin(fabs(decay), 1), sd = fmin(fabs(sdecay), 1);
+    for (int t = 0; t < c->o->timesteps && top <= th; t++) {
+        if (sgain != 0) {
+            i = sd * i + fabs(sgain) * bound;
+            v = d * v + fabs(gain) * i;
+        } else {
+            v = d * v + fabs(gain) * bound;
+        }
+        if (v > top) top = v;
+    }
+    if (top > th) return;
+    char gb[64], tb[64];
+    put(&c->warnings, "warning: layer '%s' (%s) cannot fire: even with every value feeding it at "
+        "most 1 in magnitude, its membrane stays below v_th = %s in %d steps (input gain %s",
+        c->g->nodes[id].name, nir_kind_name(c->g->nodes[id].kind), num(tb, sizeof tb, f32(th)),
+        c->o->timesteps, num(gb, sizeof gb, f32(gain)));
+    if (!c->o->impulses && c->o->integrator == NIR_EULER && c->g->nodes[id].kind == NK_IF)
+        put(&c->warnings, " = dt r, dt = %g s", c->dt);
+    put(&c->warnings, "); Norse and Sinabs graphs take each step's input as an impulse, "
+        "Spyx's with a gain of 1: --framework=norse|sinabs|spyx, or --impulses\n");
+}
+
+static const char *const variant_suffix[NV_COUNT] = {
+    "", "_sub", "_next", "_sub_next", "_next_after", "_sub_redo", "_multi", "_ge", "_ge_nodecay",
+    "_spyx"};
 
 /* the input expression of node id: its sources summed (a back edge reads the source's previous
  * step) */
@@ -758,6 +968,12 @@ emit_node(Ctx *c, int id)
             break;
         double gain = c->o->impulses ? f32(r) : f32(c->dt * r);
         if (!c->o->impulses && (float)r == (float)(1.0 / c->dt)) gain = 1.0; /* r = 1/dt */
+        if (c->o->framework == NIR_FW_SPYX) gain = 1.0; /* Spyx reads IF without r */
+        if (c->o->framework == NIR_FW_LAVA_DL && n->kind == NK_IF) {
+            /* the lava-dl script: threshold r v_th, the input added as it is */
+            th = f32(th * r);
+            gain = 1.0;
+        }
         if (!(ok = finite32(c, id, 3, (const double[]){gain, th, vr},
                             (const char *const[]){"input gain", "v_threshold", "v_reset"})))
             break;
@@ -769,9 +985,15 @@ emit_node(Ctx *c, int id)
             NeuronVariant v = variant(c, id);
             c->used[NK_IF][v] = true;
             char b1[64], b2[64];
-            put(c->out, "  %s = NIR_IF%s(%s, gain = %s, v_th = %s, v_reset = %s)\n", c->ident[id],
-                variant_suffix[v], x, num(nb, sizeof nb, gain), num(b1, sizeof b1, f32(th)),
-                num(b2, sizeof b2, f32(vr)));
+            if (v == NV_MULTI)
+                put(c->out, "  %s = NIR_IF%s(%s, gain = %s, v_th = %s, v_min = %s)\n", c->ident[id],
+                    variant_suffix[v], x, num(nb, sizeof nb, gain), num(b1, sizeof b1, f32(th)),
+                    num(b2, sizeof b2, -f32(th)));
+            else
+                put(c->out, "  %s = NIR_IF%s(%s, gain = %s, v_th = %s, v_reset = %s)\n",
+                    c->ident[id], variant_suffix[v], x, num(nb, sizeof nb, gain),
+                    num(b1, sizeof b1, f32(th)), num(b2, sizeof b2, f32(vr)));
+            observe(c, id, r, 0, gain, 1.0, 0, 0, th);
         }
         set_ident(c, id);
         break;
@@ -806,11 +1028,27 @@ emit_node(Ctx *c, int id)
                 num(nb, sizeof nb, decay), num(b0, sizeof b0, gain), num(b1, sizeof b1, f32(vl)));
         } else {
             NeuronVariant v = variant(c, id);
+            /* SpikingJelly's LIF divides by tau in steps: decay_input=True writes r = 1,
+             * decay_input=False r = tau/dt */
+            double steps = f32(tau / c->dt);
+            if (v == NV_GE && c->o->framework == NIR_FW_SPIKINGJELLY) {
+                if (is_conv) v = NV_GE_NODECAY;
+                gain = is_conv ? 1.0 : f32(r);
+            }
             c->used[NK_LIF][v] = true;
-            put(c->out, "  %s = NIR_LIF%s(%s, decay = %s, gain = %s, v_leak = %s, v_th = %s, "
-                "v_reset = %s)\n", c->ident[id], variant_suffix[v], x, num(nb, sizeof nb, decay),
-                num(b0, sizeof b0, gain), num(b1, sizeof b1, f32(vl)), num(b2, sizeof b2, f32(th)),
-                num(b3, sizeof b3, f32(vr)));
+            if (v == NV_MULTI)
+                put(c->out, "  %s = NIR_LIF%s(%s, decay = %s, gain = %s, v_leak = %s, v_th = %s)\n",
+                    c->ident[id], variant_suffix[v], x, num(nb, sizeof nb, decay),
+                    num(b0, sizeof b0, gain), num(b1, sizeof b1, f32(vl)),
+                    num(b2, sizeof b2, f32(th)));
+            else
+                put(c->out, "  %s = NIR_LIF%s(%s, %s = %s, gain = %s, v_leak = %s, v_th = %s, "
+                    "v_reset = %s)\n", c->ident[id], variant_suffix[v], x,
+                    v == NV_GE || v == NV_GE_NODECAY ? "tau" : "decay",
+                    num(nb, sizeof nb, v == NV_GE || v == NV_GE_NODECAY ? steps : decay),
+                    num(b0, sizeof b0, gain), num(b1, sizeof b1, f32(vl)),
+                    num(b2, sizeof b2, f32(th)), num(b3, sizeof b3, f32(vr)));
+            observe(c, id, r, tau, gain, decay, 0, 1.0, th);
         }
         set_ident(c, id);
         break;
@@ -836,6 +1074,7 @@ emit_node(Ctx *c, int id)
         bool is_sconv, is_conv;
         discretise(c, ts, win, &sdecay, &sgain, &is_sconv);
         if (c->o->impulses) sgain = f32(win), is_sconv = true;
+        if (c->o->framework == NIR_FW_SPYX) sgain = 1.0; /* Spyx reads CubaLIF without w_in */
         discretise(c, tm, r, &decay, &gain, &is_conv);
         if (!(ok = finite32(c, id, 7, (const double[]){sdecay, sgain, decay, gain, vl, th, vr},
                             (const char *const[]){"synaptic decay", "synaptic input gain", "decay",
@@ -851,9 +1090,11 @@ emit_node(Ctx *c, int id)
             "v_leak = %s", c->ident[id], n->kind == NK_CUBALI ? "CubaLI" : "CubaLIF",
             variant_suffix[v], x, num(nb, sizeof nb, sdecay), num(b0, sizeof b0, sgain),
             num(b1, sizeof b1, decay), num(b2, sizeof b2, gain), num(b3, sizeof b3, f32(vl)));
-        if (n->kind == NK_CUBALIF)
+        if (n->kind == NK_CUBALIF) {
             put(c->out, ", v_th = %s, v_reset = %s", num(b4, sizeof b4, f32(th)),
                 num(b5, sizeof b5, f32(vr)));
+            observe(c, id, r, tm, gain, decay, sgain, sdecay, th);
+        }
         put(c->out, ")\n");
         set_ident(c, id);
         break;
@@ -864,26 +1105,99 @@ emit_node(Ctx *c, int id)
     return ok;
 }
 
-/* the neuron definitions, each with the reset the options chose */
-static void
-emit_neurons(Ctx *c, Buf *b)
+/* the variants a spiking kind has */
+static bool
+has_variant(NirKind k, NeuronVariant v)
 {
-    static const char *const fire_reset[NV_COUNT][2] = {
-        /* after the update                   before the update */
-        {"  fire v > v_th\n  reset v = v_reset\n", ""},
-        {"  fire v > v_th\n  reset v -= v_th\n", ""},
-        {"  fire v > v_th\n", "  reset v = v_reset\n"},
-        {"  reset v -= v_th\n  fire v > v_th\n", ""},
-        {"  reset v = v_reset\n  fire v > v_th\n", ""},
-    };
-    static const char *const reset_doc[NV_COUNT] = {
+    if (k == NK_LIF) return true;
+    if (k == NK_IF) return v != NV_GE_NODECAY;
+    if (k == NK_CUBALIF) return v != NV_MULTI && v != NV_GE_NODECAY;
+    return v == NV_SAME_VALUE;
+}
+
+/* one spiking neuron definition: kind k (IF, LIF, CubaLIF) with variant v */
+static void
+emit_spiking(Buf *b, NirKind k, NeuronVariant v)
+{
+    static const char *const doc[NV_COUNT] = {
         "reset to v_reset in the step it fires",
         "reset by subtracting v_th in the step it fires",
         "reset to v_reset at the start of the next step (snnTorch's reset_mechanism=\"zero\")",
         "reset by subtracting v_th in the next step's update (snnTorch's reset_mechanism=\"subtract\")",
         ("reset to v_reset after the next step's update, its input dropped (snnTorch's RLeaky, "
          "Synaptic and RSynaptic with reset_mechanism=\"zero\")"),
+        ("snnTorch's reset_delay=False with reset_mechanism=\"subtract\": a membrane still above "
+         "v_th is reduced before the spike test, the reset undone where no spike follows, v_th "
+         "subtracted where one does"),
+        ("Sinabs: trunc(v / v_th) spikes per step for v > 0 (MultiSpike; the layer emits the "
+         "count), v_th subtracted per spike (MembraneSubtract)"),
+        "SpikingJelly: spike when v >= v_th, reset to v_reset in the step it fires",
+        "SpikingJelly (decay_input=False): spike when v >= v_th, reset to v_reset in the step it fires",
+        ("Spyx: the spike is tested on the membrane before the update and v_th subtracted in "
+         "that update"),
     };
+    const char *name = k == NK_IF ? "IF" : k == NK_LIF ? "LIF" : "CubaLIF";
+    const char *eq = k == NK_IF ? "dv/dt = r I"
+                     : k == NK_LIF ? "tau dv/dt = (v_leak - v) + r I"
+                                   : "tau_syn di/dt = -i + w_in I; tau_mem dv/dt = (v_leak - v) + r i";
+    bool is_sj = v == NV_GE || v == NV_GE_NODECAY;
+    const char *params;
+    if (k == NK_IF)
+        params = v == NV_MULTI ? "gain = 1.0, v_th = 1.0, v_min = -1.0"
+                               : "gain = 1.0, v_th = 1.0, v_reset = 0.0";
+    else if (k == NK_LIF)
+        params = v == NV_MULTI ? "decay = 0.9, gain = 1.0, v_leak = 0.0, v_th = 1.0"
+                 : is_sj       ? "tau = 2.0, gain = 1.0, v_leak = 0.0, v_th = 1.0, v_reset = 0.0"
+                               : "decay = 0.9, gain = 1.0, v_leak = 0.0, v_th = 1.0, v_reset = 0.0";
+    else
+        params = "syn_decay = 0.9, syn_gain = 1.0, decay = 0.9, gain = 1.0, v_leak = 0.0, "
+                 "v_th = 1.0, v_reset = 0.0";
+    const char *states = k == NK_IF ? "  state v = 0.0\n"
+                         : k == NK_LIF ? "  state v = v_leak\n"
+                                       : "  state i = 0.0\n  state v = v_leak\n";
+    const char *update;
+    if (k == NK_IF)
+        update = "  v = v + gain * I\n";
+    else if (k == NK_LIF)
+        update = v == NV_GE           ? "  v = v + (gain * I - (v - v_leak)) / tau\n"
+                 : v == NV_GE_NODECAY ? "  v = v - (v - v_leak) / tau + gain * I\n"
+                                      : "  v = decay * v + gain * I + (1 - decay) * v_leak\n";
+    else
+        update = "  i = syn_decay * i + syn_gain * I\n"
+                 "  v = decay * v + gain * i + (1 - decay) * v_leak\n";
+    const char *pre = "", *post = "";
+    switch (v) {
+    case NV_SAME_VALUE: post = "  fire v > v_th\n  reset v = v_reset\n"; break;
+    case NV_SAME_SUB: post = "  fire v > v_th\n  reset v -= v_th\n"; break;
+    case NV_NEXT_VALUE: pre = "  reset v = v_reset\n"; post = "  fire v > v_th\n"; break;
+    case NV_NEXT_SUB: post = "  reset v -= v_th\n  fire v > v_th\n"; break;
+    case NV_NEXT_AFTER: post = "  reset v = v_reset\n  fire v > v_th\n"; break;
+    case NV_SAME_SUB_REDO:
+        pre = "  let was_over = v > v_th\n";
+        post = "  v = v - was_over * v_th\n  fire v > v_th\n  v = v - (spike - was_over) * v_th\n";
+        break;
+    case NV_MULTI:
+        post = k == NK_IF ? "  let n = v > 0 ? floor(v / v_th) : 0\n  v = v - n * v_th\n"
+                            "  v = max(v - v_min, 0) + v_min\n  output n\n"
+                          : "  let n = v > 0 ? floor(v / v_th) : 0\n  v = v - n * v_th\n"
+                            "  output n\n";
+        break;
+    case NV_GE:
+    case NV_GE_NODECAY: post = "  fire v >= v_th\n  reset v = v_reset\n"; break;
+    case NV_SPYX:
+        if (k == NK_CUBALIF) pre = "  fire v > v_th\n  reset v -= v_th\n";
+        else pre = "  fire v > v_th\n", post = "  reset v -= v_th\n";
+        break;
+    case NV_COUNT: unreachable();
+    }
+    put(b, "# NIR %s: %s, %s\nneuron NIR_%s%s(%s) {\n%s%s%s%s}\n\n", name, eq, doc[v], name,
+        variant_suffix[v], params, states, pre, update, post);
+}
+
+/* the neuron definitions, each with the reset the options chose */
+static void
+emit_neurons(Ctx *c, Buf *b)
+{
     if (c->used[NK_THRESHOLD][0])
         put(b, "# NIR Threshold: a spike where the input exceeds v_th (no state)\n"
                "neuron NIR_Threshold(v_th = 1.0) {\n  fire I > v_th\n}\n\n");
@@ -899,25 +1213,11 @@ emit_neurons(Ctx *c, Buf *b)
                "neuron NIR_CubaLI(syn_decay = 0.9, syn_gain = 1.0, decay = 0.9, gain = 1.0, "
                "v_leak = 0.0) {\n  state i = 0.0\n  state v = v_leak\n  i = syn_decay * i + "
                "syn_gain * I\n  v = decay * v + gain * i + (1 - decay) * v_leak\n  output v\n}\n\n");
-    for (int v = 0; v < NV_COUNT; v++) {
-        if (c->used[NK_IF][v])
-            put(b, "# NIR IF: dv/dt = r I, spike when v > v_th; %s\nneuron NIR_IF%s(gain = 1.0, "
-                   "v_th = 1.0, v_reset = 0.0) {\n  state v = 0.0\n%s  v = v + gain * I\n%s}\n\n",
-                reset_doc[v], variant_suffix[v], fire_reset[v][1], fire_reset[v][0]);
-        if (c->used[NK_LIF][v])
-            put(b, "# NIR LIF: tau dv/dt = (v_leak - v) + r I, spike when v > v_th; %s\n"
-                   "neuron NIR_LIF%s(decay = 0.9, gain = 1.0, v_leak = 0.0, v_th = 1.0, "
-                   "v_reset = 0.0) {\n  state v = v_leak\n%s  v = decay * v + gain * I + (1 - decay)"
-                   " * v_leak\n%s}\n\n",
-                reset_doc[v], variant_suffix[v], fire_reset[v][1], fire_reset[v][0]);
-        if (c->used[NK_CUBALIF][v])
-            put(b, "# NIR CubaLIF: tau_syn di/dt = -i + w_in I; tau_mem dv/dt = (v_leak - v) + r i, "
-                   "spike when v > v_th; %s\nneuron NIR_CubaLIF%s(syn_decay = 0.9, syn_gain = 1.0, "
-                   "decay = 0.9, gain = 1.0, v_leak = 0.0, v_th = 1.0, v_reset = 0.0) {\n"
-                   "  state i = 0.0\n  state v = v_leak\n%s  i = syn_decay * i + syn_gain * I\n"
-                   "  v = decay * v + gain * i + (1 - decay) * v_leak\n%s}\n\n",
-                reset_doc[v], variant_suffix[v], fire_reset[v][1], fire_reset[v][0]);
-    }
+    static const NirKind spiking[] = {NK_IF, NK_LIF, NK_CUBALIF};
+    for (int v = 0; v < NV_COUNT; v++)
+        for (int j = 0; j < 3; j++)
+            if (c->used[spiking[j]][v] && has_variant(spiking[j], (NeuronVariant)v))
+                emit_spiking(b, spiking[j], (NeuronVariant)v);
 }
 
 char *
@@ -930,11 +1230,13 @@ nir_neuron_library(void)
     Buf t = {0};
     emit_neurons(&c, &t);
     put(&t, "model nir_neurons {\n  timesteps 1\n  input x : f32[T, 1]\n");
-    static const char *const kinds[] = {"Threshold", "I", "LI", "CubaLI", "IF", "LIF", "CubaLIF"};
+    static const char *const names[] = {"Threshold", "I", "LI", "CubaLI", "IF", "LIF", "CubaLIF"};
+    static const NirKind kinds[] = {NK_THRESHOLD, NK_I, NK_LI, NK_CUBALI, NK_IF, NK_LIF, NK_CUBALIF};
     int k = 0;
     for (int i = 0; i < 7; i++)
-        for (int v = 0; v < (i < 4 ? 1 : NV_COUNT); v++, k++)
-            put(&t, "  output o%d = sequence(NIR_%s%s(x))\n", k, kinds[i], variant_suffix[v]);
+        for (int v = 0; v < (i < 4 ? 1 : NV_COUNT); v++)
+            if (has_variant(kinds[i], (NeuronVariant)v))
+                put(&t, "  output o%d = sequence(NIR_%s%s(x))\n", k++, names[i], variant_suffix[v]);
     put(&t, "}\n");
     if (t.is_oom) die("out of memory");
     return t.s;
@@ -1257,6 +1559,7 @@ ctx_free(Ctx *c)
     free(c->is_used_early);
     free(c->in_cycle);
     free(c->notes.s);
+    free(c->warnings.s);
 }
 
 static char *
@@ -1294,6 +1597,9 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
            char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
+    NirImportOptions preset = *o;
+    nir_apply_preset(&preset);
+    o = &preset;
     Ctx c = {.g = g, .path = path, .o = o, .err = err, .errlen = errlen};
     c.dt = o->dt > 0 ? o->dt : 1e-4;
     if (o->timesteps < 1)
@@ -1371,6 +1677,9 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
             o->integrator == NIR_EXACT ? "exact (exponential)" : "forward Euler",
             o->reset == NIR_RESET_SUBTRACT ? "subtract" : "to-value",
             o->reset_next ? " at the next step" : "");
+        if (o->framework > NIR_FW_NONE)
+            put(&t, "# Framework preset (--framework=%s): %s.\n", presets[o->framework].name,
+                presets[o->framework].checked);
         if (o->impulses)
             put(&t, "# Impulse inputs (--impulses): IF and I add r I per step, a synaptic current "
                 "w_in I.\n");
@@ -1398,7 +1707,38 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
                      "the membrane is reset after the next step's update, dropping that step's "
                      "input (a LIF off any cycle is Leaky: reset before the update)",
                  c.nrleaky, c.nsynaptic_zero);
-        if (t.is_oom || body.is_oom) {
+        if (c.nredo)
+            note(&c, "%d layer(s) reset as snnTorch does with reset_delay=False and "
+                     "reset_mechanism=\"subtract\" (--framework=snntorch --reset-step=same)",
+                 c.nredo);
+        if (o->framework > NIR_FW_NONE) {
+            note(&c, "--framework=%s (%s): %s", presets[o->framework].name,
+                 presets[o->framework].checked, presets[o->framework].what);
+        } else if (c.nspiking) {
+            note(&c, "no --framework: NIR's reading of the graph (%s, reset %s%s); a graph "
+                     "exported by a framework runs as that framework ran it with "
+                     "--framework=%s", o->integrator == NIR_EXACT ? "exact decays" : "forward Euler",
+                 o->reset == NIR_RESET_SUBTRACT ? "by subtracting v_th" : "to v_reset",
+                 o->reset_next ? " at the next step" : " in the step that fires",
+                 nir_framework_list());
+            /* what the parameters suggest */
+            const char *hint = NULL;
+            if (c.ngain_one && !c.ngain_other && c.dt == 1e-4 && !o->impulses)
+                hint = "every neuron layer has r = tau/dt for dt = 1e-4, as snnTorch and "
+                       "SpikingJelly write: --framework=snntorch (or spikingjelly)";
+            else if (c.nr_one == c.nspiking && c.ntau_steps && !c.ntau_tiny)
+                hint = "r = 1 and time constants of a step or more, as Sinabs writes (tau in "
+                       "steps): --framework=sinabs";
+            else if (c.nr_one == c.nspiking && c.ntau_tiny)
+                hint = "r = 1 and time constants below 1e-4 s, as Norse 1.1.0 writes (tau = "
+                       "dt/tau_inv): --framework=norse";
+            else if (c.nr_one == c.nspiking && !o->impulses && c.warnings.len)
+                hint = "r = 1 on neuron layers that cannot fire with an input gain of dt r: "
+                       "--framework=norse or sinabs (inputs as impulses)";
+            if (hint) note(&c, "the parameters look exported: %s", hint);
+        }
+        if (c.warnings.s) put(&c.notes, "%s", c.warnings.s);
+        if (t.is_oom || body.is_oom || c.warnings.is_oom) {
             free(t.s);
             ok = fail(&c, "out of memory");
         } else {
@@ -1439,8 +1779,21 @@ stored_options(const NirObj *root, NirImportOptions *o, char *taken, size_t tlen
                size_t ilen)
 {
     taken[0] = ignored[0] = 0;
-    const NirObj *f = nir_obj_find(nir_obj_find(nir_obj_find(root, "node"), "metadata"),
-                                   "snnc_import_options");
+    const NirObj *meta = nir_obj_find(nir_obj_find(root, "node"), "metadata");
+    /* an exporter's own key: metadata/framework = "snntorch", ... */
+    const NirObj *fw = nir_obj_find(meta, "framework");
+    if (fw && fw->kind == NIR_STRINGS && fw->numel == 1 && !(o->given & NIR_GIVEN_FRAMEWORK)) {
+        NirFramework f = nir_framework_parse(fw->str[0]);
+        if (f < NIR_FW_COUNT) {
+            o->framework = f;
+            o->stored |= NIR_GIVEN_FRAMEWORK;
+            snprintf(taken, tlen, "framework = %s (metadata)", presets[f].name);
+        } else {
+            snprintf(ignored, ilen, "framework = '%.64s' (metadata; snnc knows %s)", fw->str[0],
+                     nir_framework_list());
+        }
+    }
+    const NirObj *f = nir_obj_find(meta, "snnc_import_options");
     if (!f || f->kind != NIR_STRINGS || f->numel != 1) return;
     char buf[512];
     snprintf(buf, sizeof buf, "%s", f->str[0]);
@@ -1472,7 +1825,12 @@ stored_options(const NirObj *root, NirImportOptions *o, char *taken, size_t tlen
         } else if (strcmp(t, "--impulses") == 0) {
             bit = NIR_GIVEN_IMPULSES;
             if (!(o->given & bit)) o->impulses = true;
+        } else if (strncmp(t, "--framework=", 12) == 0) {
+            NirFramework fwk = nir_framework_parse(v);
+            if (fwk < NIR_FW_COUNT) bit = NIR_GIVEN_FRAMEWORK;
+            if (bit && !(o->given & bit)) o->framework = fwk;
         }
+        if (bit && !(o->given & bit)) o->stored |= bit;
         char *dst = !bit ? ignored : !(o->given & bit) ? taken : NULL;
         size_t len = dst == taken ? tlen : ilen, k = dst ? strlen(dst) : 0;
         if (dst && k + 1 < len) snprintf(dst + k, len - k, "%s%s", k ? " " : "", t);

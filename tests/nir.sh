@@ -57,7 +57,7 @@ for case in "$dir"/*/; do
   log="$work/$name.export.log"
   export_args=()
   for a in "${args[@]}"; do
-    case "$a" in --dt=*|--impulses) export_args+=("$a") ;; esac
+    case "$a" in --dt=*|--impulses|--framework=*) export_args+=("$a") ;; esac
   done
   if "$snnc" --emit=nir "$snn" "${export_args[@]}" -o "$work/$name/exported.nir" -q >"$log" 2>&1 &&
      "$snnc" --run --backend=interp --precision=f32 "$work/$name/exported.nir" "${args[@]}" \

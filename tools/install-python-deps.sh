@@ -15,7 +15,12 @@ packages=("${tests[@]}"
   torch==2.15.0                                  # the frameworks' base
   spikingjelly==2.0.0 snntorch==1.0.0 norse==1.1.0   # the peers
   nir==1.0.8 nirtorch==2.6                       # NIR export of snnTorch and Norse models
+  sinabs==3.1.3 pbr==7.1.3                       # Sinabs (installed without its dependencies)
 )
+# Sinabs 3.1.3 pins nir<=1.0.4 and pulls samna (its Speck hardware backend); its NIR export and
+# its layers run with nir 1.0.8 (tests/nir/VERSIONS.txt), so it is installed with --no-deps and
+# its one other import-time dependency (pbr) is listed above
+nodeps=(sinabs)
 case "${1:-}" in
   --tests) wanted=("${tests[@]}") ;;
   "") wanted=("${packages[@]}") ;;
@@ -57,9 +62,17 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
   python3 -m ensurepip --upgrade >/dev/null
 fi
 echo "install-python-deps: installing ${missing[*]} for $python" >&2
-if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${extra[@]}" "${missing[@]}"; then
+with=() without=()
+for spec in "${missing[@]}"; do
+  if [[ " ${nodeps[*]} " == *" ${spec%%==*} "* ]]; then without+=("$spec"); else with+=("$spec"); fi
+done
+if [ ${#without[@]} -gt 0 ]; then
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${extra[@]}" --no-deps "${without[@]}"
+fi
+[ ${#with[@]} -eq 0 ] && exit 0
+if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${extra[@]}" "${with[@]}"; then
   [ "${1:-}" = --tests ] || exit 1
   # no wheel of the pinned version for this Python: the newest that has one serves the tests
   echo "install-python-deps: the pinned versions failed; trying the newest" >&2
-  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${extra[@]}" "${missing[@]%%==*}"
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${extra[@]}" "${with[@]%%==*}"
 fi

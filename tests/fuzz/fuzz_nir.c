@@ -47,8 +47,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (!weights_bind_set(m, &set, "fuzz.nir")) die("imported weights do not bind");
                 NirObj back;
                 char notes[2048];
-                bool is_exported = nir_from_module(m, o.dt, o.impulses, &back, notes, sizeof notes,
-                                                   err, sizeof err);
+                bool is_exported = nir_from_module(m, o.dt, o.impulses, o.framework, &back, notes,
+                                                   sizeof notes, err, sizeof err);
                 /* only a neuron without a time constant (decay >= 1 in a synapse, say) may fail */
                 if (!is_exported && !strstr(err, "has no positive time constant"))
                     die("an imported graph does not export: %s\n%s", err, im.text);
