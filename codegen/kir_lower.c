@@ -1906,6 +1906,7 @@ nlower(Lower *lw, const NLower *nl, const NExpr *e)
             else
                 r = kx_select(p, as_bool(lw, a[0].e), as_f32(lw, a[1].e), as_f32(lw, a[2].e));
             break;
+        case NF_FLOAT32: r = x; break; /* kernels compute in float32 */
         case NF_COUNT_: unreachable();
         }
         break;

@@ -296,7 +296,7 @@ lower_ncall(NScope *s, const Ast *e)
     if (!nfunc_lookup(e->str, &f)) {
         diag_error(e->loc,
                    "unknown function '%s' in a neuron equation (available: exp, log, sqrt, tanh, "
-                   "sigmoid, abs, floor, min, max, pow, clamp, select)",
+                   "sigmoid, abs, floor, min, max, pow, clamp, select, float32)",
                    e->str);
         return NULL;
     }

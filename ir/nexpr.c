@@ -64,6 +64,7 @@ nexpr_apply_call(NFunc f, const double *a, bool is_f32)
     case NF_POW: return is_f32 ? (double)f32_pow((float)a[0], (float)a[1]) : pow(a[0], a[1]);
     case NF_CLAMP: return min_nan(max_nan(a[0], a[1]), a[2]);
     case NF_SELECT: return a[0] != 0 ? a[1] : a[2];
+    case NF_FLOAT32: return (double)(float)a[0];
     default: unreachable();
     }
 }

@@ -3,7 +3,8 @@
 # package, input.npy, expected.npz with the framework's own outputs, args with the snnc options that
 # state the exporter's discretisation) through the interpreter (float32) and the compiled CPU
 # backend when the build has it, comparing every output bit for bit unless the case has a
-# `tolerance` file (npycmp options; tests/nir/README.md says why). Each case is also translated
+# `tolerance` file (npycmp options; tests/nir/README.md says why), and through the CUDA backend
+# on a GPU or on tests/cuda_emu's stand-in (SNN_CUDA_DRIVER, SNN_NVRTC). Each case is also translated
 # with --emit=snn and the written .snn model (with its weights file) run again, and that model
 # exported with --emit=nir and run again: the same bytes each time (nir -> snn -> nir).
 # Without NIR support in the build (no libhdf5) the test is skipped (exit 77).
@@ -19,6 +20,13 @@ fi
 pass=0 fail=0
 backends=(interp)
 "$snnc" --help | grep -q -- '--backend=cpu' && backends+=(cpu)
+# cuda: on a GPU, or on tests/cuda_emu's stand-in when SNN_CUDA_DRIVER and SNN_NVRTC name it
+probe=$(ls "$dir"/*/model.nir | head -1)
+read -r -a probe_args < "$(dirname "$probe")/args"
+if "$snnc" --run -q --device=cuda "$probe" "${probe_args[@]}" \
+     --input="$(dirname "$probe")/input.npy" --output="$work/probe.npz" >"$work/probe.log" 2>&1; then
+  backends+=(cuda)
+fi
 for case in "$dir"/*/; do
   name=$(basename "$case")
   [ -f "$case/model.nir" ] || continue
@@ -28,7 +36,9 @@ for case in "$dir"/*/; do
   for backend in "${backends[@]}"; do
     out="$work/$name.$backend.npz"
     log="$work/$name.$backend.log"
-    if "$snnc" --run --backend="$backend" --precision=f32 "$case/model.nir" "${args[@]}" \
+    how=(--backend="$backend" --precision=f32)
+    [ "$backend" = cuda ] && how=(--device=cuda)
+    if "$snnc" --run "${how[@]}" "$case/model.nir" "${args[@]}" \
          --input="$case/input.npy" --output="$out" -q >"$log" 2>&1 &&
        "$npycmp" "${cmp_args[@]}" "$out" "$case/expected.npz" >>"$log" 2>&1; then
       pass=$((pass + 1))
