@@ -30,6 +30,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1844,7 +1845,11 @@ static Module *
 load_nir(Options *o, NirImport *im, char **text_path, char **weights_path)
 {
     NirImportOptions no = o->nir;
-    bool is_snn_file = is_emit(o, "snn") && o->out;
+    /* -o names a file (or where one will be): its weights go beside it; a device, FIFO or
+     * /dev/stdout takes the text alone, like stdout */
+    struct stat st;
+    bool is_snn_file = is_emit(o, "snn") && o->out &&
+                       (stat(o->out, &st) != 0 || S_ISREG(st.st_mode));
     if (is_snn_file) {
         *weights_path = weights_path_beside(o->out);
         const char *slash = strrchr(*weights_path, '/');
@@ -1861,7 +1866,10 @@ load_nir(Options *o, NirImport *im, char **text_path, char **weights_path)
     if (!*text_path) die("out of memory");
     snprintf(*text_path, n, "%s.snn", o->path);
     o->import = im;
-    return fe_load_text(is_snn_file ? o->out : *text_path, im->text, im->len, NULL);
+    /* a message about a line of the generated text names the graph's node it stands for */
+    const char *name = is_snn_file ? o->out : *text_path;
+    diag_set_origin(name, o->path, nir_import_origin, im);
+    return fe_load_text(name, im->text, im->len, NULL);
 }
 
 /* --emit=nir -o FILE: the model (weights bound) as a NIR graph, and what the reader should know */
@@ -1893,8 +1901,13 @@ emit_snn(const Options *o, const char *weights_path)
 {
     char err[512];
     const NirImport *im = o->import;
-    if (!o->out) {
-        fwrite(im->text, 1, im->len, stdout);
+    if (!o->out || !weights_path) {
+        if (!o->out) {
+            fwrite(im->text, 1, im->len, stdout);
+        } else if (rt_write_file(o->out, im->text, im->len, err, sizeof err) != 0) {
+            diag_reader_error(NULL, err);
+            return 1;
+        }
         if (!o->quiet && im->ntensors)
             fprintf(stderr, "%s: note: the weights are written with -o FILE.snn only (beside it, "
                     "as FILE.safetensors)\n", o->path);
@@ -2087,6 +2100,7 @@ main(int argc, char **argv)
     if (m && (is_emit(&o, "snn") || is_emit(&o, "nir"))) {
         int rc = is_emit(&o, "snn") ? emit_snn(&o, nir_weights_path) : emit_nir(m, &o);
         module_free(m);
+        diag_set_origin(NULL, NULL, NULL, NULL);
         nir_import_free(&import);
         free(nir_text_path);
         free(nir_weights_path);
@@ -2101,6 +2115,7 @@ main(int argc, char **argv)
     if (!m || (o.events_auto && !calibrate_events(m, &o)) || !passes_run(m, &o.passes) ||
         (o.precision_mode && !apply_precision(m, &o))) {
         module_free(m);
+        diag_set_origin(NULL, NULL, NULL, NULL);
         nir_import_free(&import);
         free(nir_text_path);
         free(nir_weights_path);
@@ -2159,6 +2174,7 @@ main(int argc, char **argv)
             rc = run(m, &o);
     }
     module_free(m);
+    diag_set_origin(NULL, NULL, NULL, NULL);
     nir_import_free(&import);
     free(nir_text_path);
     free(nir_weights_path);

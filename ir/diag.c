@@ -176,6 +176,21 @@ quote_line(FILE *f, Loc loc)
     fputs("^\n", f);
 }
 
+static struct {
+    const char *file, *origin_file; /* interned */
+    DiagOriginFn fn;
+    void *ctx;
+} origin;
+
+void
+diag_set_origin(const char *file, const char *origin_file, DiagOriginFn fn, void *ctx)
+{
+    origin.file = fn ? diag_intern(file) : NULL;
+    origin.origin_file = fn ? diag_intern(origin_file) : NULL;
+    origin.fn = fn;
+    origin.ctx = ctx;
+}
+
 static void
 report(Loc loc, const char *kind, const char *fmt, va_list ap)
 {
@@ -188,6 +203,22 @@ report(Loc loc, const char *kind, const char *fmt, va_list ap)
     if (!msg) die("out of memory");
     vsnprintf(msg, n > 0 ? (size_t)n + 1 : 1, fmt, ap);
     /* file names and messages quote what files hold: printed escaped */
+    const char *what = loc.file && origin.fn && loc.line > 0 && strcmp(loc.file, origin.file) == 0
+                           ? origin.fn(origin.ctx, loc.line)
+                           : NULL;
+    if (what) {
+        put_escaped(f, origin.origin_file);
+        fprintf(f, ": %s: ", kind);
+        put_escaped(f, what);
+        fputs(": ", f);
+        put_escaped(f, msg);
+        fputs("\n  in the model snnc generated from it (--emit=snn writes it), ", f);
+        put_escaped(f, loc.file);
+        fprintf(f, ":%d:%d:\n", loc.line, loc.col);
+        free(msg);
+        quote_line(f, loc);
+        return;
+    }
     if (loc.file) {
         put_escaped(f, loc.file);
         if (loc.line > 0) fprintf(f, ":%d:%d", loc.line, loc.col);

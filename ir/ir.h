@@ -42,6 +42,12 @@ void diag_reader_error(const char *path, const char *msg);
  * returns its errors instead of printing them */
 void diag_format(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int diag_error_count(void);
+/* Lines of a generated file that stand for parts of another file (an imported NIR graph's nodes):
+ * a message at such a line of `file` is reported at `origin_file` and what fn(ctx, line) names
+ * ("node 'fc1' (Affine)"), the generated line quoted after it; fn returns NULL for other lines.
+ * One mapping at a time; fn NULL clears it. */
+typedef const char *(*DiagOriginFn)(void *ctx, int line);
+void diag_set_origin(const char *file, const char *origin_file, DiagOriginFn fn, void *ctx);
 void diag_set_stream(FILE *f); /* default stderr */
 void diag_reset(void);         /* forget sources and counts (tests, fuzzing) */
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...)

@@ -149,7 +149,14 @@ typedef struct NirImport {
     RtTensor *tensors;   /* its weights, named as the model names them */
     int ntensors;
     char notes[2048];    /* what was detected and chosen, one line each ("" if nothing) */
+    int nlines;          /* lines of text */
+    int *line_node;      /* per line (0-based): the node it stands for, or -1 */
+    int nnodes;
+    char **node_what;    /* per node: "node 'fc1' (Affine)" (escaped when printed) */
 } NirImport;
+
+/* what line (1-based) of im->text stands for, or NULL: a DiagOriginFn for ctx = im */
+const char *nir_import_origin(void *im, int line);
 
 bool nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirImport *out,
                 char *err, size_t errlen);

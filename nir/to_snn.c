@@ -1592,6 +1592,9 @@ model_name(const char *path, const char *given)
     return s;
 }
 
+static int count_lines(const char *s, size_t len);
+static bool map_lines(const Ctx *c, int first, NirImport *im);
+
 bool
 nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirImport *out,
            char *err, size_t errlen)
@@ -1693,6 +1696,7 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
             put_quoted(&t, o->weights_ref);
             put(&t, "\n");
         }
+        int body_line = count_lines(t.s, t.len); /* 0-based: the body's first line */
         put(&t, "%s}\n", body.s ? body.s : "");
         if (c.ngain_one)
             note(&c, "%d neuron layer(s) follow the exporters' convention r = tau/dt (and w_in = "
@@ -1748,6 +1752,10 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
             out->tensors = c.tensors;
             out->ntensors = c.ntensors;
             c.tensors = NULL;
+            if (!map_lines(&c, body_line, out)) {
+                nir_import_free(out);
+                ok = fail(&c, "out of memory");
+            }
         }
     }
     free(name);
@@ -1761,10 +1769,62 @@ nir_to_snn(const NirGraph *g, const char *path, const NirImportOptions *o, NirIm
     return ok;
 }
 
+const char *
+nir_import_origin(void *ctx, int line)
+{
+    const NirImport *im = ctx;
+    if (!im || line < 1 || line > im->nlines || !im->line_node) return NULL;
+    int id = im->line_node[line - 1];
+    return id >= 0 && id < im->nnodes ? im->node_what[id] : NULL;
+}
+
+static int
+count_lines(const char *s, size_t len)
+{
+    int n = 0;
+    for (size_t i = 0; s && i < len; i++)
+        n += s[i] == '\n';
+    return n;
+}
+
+/* im->line_node and im->node_what: which node each line of the text stands for (the body's lines,
+ * starting at line first + 1, are the nodes' statements in definition order) */
+static bool
+map_lines(const Ctx *c, int first, NirImport *im)
+{
+    int n = c->g->nnodes;
+    im->nlines = count_lines(im->text, im->len) + 1;
+    im->line_node = malloc((size_t)im->nlines * sizeof *im->line_node);
+    im->node_what = calloc((size_t)n + 1, sizeof *im->node_what);
+    if (!im->line_node || !im->node_what) return false;
+    im->nnodes = n;
+    for (int i = 0; i < im->nlines; i++)
+        im->line_node[i] = -1;
+    for (int i = 0; i < n; i++) {
+        const NirNode *nd = &c->g->nodes[i];
+        size_t len = strlen(nd->name) + 32;
+        if (!(im->node_what[i] = malloc(len))) return false;
+        snprintf(im->node_what[i], len, "node '%s' (%s)", nd->name, nir_kind_name(nd->kind));
+    }
+    int line = first;
+    for (int k = 0; k < c->norder; k++) {
+        int id = c->order[k];
+        int nl = count_lines(c->texts[id].s, c->texts[id].len);
+        for (int j = 0; j < nl && line + j < im->nlines; j++)
+            im->line_node[line + j] = id;
+        line += nl;
+    }
+    return true;
+}
+
 void
 nir_import_free(NirImport *im)
 {
     free(im->text);
+    free(im->line_node);
+    for (int i = 0; im->node_what && i < im->nnodes; i++)
+        free(im->node_what[i]);
+    free(im->node_what);
     for (int i = 0; i < im->ntensors; i++)
         rt_tensor_free(&im->tensors[i]);
     free(im->tensors);

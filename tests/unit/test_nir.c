@@ -341,12 +341,95 @@ test_translation(void)
     free(t);
 }
 
+/* a message at a line of the generated text names the .nir file and the node it stands for */
+static void
+test_origin(void)
+{
+    NirImportOptions o = defaults();
+    NirImport im;
+    char err[512];
+    CHECK(import(HEAD MLP_NODES MLP_EDGES, &o, &im, err, sizeof err));
+    int fc_line = 0, lif_line = 0, line = 1;
+    for (const char *p = im.text; *p; p++) {
+        if (strncmp(p, "  fc = dense(", 13) == 0 && (p == im.text || p[-1] == '\n')) fc_line = line;
+        if (strncmp(p, "  lif = NIR_LIF(", 16) == 0 && p[-1] == '\n') lif_line = line;
+        if (*p == '\n') line++;
+    }
+    CHECK(fc_line > 0 && lif_line > 0);
+    CHECK(nir_import_origin(&im, 1) == NULL); /* the header comment */
+    const char *what = nir_import_origin(&im, fc_line);
+    CHECK(what && strcmp(what, "node 'fc' (Affine)") == 0);
+    what = nir_import_origin(&im, lif_line);
+    CHECK(what && strcmp(what, "node 'lif' (LIF)") == 0);
+    CHECK(nir_import_origin(&im, im.nlines + 5) == NULL);
+    /* the report: at the .nir file and node, the generated line after it */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK(f != NULL);
+    diag_add_source("t.nir.snn", im.text);
+    diag_set_stream(f);
+    diag_set_origin("t.nir.snn", "t.nir", nir_import_origin, &im);
+    diag_error((Loc){diag_intern("t.nir.snn"), lif_line, 9}, "something is wrong");
+    diag_error((Loc){diag_intern("t.nir.snn"), 1, 1}, "in the header");
+    diag_set_origin(NULL, NULL, NULL, NULL);
+    fclose(f);
+    diag_set_stream(stderr);
+    CHECK(strstr(buf, "t.nir: error: node 'lif' (LIF): something is wrong\n  in the model snnc "
+                      "generated from it (--emit=snn writes it), t.nir.snn:") != NULL);
+    CHECK(strstr(buf, "t.nir.snn:1:1: error: in the header") != NULL);
+    free(buf);
+    nir_import_free(&im);
+}
+
+/* --framework presets: names, what they set, and user options winning over them */
+static void
+test_frameworks(void)
+{
+    CHECK(nir_framework_parse("snntorch") == NIR_FW_SNNTORCH);
+    CHECK(nir_framework_parse("Lava_DL") == NIR_FW_LAVA_DL);
+    CHECK(nir_framework_parse("lava-dl") == NIR_FW_LAVA_DL);
+    CHECK(nir_framework_parse("none") == NIR_FW_NONE);
+    CHECK(nir_framework_parse("torch") == NIR_FW_COUNT);
+    CHECK(nir_framework_parse("") == NIR_FW_COUNT);
+    CHECK(strcmp(nir_framework_name(NIR_FW_SPIKINGJELLY), "spikingjelly") == 0);
+    NirImportOptions o = {.framework = NIR_FW_SINABS};
+    nir_apply_preset(&o);
+    CHECK(o.dt == 1.0 && o.integrator == NIR_EXACT && o.reset == NIR_RESET_SUBTRACT &&
+          !o.reset_next && o.impulses);
+    o = (NirImportOptions){.framework = NIR_FW_SNNTORCH, .reset = NIR_RESET_VALUE,
+                           .given = NIR_GIVEN_RESET};
+    nir_apply_preset(&o);
+    CHECK(o.dt == 1e-4 && o.reset == NIR_RESET_VALUE && o.reset_next);
+    o = (NirImportOptions){.framework = NIR_FW_NORSE, .dt = 1e-3, .stored = NIR_GIVEN_DT};
+    nir_apply_preset(&o);
+    CHECK(o.dt == 1e-3 && o.impulses);
+    /* Sinabs: multi-spike IF clamped at -v_th, counts emitted */
+    NirImportOptions sb = defaults();
+    sb.framework = NIR_FW_SINABS;
+    char *t = expect_ok(HEAD MLP_NODES MLP_EDGES, &sb);
+    expect_text(t, "neuron NIR_LIF_multi(");
+    expect_text(t, "  let n = v > 0 ? floor(v / v_th) : 0\n  v = v - n * v_th\n  output n\n");
+    free(t);
+    /* snnTorch, reset_delay=False with subtract */
+    NirImportOptions st = defaults();
+    st.framework = NIR_FW_SNNTORCH;
+    st.reset_next = false;
+    st.given = NIR_GIVEN_RESET_STEP;
+    t = expect_ok(HEAD MLP_NODES MLP_EDGES, &st);
+    expect_text(t, "NIR_LIF_sub_redo(");
+    expect_text(t, "  v = v - (spike - was_over) * v_th\n");
+    free(t);
+}
+
 int
 main(void)
 {
     diag_set_stream(stderr);
     test_malformed();
     test_translation();
+    test_frameworks();
+    test_origin(); /* last: it reports errors, which later loads would count */
     printf("test_nir: %d passed, %d failed\n", npass, nfail);
     return nfail ? 1 : 0;
 }
