@@ -282,6 +282,11 @@ continuous(double dt, double decay, double gain, double *tau, double *r)
 static void
 continuous_sinabs(double dt, double decay, double gain, double *tau, double *r)
 {
+    *r = (double)(float)gain;
+    if (!(decay > 0)) { /* exp(-dt/tau) rounds to 0 in float32 for any tau below dt/104 */
+        *tau = (double)(float)(dt / 200);
+        return;
+    }
     float t0 = (float)(-dt / log(decay)), best = t0;
     for (int k = 0; k < 64; k++) {
         float cand = t0;
@@ -293,7 +298,6 @@ continuous_sinabs(double dt, double decay, double gain, double *tau, double *r)
         }
     }
     *tau = best;
-    *r = (double)(float)gain;
 }
 
 /* the framework whose NIR_* neurons the model uses (the importer writes them only for one),
@@ -317,6 +321,20 @@ detect_framework(const Module *m)
         }
     }
     return NIR_FW_NONE;
+}
+
+/* every number a node was written with fits float32: a huge gain makes r overflow */
+static bool
+finite_fields(Ex *x, ValueId v, const NirObj *g)
+{
+    for (int i = 0; i < g->nkids; i++) {
+        const NirObj *k = &g->kids[i];
+        for (int64_t j = 0; k->kind == NIR_NUMBERS && j < k->numel; j++)
+            if (!isfinite(k->num[j]))
+                return fail(x, "layer '%s': its NIR %s does not fit float32 (NIR stores float32)",
+                            name_of(x, v), k->name);
+    }
+    return true;
 }
 
 static bool
@@ -595,7 +613,7 @@ export_node(Ex *x, ValueId v)
         put_param(g, "delay", &n->type, (double)node_attr_i(n, "steps", 0) * x->dt);
         return true;
     case OP_NEURON:
-        return export_neuron(x, v, g);
+        return export_neuron(x, v, g) && finite_fields(x, v, g);
     default:
         return fail(x, "layer '%s' (%s): not expressible in NIR", name_of(x, v),
                     op_info(n->op)->name);
