@@ -309,6 +309,8 @@ KExpr *kx_var(KProgram *p, const Kernel *k, int var);
 KExpr *kx_load(KProgram *p, int buf, KExpr *index);
 KExpr *kx_un(KProgram *p, KUn op, KExpr *a);
 KExpr *kx_bin(KProgram *p, KBin op, KExpr *a, KExpr *b);
+KExpr *kx_new(KProgram *p, KxKind kind, KType t);
+KExpr *kx_load_bits(KProgram *p, int buf, KExpr *index, int how);
 KExpr *kx_select(KProgram *p, KExpr *c, KExpr *a, KExpr *b);
 KExpr *kx_cast(KProgram *p, KType t, KExpr *a);
 KExpr *kx_kind(KProgram *p, KxKind kind); /* KX_BATCH, KX_STEP, KX_SAMPLE_BASE (i64) */

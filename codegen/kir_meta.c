@@ -33,14 +33,6 @@ put(Text *t, const char *fmt, ...)
     }
 }
 
-const char *
-kir_value_name(const KProgram *p, ValueId v, char *buf, size_t n)
-{
-    if (p->m->nodes[v].name) return p->m->nodes[v].name;
-    snprintf(buf, n, "v%d", p->vnum ? p->vnum[v] : (int)v);
-    return buf;
-}
-
 static void
 put_dims(Text *t, int rank, const int64_t *dims)
 {

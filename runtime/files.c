@@ -9,6 +9,7 @@
 #include "runtime/tensor_io.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -17,6 +18,19 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* "WHAT: message" into err (nothing when err is NULL or errlen 0): every reader's error form */
+void
+rt_io_error(char *err, size_t errlen, const char *what, const char *fmt, ...)
+{
+    if (!err || errlen == 0) return;
+    int n = snprintf(err, errlen, "%s: ", what ? what : "(input)");
+    if (n < 0 || (size_t)n >= errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+}
 
 enum { FIRST_CHUNK = 1 << 16 };
 

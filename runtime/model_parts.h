@@ -139,7 +139,9 @@ bool rt_cuda_work_parse(const char *text, size_t len, RtCudaWork *w, char *err, 
 bool rt_cuda_work_eval(const RtCudaWork *w, int64_t batch, int64_t *out, char *err, size_t errlen);
 void rt_cuda_work_free(RtCudaWork *w);
 
-/* set the message snn_last_error() returns on this thread (session.c) and return st */
+/* set the message snn_last_error() returns on this thread (error.c) and return st */
 snn_status rt_fail(snn_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* every snn_ function but snn_last_error starts here: a call that succeeds leaves no message */
+void rt_clear_error(void);
 
 #endif

@@ -24,18 +24,6 @@
 
 /* ---- tensors, sets, errors, files ---- */
 
-void
-rt_io_error(char *err, size_t errlen, const char *what, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    int n = snprintf(err, errlen, "%s: ", what ? what : "(input)");
-    if (n < 0 || (size_t)n >= errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-    va_end(ap);
-}
-
 const char *
 rt_dtype_name(RtDType t)
 {

@@ -56,61 +56,19 @@ struct snn_session {
     snn_stats stats;
 };
 
-/* ---- errors ---- */
-
-static _Thread_local char last_error[512];
-
-static snn_status
-vfail(snn_status st, const char *fmt, va_list ap)
-{
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
-    return st;
-}
-
-static snn_status __attribute__((format(printf, 2, 3)))
-fail(snn_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vfail(st, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-/* every snn_ function but snn_last_error starts here: a call that succeeds leaves no message */
-static void
-clear_error(void)
-{
-    last_error[0] = 0;
-}
-
-snn_status
-rt_fail(snn_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vfail(st, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-const char *
-snn_last_error(void)
-{
-    return last_error;
-}
+/* errors: rt_fail and rt_clear_error keep the thread's last message (runtime/error.c) */
 
 uint32_t
 snn_abi_version(void)
 {
-    clear_error();
+    rt_clear_error();
     return SNN_ABI_VERSION;
 }
 
 const char *
 snn_status_name(snn_status status)
 {
-    clear_error();
+    rt_clear_error();
     switch (status) {
     case SNN_OK: return "SNN_OK";
     case SNN_ERR_ARGUMENT: return "SNN_ERR_ARGUMENT";
@@ -158,60 +116,60 @@ model_release(void)
 const snn_model *
 snn_model_get(void)
 {
-    clear_error();
+    rt_clear_error();
     pthread_once(&model_once, model_parse);
-    if (!model_ok) fail(SNN_ERR_STATE, "%s", model_error);
+    if (!model_ok) rt_fail(SNN_ERR_STATE, "%s", model_error);
     return model_ok;
 }
 
 const char *
 snn_model_name(const snn_model *m)
 {
-    clear_error();
+    rt_clear_error();
     return m ? m->name : NULL;
 }
 
 int
 snn_model_timesteps(const snn_model *m)
 {
-    clear_error();
+    rt_clear_error();
     return m ? m->timesteps : -1;
 }
 
 int
 snn_model_num_inputs(const snn_model *m)
 {
-    clear_error();
+    rt_clear_error();
     return m ? m->ninputs : -1;
 }
 
 int
 snn_model_num_outputs(const snn_model *m)
 {
-    clear_error();
+    rt_clear_error();
     return m ? m->noutputs : -1;
 }
 
 int
 snn_model_num_weights(const snn_model *m)
 {
-    clear_error();
+    rt_clear_error();
     return m ? m->nweights : -1;
 }
 
 int
 snn_model_num_layers(const snn_model *m)
 {
-    clear_error();
+    rt_clear_error();
     return m ? m->nlayers : -1;
 }
 
 const char *
 snn_model_layer_name(const snn_model *m, int i)
 {
-    clear_error();
+    rt_clear_error();
     if (!m || i < 0 || i >= m->nlayers) {
-        fail(SNN_ERR_ARGUMENT, "snn_model_layer_name: %s", m ? "layer index out of range" :
+        rt_fail(SNN_ERR_ARGUMENT, "snn_model_layer_name: %s", m ? "layer index out of range" :
                                                                "model is NULL");
         return NULL;
     }
@@ -222,9 +180,9 @@ static snn_status
 tensor_info(const char *fn, const snn_model *m, const RtModelTensor *ts, int n, int i,
             snn_tensor_info *info)
 {
-    if (!m || !info) return fail(SNN_ERR_ARGUMENT, "%s: %s is NULL", fn, m ? "info" : "model");
+    if (!m || !info) return rt_fail(SNN_ERR_ARGUMENT, "%s: %s is NULL", fn, m ? "info" : "model");
     if (i < 0 || i >= n)
-        return fail(SNN_ERR_ARGUMENT, "%s: index %d out of range (the model has %d)", fn, i, n);
+        return rt_fail(SNN_ERR_ARGUMENT, "%s: index %d out of range (the model has %d)", fn, i, n);
     *info = ts[i].info;
     return SNN_OK;
 }
@@ -232,14 +190,14 @@ tensor_info(const char *fn, const snn_model *m, const RtModelTensor *ts, int n, 
 snn_status
 snn_model_input(const snn_model *m, int i, snn_tensor_info *info)
 {
-    clear_error();
+    rt_clear_error();
     return tensor_info("snn_model_input", m, m ? m->inputs : NULL, m ? m->ninputs : 0, i, info);
 }
 
 snn_status
 snn_model_output(const snn_model *m, int i, snn_tensor_info *info)
 {
-    clear_error();
+    rt_clear_error();
     return tensor_info("snn_model_output", m, m ? m->outputs : NULL, m ? m->noutputs : 0, i,
                        info);
 }
@@ -247,7 +205,7 @@ snn_model_output(const snn_model *m, int i, snn_tensor_info *info)
 snn_status
 snn_model_weight(const snn_model *m, int i, snn_tensor_info *info)
 {
-    clear_error();
+    rt_clear_error();
     return tensor_info("snn_model_weight", m, m ? m->weights : NULL, m ? m->nweights : 0, i,
                        info);
 }
@@ -255,14 +213,14 @@ snn_model_weight(const snn_model *m, int i, snn_tensor_info *info)
 int
 snn_model_has_weights(const snn_model *m)
 {
-    clear_error();
+    rt_clear_error();
     return m && m->weight_size > 0;
 }
 
 const char *
 snn_model_devices(const snn_model *m)
 {
-    clear_error();
+    rt_clear_error();
     return m ? m->devices : NULL;
 }
 
@@ -279,10 +237,10 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
         const snn_tensor_info *w = &m->weights[i].info;
         const RtTensor *t = rt_tensorset_find(set, w->name);
         if (!t)
-            return fail(SNN_ERR_WEIGHTS, "%s has no tensor '%s' (the model's weight %d)", what,
+            return rt_fail(SNN_ERR_WEIGHTS, "%s has no tensor '%s' (the model's weight %d)", what,
                         w->name, i);
         if (t->dtype != RT_F32 && t->dtype != RT_F16 && t->dtype != RT_BF16)
-            return fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s has dtype %s; weights must be f32, "
+            return rt_fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s has dtype %s; weights must be f32, "
                         "f16 or bf16", w->name, what, rt_dtype_name(t->dtype));
         bool same = t->rank == w->rank;
         for (int d = 0; same && d < w->rank; d++)
@@ -295,12 +253,12 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
             for (int d = 0; d < t->rank; d++)
                 snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
                          (long long)t->dims[d]);
-            return fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s has shape %s], the model wants %s]",
+            return rt_fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s has shape %s], the model wants %s]",
                         w->name, what, got, want);
         }
         int64_t first, bad = rt_count_nonfinite(t->data, t->numel, &first);
         if (bad)
-            return fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s holds %lld value%s that %s not finite "
+            return rt_fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s holds %lld value%s that %s not finite "
                         "(element %lld is %s); weights must be numbers", w->name, what,
                         (long long)bad, bad == 1 ? "" : "s", bad == 1 ? "is" : "are",
                         (long long)first, t->data[first] != t->data[first] ? "NaN"
@@ -313,7 +271,7 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
         for (int k = 0; k < m->nweights && !is_used; k++)
             is_used = !strcmp(m->weights[k].name, name);
         if (!is_used)
-            return fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s is not a weight of model '%s'", name,
+            return rt_fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s is not a weight of model '%s'", name,
                         what, m->name);
     }
     for (int b = 0; b < nbufs; b++) {
@@ -330,7 +288,7 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
             free(f);
             for (int k = 0; k < b; k++)
                 free(mem[k]);
-            return fail(SNN_ERR_MEMORY, "out of memory for weight '%s'", w->name);
+            return rt_fail(SNN_ERR_MEMORY, "out of memory for weight '%s'", w->name);
         }
         if (kb->nperm) rt_transpose_f32(t->data, w->rank, w->dims, kb->perm, f);
         else if (w->numel) memcpy(f, t->data, (size_t)w->numel * sizeof *f);
@@ -360,7 +318,7 @@ load_weights_bytes(snn_session *s, const void *data, size_t size, const char *wh
     memset(&set, 0, sizeof set);
     if (rt_safetensors_parse(data, size, what, &set, msg, sizeof msg) != 0) {
         rt_tensorset_free(&set);
-        return fail(SNN_ERR_WEIGHTS, "%s", msg);
+        return rt_fail(SNN_ERR_WEIGHTS, "%s", msg);
     }
     const snn_model *m = s->m;
     /* packed for the program the session runs: CUDA's has buffers of its own */
@@ -369,7 +327,7 @@ load_weights_bytes(snn_session *s, const void *data, size_t size, const char *wh
     void **mem = calloc((size_t)nbufs + 1, sizeof *mem);
     if (!mem) {
         rt_tensorset_free(&set);
-        return fail(SNN_ERR_MEMORY, "out of memory loading weights");
+        return rt_fail(SNN_ERR_MEMORY, "out of memory loading weights");
     }
     snn_status st = weights_from_set(m, &set, what, bufs, nbufs, mem);
     rt_tensorset_free(&set);
@@ -384,7 +342,7 @@ load_weights_bytes(snn_session *s, const void *data, size_t size, const char *wh
         if (st == SNN_OK) s->has_weights = true;
         pthread_mutex_unlock(&s->lock);
         free_weight_mem(nbufs, mem);
-        return st == SNN_OK ? SNN_OK : fail(st, "uploading weights: %s", msg);
+        return st == SNN_OK ? SNN_OK : rt_fail(st, "uploading weights: %s", msg);
     }
     for (int b = 0; b < m->nbufs; b++)
         if (m->bufs[b].kind == RT_BUF_WEIGHT) {
@@ -401,9 +359,9 @@ load_weights_bytes(snn_session *s, const void *data, size_t size, const char *wh
 snn_status
 snn_session_load_weights(snn_session *s, const void *data, size_t size)
 {
-    clear_error();
+    rt_clear_error();
     if (!s || !data)
-        return fail(SNN_ERR_ARGUMENT, "snn_session_load_weights: %s is NULL",
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_session_load_weights: %s is NULL",
                     s ? "data" : "session");
     return load_weights_bytes(s, data, size, "the weights buffer");
 }
@@ -411,9 +369,9 @@ snn_session_load_weights(snn_session *s, const void *data, size_t size)
 snn_status
 snn_session_load_weights_file(snn_session *s, const char *path)
 {
-    clear_error();
+    rt_clear_error();
     if (!s || !path)
-        return fail(SNN_ERR_ARGUMENT, "snn_session_load_weights_file: %s is NULL",
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_session_load_weights_file: %s is NULL",
                     s ? "path" : "session");
     unsigned char *buf;
     size_t len;
@@ -427,7 +385,7 @@ snn_session_load_weights_file(snn_session *s, const char *path)
              size);
     RtReadLimit lim = {rt_weights_file_limit(numel, m->nweights), 0, why};
     if (rt_read_file(path, &lim, &buf, &len, msg, sizeof msg) != 0)
-        return fail(SNN_ERR_IO, "%s", msg);
+        return rt_fail(SNN_ERR_IO, "%s", msg);
     char what[600];
     snprintf(what, sizeof what, "'%s'", path);
     snn_status st = load_weights_bytes(s, buf, len, what);
@@ -467,7 +425,7 @@ session_free(snn_session *s)
 void
 snn_session_destroy(snn_session *s)
 {
-    clear_error();
+    rt_clear_error();
     session_free(s);
 }
 
@@ -500,7 +458,7 @@ open_cpu(snn_session *s, int threads)
         free(bytes);
         free(off);
         free(slot);
-        return fail(SNN_ERR_MEMORY, "out of memory");
+        return rt_fail(SNN_ERR_MEMORY, "out of memory");
     }
     for (int b = 0; b < m->nbufs; b++) {
         const RtBuf *kb = &m->bufs[b];
@@ -512,7 +470,7 @@ open_cpu(snn_session *s, int threads)
             free(bytes);
             free(off);
             free(slot);
-            return fail(SNN_ERR_MEMORY, "max_batch %d needs more memory than can be had",
+            return rt_fail(SNN_ERR_MEMORY, "max_batch %d needs more memory than can be had",
                         s->max_batch);
         }
         bytes[b] = rt_buf_bytes(kb, s->max_batch);
@@ -524,7 +482,7 @@ open_cpu(snn_session *s, int threads)
         free(bytes);
         free(off);
         free(slot);
-        return fail(SNN_ERR_MEMORY, "out of memory for a session of batch %d (%zu bytes)",
+        return rt_fail(SNN_ERR_MEMORY, "out of memory for a session of batch %d (%zu bytes)",
                     s->max_batch, total);
     }
     for (int b = 0; b < m->nbufs; b++)
@@ -534,7 +492,7 @@ open_cpu(snn_session *s, int threads)
     free(slot);
     char msg[256];
     s->pool = rt_pool_new(threads ? threads : online_cores(), msg, sizeof msg);
-    if (!s->pool) return fail(SNN_ERR_MEMORY, "%s", msg);
+    if (!s->pool) return rt_fail(SNN_ERR_MEMORY, "%s", msg);
     snprintf(s->device, sizeof s->device, "cpu");
     return SNN_OK;
 }
@@ -544,7 +502,7 @@ open_cuda(snn_session *s, int ordinal)
 {
     char msg[512];
     snn_status st = rt_cuda_exec_create(s->m, ordinal, s->max_batch, &s->cuda, msg, sizeof msg);
-    if (st != SNN_OK) return fail(st, "%s", msg);
+    if (st != SNN_OK) return rt_fail(st, "%s", msg);
     snprintf(s->device, sizeof s->device, "cuda:%d", ordinal);
     return SNN_OK;
 }
@@ -553,18 +511,18 @@ snn_status
 snn_session_create(const snn_model *m, const char *device, int max_batch, int threads,
                    snn_session **out)
 {
-    clear_error();
+    rt_clear_error();
     if (out) *out = NULL;
     if (!m || !out)
-        return fail(SNN_ERR_ARGUMENT, "snn_session_create: %s is NULL", m ? "out" : "model");
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_session_create: %s is NULL", m ? "out" : "model");
     if (m != model_ok && !rt_model_is_made(m))
-        return fail(SNN_ERR_ARGUMENT, "snn_session_create: not a model of this library (use "
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_session_create: not a model of this library (use "
                                       "snn_model_get())");
     if (max_batch < 1 || max_batch > SNN_MAX_BATCH)
-        return fail(SNN_ERR_ARGUMENT, "snn_session_create: max_batch must be from 1 to %d "
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_session_create: max_batch must be from 1 to %d "
                                       "(SNN_MAX_BATCH), not %d", SNN_MAX_BATCH, max_batch);
     if (threads < 0 || threads > SNN_MAX_THREADS)
-        return fail(SNN_ERR_ARGUMENT, "snn_session_create: threads must be 0 (one per core) or "
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_session_create: threads must be 0 (one per core) or "
                                       "from 1 to %d (SNN_MAX_THREADS), not %d", SNN_MAX_THREADS,
                     threads);
     bool has_cpu = m->entry != NULL, has_cuda = m->ncuda_kernels > 0;
@@ -572,19 +530,19 @@ snn_session_create(const snn_model *m, const char *device, int max_batch, int th
     int ordinal = is_auto ? -1 : cuda_ordinal(device);
     if (!is_auto && strcmp(device, "cpu") != 0 && ordinal < 0) {
         if (!strncmp(device, "cuda", 4) && has_cuda)
-            return fail(SNN_ERR_DEVICE, "unknown device '%s' (CUDA devices are cuda, cuda:0, "
+            return rt_fail(SNN_ERR_DEVICE, "unknown device '%s' (CUDA devices are cuda, cuda:0, "
                                         "cuda:1, ...)", device);
         if (!strncmp(device, "cuda", 4))
-            return fail(SNN_ERR_DEVICE, "device '%s': this library holds code for %s only",
+            return rt_fail(SNN_ERR_DEVICE, "device '%s': this library holds code for %s only",
                         device, m->devices);
-        return fail(SNN_ERR_DEVICE, "unknown device '%s' (this library runs on: %s)", device,
+        return rt_fail(SNN_ERR_DEVICE, "unknown device '%s' (this library runs on: %s)", device,
                     m->devices);
     }
     if ((ordinal >= 0 && !has_cuda) || (!is_auto && ordinal < 0 && !has_cpu))
-        return fail(SNN_ERR_DEVICE, "device '%s': this library holds code for %s only", device,
+        return rt_fail(SNN_ERR_DEVICE, "device '%s': this library holds code for %s only", device,
                     m->devices);
     snn_session *s = calloc(1, sizeof *s);
-    if (!s) return fail(SNN_ERR_MEMORY, "out of memory for a session");
+    if (!s) return rt_fail(SNN_ERR_MEMORY, "out of memory for a session");
     pthread_mutex_init(&s->lock, NULL);
     s->m = m;
     s->max_batch = max_batch;
@@ -595,7 +553,7 @@ snn_session_create(const snn_model *m, const char *device, int max_batch, int th
     s->counts = calloc((size_t)m->nlayers + 1, sizeof *s->counts);
     if (!s->bufs || !s->weight_mem || !s->in_ptrs || !s->out_ptrs || !s->counts) {
         session_free(s);
-        return fail(SNN_ERR_MEMORY, "out of memory for a session of batch %d", max_batch);
+        return rt_fail(SNN_ERR_MEMORY, "out of memory for a session of batch %d", max_batch);
     }
     snn_status st;
     if (is_auto && has_cuda) {
@@ -615,7 +573,7 @@ snn_session_create(const snn_model *m, const char *device, int max_batch, int th
         return st;
     }
     *out = s;
-    clear_error(); /* "auto": a GPU that could not be had, and the CPU that could */
+    rt_clear_error(); /* "auto": a GPU that could not be had, and the CPU that could */
     return SNN_OK;
 }
 
@@ -625,13 +583,13 @@ static snn_status
 check_run(const char *fn, snn_session *s, int64_t first_sample, int batch, bool has_inputs,
           bool has_outputs)
 {
-    if (!s) return fail(SNN_ERR_ARGUMENT, "%s: session is NULL", fn);
+    if (!s) return rt_fail(SNN_ERR_ARGUMENT, "%s: session is NULL", fn);
     const snn_model *m = s->m;
     if (batch < 1 || batch > s->max_batch)
-        return fail(SNN_ERR_ARGUMENT, "%s: batch %d is not in 1..%d (the session's max_batch)", fn,
+        return rt_fail(SNN_ERR_ARGUMENT, "%s: batch %d is not in 1..%d (the session's max_batch)", fn,
                     batch, s->max_batch);
     if (first_sample < 0)
-        return fail(SNN_ERR_ARGUMENT, "%s: first_sample %lld is negative", fn,
+        return rt_fail(SNN_ERR_ARGUMENT, "%s: first_sample %lld is negative", fn,
                     (long long)first_sample);
     /* the Poisson encoder keys element i of sample s by s * numel + i in 64 bits: past the end,
      * keys would wrap onto other samples' (sample 0's) */
@@ -640,11 +598,11 @@ check_run(const char *fn, snn_session *s, int64_t first_sample, int batch, bool 
         if (m->bufs[b].per_batch > per) per = m->bufs[b].per_batch;
     int64_t end = INT64_MAX / per;
     if (first_sample > end - batch)
-        return fail(SNN_ERR_ARGUMENT, "%s: first_sample %lld + batch %d passes %lld, the last "
+        return rt_fail(SNN_ERR_ARGUMENT, "%s: first_sample %lld + batch %d passes %lld, the last "
                     "sample whose Poisson spikes this model keys apart", fn,
                     (long long)first_sample, batch, (long long)end);
-    if (m->ninputs && !has_inputs) return fail(SNN_ERR_ARGUMENT, "%s: inputs is NULL", fn);
-    if (m->noutputs && !has_outputs) return fail(SNN_ERR_ARGUMENT, "%s: outputs is NULL", fn);
+    if (m->ninputs && !has_inputs) return rt_fail(SNN_ERR_ARGUMENT, "%s: inputs is NULL", fn);
+    if (m->noutputs && !has_outputs) return rt_fail(SNN_ERR_ARGUMENT, "%s: outputs is NULL", fn);
     return SNN_OK;
 }
 
@@ -654,11 +612,11 @@ check_pointers(const char *fn, const snn_session *s)
     const snn_model *m = s->m;
     for (int i = 0; i < m->ninputs; i++)
         if (!s->in_ptrs[i])
-            return fail(SNN_ERR_ARGUMENT, "%s: inputs[%d] ('%s') is NULL", fn, i,
+            return rt_fail(SNN_ERR_ARGUMENT, "%s: inputs[%d] ('%s') is NULL", fn, i,
                         m->inputs[i].name);
     for (int i = 0; i < m->noutputs; i++)
         if (!s->out_ptrs[i])
-            return fail(SNN_ERR_ARGUMENT, "%s: outputs[%d] ('%s') is NULL", fn, i,
+            return rt_fail(SNN_ERR_ARGUMENT, "%s: outputs[%d] ('%s') is NULL", fn, i,
                         m->outputs[i].name);
     return SNN_OK;
 }
@@ -670,7 +628,7 @@ run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device)
     const snn_model *m = s->m;
     if (!s->has_weights) {
         pthread_mutex_unlock(&s->lock);
-        return fail(SNN_ERR_STATE, "snn_run: no weights loaded (this library carries none: call "
+        return rt_fail(SNN_ERR_STATE, "snn_run: no weights loaded (this library carries none: call "
                                    "snn_session_load_weights_file first)");
     }
     double t0 = rt_now_seconds();
@@ -681,7 +639,7 @@ run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device)
                                          is_device, &launches, &graphs, msg, sizeof msg);
         if (st != SNN_OK) {
             pthread_mutex_unlock(&s->lock);
-            return fail(st, "%s", msg);
+            return rt_fail(st, "%s", msg);
         }
     } else {
         for (int b = 0; b < m->nbufs; b++) {
@@ -720,7 +678,7 @@ snn_status
 snn_run(snn_session *s, int64_t first_sample, int batch, const float *const *inputs,
         float *const *outputs)
 {
-    clear_error();
+    rt_clear_error();
     snn_status st = check_run("snn_run", s, first_sample, batch, inputs, outputs);
     if (st != SNN_OK) return st;
     pthread_mutex_lock(&s->lock);
@@ -740,11 +698,11 @@ snn_status
 snn_run_device(snn_session *s, int64_t first_sample, int batch, const void *const *inputs,
                void *const *outputs)
 {
-    clear_error();
+    rt_clear_error();
     snn_status st = check_run("snn_run_device", s, first_sample, batch, inputs, outputs);
     if (st != SNN_OK) return st;
     if (!s->cuda)
-        return fail(SNN_ERR_DEVICE, "snn_run_device needs a cuda session (this one is on %s)",
+        return rt_fail(SNN_ERR_DEVICE, "snn_run_device needs a cuda session (this one is on %s)",
                     s->device);
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->m->ninputs; i++)
@@ -762,12 +720,12 @@ snn_run_device(snn_session *s, int64_t first_sample, int batch, const void *cons
 snn_status
 snn_session_spike_counts(snn_session *s, double *counts, int n)
 {
-    clear_error();
+    rt_clear_error();
     if (!s || !counts)
-        return fail(SNN_ERR_ARGUMENT, "snn_session_spike_counts: %s is NULL",
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_session_spike_counts: %s is NULL",
                     s ? "counts" : "session");
     if (n != s->m->nlayers)
-        return fail(SNN_ERR_ARGUMENT, "snn_session_spike_counts: n is %d, the model has %d "
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_session_spike_counts: n is %d, the model has %d "
                                       "counted layers", n, s->m->nlayers);
     pthread_mutex_lock(&s->lock);
     snn_status st = SNN_OK;
@@ -776,15 +734,15 @@ snn_session_spike_counts(snn_session *s, double *counts, int n)
         st = rt_cuda_exec_counts(s->cuda, s->counts, msg, sizeof msg);
     if (st == SNN_OK) memcpy(counts, s->counts, (size_t)n * sizeof *counts);
     pthread_mutex_unlock(&s->lock);
-    return st == SNN_OK ? SNN_OK : fail(st, "snn_session_spike_counts: %s", msg);
+    return st == SNN_OK ? SNN_OK : rt_fail(st, "snn_session_spike_counts: %s", msg);
 }
 
 snn_status
 snn_session_stats(snn_session *s, snn_stats *stats)
 {
-    clear_error();
+    rt_clear_error();
     if (!s || !stats)
-        return fail(SNN_ERR_ARGUMENT, "snn_session_stats: %s is NULL", s ? "stats" : "session");
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_session_stats: %s is NULL", s ? "stats" : "session");
     pthread_mutex_lock(&s->lock);
     *stats = s->stats;
     pthread_mutex_unlock(&s->lock);
@@ -794,8 +752,8 @@ snn_session_stats(snn_session *s, snn_stats *stats)
 snn_status
 snn_session_reset_stats(snn_session *s)
 {
-    clear_error();
-    if (!s) return fail(SNN_ERR_ARGUMENT, "snn_session_reset_stats: session is NULL");
+    rt_clear_error();
+    if (!s) return rt_fail(SNN_ERR_ARGUMENT, "snn_session_reset_stats: session is NULL");
     pthread_mutex_lock(&s->lock);
     snn_status st = SNN_OK;
     char msg[512];
@@ -805,13 +763,13 @@ snn_session_reset_stats(snn_session *s)
         memset(s->counts, 0, (size_t)s->m->nlayers * sizeof *s->counts);
     }
     pthread_mutex_unlock(&s->lock);
-    return st == SNN_OK ? SNN_OK : fail(st, "snn_session_reset_stats: %s", msg);
+    return st == SNN_OK ? SNN_OK : rt_fail(st, "snn_session_reset_stats: %s", msg);
 }
 
 int
 snn_session_threads(const snn_session *s)
 {
-    clear_error();
+    rt_clear_error();
     if (!s) return -1;
     return s->pool ? rt_pool_nthreads(s->pool) : 1; /* cuda: the calling thread drives the GPU */
 }
@@ -819,6 +777,6 @@ snn_session_threads(const snn_session *s)
 const char *
 snn_session_device(const snn_session *s)
 {
-    clear_error();
+    rt_clear_error();
     return s ? s->device : NULL;
 }

@@ -1,0 +1,127 @@
+/* The memory plan (MEMORY_REUSE): temporaries whose lifetimes do not overlap share storage. */
+#include "codegen/lower.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the memory plan (MEMORY_REUSE) ---- */
+
+static void
+uses_expr(const KExpr *e, int ki, int *first, int *last)
+{
+    if (!e) return;
+    if (e->kind == KX_LOAD) {
+        if (ki < first[e->buf]) first[e->buf] = ki;
+        if (ki > last[e->buf]) last[e->buf] = ki;
+    }
+    uses_expr(e->a, ki, first, last);
+    uses_expr(e->b, ki, first, last);
+    uses_expr(e->c, ki, first, last);
+}
+
+static void
+uses_stmts(KStmt *const *s, int n, int ki, int *first, int *last)
+{
+    for (int i = 0; i < n; i++) {
+        const KStmt *st = s[i];
+        if (st->kind == KS_STORE || st->kind == KS_VLOAD || st->kind == KS_VFMA ||
+            st->kind == KS_VSTORE) {
+            if (ki < first[st->buf]) first[st->buf] = ki;
+            if (ki > last[st->buf]) last[st->buf] = ki;
+        }
+        uses_expr(st->lo, ki, first, last);
+        uses_expr(st->hi, ki, first, last);
+        uses_expr(st->index, ki, first, last);
+        uses_expr(st->a, ki, first, last);
+        uses_stmts(st->body, st->nbody, ki, first, last);
+        uses_stmts(st->els, st->nels, ki, first, last);
+    }
+}
+
+/* Temporaries whose lifetimes do not overlap share a slot (KBuf.slot). A lifetime is the span of
+ * kernels that load or store the buffer, widened to a whole step loop it touches (the loop runs its
+ * kernels T times in turn), to the start of the run for a buffer zeroed before it (not
+ * written-first), to after the run for spike counts (read when it is over); GPU spike counts,
+ * which keep totals across runs, never share. Largest first (at batch 64), each into the first slot
+ * with no overlapping member: the greedy-by-size placement of inference engines. */
+void
+plan_memory(KProgram *p)
+{
+    int nb = p->nbufs, nk = p->nkernels;
+    int *first = malloc(((size_t)nb + 1) * sizeof *first), *last = malloc(((size_t)nb + 1) * sizeof *last);
+    int *order = malloc(((size_t)nb + 1) * sizeof *order);
+    if (!first || !last || !order) die("out of memory");
+    for (int b = 0; b < nb; b++) {
+        first[b] = INT32_MAX;
+        last[b] = -1;
+    }
+    for (int k = 0; k < nk; k++)
+        uses_stmts(p->kernels[k].body, p->kernels[k].nbody, k, first, last);
+    for (int b = 0; b < nb; b++) {
+        const KBuf *kb = &p->bufs[b];
+        if (kb->kind != KB_TEMP || last[b] < 0) continue;
+        if (!kb->is_written_first) first[b] = -1;
+    }
+    for (int i = 0; i < p->nstats; i++)
+        last[p->stats[i].buf] = nk;
+    for (int i = 0; i < nk;) {
+        if (!p->kernels[i].is_step) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < nk && p->kernels[j].is_step)
+            j++;
+        for (int b = 0; b < nb; b++)
+            if (last[b] >= i && first[b] <= j - 1) {
+                if (first[b] > i) first[b] = i;
+                if (last[b] < j - 1) last[b] = j - 1;
+            }
+        i = j;
+    }
+    int n = 0;
+    for (int b = 0; b < nb; b++)
+        if (p->bufs[b].kind == KB_TEMP && !p->bufs[b].is_accumulator && last[b] >= 0)
+            order[n++] = b;
+    /* by bytes at batch 64, largest first; ties in buffer order (a stable insertion sort) */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0; j--) {
+            const KBuf *x = &p->bufs[order[j]], *y = &p->bufs[order[j - 1]];
+            int64_t bx = kbytes(x->type, ksize_eval(x->size, 64));
+            int64_t by = kbytes(y->type, ksize_eval(y->size, 64));
+            if (bx <= by) break;
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int nslots = 0;
+    for (int i = 0; i < n; i++) {
+        int b = order[i], slot = 0;
+        for (int s = 1; s <= nslots && !slot; s++) {
+            bool is_free = true;
+            for (int k = 0; k < i && is_free; k++) {
+                int o = order[k];
+                if (p->bufs[o].slot == s && first[o] <= last[b] && first[b] <= last[o])
+                    is_free = false;
+            }
+            if (is_free) slot = s;
+        }
+        p->bufs[b].slot = slot ? slot : ++nslots;
+    }
+    /* a slot of one buffer is memory of its own (0); the shared ones numbered from 1 in order */
+    int *members = calloc((size_t)nslots + 2, sizeof *members), *renum = calloc((size_t)nslots + 2, sizeof *renum);
+    if (!members || !renum) die("out of memory");
+    for (int b = 0; b < nb; b++)
+        members[p->bufs[b].slot]++;
+    int nshared = 0;
+    for (int b = 0; b < nb; b++) {
+        int sl = p->bufs[b].slot;
+        if (sl > 0 && members[sl] > 1 && !renum[sl]) renum[sl] = ++nshared;
+        p->bufs[b].slot = sl > 0 && members[sl] > 1 ? renum[sl] : 0;
+    }
+    free(members);
+    free(renum);
+    free(first);
+    free(last);
+    free(order);
+}

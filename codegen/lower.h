@@ -1,0 +1,344 @@
+/* lower.h: the lowering's private interface, shared by kir_lower.c, lower_base.c, lower_layers.c,
+ * lower_conv.c, lower_neuron.c and kir_memory.c (as QBE's files share all.h): the lowering state,
+ * positions, statement builders (inline) and the functions one lowering file calls in another. */
+#ifndef SNN_CODEGEN_LOWER_H
+#define SNN_CODEGEN_LOWER_H
+
+#include "codegen/kir.h"
+
+#include <string.h>
+
+typedef enum {
+    LY_NONE,        /* no memory: readouts (they write outputs) */
+    LY_FULL,        /* KB_TEMP [T][B][numel] */
+    LY_STATIC,      /* KB_TEMP [B][numel]: the same at every step */
+    LY_INPUT,       /* KB_INPUT [B][numel], static */
+    LY_INPUT_STEP,  /* KB_INPUT [B][T][numel] */
+    LY_INLINE,      /* no memory: an elementwise value evaluated where it is loaded (fused) */
+    LY_SUMMED,      /* no memory: a dense or conv layer summed in the scan that loads it (GPU,
+                     * Node.is_scan_epilogue), its statements put at Lower.pre */
+} Layout;
+
+typedef struct VStore {
+    Layout layout;
+    int buf;
+    int64_t numel;
+} VStore;
+
+/* where a statement goes: a growable array of statements (capacity: the next power of two) */
+typedef struct Cur {
+    KStmt ***arr;
+    int *n;
+} Cur;
+
+struct Pos;
+
+typedef struct Lower {
+    KProgram *p;
+    const Module *m;
+    int T;
+    KType acc; /* tiles and the sums they spill to: KT_F64, or KT_F32 under `accumulate f32` */
+    VStore *vs;      /* per node */
+    bool *is_static; /* per node: ir_fill_static */
+    int *region;     /* per node: recurrent component id, or -1 */
+    uint32_t *stream;
+    Kernel k;        /* the kernel being built */
+    ValueId epilogue; /* the batchnorm the layer being lowered computes as it stores, or -1 */
+    bool is_epilogue_by_row; /* ... applied to whole rows afterwards (CPU conv: batchnorm_row) */
+    Cur pre; /* where a scan's input load puts the sums of a layer summed in it (LY_SUMMED) */
+    int capkernels, caplocals;
+    /* how vload computes a value that has no memory where it is read: the one recursion of the
+     * lowering (a consumer lowers its fused producer inline), set by kir_lower_for so that
+     * lower_base.c depends on no lowering of a layer */
+    struct KExpr *(*inline_value)(struct Lower *lw, ValueId v, struct Pos *ps);  /* LY_INLINE */
+    struct KExpr *(*summed_value)(struct Lower *lw, ValueId v, struct Pos *ps);  /* LY_SUMMED */
+} Lower;
+
+/* ---- addressing values ----
+ * A position names one element of a value at one step by whichever of these the kernel has:
+ * t (step; NULL in a static kernel), b (sample), i (element), r = t*B + b, j = b*jn + i. Missing
+ * ones are derived with / and % (their operands are never negative). */
+typedef struct Pos {
+    KExpr *t, *b, *i, *r, *j;
+    int64_t jn;
+    KExpr *ch; /* the element's channel (index along dim 0) where the kernel knows it, or NULL */
+} Pos;
+
+/* ---- row contexts of stateless kernels ----
+ * batched: for r in 0..T*B parallel (t = r / B, b = r % B); static: for b in 0..B parallel (no t);
+ * step: for b in 0..B parallel, t = the schedule's step. */
+typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
+
+/* ---- dense and conv2d ----
+ * Layers sum in f64 and round to f32 once (ir/interp.c). Their inner loops run over output
+ * neurons or channels, which transposed weight buffers (KBuf.perm) hold contiguously, into tiles
+ * (kir.h): rows of f64 accumulators that the CPU backend keeps in vector registers, multiplied
+ * and added with one rounding (exact: a product of two floats is exact in double).
+ *   dense, weight [out][in] -> [in][out]:
+ *     real-valued input: a register-blocked GEMM, one parallel loop over (output tile, row block)
+ *       pairs; DENSE_MR rows times DENSE_NT outputs accumulate over k (innermost) from the bias,
+ *       each weight vector loaded once for the block. Terms in k order: the interpreter's sum.
+ *     spikes, at most DENSE_SPIKE_TILE outputs: the same blocks with all outputs in one tile,
+ *       zero inputs skipped lane-wise (fma_nz, no branch to mispredict on dense spike trains).
+ *     spikes, more outputs: event-driven, one scan of the input per row; each spike adds its
+ *       contiguous weight row into the row's f64 accumulators in memory (L1-resident), tile by
+ *       tile. Terms in k order.
+ *   conv2d, weight [out][in/g][kh][kw] -> [in/g][kh][kw][out], output NCHW as before (a tile is
+ *     stored channel by channel, OH*OW apart):
+ *     real-valued input: per channel tile (outer: its weights stay in cache), per output pixel,
+ *       a tile gathers over (c, kh, kw) in the interpreter's order; padding is skipped by bounds
+ *       checks, never added.
+ *     spikes: per row, the spiking channels of every input pixel (count and list, in channel
+ *       order); per output pixel, its terms gathered from its taps' lists into one list of
+ *       (weight row, input) pairs, in (kh, kw, c) order; then every channel tile runs one loop
+ *       over that list. This is the one reordered sum: spike terms are weights (times 0/1 or
+ *       +-1), whose f64 sum is exact, so order-free, unless n terms span more than about
+ *       2^(29 - log2 n) in magnitude; and even then the f32 result changes only if the last f64
+ *       bit moves it across an f32 rounding boundary.
+ * Block sizes fit AVX2's sixteen 256-bit registers (4 f64 lanes each): a dense block holds
+ * DENSE_MR * DENSE_NT / 4 = 12 accumulators, a weight vector and the broadcast inputs; a conv
+ * tile 8 accumulators. */
+enum {
+    DENSE_MR = 3,          /* real-valued input: rows per register block */
+    SPIKE_MR = 3,          /* spike input: rows per register block */
+    DENSE_NT = 16,         /* outputs per dense tile */
+    DENSE_SPIKE_TILE = 32, /* most outputs a spike-fed dense layer keeps in one tile */
+    SCATTER_NT = 32,       /* lanes per step of the event-driven dense scatter */
+    CONV_NT = 32,          /* channels per conv tile */
+};
+
+/* body(o0, lanes) for the tiles of [0, n): a loop over the full tiles of nt lanes, then the
+ * n % nt left over */
+typedef void TileBody(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx);
+
+/* The spikes of K elements (a whole number of bytes) of the row of bit-stored value x at ps from
+ * element `first` (on a byte, as is the row's first): 64 bits at a time (8 bytes, unaligned), then
+ * the row's last bytes one at a time; in each word its set bits, lowest first, each found with a
+ * count of trailing zeros and cleared (no branch per bit: a spike train defeats branch prediction;
+ * a loop per byte mispredicted its exit often enough to lose to bytes at 21% spikes). Bit pairs
+ * (-1/0/1) keep only the low bit of each pair, set for both signs, and halve its position.
+ * body(k) runs for element k of the row, a spike (1, or for pairs 1 or -1: body loads it), in
+ * element order. */
+typedef void SpikeBody(Lower *lw, Cur c, KExpr *k, void *ctx);
+
+typedef struct Conv {
+    ValueId v, x;
+    ConvGeom d;  /* sizes, kernel, stride, pad, dilation, groups */
+    int w, bias; /* weight [Cg][KH][KW][O]; bias or -1 */
+    int list, count; /* spike lists: buffers, or -1 */
+    int tap_w, tap_x;  /* an output pixel's terms: weight rows, inputs */
+    Pos ps;            /* the row */
+    KExpr *g;          /* group */
+    KExpr *oh, *ow, *nterms, *terms; /* the output pixel, its term count and first term */
+} Conv;
+
+/* ---- statement builders ---- */
+
+static inline void
+push_stmt(Arena *a, KStmt ***arr, int *n, KStmt *s)
+{
+    if (*n == 0)
+        *arr = arena_alloc(a, 4 * sizeof **arr);
+    else if (*n >= 4 && (*n & (*n - 1)) == 0)
+        *arr = arena_grow(a, *arr, (size_t)*n * sizeof **arr, (size_t)*n * 2 * sizeof **arr);
+    (*arr)[(*n)++] = s;
+}
+
+static inline KStmt *
+put(Lower *lw, Cur c, KStmt *s)
+{
+    push_stmt(&lw->p->arena, c.arr, c.n, s);
+    return s;
+}
+
+static inline Cur
+top(Lower *lw)
+{
+    return (Cur){&lw->k.body, &lw->k.nbody};
+}
+
+static inline Cur
+body(KStmt *s)
+{
+    return (Cur){&s->body, &s->nbody};
+}
+
+static inline Cur
+els(KStmt *s)
+{
+    return (Cur){&s->els, &s->nels};
+}
+
+static inline KStmt *
+st_new(Lower *lw, KsKind kind)
+{
+    KStmt *s = arena_alloc(&lw->p->arena, sizeof *s);
+    s->kind = kind;
+    s->var = -1;
+    s->buf = -1;
+    return s;
+}
+
+static inline int
+local(Lower *lw, const char *name, KType t)
+{
+    Kernel *k = &lw->k;
+    if (k->nlocals == lw->caplocals) {
+        int cap = lw->caplocals ? 2 * lw->caplocals : 16;
+        k->locals = arena_grow(&lw->p->arena, k->locals, (size_t)lw->caplocals * sizeof *k->locals,
+                               (size_t)cap * sizeof *k->locals);
+        lw->caplocals = cap;
+    }
+    k->locals[k->nlocals] = (KLocal){arena_strdup(&lw->p->arena, name), t, 0};
+    return k->nlocals++;
+}
+
+static inline KExpr *
+var(Lower *lw, int v)
+{
+    return kx_var(lw->p, &lw->k, v);
+}
+
+static inline KExpr *
+ci(Lower *lw, int64_t v)
+{
+    return kx_const(lw->p, KT_I64, (double)v);
+}
+
+static inline KExpr *
+bin(Lower *lw, KBin op, KExpr *a, KExpr *b)
+{
+    return kx_bin(lw->p, op, a, b);
+}
+
+static inline KExpr *
+to(Lower *lw, KType t, KExpr *e)
+{
+    return kx_cast(lw->p, t, e);
+}
+
+/* for var in [lo, hi) */
+static inline KStmt *
+s_for(Lower *lw, Cur c, int v, KExpr *lo, KExpr *hi, bool is_parallel)
+{
+    KStmt *s = st_new(lw, KS_FOR);
+    s->var = v;
+    s->lo = lo;
+    s->hi = hi;
+    s->is_parallel = is_parallel;
+    return put(lw, c, s);
+}
+
+/* a new loop variable and its loop over [0, hi) */
+static inline KStmt *
+loop(Lower *lw, Cur c, const char *name, KExpr *hi, bool is_parallel, KExpr **var_out)
+{
+    int v = local(lw, name, KT_I64);
+    *var_out = var(lw, v);
+    return s_for(lw, c, v, ci(lw, 0), hi, is_parallel);
+}
+
+static inline void
+s_assign(Lower *lw, Cur c, int v, KExpr *e)
+{
+    KStmt *s = st_new(lw, KS_ASSIGN);
+    s->var = v;
+    s->a = to(lw, lw->k.locals[v].type, e);
+    put(lw, c, s);
+}
+
+static inline void
+s_store(Lower *lw, Cur c, int buf, KExpr *index, KExpr *e)
+{
+    KStmt *s = st_new(lw, KS_STORE);
+    s->buf = buf;
+    s->index = index;
+    s->a = to(lw, ktype_value(lw->p->bufs[buf].type), e);
+    put(lw, c, s);
+}
+
+static inline KStmt *
+s_if(Lower *lw, Cur c, KExpr *cond)
+{
+    KStmt *s = st_new(lw, KS_IF);
+    s->a = to(lw, KT_BOOL, cond);
+    return put(lw, c, s);
+}
+
+/* a tile local of `lanes` f64 values */
+static inline int
+tile(Lower *lw, const char *name, int lanes)
+{
+    int t = local(lw, name, lw->acc);
+    lw->k.locals[t].lanes = lanes;
+    return t;
+}
+
+/* lower_base.c */
+int add_buf(Lower *lw, const char *name, KType t, KSize size, KBufKind kind, int io, ValueId v);
+int scratch_buf(Lower *lw, const char *name, KType t, int64_t elems);
+const char *value_name(Lower *lw, ValueId v);
+void begin_kernel(Lower *lw, ValueId v, const char *what, bool is_step);
+void begin_fused_kernel(Lower *lw, ValueId scan, ValueId v, const char *how);
+void end_kernel(Lower *lw);
+KType ktype_of(DType dt);
+KExpr *pos_t(Lower *lw, Pos *ps);
+KExpr *pos_b(Lower *lw, Pos *ps);
+KExpr *pos_i(Lower *lw, Pos *ps);
+KExpr *vindex(Lower *lw, ValueId v, Pos *ps);
+KExpr *vload(Lower *lw, ValueId v, Pos *ps);
+void vstore(Lower *lw, Cur c, ValueId v, Pos *ps, KExpr *e);
+int wbuf(Lower *lw, const Node *n, int slot);
+Ctx ctx_of(Lower *lw, ValueId v);
+const char *ctx_what(Ctx c);
+Cur open_rows(Lower *lw, ValueId v, Pos *ps);
+const char *describe(Lower *lw, ValueId v, const char *how);
+
+/* lower_layers.c */
+void kernel_add_node(Lower *lw, ValueId v);
+KExpr *batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x);
+KExpr *pointwise_expr(Lower *lw, ValueId v, Pos *ps);
+void lower_elementwise(Lower *lw, ValueId v);
+bool is_spike_value(Lower *lw, ValueId v);
+int tile_lanes(const Lower *lw, int n);
+bool has_bias(const Node *n);
+int wbuf_transposed(Lower *lw, const Node *n, int slot, int rank, const int *perm);
+KExpr *rows_of(Lower *lw, ValueId v);
+Pos row_pos(Lower *lw, ValueId v, KExpr *row, KExpr *i);
+KExpr *row_of(const Pos *ps);
+KStmt *s_tile(Lower *lw, Cur c, KsKind kind, int t, int buf, KExpr *index, KExpr *a);
+void tile_fma(Lower *lw, Cur c, int t, KExpr *a, int w, KExpr *index, bool is_sparse);
+void tile_store(Lower *lw, Cur c, ValueId v, Pos *ps, int64_t stride, int t);
+void for_tiles(Lower *lw, Cur c, int64_t n, int nt, TileBody *fn, const void *ctx);
+void lower_dense(Lower *lw, ValueId v);
+void dense_sum(Lower *lw, Cur c, ValueId v, const Pos *row, KExpr *o, int t);
+void lower_dense_flat(Lower *lw, ValueId v);
+int bits_of(Lower *lw, ValueId v);
+bool is_bits(Lower *lw, ValueId v);
+void for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, KExpr *first, int64_t K,
+                    SpikeBody *fn, void *ctx);
+void lower_dense_events(Lower *lw, ValueId v);
+void lower_pool(Lower *lw, ValueId v);
+void lower_batchnorm(Lower *lw, ValueId v);
+void lower_poisson(Lower *lw, ValueId v);
+void lower_delay(Lower *lw, ValueId v);
+
+/* lower_conv.c */
+void lower_dense_any(Lower *lw, ValueId v);
+void lower_conv2d(Lower *lw, ValueId v);
+void lower_conv2d_flat(Lower *lw, ValueId v);
+KExpr *summed_value(Lower *lw, ValueId v, Pos *ps);
+void lower_conv2d_events(Lower *lw, ValueId v);
+
+/* lower_neuron.c */
+void lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool);
+void lower_neuron(Lower *lw, ValueId v, ValueId ro, int obuf);
+int neuron_ncarry(const NeuronDef *nd, bool *has_refractory);
+bool is_step_readout(Op op);
+void lower_readout(Lower *lw, ValueId v, int obuf);
+void lower_sequence(Lower *lw, ValueId x, int obuf, bool has_time);
+
+/* kir_memory.c */
+void plan_memory(KProgram *p);
+
+#endif

@@ -1,0 +1,449 @@
+/* Lowering of conv2d: tiled, flat and event-driven (spike lists per pixel), batchnorm applied
+ * to its rows, and layers summed inside the neuron scan that reads them (LY_SUMMED). */
+#include "codegen/lower.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- conv2d ---- */
+
+/* a dense layer as the target wants it: one thread per output on the GPU; on the CPU event by
+ * event when marked and wide, else tiles */
+void
+lower_dense_any(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    if (lw->p->target == KTARGET_GPU)
+        lower_dense_flat(lw, v);
+    else if (node_lists_events(lw->m, n))
+        lower_dense_events(lw, v);
+    else
+        lower_dense(lw, v);
+}
+
+static Conv
+conv_geometry(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    Conv cv;
+    memset(&cv, 0, sizeof cv);
+    cv.v = v;
+    cv.x = n->args[0];
+    cv.d = conv_geom(lw->m, n);
+    /* W[o][cg][kh][kw] → [cg][kh][kw][o]: a row of output channels per (cg, kh, kw); one
+     * channel's taps are neighbours, as neighbouring output pixels use them */
+    if (n->op == OP_CONV1D) /* W[o][cg][k] → [cg][k][o], the same as [cg][1][k][o] */
+        cv.w = wbuf_transposed(lw, n, 0, 3, (const int[]){1, 2, 0});
+    else
+        cv.w = wbuf_transposed(lw, n, 0, 4, (const int[]){1, 2, 3, 0});
+    cv.bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
+    cv.list = cv.count = cv.tap_w = cv.tap_x = -1;
+    return cv;
+}
+
+/* the input tap of output position (oh, ow): ih = oh*SH - PH + kh*DH; body runs if it is inside
+ * (padding is skipped, never added); *ih and *iw are its locals */
+static Cur
+conv_taps(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr **kh, KExpr **kw,
+          KExpr **ih, KExpr **iw)
+{
+    int ihv = local(lw, "ih", KT_I64), iwv = local(lw, "iw", KT_I64);
+    KStmt *fkh = loop(lw, c, "kh", ci(lw, cv->d.KH), false, kh);
+    s_assign(lw, body(fkh), ihv,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, cv->d.SH)), ci(lw, cv->d.PH)),
+                 bin(lw, KB_MUL, *kh, ci(lw, cv->d.DH))));
+    *ih = var(lw, ihv);
+    KStmt *ifh = s_if(lw, body(fkh),
+                      bin(lw, KB_AND, bin(lw, KB_GE, *ih, ci(lw, 0)),
+                          bin(lw, KB_LT, *ih, ci(lw, cv->d.H))));
+    KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, cv->d.KW), false, kw);
+    s_assign(lw, body(fkw), iwv,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow, ci(lw, cv->d.SW)), ci(lw, cv->d.PW)),
+                 bin(lw, KB_MUL, *kw, ci(lw, cv->d.DW))));
+    *iw = var(lw, iwv);
+    KStmt *ifw = s_if(lw, body(fkw),
+                      bin(lw, KB_AND, bin(lw, KB_GE, *iw, ci(lw, 0)),
+                          bin(lw, KB_LT, *iw, ci(lw, cv->d.W))));
+    return body(ifw);
+}
+
+/* x at channel (g*Cg + cg), pixel (ih, iw) of the row, as f64 */
+static KExpr *
+conv_input(Lower *lw, const Conv *cv, KExpr *cg, KExpr *ih, KExpr *iw)
+{
+    KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Cg)), cg);
+    Pos px = cv->ps;
+    px.i = bin(lw, KB_ADD,
+               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, cv->d.H)), ih),
+                   ci(lw, cv->d.W)),
+               iw);
+    return to(lw, KT_F64, vload(lw, cv->x, &px));
+}
+
+/* the element of W[o0 + l][cg][kh][kw] in [cg][kh][kw][o] (o0 counts from the group's first) */
+static KExpr *
+conv_weight(Lower *lw, const Conv *cv, KExpr *cg, KExpr *kh, KExpr *kw, KExpr *o0)
+{
+    KExpr *tap = bin(lw, KB_ADD,
+                     bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg, ci(lw, cv->d.KH)), kh),
+                         ci(lw, cv->d.KW)),
+                     kw);
+    return bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, cv->d.O)),
+               bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Og)), o0));
+}
+
+/* the count of spiking channels at pixel q of group g, of this row */
+static KExpr *
+conv_count_index(Lower *lw, const Conv *cv, KExpr *q)
+{
+    KExpr *base = bin(lw, KB_MUL, row_of(&cv->ps), ci(lw, cv->d.G * cv->d.H * cv->d.W));
+    return bin(lw, KB_ADD, base, bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.H * cv->d.W)), q));
+}
+
+/* acc + bias of channels [o0, o0 + lanes) of group g (the interpreter's order: 1 * bias is
+ * exact); returns the first channel's number */
+static KExpr *
+conv_bias(Lower *lw, Cur c, const Conv *cv, KExpr *o0, int t)
+{
+    KExpr *o = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Og)), o0);
+    if (cv->bias >= 0)
+        tile_fma(lw, c, t, kx_const(lw->p, KT_F64, 1), cv->bias, o, false);
+    return o;
+}
+
+/* acc + bias, stored to the output pixel (oh, ow) of channels [o0, o0 + lanes) of group g: one
+ * channel apart is OH*OW elements apart (NCHW) */
+static void
+conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, int t)
+{
+    KExpr *o = conv_bias(lw, c, cv, o0, t);
+    Pos py = cv->ps;
+    py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, cv->d.OH * cv->d.OW)),
+               bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, cv->d.OW)), ow));
+    tile_store(lw, c, cv->v, &py, cv->d.OH * cv->d.OW, t);
+}
+
+/* real-valued input: one tile of output channels [o0, o0 + lanes) of group g at every output
+ * pixel, summed over (c, kh, kw) in the interpreter's order (the tile outer: its weights stay in
+ * cache over the pixels) */
+static void
+conv_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Conv *cv = ctx;
+    KExpr *oh, *ow, *kh, *kw, *ih, *iw, *cg;
+    KStmt *foh = loop(lw, c, "oh", ci(lw, cv->d.OH), false, &oh);
+    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->d.OW), false, &ow);
+    Cur px = body(fow);
+    int t = tile(lw, "acc", lanes);
+    s_tile(lw, px, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    KStmt *fc = loop(lw, px, "c", ci(lw, cv->d.Cg), false, &cg);
+    Cur in = conv_taps(lw, body(fc), cv, oh, ow, &kh, &kw, &ih, &iw);
+    tile_fma(lw, in, t, conv_input(lw, cv, cg, ih, iw), cv->w, conv_weight(lw, cv, cg, kh, kw, o0),
+             false);
+    conv_store(lw, px, cv, oh, ow, o0, t);
+}
+
+/* spikes: one tile of the output pixel's channels over the pixel's term list */
+static void
+conv_term_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Conv *cv = ctx;
+    int t = tile(lw, "acc", lanes);
+    s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    KExpr *j;
+    KStmt *fj = loop(lw, c, "j", cv->nterms, false, &j);
+    KExpr *ti = bin(lw, KB_ADD, cv->terms, j);
+    tile_fma(lw, body(fj), t, kx_load(lw->p, cv->tap_x, ti), cv->w,
+             bin(lw, KB_ADD, kx_load(lw->p, cv->tap_w, ti), o0), false);
+    conv_store(lw, c, cv, cv->oh, cv->ow, o0, t);
+}
+
+/* spikes: per output pixel, its terms in (kh, kw, spiking c in channel order): the listed
+ * channels of each tap's input pixel become (weight row, input value) pairs, which every channel
+ * tile then sums in one loop (one short loop per tap and tile would cost a mispredicted exit
+ * each) */
+static void
+conv_event_pixels(Lower *lw, Cur c, Conv *cv)
+{
+    KExpr *oh, *ow, *kh, *kw, *ih, *iw;
+    KStmt *foh = loop(lw, c, "oh", ci(lw, cv->d.OH), false, &oh);
+    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->d.OW), false, &ow);
+    Cur px = body(fow);
+    int nv = local(lw, "nterms", KT_I64), qv = local(lw, "qi", KT_I64);
+    int cgv = local(lw, "cg", KT_I64);
+    s_assign(lw, px, nv, ci(lw, 0));
+    Cur in = conv_taps(lw, px, cv, oh, ow, &kh, &kw, &ih, &iw);
+    s_assign(lw, in, qv,
+             conv_count_index(lw, cv, bin(lw, KB_ADD, bin(lw, KB_MUL, ih, ci(lw, cv->d.W)), iw)));
+    KExpr *e;
+    KStmt *fe = loop(lw, in, "e", kx_load(lw->p, cv->count, var(lw, qv)), false, &e);
+    s_assign(lw, body(fe), cgv,
+             kx_load(lw->p, cv->list,
+                     bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->d.Cg)), e)));
+    KExpr *cg = var(lw, cgv), *ti = bin(lw, KB_ADD, cv->terms, var(lw, nv));
+    /* a listed spike of bits is 1; of bit pairs, its sign is in the entry (conv_list_append);
+     * else the input is loaded */
+    KExpr *x = NULL;
+    if (bits_of(lw, cv->x) == 1) {
+        x = kx_const(lw->p, KT_F64, 1);
+    } else if (bits_of(lw, cv->x) == 2) {
+        KExpr *is_neg = bin(lw, KB_REM, var(lw, cgv), ci(lw, 2));
+        x = to(lw, KT_F64, bin(lw, KB_SUB, ci(lw, 1), bin(lw, KB_MUL, ci(lw, 2), is_neg)));
+        cg = bin(lw, KB_DIV, var(lw, cgv), ci(lw, 2));
+    }
+    s_store(lw, body(fe), cv->tap_w, ti, conv_weight(lw, cv, cg, kh, kw, ci(lw, 0)));
+    s_store(lw, body(fe), cv->tap_x, ti, x ? x : conv_input(lw, cv, cg, ih, iw));
+    s_assign(lw, body(fe), nv, bin(lw, KB_ADD, var(lw, nv), ci(lw, 1)));
+    cv->oh = oh;
+    cv->ow = ow;
+    cv->nterms = var(lw, nv);
+    for_tiles(lw, px, cv->d.Og, tile_lanes(lw, CONV_NT), conv_term_tile, cv);
+}
+
+/* the batchnorm fused into this conv (fold-batchnorm) on the CPU: over the row the conv has just
+ * stored, while it is in cache, channel by channel (its terms the same for the channel's pixels)
+ * over contiguous pixels (a loop the compiler can vectorise), in the batchnorm kernel's arithmetic
+ * on the same f32 values. (Normalising each tile's lanes as they are stored, channels a pixel
+ * apart, is a scalar loop; both measured at parity with the separate kernel on
+ * bench/cpu/models/conv_bn.snn, where the convolutions dominate: the gain is the conv's buffer
+ * and a launch per batchnorm.) */
+static void
+batchnorm_row(Lower *lw, Cur c, const Conv *cv)
+{
+    ValueId bn = lw->epilogue;
+    int64_t HW = cv->d.OH * cv->d.OW;
+    KExpr *ch, *i;
+    KStmt *fc = loop(lw, c, "ch", ci(lw, cv->d.G * cv->d.Og), false, &ch);
+    KStmt *fi = loop(lw, body(fc), "i", ci(lw, HW), false, &i);
+    Pos pe = cv->ps;
+    pe.i = bin(lw, KB_ADD, bin(lw, KB_MUL, ch, ci(lw, HW)), i);
+    vstore(lw, body(fi), bn, &pe,
+           batchnorm_expr(lw, &lw->m->nodes[bn], ch, vload(lw, bn, &pe)));
+}
+
+static void
+conv_groups(Lower *lw, Cur c, Conv *cv)
+{
+    Cur row = c;
+    if (cv->d.G > 1) {
+        KStmt *fg = loop(lw, c, "g", ci(lw, cv->d.G), false, &cv->g);
+        c = body(fg);
+    } else {
+        cv->g = ci(lw, 0);
+    }
+    if (cv->list < 0)
+        for_tiles(lw, c, cv->d.Og, tile_lanes(lw, CONV_NT), conv_tile, cv);
+    else
+        conv_event_pixels(lw, c, cv);
+    if (lw->is_epilogue_by_row) batchnorm_row(lw, row, cv);
+}
+
+/* PyTorch Conv2d gathered per output pixel and channel tile: acc = sum over c of the group, kh,
+ * kw (the interpreter's order), then + bias, rounded once */
+void
+lower_conv2d(Lower *lw, ValueId v)
+{
+    Conv cv = conv_geometry(lw, v);
+    Cur c = open_rows(lw, v, &cv.ps);
+    conv_groups(lw, c, &cv);
+}
+
+/* output (channel o of group cv->g, oh, ow) of the row at cv->ps into the one-lane tile t, without
+ * the bias (conv_store adds it): summed over (c, kh, kw), the interpreter's order, zeros skipped
+ * for spikes */
+static void
+conv_sum(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o, int t)
+{
+    KExpr *cg, *kh, *kw, *ih, *iw;
+    s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    KStmt *fc = loop(lw, c, "c", ci(lw, cv->d.Cg), false, &cg);
+    Cur in = conv_taps(lw, body(fc), cv, oh, ow, &kh, &kw, &ih, &iw);
+    tile_fma(lw, in, t, conv_input(lw, cv, cg, ih, iw), cv->w, conv_weight(lw, cv, cg, kh, kw, o),
+             is_spike_value(lw, cv->x));
+}
+
+/* GPU: one thread per output element (row, group, channel, oh, ow), ow fastest so that
+ * neighbouring threads read neighbouring inputs and store neighbouring outputs; a one-lane tile
+ * summed over (c, kh, kw), the interpreter's order, zeros skipped for spikes, then + bias. */
+void
+lower_conv2d_flat(Lower *lw, ValueId v)
+{
+    Conv cv = conv_geometry(lw, v);
+    const ConvGeom *d = &cv.d;
+    int64_t per_row = d->G * d->Og * d->OH * d->OW;
+    KExpr *q;
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, per_row)), true, &q);
+    Cur c = body(fq);
+    int owv = local(lw, "ow", KT_I64), ohv = local(lw, "oh", KT_I64);
+    int ov = local(lw, "o", KT_I64), gv = local(lw, "g", KT_I64), rv = local(lw, "r", KT_I64);
+    s_assign(lw, c, owv, bin(lw, KB_REM, q, ci(lw, d->OW)));
+    s_assign(lw, c, ohv, bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, d->OW)), ci(lw, d->OH)));
+    s_assign(lw, c, ov,
+             bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, d->OW * d->OH)), ci(lw, d->Og)));
+    s_assign(lw, c, gv,
+             bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, d->OW * d->OH * d->Og)), ci(lw, d->G)));
+    s_assign(lw, c, rv, bin(lw, KB_DIV, q, ci(lw, per_row)));
+    cv.ps = row_pos(lw, v, var(lw, rv), NULL);
+    cv.g = var(lw, gv);
+    int t = tile(lw, "acc", 1);
+    conv_sum(lw, c, &cv, var(lw, ohv), var(lw, owv), var(lw, ov), t);
+    conv_store(lw, c, &cv, var(lw, ohv), var(lw, owv), var(lw, ov), t);
+}
+
+/* Layer v (dense or conv, LY_SUMMED) at the position ps of the scan that reads it: the one-lane
+ * sum of lower_dense_flat / lower_conv2d_flat for that element (the same terms in the same
+ * order, zeros skipped for spikes, then the conv's bias), its statements put at lw->pre, read as
+ * the f32 the layer's store would round it to (and on to 16 bits where its output is stored so,
+ * Node.astore). */
+KExpr *
+summed_value(Lower *lw, ValueId v, Pos *ps)
+{
+    Cur c = lw->pre;
+    if (!c.arr) die("kir: layer %d summed outside a scan", (int)v);
+    kernel_add_node(lw, v);
+    Pos row;
+    memset(&row, 0, sizeof row);
+    row.b = pos_b(lw, ps);
+    if (!lw->is_static[v]) row.t = pos_t(lw, ps);
+    KExpr *i = pos_i(lw, ps);
+    int t = tile(lw, "acc", 1);
+    if (lw->m->nodes[v].op == OP_DENSE) {
+        dense_sum(lw, c, v, &row, i, t);
+    } else {
+        Conv cv = conv_geometry(lw, v);
+        const ConvGeom *d = &cv.d;
+        int64_t HW = d->OH * d->OW;
+        int ohv = local(lw, "oh", KT_I64), ov = local(lw, "o", KT_I64), gv = local(lw, "g", KT_I64);
+        s_assign(lw, c, ohv, bin(lw, KB_REM, bin(lw, KB_DIV, i, ci(lw, d->OW)), ci(lw, d->OH)));
+        s_assign(lw, c, ov, bin(lw, KB_REM, bin(lw, KB_DIV, i, ci(lw, HW)), ci(lw, d->Og)));
+        s_assign(lw, c, gv, bin(lw, KB_DIV, i, ci(lw, HW * d->Og)));
+        cv.ps = row;
+        cv.g = var(lw, gv);
+        conv_sum(lw, c, &cv, var(lw, ohv), bin(lw, KB_REM, i, ci(lw, d->OW)), var(lw, ov), t);
+        conv_bias(lw, c, &cv, var(lw, ov), t);
+    }
+    KExpr *y = to(lw, KT_F32, var(lw, t));
+    WeightStore as = lw->m->nodes[v].astore;
+    return as == WSTORE_F32 ? y : kx_un(lw->p, as == WSTORE_F16 ? KU_ROUND_F16 : KU_ROUND_BF16, y);
+}
+
+/* building a conv row's spike lists: the locals and sizes an append needs */
+typedef struct ConvList {
+    Conv *cv;
+    int qv, nv;  /* count index, count */
+    int64_t HW;
+    int ev, chv; /* bit-stored input: the element, its channel */
+    KExpr *cg;   /* ... read channel by channel: the channel in the group */
+} ConvList;
+
+/* channel cg of group cv->g spikes at input pixel q: list[g][q][count++] = cg; for an input of
+ * bit pairs (-1/0/1) cg * 2 + (the spike is -1), its value loaded once here rather than at each
+ * of its taps (conv_event_pixels decodes it) */
+static void
+conv_list_append(Lower *lw, Cur c, const ConvList *cl, KExpr *q, KExpr *cg)
+{
+    const Conv *cv = cl->cv;
+    if (bits_of(lw, cv->x) == 2) {
+        KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Cg)), cg);
+        Pos px = cv->ps;
+        px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, cl->HW)), q);
+        KExpr *x = to(lw, KT_I64, vload(lw, cv->x, &px));
+        KExpr *is_neg = bin(lw, KB_DIV, bin(lw, KB_SUB, ci(lw, 1), x), ci(lw, 2)); /* +1: 0, -1: 1 */
+        cg = bin(lw, KB_ADD, bin(lw, KB_MUL, cg, ci(lw, 2)), is_neg);
+    }
+    s_assign(lw, c, cl->qv, conv_count_index(lw, cv, q));
+    s_assign(lw, c, cl->nv, kx_load(lw->p, cv->count, var(lw, cl->qv)));
+    s_store(lw, c, cv->list,
+            bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, cl->qv), ci(lw, cv->d.Cg)), var(lw, cl->nv)), cg);
+    s_store(lw, c, cv->count, var(lw, cl->qv), bin(lw, KB_ADD, var(lw, cl->nv), ci(lw, 1)));
+}
+
+/* SpikeBody of a bit-stored input read channel by channel: the element is the pixel */
+static void
+conv_list_pixel(Lower *lw, Cur c, KExpr *q, void *ctx)
+{
+    const ConvList *cl = ctx;
+    conv_list_append(lw, c, cl, q, cl->cg);
+}
+
+/* SpikeBody of a bit-stored input: element e of the row is (channel, pixel) */
+static void
+conv_list_bit(Lower *lw, Cur c, KExpr *e, void *ctx)
+{
+    ConvList *cl = ctx;
+    Conv *cv = cl->cv;
+    s_assign(lw, c, cl->ev, e);
+    s_assign(lw, c, cl->chv, bin(lw, KB_DIV, var(lw, cl->ev), ci(lw, cl->HW)));
+    KExpr *ch = var(lw, cl->chv);
+    cv->g = cv->d.G == 1 ? ci(lw, 0) : bin(lw, KB_DIV, ch, ci(lw, cv->d.Cg));
+    conv_list_append(lw, c, cl, bin(lw, KB_REM, var(lw, cl->ev), ci(lw, cl->HW)),
+                     cv->d.G == 1 ? ch : bin(lw, KB_REM, ch, ci(lw, cv->d.Cg)));
+}
+
+/* loops over the input channels of every group (cv->g, *cg) in order; returns their body */
+static Cur
+conv_channels(Lower *lw, Cur c, Conv *cv, KExpr **cg)
+{
+    if (cv->d.G == 1) {
+        cv->g = ci(lw, 0);
+    } else {
+        KStmt *fg = loop(lw, c, "g", ci(lw, cv->d.G), false, &cv->g);
+        c = body(fg);
+    }
+    return body(loop(lw, c, "c", ci(lw, cv->d.Cg), false, cg));
+}
+
+/* conv2d over spikes: each row first lists, for every input pixel and group, the channels that
+ * spike there (count[g][q], list[g][q][n] = cg), then gathers each output pixel over its taps and
+ * their listed channels only */
+void
+lower_conv2d_events(Lower *lw, ValueId v)
+{
+    Conv cv = conv_geometry(lw, v);
+    bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
+    int64_t HW = cv.d.H * cv.d.W, rows = is_batched ? lw->T : 1;
+    const char *vn = value_name(lw, v);
+    /* channel numbers in bytes where they fit (bit pairs: with the sign, twice the channel): the
+     * list is as large as the input */
+    int64_t entries = bits_of(lw, cv.x) == 2 ? 2 * cv.d.Cg : cv.d.Cg;
+    cv.list = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.spikes", vn),
+                          entries <= 256 ? KT_U8 : KT_I64, cv.d.C * HW * rows);
+    cv.count = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.nspiking", vn), KT_I64,
+                           cv.d.G * HW * rows);
+    int64_t nterms = cv.d.KH * cv.d.KW * cv.d.Cg; /* at most, per output pixel */
+    cv.tap_w = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.term_w", vn), KT_I64, nterms * rows);
+    cv.tap_x = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.term_x", vn), lw->acc, nterms * rows);
+    Cur c = open_rows(lw, v, &cv.ps);
+    KExpr *row = row_of(&cv.ps), *z, *cg, *q;
+    cv.terms = bin(lw, KB_MUL, row, ci(lw, nterms));
+    KStmt *fz = loop(lw, c, "z", ci(lw, cv.d.G * HW), false, &z);
+    s_store(lw, body(fz), cv.count, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, cv.d.G * HW)), z),
+            ci(lw, 0));
+    ConvList cl = {&cv, local(lw, "qi", KT_I64), local(lw, "n", KT_I64), HW, -1, -1, NULL};
+    if (is_bits(lw, cv.x) && HW % (8 / bits_of(lw, cv.x)) == 0) {
+        /* channel by channel (each starts on a byte): the pixel is the element, no division */
+        Cur in = conv_channels(lw, c, &cv, &cg);
+        cl.cg = cg;
+        KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.d.Cg)), cg);
+        for_bit_spikes(lw, in, cv.x, &cv.ps, bin(lw, KB_MUL, chan, ci(lw, HW)), HW,
+                       conv_list_pixel, &cl);
+    } else if (is_bits(lw, cv.x)) {
+        /* the row's spikes in element order: per pixel the channels still come in order */
+        cl.ev = local(lw, "e", KT_I64);
+        cl.chv = local(lw, "chan", KT_I64);
+        for_bit_spikes(lw, c, cv.x, &cv.ps, ci(lw, 0), cv.d.C * HW, conv_list_bit, &cl);
+    } else {
+        KStmt *fq = loop(lw, conv_channels(lw, c, &cv, &cg), "q", ci(lw, HW), false, &q);
+        int xv = local(lw, "x", KT_F64);
+        Pos px = cv.ps;
+        KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.d.Cg)), cg);
+        px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), q);
+        s_assign(lw, body(fq), xv, to(lw, KT_F64, vload(lw, cv.x, &px)));
+        KStmt *nz = s_if(lw, body(fq), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
+        conv_list_append(lw, body(nz), &cl, q, cg);
+    }
+    conv_groups(lw, c, &cv);
+}
+
+/* max (NaN propagates, padding never wins), avg (count_include_pad) and sum pooling */

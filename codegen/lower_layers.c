@@ -1,0 +1,673 @@
+/* Lowering of stateless layers: elementwise values, dense (tiled, flat, event-driven),
+ * pooling, batchnorm, Poisson encoders and delays. */
+#include "codegen/lower.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- stateless ops ---- */
+
+static Cur open_elements(Lower *lw, ValueId v, Pos *ps, int n, const int64_t *dims,
+                         const char *const *names, KExpr **idx);
+
+/* the kernel computes v as well (a value fused into it): --explain lists it */
+void
+kernel_add_node(Lower *lw, ValueId v)
+{
+    for (int k = 0; k < lw->k.nnodes; k++)
+        if (lw->k.nodes[k] == v) return;
+    lw->k.nodes = arena_grow(&lw->p->arena, lw->k.nodes, (size_t)lw->k.nnodes * sizeof *lw->k.nodes,
+                             (size_t)(lw->k.nnodes + 1) * sizeof *lw->k.nodes);
+    lw->k.nodes[lw->k.nnodes++] = v;
+}
+
+/* add, sub, mul, scale of the operands at ps, in f32 */
+static KExpr *
+elementwise_expr(Lower *lw, const Node *n, Pos *ps)
+{
+    KExpr *a = to(lw, KT_F32, vload(lw, n->args[0], ps));
+    switch (n->op) {
+    case OP_ADD: return bin(lw, KB_ADD, a, to(lw, KT_F32, vload(lw, n->args[1], ps)));
+    case OP_SUB: return bin(lw, KB_SUB, a, to(lw, KT_F32, vload(lw, n->args[1], ps)));
+    case OP_MUL: return bin(lw, KB_MUL, a, to(lw, KT_F32, vload(lw, n->args[1], ps)));
+    case OP_SCALE: {
+        /* a Python-float factor: rounded to float once; x / k keeps its division */
+        float factor = (float)node_attr_f(n, "factor"), divisor = (float)node_attr_f(n, "divisor");
+        KExpr *y = factor == 1 ? a : bin(lw, KB_MUL, kx_const(lw->p, KT_F32, factor), a);
+        if (divisor != 1)
+            y = bin(lw, KB_DIV, y, kx_const(lw->p, KT_F32, divisor));
+        return y;
+    }
+    default: unreachable();
+    }
+}
+
+/* (x - mean) / sqrt(var + eps) * weight + bias of channel cc, in f64, rounded once */
+KExpr *
+batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x)
+{
+    KExpr *w[4];
+    for (int s = 0; s < 4; s++)
+        w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
+    KExpr *sd = kx_un(lw->p, KU_SQRT,
+                      bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
+    KExpr *y = bin(lw, KB_ADD,
+                   bin(lw, KB_MUL, bin(lw, KB_DIV, bin(lw, KB_SUB, to(lw, KT_F64, x), w[2]), sd),
+                       w[0]),
+                   w[1]);
+    return to(lw, KT_F32, y);
+}
+
+/* the channel of element i of batchnorm value bn ([C, ...]: i / (numel / C)) */
+static KExpr *
+batchnorm_channel(Lower *lw, ValueId bn, KExpr *i)
+{
+    const Node *n = &lw->m->nodes[bn];
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+    int64_t inner = C ? lw->vs[bn].numel / C : 0;
+    return inner == 1 ? i : bin(lw, KB_DIV, i, ci(lw, inner));
+}
+
+/* a fused elementwise value at ps (LY_INLINE), computed where it is loaded */
+KExpr *
+pointwise_expr(Lower *lw, ValueId v, Pos *ps)
+{
+    const Node *n = &lw->m->nodes[v];
+    kernel_add_node(lw, v);
+    if (n->op != OP_BATCHNORM)
+        return elementwise_expr(lw, n, ps);
+    KExpr *cc = ps->ch ? ps->ch : batchnorm_channel(lw, v, pos_i(lw, ps));
+    return batchnorm_expr(lw, n, cc, vload(lw, n->args[0], ps));
+}
+
+void
+lower_elementwise(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    Pos ps;
+    KExpr *iv;
+    Cur c = open_elements(lw, v, &ps, 1, (const int64_t[]){lw->vs[v].numel},
+                          (const char *const[]){"i"}, &iv);
+    ps.i = iv;
+    vstore(lw, c, v, &ps, elementwise_expr(lw, n, &ps));
+}
+
+bool
+is_spike_value(Lower *lw, ValueId v)
+{
+    DType dt = lw->m->nodes[v].type.dtype;
+    return dt == DT_SPIKE || dt == DT_I8;
+}
+
+/* Layers fed by spikes accumulate event by event, as the interpreter does: each nonzero input adds
+ * its weights into an f64 accumulator row (a KB_TEMP buffer, one row per kernel row, so rows stay
+ * independent); every output still sums its terms in the same order. Returns the accumulator
+ * buffer and sets *row to the row's first element. */
+static int
+acc_rows(Lower *lw, ValueId v, const Pos *ps, int64_t width, KExpr **row)
+{
+    bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
+    int buf = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.acc", value_name(lw, v)), lw->acc,
+                          width * (is_batched ? lw->T : 1));
+    *row = bin(lw, KB_MUL, is_batched ? ps->r : ps->b, ci(lw, width));
+    return buf;
+}
+
+/* lanes per tile: the counts above are for f64; float tiles (accumulate f32) hold twice as many in
+ * the same registers */
+int
+tile_lanes(const Lower *lw, int n)
+{
+    return lw->acc == KT_F32 ? 2 * n : n;
+}
+
+bool
+has_bias(const Node *n)
+{
+    return (int)node_attr_i(n, "bias", 0) != 0;
+}
+
+/* weight slot `slot` of n, held transposed by perm (each weight belongs to one node, so it has
+ * one layout) */
+int
+wbuf_transposed(Lower *lw, const Node *n, int slot, int rank, const int *perm)
+{
+    int b = wbuf(lw, n, slot);
+    KBuf *kb = &lw->p->bufs[b];
+    if (lw->m->weights[kb->io].rank != rank)
+        die("kir: weight '%s' of rank %d, not %d", kb->name, lw->m->weights[kb->io].rank, rank);
+    kb->nperm = rank;
+    memcpy(kb->perm, perm, (size_t)rank * sizeof *perm);
+    return b;
+}
+
+/* the rows of a stateless kernel (see open_rows) and the position of one */
+KExpr *
+rows_of(Lower *lw, ValueId v)
+{
+    KExpr *B = kx_kind(lw->p, KX_BATCH);
+    return ctx_of(lw, v) == CTX_BATCHED ? bin(lw, KB_MUL, ci(lw, lw->T), B) : B;
+}
+
+Pos
+row_pos(Lower *lw, ValueId v, KExpr *row, KExpr *i)
+{
+    Pos ps;
+    memset(&ps, 0, sizeof ps);
+    Ctx c = ctx_of(lw, v);
+    if (c == CTX_BATCHED) {
+        ps.r = row;
+    } else {
+        ps.b = row;
+        if (c == CTX_STEP)
+            ps.t = kx_kind(lw->p, KX_STEP);
+    }
+    ps.i = i;
+    return ps;
+}
+
+/* the row variable open_rows made */
+KExpr *
+row_of(const Pos *ps)
+{
+    return ps->r ? ps->r : ps->b;
+}
+
+/* The rows of v and, inside them, loops over the element indices dims[0..n) (outermost first):
+ * on the CPU the row loop is parallel and the others nested inside it; on the GPU one parallel
+ * loop walks every (row, index...) tuple, a thread per element, the last index fastest. Sets the
+ * row position *ps (element unset) and idx[d]; returns where the per-element statements go. */
+static Cur
+open_elements(Lower *lw, ValueId v, Pos *ps, int n, const int64_t *dims, const char *const *names,
+              KExpr **idx)
+{
+    if (lw->p->target != KTARGET_GPU) {
+        Cur c = open_rows(lw, v, ps);
+        for (int d = 0; d < n; d++)
+            c = body(loop(lw, c, names[d], ci(lw, dims[d]), false, &idx[d]));
+        return c;
+    }
+    int64_t per_row = 1;
+    for (int d = 0; d < n; d++)
+        per_row *= dims[d];
+    KExpr *q;
+    Cur c = body(loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, per_row)), true, &q));
+    int64_t inner = 1;
+    for (int d = n - 1; d >= 0; d--) {
+        int iv = local(lw, names[d], KT_I64);
+        KExpr *e = inner == 1 ? q : bin(lw, KB_DIV, q, ci(lw, inner));
+        s_assign(lw, c, iv, bin(lw, KB_REM, e, ci(lw, dims[d])));
+        idx[d] = var(lw, iv);
+        inner *= dims[d];
+    }
+    int rv = local(lw, "r", KT_I64);
+    s_assign(lw, c, rv, bin(lw, KB_DIV, q, ci(lw, per_row)));
+    *ps = row_pos(lw, v, var(lw, rv), NULL);
+    return c;
+}
+
+KStmt *
+s_tile(Lower *lw, Cur c, KsKind kind, int t, int buf, KExpr *index, KExpr *a)
+{
+    KStmt *s = st_new(lw, kind);
+    s->var = t;
+    s->buf = buf;
+    s->index = index;
+    s->a = a ? to(lw, lw->k.locals[t].type, a) : NULL;
+    s->stride = 1;
+    return put(lw, c, s);
+}
+
+/* t = bias[o0 + l] (f64), or 0 without a bias */
+static void
+tile_init(Lower *lw, Cur c, int t, int bias, KExpr *o0)
+{
+    if (bias >= 0)
+        s_tile(lw, c, KS_VLOAD, t, bias, o0, NULL);
+    else
+        s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+}
+
+/* t += a * w[index + l] */
+void
+tile_fma(Lower *lw, Cur c, int t, KExpr *a, int w, KExpr *index, bool is_sparse)
+{
+    s_tile(lw, c, KS_VFMA, t, w, index, a)->is_sparse = is_sparse;
+}
+
+/* value v at (row position ps with i = the first lane's element) + l*stride = t */
+void
+tile_store(Lower *lw, Cur c, ValueId v, Pos *ps, int64_t stride, int t)
+{
+    KStmt *s = s_tile(lw, c, KS_VSTORE, t, lw->vs[v].buf, vindex(lw, v, ps), NULL);
+    s->stride = stride;
+    if (lw->epilogue < 0 || lw->is_epilogue_by_row) return;
+    /* the batchnorm fused into this layer (fold-batchnorm), applied to each value just stored,
+     * read back while it is in cache: a dense layer's lanes are neighbouring outputs (a loop the
+     * compiler vectorises), the GPU's tiles one value */
+    KExpr *l;
+    KStmt *fl = loop(lw, c, "l", ci(lw, lw->k.locals[t].lanes), false, &l);
+    Pos pe = *ps;
+    pe.i = bin(lw, KB_ADD, ps->i, bin(lw, KB_MUL, l, ci(lw, stride)));
+    ValueId bn = lw->epilogue;
+    vstore(lw, body(fl), bn, &pe,
+           batchnorm_expr(lw, &lw->m->nodes[bn], batchnorm_channel(lw, bn, pe.i),
+                          vload(lw, bn, &pe)));
+}
+
+void
+for_tiles(Lower *lw, Cur c, int64_t n, int nt, TileBody *fn, const void *ctx)
+{
+    int64_t nfull = n / nt, tail = n % nt;
+    if (nfull == 1) {
+        fn(lw, c, ci(lw, 0), nt, ctx);
+    } else if (nfull > 1) {
+        KExpr *ot;
+        KStmt *f = loop(lw, c, "ot", ci(lw, nfull), false, &ot);
+        fn(lw, body(f), bin(lw, KB_MUL, ot, ci(lw, nt)), nt, ctx);
+    }
+    if (tail)
+        fn(lw, c, ci(lw, nfull * nt), (int)tail, ctx);
+}
+
+/* ---- dense ---- */
+
+typedef struct Dense {
+    ValueId v, x;
+    int64_t K, O;
+    int w, bias;    /* weight [K][O]; bias or -1 */
+    bool is_sparse; /* x is spikes: zeros are skipped */
+    int mr;         /* rows per block */
+    KExpr *r0, *R;  /* the block's first row; rows */
+} Dense;
+
+/* m rows from r0 times the outputs [o0, o0 + lanes): tiles from the bias, k innermost */
+static void
+dense_micro(Lower *lw, Cur c, const Dense *d, KExpr *r0, int m, KExpr *o0, int lanes)
+{
+    int t[DENSE_MR > SPIKE_MR ? DENSE_MR : SPIKE_MR];
+    for (int i = 0; i < m; i++) {
+        t[i] = tile(lw, "acc", lanes);
+        tile_init(lw, c, t[i], d->bias, o0);
+    }
+    KExpr *k;
+    KStmt *fk = loop(lw, c, "k", ci(lw, d->K), false, &k);
+    KExpr *wi = bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, d->O)), o0);
+    for (int i = 0; i < m; i++) {
+        Pos px = row_pos(lw, d->v, bin(lw, KB_ADD, r0, ci(lw, i)), k);
+        tile_fma(lw, body(fk), t[i], to(lw, KT_F64, vload(lw, d->x, &px)), d->w, wi,
+                 d->is_sparse);
+    }
+    for (int i = 0; i < m; i++) {
+        Pos py = row_pos(lw, d->v, bin(lw, KB_ADD, r0, ci(lw, i)), o0);
+        tile_store(lw, c, d->v, &py, 1, t[i]);
+    }
+}
+
+/* one (output tile, row block): DENSE_MR rows at once, or a short last block row by row */
+static void
+dense_block(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Dense *d = ctx;
+    KStmt *full =
+        s_if(lw, c, bin(lw, KB_LE, bin(lw, KB_ADD, d->r0, ci(lw, d->mr)), d->R));
+    dense_micro(lw, body(full), d, d->r0, d->mr, o0, lanes);
+    int rv = local(lw, "r", KT_I64);
+    KStmt *fr = s_for(lw, els(full), rv, d->r0, d->R, false);
+    dense_micro(lw, body(fr), d, var(lw, rv), 1, o0, lanes);
+}
+
+/* y[r][o] = (f32)(bias[o] + sum_k x[r][k] W[o][k]) with the sum in k order, as the interpreter;
+ * one parallel loop over (output tile, row block) pairs, the output tile outer so that a
+ * thread's chunk of pairs reuses one panel of weights [K][DENSE_NT] from cache. */
+void
+lower_dense(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    Dense d = {v, n->args[0], lw->vs[n->args[0]].numel, lw->vs[v].numel, 0, -1,
+               is_spike_value(lw, n->args[0]), 0, NULL, NULL};
+    /* spikes into few outputs: all outputs in one tile (a wide layer over spikes comes here
+     * only when not marked events: then tiled like real inputs, zeros still skipped) */
+    bool is_one_tile = d.is_sparse && d.O <= DENSE_SPIKE_TILE;
+    d.mr = is_one_tile ? SPIKE_MR : DENSE_MR;
+    d.w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
+    d.bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
+    int nt = d.O < tile_lanes(lw, DENSE_NT) || is_one_tile ? (int)d.O : tile_lanes(lw, DENSE_NT);
+    int64_t nfull = d.O / nt, tail = d.O % nt, ntiles = nfull + (tail > 0);
+    d.R = rows_of(lw, v);
+    KExpr *nrb = bin(lw, KB_DIV, bin(lw, KB_ADD, d.R, ci(lw, d.mr - 1)), ci(lw, d.mr));
+    KExpr *q;
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, ci(lw, ntiles), nrb), true, &q);
+    Cur c = body(fq);
+    int ot = local(lw, "ot", KT_I64), r0 = local(lw, "r0", KT_I64);
+    s_assign(lw, c, ot, bin(lw, KB_DIV, q, nrb));
+    s_assign(lw, c, r0, bin(lw, KB_MUL, bin(lw, KB_REM, q, nrb), ci(lw, d.mr)));
+    d.r0 = var(lw, r0);
+    KExpr *o0 = bin(lw, KB_MUL, var(lw, ot), ci(lw, nt));
+    if (!tail) {
+        dense_block(lw, c, o0, nt, &d);
+        return;
+    }
+    KStmt *i = s_if(lw, c, bin(lw, KB_LT, var(lw, ot), ci(lw, nfull)));
+    dense_block(lw, body(i), o0, nt, &d);
+    dense_block(lw, els(i), ci(lw, nfull * nt), (int)tail, &d);
+}
+
+/* output o of dense layer v in the row at *row, into the one-lane tile t: from the bias, summed
+ * in k order (the interpreter's), zeros skipped for spikes */
+void
+dense_sum(Lower *lw, Cur c, ValueId v, const Pos *row, KExpr *o, int t)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
+    int w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
+    tile_init(lw, c, t, has_bias(n) ? wbuf(lw, n, 1) : -1, o);
+    KExpr *k;
+    KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
+    Pos px = *row;
+    px.i = k;
+    tile_fma(lw, body(fk), t, to(lw, KT_F64, vload(lw, x, &px)), w,
+             bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, O)), o), is_spike_value(lw, x));
+}
+
+/* GPU: one thread per output element (row, o), a one-lane tile (dense_sum). Consecutive threads
+ * take consecutive outputs, so their weight loads from W^T [K][O] coalesce and the input row is
+ * one broadcast. */
+void
+lower_dense_flat(Lower *lw, ValueId v)
+{
+    int64_t O = lw->vs[v].numel;
+    KExpr *q;
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, O)), true, &q);
+    Cur c = body(fq);
+    int ov = local(lw, "o", KT_I64), rv = local(lw, "r", KT_I64);
+    s_assign(lw, c, ov, bin(lw, KB_REM, q, ci(lw, O)));
+    s_assign(lw, c, rv, bin(lw, KB_DIV, q, ci(lw, O)));
+    KExpr *o = var(lw, ov), *r = var(lw, rv);
+    int t = tile(lw, "acc", 1);
+    Pos row = row_pos(lw, v, r, NULL);
+    dense_sum(lw, c, v, &row, o, t);
+    Pos py = row_pos(lw, v, r, o);
+    tile_store(lw, c, v, &py, 1, t);
+}
+
+typedef struct Scatter {
+    int acc, w, bias;
+    KExpr *row, *k, *x; /* acc row's first element; k and x (in the event loop) */
+    int64_t O;
+    /* a bit-pair input (-1/0/1): the value x and its row position, from which scatter_spike
+     * loads each listed spike's sign into local xv */
+    ValueId xval;
+    const Pos *xpos;
+    int xv;
+} Scatter;
+
+static void
+scatter_init(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Scatter *s = ctx;
+    int t = tile(lw, "acc", lanes);
+    tile_init(lw, c, t, s->bias, o0);
+    s_tile(lw, c, KS_VSTORE, t, s->acc, bin(lw, KB_ADD, s->row, o0), NULL);
+}
+
+static void
+scatter_add(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Scatter *s = ctx;
+    int t = tile(lw, "acc", lanes);
+    KExpr *ai = bin(lw, KB_ADD, s->row, o0);
+    s_tile(lw, c, KS_VLOAD, t, s->acc, ai, NULL);
+    tile_fma(lw, c, t, s->x, s->w, bin(lw, KB_ADD, bin(lw, KB_MUL, s->k, ci(lw, s->O)), o0), false);
+    s_tile(lw, c, KS_VSTORE, t, s->acc, ai, NULL);
+}
+
+/* bits per element of v's storage: 1 (0/1 spikes as bits), 2 (-1/0/1 as bit pairs), 0 (bytes or
+ * wider, or no buffer) */
+int
+bits_of(Lower *lw, ValueId v)
+{
+    return lw->vs[v].buf >= 0 ? ktype_bits(lw->p->bufs[lw->vs[v].buf].type) : 0;
+}
+
+bool
+is_bits(Lower *lw, ValueId v)
+{
+    return bits_of(lw, v) > 0;
+}
+
+void
+for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, KExpr *first, int64_t K, SpikeBody *fn,
+               void *ctx)
+{
+    Pos p0 = *ps;
+    p0.i = first;
+    int bits = bits_of(lw, x);
+    int64_t in_byte = 8 / bits; /* elements in a byte */
+    KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, in_byte));
+    int wv = local(lw, "bits", KT_I64), nv = local(lw, "nset", KT_I64), lv = local(lw, "l", KT_I64);
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t per = pass == 0 ? 8 * in_byte : in_byte; /* elements per load */
+        int64_t lo = pass == 0 ? 0 : K / (8 * in_byte) * 8, hi = pass == 0 ? K / per : K / in_byte;
+        if (lo >= hi) continue;
+        KExpr *w, *n;
+        KStmt *fw = loop(lw, c, pass == 0 ? "w" : "kb", ci(lw, hi), false, &w);
+        fw->lo = ci(lw, lo);
+        KExpr *at = bin(lw, KB_ADD, byte0, pass == 0 ? bin(lw, KB_MUL, w, ci(lw, 8)) : w);
+        KExpr *word = to(lw, KT_I64, kx_load_bits(lw->p, lw->vs[x].buf, at,
+                                                  pass == 0 ? KLOAD_WORD : KLOAD_BYTES));
+        if (bits == 2) /* the low bit of every pair: a spike of either sign (the mask
+                        * 0x5555555555555555 as a product: constants are exact to 2^53 only) */
+            word = bin(lw, KB_BITAND, word,
+                       bin(lw, KB_MUL, ci(lw, 0x55555555), ci(lw, 0x100000001)));
+        s_assign(lw, body(fw), wv, word);
+        s_assign(lw, body(fw), nv, kx_un(lw->p, KU_POPCOUNT, var(lw, wv)));
+        KStmt *fn_ = loop(lw, body(fw), "n", var(lw, nv), false, &n);
+        s_assign(lw, body(fn_), lv, kx_un(lw->p, KU_CTZ, var(lw, wv)));
+        s_assign(lw, body(fn_), wv,
+                 bin(lw, KB_BITAND, var(lw, wv), bin(lw, KB_SUB, var(lw, wv), ci(lw, 1))));
+        KExpr *l = bits == 2 ? bin(lw, KB_DIV, var(lw, lv), ci(lw, 2)) : var(lw, lv);
+        fn(lw, body(fn_), bin(lw, KB_ADD, bin(lw, KB_MUL, w, ci(lw, per)), l), ctx);
+    }
+}
+
+static void
+scatter_spike(Lower *lw, Cur c, KExpr *k, void *ctx)
+{
+    Scatter *s = ctx;
+    s->k = k;
+    if (bits_of(lw, s->xval) == 2) {
+        Pos px = *s->xpos;
+        px.i = k;
+        s_assign(lw, c, s->xv, to(lw, KT_F64, vload(lw, s->xval, &px)));
+        s->x = var(lw, s->xv);
+    }
+    for_tiles(lw, c, s->O, SCATTER_NT, scatter_add, s);
+}
+
+/* dense over spikes: acc[o] = bias[o], then for each k with x[k] != 0, acc[o] += x[k] W[o][k] */
+void
+lower_dense_events(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
+    int w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
+    int bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
+    Pos ps;
+    Cur c = open_rows(lw, v, &ps);
+    KExpr *k;
+    int xv = local(lw, "x", KT_F64);
+    KExpr *row;
+    Scatter s = {acc_rows(lw, v, &ps, O, &row), w, bias, row, NULL, NULL, O, x, &ps, xv};
+    for_tiles(lw, c, O, SCATTER_NT, scatter_init, &s);
+    if (is_bits(lw, x)) {
+        s.x = kx_const(lw->p, KT_F64, 1);
+        for_bit_spikes(lw, c, x, &ps, ci(lw, 0), K, scatter_spike, &s);
+    } else {
+        KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
+        Pos px = ps;
+        px.i = k;
+        s_assign(lw, body(fk), xv, to(lw, KT_F64, vload(lw, x, &px)));
+        KStmt *nz = s_if(lw, body(fk), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
+        s.k = k;
+        s.x = var(lw, xv);
+        for_tiles(lw, body(nz), O, SCATTER_NT, scatter_add, &s);
+    }
+    KExpr *o;
+    KStmt *fo = loop(lw, c, "o", ci(lw, O), false, &o);
+    Pos py = ps;
+    py.i = o;
+    KExpr *y = kx_load(lw->p, s.acc, bin(lw, KB_ADD, row, o));
+    if (lw->epilogue >= 0) /* fold-batchnorm: on the value as the layer would store it */
+        y = batchnorm_expr(lw, &lw->m->nodes[lw->epilogue], o, to(lw, KT_F32, y));
+    vstore(lw, body(fo), v, &py, y);
+}
+
+void
+lower_pool(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    const Type *xt = &lw->m->nodes[x].type;
+    int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
+    int64_t OH = n->type.dims[1], OW = n->type.dims[2];
+    int64_t KH = (int)node_attr_i(n, "kernel", 0), KW = (int)node_attr_i(n, "kernel", 1);
+    int64_t SH = (int)node_attr_i(n, "stride", 0), SW = (int)node_attr_i(n, "stride", 1);
+    int64_t PH = (int)node_attr_i(n, "pad", 0), PW = (int)node_attr_i(n, "pad", 1);
+    if (SH == 0)
+        SH = KH;
+    if (SW == 0)
+        SW = KW;
+    bool is_max = n->op == OP_MAXPOOL2D;
+    Pos ps;
+    KExpr *ix[3], *kh, *kw;
+    Cur px_c = open_elements(lw, v, &ps, 3, (const int64_t[]){C, OH, OW},
+                             (const char *const[]){"c", "oh", "ow"}, ix);
+    KExpr *cc = ix[0], *oh = ix[1], *ow = ix[2];
+    KType at = is_max ? KT_F32 : KT_F64;
+    int acc = local(lw, "acc", at);
+    s_assign(lw, px_c, acc, kx_const(lw->p, at, is_max ? -INFINITY : 0.0));
+    KStmt *fkh = loop(lw, px_c, "kh", ci(lw, KH), false, &kh);
+    int ih = local(lw, "ih", KT_I64), iw = local(lw, "iw", KT_I64);
+    s_assign(lw, body(fkh), ih,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, SH)), ci(lw, PH)), kh));
+    KStmt *ifh = s_if(lw, body(fkh),
+                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, ih), ci(lw, 0)),
+                          bin(lw, KB_LT, var(lw, ih), ci(lw, H))));
+    KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, KW), false, &kw);
+    s_assign(lw, body(fkw), iw,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow, ci(lw, SW)), ci(lw, PW)), kw));
+    KStmt *ifw = s_if(lw, body(fkw),
+                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, iw), ci(lw, 0)),
+                          bin(lw, KB_LT, var(lw, iw), ci(lw, W))));
+    Pos px = ps;
+    px.i = bin(lw, KB_ADD,
+               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, H)), var(lw, ih)),
+                   ci(lw, W)),
+               var(lw, iw));
+    int xv = local(lw, "x", at);
+    s_assign(lw, body(ifw), xv, to(lw, at, vload(lw, x, &px)));
+    if (is_max) {
+        KExpr *X = var(lw, xv), *A = var(lw, acc);
+        KStmt *upd = s_if(lw, body(ifw),
+                          bin(lw, KB_OR, bin(lw, KB_GT, X, A), bin(lw, KB_NE, X, X)));
+        s_assign(lw, body(upd), acc, X);
+    } else {
+        s_assign(lw, body(ifw), acc, bin(lw, KB_ADD, var(lw, acc), var(lw, xv)));
+    }
+    KExpr *y = var(lw, acc);
+    if (n->op == OP_AVGPOOL2D)
+        y = bin(lw, KB_DIV, y, kx_const(lw->p, KT_F64, (double)(KH * KW)));
+    Pos py = ps;
+    py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, OH)), oh),
+                                ci(lw, OW)),
+               ow);
+    vstore(lw, px_c, v, &py, to(lw, KT_F32, y));
+}
+
+/* batchnorm over (c, i): batchnorm_expr */
+void
+lower_batchnorm(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+    int64_t inner = C ? lw->vs[v].numel / C : 0;
+    Pos ps;
+    KExpr *ix[2];
+    Cur c = open_elements(lw, v, &ps, 2, (const int64_t[]){C, inner},
+                          (const char *const[]){"c", "i"}, ix);
+    ps.i = bin(lw, KB_ADD, bin(lw, KB_MUL, ix[0], ci(lw, inner)), ix[1]);
+    vstore(lw, c, v, &ps, batchnorm_expr(lw, n, ix[0], vload(lw, n->args[0], &ps)));
+}
+
+/* s = u < gain*x with u keyed by (seed, stream, t, (sample_base + b) * numel + i), compared in f32 */
+void
+lower_poisson(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    int64_t numel = lw->vs[v].numel;
+    Pos ps;
+    KExpr *iv;
+    Cur c = open_elements(lw, v, &ps, 1, (const int64_t[]){numel}, (const char *const[]){"i"}, &iv);
+    ps.i = iv;
+    int p = local(lw, "p", KT_F32);
+    float gain = (float)node_attr_f(n, "gain");
+    s_assign(lw, c, p,
+             bin(lw, KB_MUL, kx_const(lw->p, KT_F32, gain),
+                 to(lw, KT_F32, vload(lw, n->args[0], &ps))));
+    int64_t node_seed = n->attrs[op_attr_index(OP_POISSON, "seed")].i[0];
+    KExpr *u = kx_new(lw->p, KX_UNIFORM, KT_F32);
+    u->seed = (uint64_t)(node_seed >= 0 ? node_seed : lw->m->seed);
+    u->stream = lw->stream[v];
+    u->a = pos_t(lw, &ps);
+    u->b = bin(lw, KB_ADD,
+               bin(lw, KB_MUL, bin(lw, KB_ADD, kx_kind(lw->p, KX_SAMPLE_BASE), pos_b(lw, &ps)),
+                   ci(lw, numel)),
+               iv);
+    KExpr *P = var(lw, p), *one = kx_const(lw->p, KT_F32, 1), *zero = kx_const(lw->p, KT_F32, 0);
+    /* p <= 0 (or NaN) never fires, p >= 1 always does: no draw for them */
+    KExpr *y = kx_select(lw->p, kx_un(lw->p, KU_NOT, bin(lw, KB_GT, P, zero)), zero,
+                         kx_select(lw->p, bin(lw, KB_GE, P, one), one,
+                                   to(lw, KT_F32, bin(lw, KB_LT, u, P))));
+    vstore(lw, c, v, &ps, y);
+}
+
+/* y[t] = x[t - steps], 0 before */
+void
+lower_delay(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    int64_t steps = (int)node_attr_i(n, "steps", 0);
+    KProgram *p = lw->p;
+    Pos ps = {0}, px = {0};
+    Cur c;
+    if (p->target == KTARGET_CPU && lw->region[v] >= 0) {
+        /* a CPU step kernel: one loop over the B*n elements at step t in SIMD lanes, so that 8
+         * spikes of a bit buffer are one byte stored (rows with an element loop inside stored a
+         * bit at a time: 23% of bench/cpu/recurrent.py's time) */
+        int64_t numel = lw->vs[v].numel;
+        KExpr *jv;
+        KStmt *fj = loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)),
+                         true, &jv);
+        fj->is_lanes = true;
+        c = body(fj);
+        ps.t = kx_kind(p, KX_STEP);
+        ps.j = px.j = jv;
+        ps.jn = px.jn = numel;
+    } else {
+        KExpr *iv;
+        c = open_elements(lw, v, &ps, 1, (const int64_t[]){lw->vs[v].numel},
+                          (const char *const[]){"i"}, &iv);
+        ps.i = px.i = iv;
+        px.b = pos_b(lw, &ps);
+    }
+    KExpr *t = pos_t(lw, &ps);
+    KStmt *s = s_if(lw, c, bin(lw, KB_GE, t, ci(lw, steps)));
+    px.t = bin(lw, KB_SUB, t, ci(lw, steps));
+    KType ty = lw->p->bufs[lw->vs[v].buf].type;
+    vstore(lw, body(s), v, &ps, to(lw, ty, vload(lw, n->args[0], &px)));
+    vstore(lw, els(s), v, &ps, kx_const(lw->p, ty, 0));
+}
