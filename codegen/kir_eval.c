@@ -522,13 +522,11 @@ kir_bind_weight(const KProgram *p, int b, void **packed, char *err, size_t errle
         return NULL;
     }
     size_t n = (size_t)(w->numel ? w->numel : 1);
-    float *f = malloc(n * sizeof *f);
-    if (!f) die("out of memory");
+    float *f = xmalloc(n * sizeof *f);
     if (kb->nperm) rt_transpose_f32(w->data, w->rank, w->dims, kb->perm, f);
     else memcpy(f, w->data, (size_t)w->numel * sizeof *f);
     if (!is_16) return *packed = f;
-    uint16_t *h = malloc(n * sizeof *h);
-    if (!h) die("out of memory");
+    uint16_t *h = xmalloc(n * sizeof *h);
     rt_narrow16(f, w->numel, kb->type == KT_BF16, h);
     free(f);
     return *packed = h;
@@ -581,10 +579,9 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
     bool ok = true;
     if (setjmp(ev->fail) == 0) {
         /* the temporaries in one arena, laid out as every binder lays them out */
-        size_t *bytes = malloc(((size_t)p->nbufs + 1) * sizeof *bytes);
-        size_t *off = malloc(((size_t)p->nbufs + 1) * sizeof *off);
-        int *slot = malloc(((size_t)p->nbufs + 1) * sizeof *slot);
-        if (!bytes || !off || !slot) die("out of memory");
+        size_t *bytes = xmalloc(((size_t)p->nbufs + 1) * sizeof *bytes);
+        size_t *off = xmalloc(((size_t)p->nbufs + 1) * sizeof *off);
+        int *slot = xmalloc(((size_t)p->nbufs + 1) * sizeof *slot);
         for (int b = 0; b < p->nbufs; b++) {
             int64_t n = ksize_eval(p->bufs[b].size, batch);
             bytes[b] = p->bufs[b].kind == KB_TEMP ? (size_t)kbytes(p->bufs[b].type, n ? n : 1)

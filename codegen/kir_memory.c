@@ -48,9 +48,9 @@ void
 plan_memory(KProgram *p)
 {
     int nb = p->nbufs, nk = p->nkernels;
-    int *first = malloc(((size_t)nb + 1) * sizeof *first), *last = malloc(((size_t)nb + 1) * sizeof *last);
-    int *order = malloc(((size_t)nb + 1) * sizeof *order);
-    if (!first || !last || !order) die("out of memory");
+    int *first = xmalloc(((size_t)nb + 1) * sizeof *first);
+    int *last = xmalloc(((size_t)nb + 1) * sizeof *last);
+    int *order = xmalloc(((size_t)nb + 1) * sizeof *order);
     for (int b = 0; b < nb; b++) {
         first[b] = INT32_MAX;
         last[b] = -1;
@@ -109,8 +109,8 @@ plan_memory(KProgram *p)
         p->bufs[b].slot = slot ? slot : ++nslots;
     }
     /* a slot of one buffer is memory of its own (0); the shared ones numbered from 1 in order */
-    int *members = calloc((size_t)nslots + 2, sizeof *members), *renum = calloc((size_t)nslots + 2, sizeof *renum);
-    if (!members || !renum) die("out of memory");
+    int *members = xcalloc((size_t)nslots + 2, sizeof *members);
+    int *renum = xcalloc((size_t)nslots + 2, sizeof *renum);
     for (int b = 0; b < nb; b++)
         members[p->bufs[b].slot]++;
     int nshared = 0;

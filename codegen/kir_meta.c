@@ -28,8 +28,7 @@ put(Text *t, const char *fmt, ...)
             return;
         }
         t->cap = (t->cap + (size_t)n + 1) * 2;
-        t->s = realloc(t->s, t->cap);
-        if (!t->s) die("out of memory");
+        t->s = xrealloc(t->s, t->cap);
     }
 }
 

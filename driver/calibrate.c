@@ -53,11 +53,10 @@ static char *
 calibration_text(const Module *m, const ValueId *values, int n)
 {
     char *ir = ir_print_to_string(m);
-    int *num = malloc(((size_t)m->nnodes + 1) * sizeof *num);
+    int *num = xmalloc(((size_t)m->nnodes + 1) * sizeof *num);
     if (num) ir_value_numbers(m, num);
     size_t len = strlen(ir), cap = len + 64 * (size_t)m->nnodes + 64;
-    char *t = malloc(cap);
-    if (!t || !num) die("out of memory");
+    char *t = xmalloc(cap);
     size_t k = 0;
     /* every line but fusion, weight storage, spike layouts and scan epilogues (the interpreter
      * has no use for them); the closing brace comes after the new outputs */
@@ -105,12 +104,11 @@ open_copy(Cal *c)
     }
     c->nout = m->noutputs;
     int no = c->cm->noutputs;
-    c->per = calloc((size_t)no + 1, sizeof *c->per);
-    c->base = calloc((size_t)no + 1, sizeof *c->base);
-    c->cur = calloc((size_t)no + 1, sizeof *c->cur);
-    c->orig = calloc((size_t)m->nweights + 1, sizeof *c->orig);
-    c->w_of = calloc((size_t)m->nweights + 1, sizeof *c->w_of);
-    if (!c->per || !c->base || !c->cur || !c->orig || !c->w_of) die("out of memory");
+    c->per = xcalloc((size_t)no + 1, sizeof *c->per);
+    c->base = xcalloc((size_t)no + 1, sizeof *c->base);
+    c->cur = xcalloc((size_t)no + 1, sizeof *c->cur);
+    c->orig = xcalloc((size_t)m->nweights + 1, sizeof *c->orig);
+    c->w_of = xcalloc((size_t)m->nweights + 1, sizeof *c->w_of);
     for (int j = 0; j < no; j++) {
         const Node *n = &c->cm->nodes[c->cm->outputs[j]];
         c->per[j] = type_numel(&n->type) * (n->type.has_time ? c->cm->timesteps : 1);
@@ -120,8 +118,7 @@ open_copy(Cal *c)
     }
     for (int i = 0; i < m->nweights; i++) {
         size_t bytes = (size_t)(m->weights[i].numel + 1) * sizeof(float);
-        c->orig[i] = malloc(bytes);
-        if (!c->orig[i]) die("out of memory");
+        c->orig[i] = xmalloc(bytes);
         memcpy(c->orig[i], m->weights[i].data, (size_t)m->weights[i].numel * sizeof(float));
     }
     for (int j = 0; j < m->nweights; j++) {
@@ -173,9 +170,8 @@ static bool
 run_all(Cal *c, bool is_base, Diff *d)
 {
     InterpOptions io = {INTERP_F32, -1};
-    const float **in = malloc(((size_t)c->cm->ninputs + 1) * sizeof *in);
-    float **out = malloc(((size_t)c->cm->noutputs + 1) * sizeof *out);
-    if (!in || !out) die("out of memory");
+    const float **in = xmalloc(((size_t)c->cm->ninputs + 1) * sizeof *in);
+    float **out = xmalloc(((size_t)c->cm->noutputs + 1) * sizeof *out);
     memset(d, 0, sizeof *d);
     d->first_layer = -1;
     char err[512];
@@ -314,8 +310,7 @@ bool
 precision_calibrate(Module *m, const PrecisionRequest *rq)
 {
     Cal c = {.m = m, .inputs = rq->inputs, .numel = rq->numel, .n = rq->n, .batch = rq->batch};
-    c.layer = malloc(((size_t)m->nnodes + 1) * sizeof *c.layer);
-    if (!c.layer) die("out of memory");
+    c.layer = xmalloc(((size_t)m->nnodes + 1) * sizeof *c.layer);
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
         if (n->op == OP_NEURON && (n->type.dtype == DT_SPIKE || n->type.dtype == DT_I8))
@@ -325,9 +320,8 @@ precision_calibrate(Module *m, const PrecisionRequest *rq)
         close_copy(&c);
         return false;
     }
-    WeightStore *store = calloc((size_t)m->nnodes + 1, sizeof *store);
-    WeightStore *astore = calloc((size_t)m->nnodes + 1, sizeof *astore);
-    if (!store || !astore) die("out of memory");
+    WeightStore *store = xcalloc((size_t)m->nnodes + 1, sizeof *store);
+    WeightStore *astore = xcalloc((size_t)m->nnodes + 1, sizeof *astore);
     /* the baseline: the model as given (storage written in the model stays) */
     for (ValueId v = 0; v < m->nnodes; v++) {
         store[v] = m->nodes[v].wstore;
@@ -416,9 +410,8 @@ events_calibrate(Module *m, const float *const *inputs, const int64_t *numel, in
                  int batch, bool quiet)
 {
     Cal c = {.m = m, .inputs = inputs, .numel = numel, .n = n, .batch = batch};
-    c.layer = malloc(((size_t)m->nnodes + 1) * sizeof *c.layer);
-    int *reads = malloc(((size_t)m->nnodes + 1) * sizeof *reads); /* layer v reads c.layer[i] */
-    if (!c.layer || !reads) die("out of memory");
+    c.layer = xmalloc(((size_t)m->nnodes + 1) * sizeof *c.layer);
+    int *reads = xmalloc(((size_t)m->nnodes + 1) * sizeof *reads); /* layer v reads c.layer[i] */
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *l = &m->nodes[v];
         reads[v] = -1;
@@ -438,10 +431,9 @@ events_calibrate(Module *m, const float *const *inputs, const int64_t *numel, in
         return true;
     }
     bool ok = open_copy(&c);
-    WeightStore *store = calloc((size_t)m->nnodes + 1, sizeof *store);
-    WeightStore *astore = calloc((size_t)m->nnodes + 1, sizeof *astore);
-    double *rate = calloc((size_t)c.nlayers + 1, sizeof *rate);
-    if (!store || !astore || !rate) die("out of memory");
+    WeightStore *store = xcalloc((size_t)m->nnodes + 1, sizeof *store);
+    WeightStore *astore = xcalloc((size_t)m->nnodes + 1, sizeof *astore);
+    double *rate = xcalloc((size_t)c.nlayers + 1, sizeof *rate);
     if (ok) {
         for (ValueId v = 0; v < m->nnodes; v++) {
             store[v] = m->nodes[v].wstore;

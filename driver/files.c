@@ -35,8 +35,7 @@ typedef struct FileId {
 FileList *
 files_new(void)
 {
-    FileList *l = calloc(1, sizeof *l);
-    if (!l) die("out of memory");
+    FileList *l = xcalloc(1, sizeof *l);
     return l;
 }
 
@@ -56,11 +55,9 @@ add(FileList *l, const char *path, const char *role, bool is_output)
     if (!path || !*path) return;
     if (l->nfiles == l->capfiles) {
         l->capfiles = l->capfiles ? 2 * l->capfiles : 16;
-        l->files = realloc(l->files, (size_t)l->capfiles * sizeof *l->files);
-        if (!l->files) die("out of memory");
+        l->files = xrealloc(l->files, (size_t)l->capfiles * sizeof *l->files);
     }
-    char *copy = strdup(path);
-    if (!copy) die("out of memory");
+    char *copy = xstrdup(path);
     l->files[l->nfiles++] = (File){copy, role, is_output};
 }
 
@@ -114,8 +111,7 @@ same(const FileId *a, const FileId *b)
 bool
 files_check(const FileList *l)
 {
-    FileId *ids = calloc((size_t)l->nfiles + 1, sizeof *ids);
-    if (!ids) die("out of memory");
+    FileId *ids = xcalloc((size_t)l->nfiles + 1, sizeof *ids);
     for (int i = 0; i < l->nfiles; i++)
         ids[i] = file_id(&l->files[i]);
     bool ok = true;

@@ -1632,9 +1632,8 @@ cuda_model_images(Module *m, const Options *o, CudaBuild *b, char **records,
         total = (total + 63) / 64 * 64 + b->images[i].size;
     char *kernels = cuda_gen_describe(b->gp);
     size_t cap = strlen(kernels) + (size_t)b->nimages * 96 + 1;
-    char *rec = malloc(cap);
-    unsigned char *blob = calloc(total ? total : 1, 1);
-    if (!rec || !blob) die("out of memory");
+    char *rec = xmalloc(cap);
+    unsigned char *blob = xcalloc(total ? total : 1, 1);
     size_t len = (size_t)snprintf(rec, cap, "%s", kernels), off = 0;
     for (int i = 0; i < b->nimages; i++) {
         const CudaImage *img = &b->images[i];
@@ -1691,8 +1690,7 @@ cuda_prepare(Module *m, const Options *o, char *err, size_t errlen)
     if (!rt_cuda_device_arch(o->cuda_ordinal, &major, &minor, name, sizeof name, err, errlen))
         return NULL;
     if (!cuda_nvrtc_load(err, errlen)) return NULL;
-    CudaRun *st = calloc(1, sizeof *st);
-    if (!st) die("out of memory");
+    CudaRun *st = xcalloc(1, sizeof *st);
     char arch[32];
     snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
     CudaImage *img = cuda_build_begin(m, &st->b) ? cuda_build_add(&st->b, arch, true) : NULL;
@@ -1703,8 +1701,7 @@ cuda_prepare(Module *m, const Options *o, char *err, size_t errlen)
     }
     char *kernels = cuda_gen_describe(st->b.gp);
     size_t rlen = strlen(kernels) + 128;
-    char *records = malloc(rlen);
-    if (!records) die("out of memory");
+    char *records = xmalloc(rlen);
     snprintf(records, rlen, "%scuda_image cubin %s 0 %zu\n", kernels, arch, img->size);
     char *meta = kir_describe_with(st->b.gp, "cuda", records);
     RtTensor *ts = weights_as_tensors(m);
@@ -1728,9 +1725,8 @@ cuda_prepare(Module *m, const Options *o, char *err, size_t errlen)
     free(records);
     free(kernels);
     int nlayers = st->model ? snn_model_num_layers(st->model) : 0;
-    st->seen = calloc((size_t)nlayers + 1, sizeof *st->seen);
-    st->now = calloc((size_t)nlayers + 1, sizeof *st->now);
-    if (!st->seen || !st->now) die("out of memory");
+    st->seen = xcalloc((size_t)nlayers + 1, sizeof *st->seen);
+    st->now = xcalloc((size_t)nlayers + 1, sizeof *st->now);
     if (rc != SNN_OK) {
         cuda_release(st);
         return NULL;
@@ -1815,8 +1811,7 @@ weights_path_beside(const char *snn_path)
     const char *slash = strrchr(snn_path, '/');
     const char *dot = strrchr(snn_path, '.');
     if (dot && (!slash || dot > slash + 1)) len = (size_t)(dot - snn_path);
-    char *p = malloc(len + sizeof ".safetensors");
-    if (!p) die("out of memory");
+    char *p = xmalloc(len + sizeof ".safetensors");
     memcpy(p, snn_path, len);
     memcpy(p + len, ".safetensors", sizeof ".safetensors");
     return p;
@@ -1862,8 +1857,7 @@ load_nir(Options *o, NirImport *im, char **text_path, char **weights_path)
     }
     print_notes(o->path, im->notes, o->quiet); /* warnings even with -q */
     size_t n = strlen(o->path) + 5;
-    *text_path = malloc(n);
-    if (!*text_path) die("out of memory");
+    *text_path = xmalloc(n);
     snprintf(*text_path, n, "%s.snn", o->path);
     o->import = im;
     /* a message about a line of the generated text names the graph's node it stands for */
@@ -1990,8 +1984,7 @@ calibrate_events(Module *m, const Options *o)
 static bool
 keep_outputs(Module *m, const char *list, const char *path)
 {
-    bool *is_kept = calloc((size_t)m->noutputs + 1, sizeof *is_kept);
-    if (!is_kept) die("out of memory");
+    bool *is_kept = xcalloc((size_t)m->noutputs + 1, sizeof *is_kept);
     bool ok = true;
     for (const char *p = list; ok;) {
         size_t len = strcspn(p, ",");

@@ -199,8 +199,7 @@ report(Loc loc, const char *kind, const char *fmt, va_list ap)
     va_copy(copy, ap);
     int n = vsnprintf(NULL, 0, fmt, copy);
     va_end(copy);
-    char *msg = malloc(n > 0 ? (size_t)n + 1 : 1);
-    if (!msg) die("out of memory");
+    char *msg = xmalloc(n > 0 ? (size_t)n + 1 : 1);
     vsnprintf(msg, n > 0 ? (size_t)n + 1 : 1, fmt, ap);
     /* file names and messages quote what files hold: printed escaped */
     const char *what = loc.file && origin.fn && loc.line > 0 && strcmp(loc.file, origin.file) == 0
@@ -312,4 +311,38 @@ diag_format(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+}
+
+/* ---- allocation for the compiler: out of memory is fatal (die), so no caller checks; the
+ * runtime library (runtime/) never dies and does not use these ---- */
+
+void *
+xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) die("out of memory");
+    return p;
+}
+
+void *
+xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) die("out of memory");
+    return p;
+}
+
+void *
+xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) die("out of memory");
+    return q;
+}
+
+char *
+xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    return memcpy(xmalloc(n), s, n);
 }

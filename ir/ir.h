@@ -54,6 +54,11 @@ _Noreturn void die_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
 #define unreachable() die_at(__FILE__, __LINE__, "unreachable")
+/* diag.c: allocation for the compiler, fatal when memory runs out (the runtime never uses it) */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
 
 /* ---- types ---- */
 typedef enum {

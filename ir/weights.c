@@ -276,8 +276,7 @@ weights_bind(Module *m, const char *override_path)
 RtTensor *
 weights_as_tensors(const Module *m)
 {
-    RtTensor *ts = calloc((size_t)m->nweights + 1, sizeof *ts);
-    if (!ts) die("out of memory");
+    RtTensor *ts = xcalloc((size_t)m->nweights + 1, sizeof *ts);
     for (int i = 0; i < m->nweights; i++) {
         const Weight *w = &m->weights[i];
         ts[i] = (RtTensor){(char *)w->name, RT_F32, w->rank, {0}, w->numel, w->data};

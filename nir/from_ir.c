@@ -60,21 +60,10 @@ note(Ex *x, const char *fmt, ...)
 
 /* ---- building the tree ---- */
 
-static char *
-xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (!d) die("out of memory");
-    memcpy(d, s, n);
-    return d;
-}
-
 static NirObj *
 add_kid(NirObj *g, const char *name, NirObjKind kind)
 {
-    NirObj *kids = realloc(g->kids, (size_t)(g->nkids + 1) * sizeof *kids);
-    if (!kids) die("out of memory");
+    NirObj *kids = xrealloc(g->kids, (size_t)(g->nkids + 1) * sizeof *kids);
     g->kids = kids;
     NirObj *o = &kids[g->nkids++];
     memset(o, 0, sizeof *o);
@@ -88,8 +77,7 @@ put_string(NirObj *g, const char *name, const char *s)
 {
     NirObj *o = add_kid(g, name, NIR_STRINGS);
     o->numel = 1;
-    o->str = malloc(sizeof *o->str);
-    if (!o->str) die("out of memory");
+    o->str = xmalloc(sizeof *o->str);
     o->str[0] = xstrdup(s);
 }
 
@@ -103,8 +91,7 @@ put_numbers(NirObj *g, const char *name, bool is_int, int rank, const int64_t *d
     o->numel = 1;
     for (int d = 0; d < rank; d++)
         o->dims[d] = dims[d], o->numel *= dims[d];
-    o->num = malloc((size_t)(o->numel ? o->numel : 1) * sizeof *o->num);
-    if (!o->num) die("out of memory");
+    o->num = xmalloc((size_t)(o->numel ? o->numel : 1) * sizeof *o->num);
     for (int64_t i = 0; i < o->numel; i++)
         o->num[i] = v[i];
 }
@@ -131,8 +118,7 @@ static void
 put_param(NirObj *g, const char *name, const Type *t, double v)
 {
     int64_t n = type_numel(t);
-    double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
-    if (!d) die("out of memory");
+    double *d = xmalloc((size_t)(n ? n : 1) * sizeof *d);
     for (int64_t i = 0; i < n; i++)
         d[i] = (double)(float)v;
     put_numbers(g, name, false, t->rank, t->dims, d);
@@ -143,8 +129,7 @@ static void
 put_weight(Ex *x, NirObj *g, const char *field, const Node *n, int slot)
 {
     const Weight *w = &x->m->weights[n->first_weight + slot];
-    double *d = malloc((size_t)(w->numel ? w->numel : 1) * sizeof *d);
-    if (!d) die("out of memory");
+    double *d = xmalloc((size_t)(w->numel ? w->numel : 1) * sizeof *d);
     for (int64_t i = 0; i < w->numel; i++)
         d[i] = w->data[i];
     put_numbers(g, field, false, w->rank, w->dims, d);
@@ -161,8 +146,7 @@ put_conv_weights(Ex *x, NirObj *g, const Node *n)
         return;
     }
     const Weight *w = &x->m->weights[n->first_weight];
-    double *z = calloc((size_t)w->dims[0] + 1, sizeof *z);
-    if (!z) die("out of memory");
+    double *z = xcalloc((size_t)w->dims[0] + 1, sizeof *z);
     put_numbers(g, "bias", false, 1, w->dims, z);
     free(z);
 }
@@ -172,8 +156,7 @@ edge(Ex *x, const char *src, const char *dst)
 {
     if (x->nedges + 1 > x->capedges) {
         x->capedges = x->capedges ? 2 * x->capedges : 32;
-        x->edges = realloc(x->edges, (size_t)x->capedges * 2 * sizeof *x->edges);
-        if (!x->edges) die("out of memory");
+        x->edges = xrealloc(x->edges, (size_t)x->capedges * 2 * sizeof *x->edges);
     }
     x->edges[2 * x->nedges] = xstrdup(src);
     x->edges[2 * x->nedges + 1] = xstrdup(dst);
@@ -634,10 +617,8 @@ nir_from_module(const Module *m, double dt, int impulses, NirFramework framework
             .impulses = impulses >= 0 ? impulses != 0 : has_preset && preset.impulses,
             .framework = preset.framework, .err = err, .errlen = errlen, .reset_kind = -1,
             .reset_next = -1};
-    x.names = calloc((size_t)m->nnodes + 1, sizeof *x.names);
-    if (!x.names) die("out of memory");
-    x.num = malloc(((size_t)m->nnodes + 1) * sizeof *x.num);
-    if (!x.num) die("out of memory");
+    x.names = xcalloc((size_t)m->nnodes + 1, sizeof *x.names);
+    x.num = xmalloc(((size_t)m->nnodes + 1) * sizeof *x.num);
     ir_value_numbers(m, x.num);
     put_string(root, "version", "1.0.8");
     NirObj *top = add_kid(root, "node", NIR_GROUP);

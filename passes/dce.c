@@ -9,9 +9,8 @@
 bool
 pass_dce(Module *m, bool *changed)
 {
-    bool *live = calloc((size_t)m->nnodes + 1, sizeof *live);
-    ValueId *work = malloc(((size_t)m->nnodes + 1) * sizeof *work);
-    if (!live || !work) die("out of memory");
+    bool *live = xcalloc((size_t)m->nnodes + 1, sizeof *live);
+    ValueId *work = xmalloc(((size_t)m->nnodes + 1) * sizeof *work);
     int nwork = 0;
     for (int i = 0; i < m->noutputs; i++)
         if (!live[m->outputs[i]]) live[work[nwork++] = m->outputs[i]] = true;

@@ -12,9 +12,8 @@
 bool
 pass_fuse(Module *m, bool *changed)
 {
-    int *nusers = calloc((size_t)m->nnodes + 1, sizeof *nusers);
-    ValueId *user = malloc(((size_t)m->nnodes + 1) * sizeof *user);
-    if (!nusers || !user) die("out of memory");
+    int *nusers = xcalloc((size_t)m->nnodes + 1, sizeof *nusers);
+    ValueId *user = xmalloc(((size_t)m->nnodes + 1) * sizeof *user);
     for (ValueId v = 0; v < m->nnodes; v++)
         for (int a = 0; a < m->nodes[v].nargs; a++) {
             ValueId u = m->nodes[v].args[a];

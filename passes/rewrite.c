@@ -12,8 +12,7 @@ module_remove_nodes(Module *m, const bool *keep)
     for (int w = 0; w < m->nweights; w++)
         if (m->weights[w].data || !keep[m->weights[w].node])
             die("module_remove_nodes: a layer with weights (bound or not) is not removed");
-    ValueId *to = malloc(((size_t)m->nnodes + 1) * sizeof *to);
-    if (!to) die("out of memory");
+    ValueId *to = xmalloc(((size_t)m->nnodes + 1) * sizeof *to);
     int n = 0;
     for (ValueId v = 0; v < m->nnodes; v++)
         to[v] = keep[v] ? n++ : -1;

@@ -579,8 +579,7 @@ mark_counted(KStmt *const *ss, int n, bool *counted)
 static bool *
 used_bufs(const KProgram *p, const Kernel *k)
 {
-    bool *used = calloc((size_t)p->nbufs + 1, sizeof *used);
-    if (!used) die("out of memory");
+    bool *used = xcalloc((size_t)p->nbufs + 1, sizeof *used);
     mark_used(k->body, k->nbody, used);
     return used;
 }
@@ -1011,8 +1010,7 @@ kernel(Gen *g, int ki)
     if (k->what) comment(f, k->what);
     kernel_head(g, sym, used, "t");
     kernel_locals(g, k);
-    bool *counted = calloc((size_t)p->nbufs + 1, sizeof *counted);
-    if (!counted) die("out of memory");
+    bool *counted = xcalloc((size_t)p->nbufs + 1, sizeof *counted);
     mark_counted(k->body, k->nbody, counted);
     bool is_coop = false; /* its threads meet in snn_count_total */
     if (grid) {
@@ -1060,8 +1058,7 @@ steps_symbol(char *out, size_t n, int first)
 static bool *
 steps_used(const KProgram *p, int first, int end)
 {
-    bool *used = calloc((size_t)p->nbufs + 1, sizeof *used);
-    if (!used) die("out of memory");
+    bool *used = xcalloc((size_t)p->nbufs + 1, sizeof *used);
     for (int ki = first; ki < end; ki++) {
         bool *u = used_bufs(p, &p->kernels[ki]);
         for (int b = 0; b < p->nbufs; b++)
@@ -1085,8 +1082,7 @@ steps_kernel(Gen *g, int first, int end)
     char sym[160];
     steps_symbol(sym, sizeof sym, first);
     bool *used = steps_used(p, first, end);
-    bool *counted = calloc((size_t)p->nbufs + 1, sizeof *counted);
-    if (!counted) die("out of memory");
+    bool *counted = xcalloc((size_t)p->nbufs + 1, sizeof *counted);
     for (int ki = first; ki < end; ki++)
         mark_counted(p->kernels[ki].body, p->kernels[ki].nbody, counted);
     fprintf(f, "\n/* kernels %d..%d: a step loop over t in 0..%d, sample by sample in one launch */\n",
@@ -1107,8 +1103,7 @@ steps_kernel(Gen *g, int first, int end)
         fprintf(f, "{ /* kernel %d: %s */\n", ki, k->name ? k->name : "");
         g->depth++;
         kernel_locals(g, k);
-        bool *own = calloc((size_t)p->nbufs + 1, sizeof *own); /* what this kernel counts */
-        if (!own) die("out of memory");
+        bool *own = xcalloc((size_t)p->nbufs + 1, sizeof *own); /* what this kernel counts */
         mark_counted(k->body, k->nbody, own);
         g->counted = own;
         for_loop(g, grid_loop(k), LOOP_SAMPLE);

@@ -234,8 +234,7 @@ compile_now(const char *source, const char *name, const char *arch, bool is_cubi
     size_t loglen = 0;
     rc = nv.nvrtcGetProgramLogSize(prog, &loglen);
     free(img->log);
-    img->log = calloc(loglen + 1, 1);
-    if (!img->log) die("out of memory");
+    img->log = xcalloc(loglen + 1, 1);
     if (rc == NVRTC_SUCCESS && loglen > 0) rc = nv.nvrtcGetProgramLog(prog, img->log);
     if (rc != NVRTC_SUCCESS) img->log[0] = 0;
     bool is_ok = crc == NVRTC_SUCCESS;
@@ -259,8 +258,7 @@ compile_now(const char *source, const char *name, const char *arch, bool is_cubi
                     rc != NVRTC_SUCCESS ? nv.nvrtcGetErrorString(rc) : "size 0");
     }
     if (is_ok) {
-        img->data = malloc(size + 1);
-        if (!img->data) die("out of memory");
+        img->data = xmalloc(size + 1);
         img->data[size] = 0;
         rc = is_cubin ? nv.nvrtcGetCUBIN(prog, (char *)img->data)
                       : nv.nvrtcGetPTX(prog, (char *)img->data);
@@ -284,8 +282,7 @@ cuda_nvrtc_compile(const char *source, const char *name, const char *arch, bool 
     memset(img, 0, sizeof *img);
     img->is_cubin = is_cubin;
     snprintf(img->arch, sizeof img->arch, "%s", arch);
-    img->log = calloc(1, 1);
-    if (!img->log) die("out of memory");
+    img->log = xcalloc(1, 1);
     if (!cuda_arch_is_valid(arch)) {
         diag_format(err, errlen, "'%s' is not a CUDA architecture (sm_NN or compute_NN, e.g. sm_90)",
                 arch);
@@ -345,8 +342,7 @@ cuda_override_load(CudaOverride *ov, char *err, size_t errlen)
         diag_format(err, errlen, "SNN_KERNEL_OVERRIDE: %s", msg);
         return false;
     }
-    char *text = realloc(buf, len + 1);
-    if (!text) die("out of memory");
+    char *text = xrealloc(buf, len + 1);
     text[len] = 0;
     if (memchr(text, 0, len) || (is_ptx && len == 0)) {
         diag_format(err, errlen, "SNN_KERNEL_OVERRIDE=%s is %s, not %s text", path,
@@ -379,15 +375,13 @@ cuda_build_image(const char *source, const char *name, const CudaOverride *ov, c
     memset(img, 0, sizeof *img);
     img->is_cubin = is_cubin;
     snprintf(img->arch, sizeof img->arch, "%s", arch);
-    img->log = calloc(1, 1);
-    if (!img->log) die("out of memory");
+    img->log = xcalloc(1, 1);
     if (is_cubin) {
         diag_format(err, errlen, "SNN_KERNEL_OVERRIDE=%s is PTX, which stands in for PTX only, not a "
                 "cubin for %s (override with a .cu file, or ask for PTX alone)", ov->path, arch);
         return false;
     }
-    img->data = malloc(ov->len + 1);
-    if (!img->data) die("out of memory");
+    img->data = xmalloc(ov->len + 1);
     memcpy(img->data, ov->text, ov->len + 1);
     img->size = ov->len + 1;
     return true;

@@ -2076,8 +2076,7 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, body, "entry");
     LLVMPositionBuilderAtEnd(g->b, entry);
     g->lshape = range_loop ? simd_plan(k, range_loop) : NULL;
-    g->vlocal = calloc((size_t)k->nlocals + 1, sizeof *g->vlocal);
-    if (!g->vlocal) die("out of memory");
+    g->vlocal = xcalloc((size_t)k->nlocals + 1, sizeof *g->vlocal);
     g->simd_var = -1;
     g->mask = NULL;
     for (int i = 0; g->lshape && i < k->nlocals; i++)
@@ -2096,8 +2095,7 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
                 continue;
             }
             tile_pieces(k->locals[i].lanes, NULL, len);
-            g->tile[i] = calloc((size_t)npieces, sizeof **g->tile);
-            if (!g->tile[i]) die("out of memory");
+            g->tile[i] = xcalloc((size_t)npieces, sizeof **g->tile);
             const char *tn = k->locals[i].name ? k->locals[i].name : "";
             for (int j = 0; j < npieces; j++) {
                 LLVMTypeRef ty = piece_type(g, val_type(g, k->locals[i].type), len[j]);
@@ -2124,8 +2122,7 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
      */
     LLVMAddAttributeAtIndex(w, LLVMAttributeFunctionIndex, g->a_noinline);
     LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, w, "entry"));
-    LLVMValueRef *args = calloc((size_t)(np + nscalar), sizeof *args);
-    if (!args) die("out of memory");
+    LLVMValueRef *args = xcalloc((size_t)(np + nscalar), sizeof *args);
     for (int i = 0; i < np; i++) {
         LLVMValueRef idx = LLVMConstInt(g->t_i64, (unsigned long long)param_buf[i], 0);
         LLVMValueRef slot = LLVMBuildInBoundsGEP2(g->b, g->t_i8p, LLVMGetParam(w, 0), &idx, 1, "");
@@ -2441,9 +2438,8 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm, 
     g.md_loop = LLVMGetMDKindIDInContext(ctx, "llvm.loop", 9);
     g.access_group = distinct_empty_node(ctx);
 
-    LLVMValueRef *kernels = calloc((size_t)p->nkernels + 1, sizeof *kernels);
-    g.chunks = calloc((size_t)p->nkernels + 1, sizeof *g.chunks);
-    if (!kernels || !g.chunks) die("out of memory");
+    LLVMValueRef *kernels = xcalloc((size_t)p->nkernels + 1, sizeof *kernels);
+    g.chunks = xcalloc((size_t)p->nkernels + 1, sizeof *g.chunks);
     for (int i = 0; i < p->nkernels && !g.has_failed; i++)
         kernels[i] = gen_kernel(&g, i);
     if (!g.has_failed) gen_driver(&g, kernels);

@@ -244,8 +244,7 @@ cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err, size
         LLVMDisposeMemoryBuffer(obj);
         return NULL;
     }
-    CgLlvm *cg = calloc(1, sizeof *cg);
-    if (!cg) die("out of memory");
+    CgLlvm *cg = xcalloc(1, sizeof *cg);
     cg->p = p;
     cg->jit = jit;
     cg->nthreads = 1;
@@ -450,9 +449,8 @@ cg_llvm_module_text(const KProgram *p, bool optimised, char *err, size_t errlen)
             LLVMDisposeTargetData(td);
         }
         char *s = LLVMPrintModuleToString(mod);
-        text = strdup(s);
+        text = xstrdup(s);
         LLVMDisposeMessage(s);
-        if (!text) die("out of memory");
     }
     if (mod) LLVMDisposeModule(mod);
     LLVMContextDispose(ctx);
