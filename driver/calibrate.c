@@ -10,13 +10,12 @@
  *               any sample changes (or, with --tolerance, at most that fraction of them: the
  *               changes of everything kept so far against the model as given).
  *   With --tolerance, fp16 and bf16 fail when they change more than that.
- * The spikes are read through a calibration copy of the module: its IR text without fusion, with an
- * extra `sequence` output per spiking layer, parsed again (the text round-trips by design).
+ * The spikes are read through a calibration copy of the module (module_clone, its marks cleared
+ * with module_clear_marks, an extra `sequence` output per spiking layer: module_add_output).
  * --events=auto reads the inputs of spike-fed dense and conv layers through the same kind of copy
  * and measures how often they are nonzero (events_calibrate). */
 #include "driver/calibrate.h"
 
-#include "frontend/frontend.h"
 #include "passes/pass.h"
 
 #include <stdio.h>
@@ -47,47 +46,6 @@ typedef struct Cal {
     int batch;
 } Cal;
 
-/* m's IR text without fusion and storage statements, with an output `sequence(V)` for each of the
- * n values (malloc'ed) */
-static char *
-calibration_text(const Module *m, const ValueId *values, int n)
-{
-    char *ir = ir_print_to_string(m);
-    int *num = xmalloc(((size_t)m->nnodes + 1) * sizeof *num);
-    if (num) ir_value_numbers(m, num);
-    size_t len = strlen(ir), cap = len + 64 * (size_t)m->nnodes + 64;
-    char *t = xmalloc(cap);
-    size_t k = 0;
-    /* every line but fusion, weight storage, spike layouts and scan epilogues (the interpreter
-     * has no use for them); the closing brace comes after the new outputs */
-    const char *end = strrchr(ir, '}');
-    for (const char *p = ir; p < end;) {
-        const char *nl = strchr(p, '\n');
-        size_t l = nl ? (size_t)(nl - p) + 1 : strlen(p);
-        bool is_storage = (!strncmp(p, "  weights ", 10) && p[10] != '"') ||
-                          !strncmp(p, "  layout ", 9) || !strncmp(p, "  activations ", 14);
-        bool is_fusion = !strncmp(p, "  fuse ", 7) || !strncmp(p, "  epilogue ", 11);
-        if (!is_fusion && !is_storage) {
-            memcpy(t + k, p, l);
-            k += l;
-        }
-        p += l;
-    }
-    for (int i = 0; i < n; i++) {
-        const Node *x = &m->nodes[values[i]];
-        if (x->name)
-            k += (size_t)snprintf(t + k, cap - k, "  output calibration_%d = sequence(%s)\n", i,
-                                  x->name);
-        else
-            k += (size_t)snprintf(t + k, cap - k, "  output calibration_%d = sequence(%%%d)\n", i,
-                                  num[values[i]]);
-    }
-    snprintf(t + k, cap - k, "}\n");
-    free(ir);
-    free(num);
-    return t;
-}
-
 /* c->cm: the calibration copy of c->m reading the c->nlayers values c->layer, with weights of its
  * own mapped to m's (c->w_of; m's as bound kept in c->orig) and room for every output of every
  * sample (c->base) and of one batch (c->cur). False after reporting an error. */
@@ -95,12 +53,14 @@ static bool
 open_copy(Cal *c)
 {
     const Module *m = c->m;
-    char *text = calibration_text(m, c->layer, c->nlayers);
-    c->cm = fe_load_text("calibration-copy.snnir", text, strlen(text), NULL);
-    free(text);
-    if (!c->cm || c->cm->nweights != m->nweights || c->cm->nnodes < m->nnodes) {
-        fprintf(stderr, "snnc: error: calibration: the model's IR did not read back as a copy\n");
-        return false;
+    /* a copy without marks (the interpreter has no use for them; storage is what is tried) and
+     * with an output for each value read */
+    c->cm = module_clone(m);
+    module_clear_marks(c->cm);
+    for (int i = 0; i < c->nlayers; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "calibration_%d", i);
+        module_add_output(c->cm, c->layer[i], name);
     }
     c->nout = m->noutputs;
     int no = c->cm->noutputs;

@@ -224,6 +224,7 @@ usage(FILE *f)
           "Other:\n"
           "  --model=NAME            which model of the file to compile, if it has several\n"
           "  --help-ops              list the layer ops and their attributes\n"
+          "  --help-marks            list the schedule marks (fuse, events, ...) and who sets them\n"
           "  --help, --version\n"
           "\n"
           "Environment: SNN_DATA_DIR (where Fashion-MNIST lives); SNN_CACHE_DIR (compiled code of\n"
@@ -522,7 +523,7 @@ parse_options(int argc, char **argv, Options *o)
            O_OUTPUT, O_REPORT, O_WEIGHTS, O_MODEL, O_HELP_OPS, O_VERSION, O_JIT, O_THREADS, O_NO_EMBED, O_CPU,
            O_CUDA_ARCH, O_DEVICE, O_PASSES, O_DISABLE_PASS, O_PRINT_BEFORE, O_PRINT_AFTER,
            O_PRINT_BEFORE_ALL, O_PRINT_AFTER_ALL, O_PRINT_AFTER_CHANGE, O_TREE_DIR, O_TIME_PASSES,
-           O_VERIFY_EACH, O_HELP_PASSES, O_EXPLAIN, O_LLVM_ARGS, O_ACCUMULATE, O_DT, O_INTEGRATOR,
+           O_VERIFY_EACH, O_HELP_PASSES, O_HELP_MARKS, O_EXPLAIN, O_LLVM_ARGS, O_ACCUMULATE, O_DT, O_INTEGRATOR,
            O_RESET, O_RESET_STEP, O_TIMESTEPS, O_IMPULSES, O_SPIKE_INPUTS, O_OUTPUTS, O_EVENTS,
            O_FRAMEWORK };
     static const struct option longopts[] = {
@@ -551,6 +552,7 @@ parse_options(int argc, char **argv, Options *o)
         {"time-passes", no_argument, 0, O_TIME_PASSES},
         {"verify-each", no_argument, 0, O_VERIFY_EACH},
         {"help-passes", no_argument, 0, O_HELP_PASSES},
+        {"help-marks", no_argument, 0, O_HELP_MARKS},
         {"explain", no_argument, 0, O_EXPLAIN},
         {"llvm-args", required_argument, 0, O_LLVM_ARGS},
         {"accumulate", required_argument, 0, O_ACCUMULATE},
@@ -717,6 +719,7 @@ parse_options(int argc, char **argv, Options *o)
         case O_TIME_PASSES: o->passes.time_passes = true; break;
         case O_VERIFY_EACH: o->passes.verify_each = true; break;
         case O_HELP_PASSES: passes_print_help(stdout); exit(0);
+        case O_HELP_MARKS: marks_help(stdout); exit(0);
         case O_EXPLAIN: o->explain = true; break;
         case O_ACCUMULATE:
             if (strcmp(optarg, "exact") == 0)
@@ -2115,6 +2118,11 @@ main(int argc, char **argv)
         diag_reset();
         return 1;
     }
+    /* a mark the chosen backend does not do says so (those a statement gave; passes choose for
+     * the target) */
+    if (o.backend && (strcmp(o.backend, "cpu") == 0 || strcmp(o.backend, "cuda") == 0) && !o.quiet)
+        marks_unhonoured(m, strcmp(o.backend, "cuda") == 0 ? MARK_TARGET_GPU : MARK_TARGET_CPU,
+                         true);
     int rc = 0;
     if (o.explain) {
         bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;

@@ -62,18 +62,15 @@ typedef enum {
     MST_BIND,       /* name = a [: type] [loc(...)] */
     MST_OUTPUT,     /* output name = a [: type] [loc(...)] */
     MST_SCHEDULE,   /* schedule name (layer or step) */
-    MST_FUSE,       /* fuse name into a (an AST_IDENT) */
     MST_MEMORY,     /* memory name (reuse or separate); `memory` is a keyword only there */
     MST_ACCUMULATE, /* accumulate name (exact or f32); likewise */
-    MST_EVENTS,     /* events name (a layer); likewise */
-    MST_EPILOGUE,   /* epilogue name (a layer summed in its scan); likewise */
-    MST_WSTORE,     /* weights name : a (an AST_IDENT: f32, f16 or bf16) */
-    MST_LAYOUT,     /* layout name : a (an AST_IDENT: bits or bytes); `layout` is a word only here */
-    MST_ASTORE,     /* activations name : a (f32, f16 or bf16); `activations` likewise */
+    MST_MARK,       /* a schedule mark (ir/marks.c, AstStmt.mark): `fuse name into a`, `events
+                       name`, `weights name : a` ... (a: the target or word, an AST_IDENT) */
 } StmtKind;
 
 typedef struct AstStmt {
     StmtKind kind;
+    int mark;       /* MST_MARK: its MarkKind */
     Loc loc;
     const char *name;
     Ast *a;

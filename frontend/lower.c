@@ -1154,12 +1154,7 @@ lower_model(Lower *L, const AstItem *it, const char *path)
             m->schedule = k ? SCHEDULE_STEP : SCHEDULE_LAYER;
             break;
         }
-        case MST_FUSE:
-        case MST_EVENTS:
-        case MST_EPILOGUE:
-        case MST_WSTORE:
-        case MST_ASTORE:
-        case MST_LAYOUT:
+        case MST_MARK:
             break; /* once every value is bound: below */
         case MST_ACCUMULATE: {
             int k = choice_stmt(st, "accumulate", "exact", "f32", &has_accumulate);
@@ -1283,106 +1278,40 @@ lower_model(Lower *L, const AstItem *it, const char *path)
             die("unresolved fixup %s", L->fixups[i].name);
         m->nodes[L->fixups[i].node].args[L->fixups[i].arg] = v;
     }
-    /* fuse a into b: the names are values of this model (ir_verify checks that it can be done) */
+    /* the schedule marks (ir/marks.c): the names are values of this model (ir_verify checks that
+     * each can be done) */
     for (int i = 0; i < it->nstmts; i++) {
         const AstStmt *st = &it->stmts[i];
-        if (st->kind != MST_FUSE)
+        if (st->kind != MST_MARK)
             continue;
-        ValueId va = sym_find(L, st->name), vb = sym_find(L, st->a->str);
-        const char *unknown = va < 0 ? st->name : vb < 0 ? st->a->str : NULL;
-        if (unknown) {
-            diag_error(va < 0 ? st->loc : st->a->loc, "fuse: '%s' is not a value of model '%s'",
-                       unknown, m->name);
-            return false;
-        }
-        if (m->nodes[va].fused_into >= 0) {
-            diag_error(st->loc, "fuse: '%s' is already fused into another value", st->name);
-            return false;
-        }
-        m->nodes[va].fused_into = vb;
-        m->nodes[va].fused_loc = st->loc;
-    }
-    for (int i = 0; i < it->nstmts; i++) {
-        const AstStmt *st = &it->stmts[i];
-        if (st->kind != MST_EVENTS)
-            continue;
+        const MarkInfo *mi = mark_info((MarkKind)st->mark);
         ValueId v = sym_find(L, st->name);
-        if (v < 0) {
-            diag_error(st->loc, "events: '%s' is not a value of model '%s'", st->name, m->name);
+        ValueId target = mi->form == MF_INTO ? sym_find(L, st->a->str) : 0;
+        if (v < 0 || target < 0) {
+            diag_error(v < 0 ? st->loc : st->a->loc, "%s: '%s' is not a value of model '%s'",
+                       mi->keyword, v < 0 ? st->name : st->a->str, m->name);
             return false;
         }
-        if (m->nodes[v].is_events) {
-            diag_error(st->loc, "events: '%s' is given twice", st->name);
+        int value = mi->form == MF_INTO ? target + 1 : 1;
+        if (mi->form == MF_TYPE) {
+            value = -1;
+            for (int w = 0; mi->words[w]; w++)
+                if (strcmp(mi->words[w], st->a->str) == 0) value = w;
+            if (value < 0) {
+                diag_error(st->a->loc, mi->bad_word, st->name, st->a->str);
+                return false;
+            }
+        }
+        Node *n = &m->nodes[v];
+        Loc *at = mi->loc(n);
+        if (at->line > 0 || (mi->form != MF_TYPE && mi->get(n))) {
+            char msg[256];
+            snprintf(msg, sizeof msg, mi->twice, st->name);
+            diag_error(st->loc, "%s: %s", mi->keyword, msg);
             return false;
         }
-        m->nodes[v].is_events = true;
-        m->nodes[v].events_loc = st->loc;
-    }
-    for (int i = 0; i < it->nstmts; i++) {
-        const AstStmt *st = &it->stmts[i];
-        if (st->kind != MST_EPILOGUE)
-            continue;
-        ValueId v = sym_find(L, st->name);
-        if (v < 0) {
-            diag_error(st->loc, "epilogue: '%s' is not a value of model '%s'", st->name, m->name);
-            return false;
-        }
-        if (m->nodes[v].is_scan_epilogue) {
-            diag_error(st->loc, "epilogue: '%s' is given twice", st->name);
-            return false;
-        }
-        m->nodes[v].is_scan_epilogue = true;
-        m->nodes[v].epilogue_loc = st->loc;
-    }
-    for (int i = 0; i < it->nstmts; i++) {
-        const AstStmt *st = &it->stmts[i];
-        if (st->kind != MST_WSTORE && st->kind != MST_ASTORE)
-            continue;
-        bool is_w = st->kind == MST_WSTORE;
-        const char *what = is_w ? "weights" : "activations";
-        ValueId v = sym_find(L, st->name);
-        if (v < 0) {
-            diag_error(st->loc, "%s: '%s' is not a value of model '%s'", what, st->name, m->name);
-            return false;
-        }
-        const char *t = st->a->str;
-        WeightStore ws = !strcmp(t, "f16") ? WSTORE_F16 : !strcmp(t, "bf16") ? WSTORE_BF16
-                                                                             : WSTORE_F32;
-        if (ws == WSTORE_F32 && strcmp(t, "f32") != 0) {
-            diag_error(st->a->loc, "%s %s: %s stored as f32, f16 or bf16, not '%s'", what,
-                       st->name, is_w ? "a weight is" : "activations are", t);
-            return false;
-        }
-        Loc *at = is_w ? &m->nodes[v].wstore_loc : &m->nodes[v].astore_loc;
-        if (at->line > 0) {
-            diag_error(st->loc, "%s: the storage of '%s' is given twice", what, st->name);
-            return false;
-        }
-        *(is_w ? &m->nodes[v].wstore : &m->nodes[v].astore) = ws;
+        mi->set(n, value);
         *at = st->loc;
-    }
-    for (int i = 0; i < it->nstmts; i++) {
-        const AstStmt *st = &it->stmts[i];
-        if (st->kind != MST_LAYOUT)
-            continue;
-        ValueId v = sym_find(L, st->name);
-        if (v < 0) {
-            diag_error(st->loc, "layout: '%s' is not a value of model '%s'", st->name, m->name);
-            return false;
-        }
-        const char *t = st->a->str;
-        bool is_bits = !strcmp(t, "bits");
-        if (!is_bits && strcmp(t, "bytes") != 0) {
-            diag_error(st->a->loc, "layout %s: spikes are stored as bits or bytes, not '%s'",
-                       st->name, t);
-            return false;
-        }
-        if (m->nodes[v].layout_loc.line > 0) {
-            diag_error(st->loc, "layout: the layout of '%s' is given twice", st->name);
-            return false;
-        }
-        m->nodes[v].layout = is_bits ? SPIKES_BITS : SPIKES_BYTES;
-        m->nodes[v].layout_loc = st->loc;
     }
     m->outputs = outs;
     m->inputs = ins;

@@ -410,18 +410,20 @@ mstmts:
 mstmt:
     TIMESTEPS expr { $$ = stmt(p, MST_TIMESTEPS, @1, NULL, $2); }
   | WEIGHTS STRING { $$ = stmt(p, MST_WEIGHTS, @1, NULL, leaf($2)); }
-  | WEIGHTS name ":" name { $$ = stmt(p, MST_WSTORE, @1, $2, leaf($4)); }
+  | WEIGHTS name ":" name {
+        $$ = stmt(p, MST_MARK, @1, $2, leaf($4));
+        $$->mark = MARK_WEIGHTS;
+    }
   | SEED expr { $$ = stmt(p, MST_SEED, @1, NULL, $2); }
   | SCHEDULE name { $$ = stmt(p, MST_SCHEDULE, @1, $2, no_expr()); }
   | IDENT name {
         /* words that are statements only here: memory reuse|separate, accumulate exact|f32,
          * events LAYER, epilogue LAYER */
-        StmtKind k;
+        StmtKind k = MST_MARK;
+        int mark = mark_find($1->str, MF_NODE); /* events, epilogue (ir/marks.c) */
         if (strcmp($1->str, "memory") == 0) k = MST_MEMORY;
         else if (strcmp($1->str, "accumulate") == 0) k = MST_ACCUMULATE;
-        else if (strcmp($1->str, "events") == 0) k = MST_EVENTS;
-        else if (strcmp($1->str, "epilogue") == 0) k = MST_EPILOGUE;
-        else {
+        else if (mark < 0) {
             fail(p, @1, "unexpected '%s %s': a model statement is NAME = ..., output, input, "
                         "timesteps, seed, weights, schedule, memory, accumulate, events, epilogue, "
                         "layout, activations or fuse",
@@ -429,26 +431,29 @@ mstmt:
             YYABORT;
         }
         $$ = stmt(p, k, @1, $2, no_expr());
+        $$->mark = mark;
     }
   | IDENT name ":" name {
         /* layout VALUE : bits|bytes, activations LAYER : f16|bf16|f32 (statement words only
          * here) */
-        bool is_layout = strcmp($1->str, "layout") == 0;
-        if (!is_layout && strcmp($1->str, "activations") != 0) {
+        int mark = mark_find($1->str, MF_TYPE); /* layout, activations (ir/marks.c) */
+        if (mark < 0) {
             fail(p, @1, "unexpected '%s %s :': a statement 'NAME VALUE : WHAT' is "
                         "'weights LAYER : f16|bf16|f32', 'activations LAYER : f16|bf16|f32' or "
                         "'layout VALUE : bits|bytes'",
                  $1->str, $2->str);
             YYABORT;
         }
-        $$ = stmt(p, is_layout ? MST_LAYOUT : MST_ASTORE, @1, $2, leaf($4));
+        $$ = stmt(p, MST_MARK, @1, $2, leaf($4));
+        $$->mark = mark;
     }
   | FUSE name name name {
         if (strcmp($3->str, "into") != 0) {
             fail(p, @3, "expected 'into' in: fuse VALUE into VALUE, got '%s'", $3->str);
             YYABORT;
         }
-        $$ = stmt(p, MST_FUSE, @1, $2, leaf($4));
+        $$ = stmt(p, MST_MARK, @1, $2, leaf($4));
+        $$->mark = MARK_FUSE;
     }
   | INPUT name ":" type {
         $$ = stmt(p, MST_INPUT, @1, $2, no_expr());

@@ -349,6 +349,12 @@ typedef struct Module {
 Module *module_new(void);
 void module_free(Module *m);
 ValueId module_add_node(Module *m, Op op, Loc loc); /* attrs set to their defaults */
+/* A copy of m whose nodes, neuron parameters, weights table, inputs and outputs are its own (its
+ * marks, outputs and weight data may change); names, neuron definitions and strings are m's, so m
+ * must outlive it. */
+Module *module_clone(const Module *m);
+/* an output `name = sequence(v)` (typed: v's type at every step); returns its node */
+ValueId module_add_output(Module *m, ValueId v, const char *name);
 Node *module_node(Module *m, ValueId v);
 int module_add_neuron(Module *m, NeuronDef *nd);   /* returns its index; nd must live in m->arena */
 int module_find_neuron(const Module *m, const char *name);
@@ -416,6 +422,44 @@ const char *ir_epilogue_problem(const Module *m, ValueId v);
 /* Why value v's output may not be stored narrower (Node.astore), or NULL: only a dense or conv
  * layer's, and not one computed into its batchnorm's buffer (fold-batchnorm). */
 const char *ir_activation_problem(const Module *m, ValueId v);
+/* marks.c: schedule decisions as one table (fuse, events, epilogue, weights, activations, layout):
+ * what the parser reads, the printer writes, the verifier checks, --help-marks lists and
+ * module_clear_marks clears. A mark's value on a node: 0 none; MF_NODE 1; MF_INTO the target + 1;
+ * MF_TYPE the index of its word (words[0] is the default, 0). */
+typedef enum {
+    MARK_FUSE, MARK_EVENTS, MARK_EPILOGUE, MARK_WEIGHTS, MARK_ACTIVATIONS, MARK_LAYOUT, MARK_COUNT
+} MarkKind;
+typedef enum {
+    MF_NODE, /* `events a` */
+    MF_INTO, /* `fuse a into b` */
+    MF_TYPE, /* `weights a : f16` */
+} MarkForm;
+enum { MARK_TARGET_CPU, MARK_TARGET_GPU }; /* the values of KTarget (codegen/kir.h) */
+typedef struct MarkInfo {
+    const char *keyword;
+    MarkForm form;
+    const char *const *words; /* MF_TYPE: the values it takes, NULL-terminated */
+    const char *set_by;       /* which pass or option sets it */
+    const char *doc;          /* what it means (--help-marks) */
+    const char *twice;        /* the message when a model states it twice for a value ('%s') */
+    const char *bad_word;     /* MF_TYPE: the message for another word ('%s' value, '%s' word) */
+    int (*get)(const Node *n);
+    void (*set)(Node *n, int value);
+    Loc *(*loc)(Node *n);     /* the statement that gave it (line 0: a pass or option) */
+    /* the verifier's check of a marked node: false with the message in msg */
+    bool (*check)(const Module *m, ValueId v, char *msg, size_t len);
+    /* why a target does not do it, or NULL (NULL function: every target does) */
+    const char *(*unhonoured)(const Module *m, ValueId v, int target);
+    bool print_stated_default; /* printed at its default when a statement gave it */
+} MarkInfo;
+const MarkInfo *mark_info(MarkKind k);
+int mark_find(const char *keyword, MarkForm form); /* a MarkKind, or -1 */
+bool mark_is_printed(const Node *n, MarkKind k);
+void module_clear_marks(Module *m);
+/* a note (at the mark's statement) for each mark target (MARK_TARGET_*) does not do, only those a
+ * statement gave when only_stated; returns how many */
+int marks_unhonoured(const Module *m, int target, bool only_stated);
+void marks_help(FILE *f); /* --help-marks */
 /* Every `fuse` of a typed module can be done (ir_fusion_problem); false after reporting the first
  * that cannot, at its fuse statement. */
 bool ir_verify_fusions(const Module *m);

@@ -269,6 +269,55 @@ module_free(Module *m)
     free(m);
 }
 
+Module *
+module_clone(const Module *m)
+{
+    Module *c = module_new();
+    Arena *a = &c->arena;
+    Arena keep = c->arena;
+    *c = *m;
+    c->arena = keep;
+    c->capnodes = m->nnodes;
+    c->nodes = arena_alloc(a, ((size_t)m->nnodes + 1) * sizeof *c->nodes);
+    memcpy(c->nodes, m->nodes, (size_t)m->nnodes * sizeof *c->nodes);
+    for (int v = 0; v < m->nnodes; v++) {
+        const Node *n = &m->nodes[v];
+        int np = n->op == OP_NEURON && n->neuron >= 0 ? m->neurons[n->neuron]->nparams : 0;
+        if (np && n->params) {
+            c->nodes[v].params = arena_alloc(a, (size_t)np * sizeof *n->params);
+            memcpy(c->nodes[v].params, n->params, (size_t)np * sizeof *n->params);
+        }
+    }
+    c->capneurons = m->nneurons;
+    c->neurons = arena_alloc(a, ((size_t)m->nneurons + 1) * sizeof *c->neurons);
+    memcpy(c->neurons, m->neurons, (size_t)m->nneurons * sizeof *c->neurons);
+    c->weights = arena_alloc(a, ((size_t)m->nweights + 1) * sizeof *c->weights);
+    memcpy(c->weights, m->weights, (size_t)m->nweights * sizeof *c->weights);
+    c->inputs = arena_alloc(a, ((size_t)m->ninputs + 1) * sizeof *c->inputs);
+    memcpy(c->inputs, m->inputs, (size_t)m->ninputs * sizeof *c->inputs);
+    c->outputs = arena_alloc(a, ((size_t)m->noutputs + 1) * sizeof *c->outputs);
+    memcpy(c->outputs, m->outputs, (size_t)m->noutputs * sizeof *c->outputs);
+    return c;
+}
+
+ValueId
+module_add_output(Module *m, ValueId v, const char *name)
+{
+    Type t = m->nodes[v].type;
+    ValueId s = module_add_node(m, OP_SEQUENCE, m->nodes[v].loc);
+    Node *n = &m->nodes[s];
+    n->nargs = 1;
+    n->args[0] = v;
+    n->type = t;
+    n->type.has_time = true;
+    n->is_output = true;
+    n->name = arena_strdup(&m->arena, name);
+    m->outputs = arena_grow(&m->arena, m->outputs, (size_t)m->noutputs * sizeof *m->outputs,
+                            ((size_t)m->noutputs + 1) * sizeof *m->outputs);
+    m->outputs[m->noutputs++] = s;
+    return s;
+}
+
 ValueId
 module_add_node(Module *m, Op op, Loc loc)
 {

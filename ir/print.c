@@ -372,47 +372,24 @@ ir_print(FILE *f, const Module *m)
     print_order(m, order, pos);
     for (int i = 0; i < m->nnodes; i++)
         put_node(f, m, pos, order[i]);
-    for (int i = 0; i < m->nnodes; i++) {
-        const Node *n = &m->nodes[order[i]];
-        if (n->fused_into < 0 || n->fused_into >= m->nnodes)
-            continue;
-        fputs("  fuse ", f);
-        put_value(f, m, pos, order[i]);
-        fputs(" into ", f);
-        put_value(f, m, pos, n->fused_into);
-        fputc('\n', f);
-    }
-    for (int i = 0; i < m->nnodes; i++) {
-        if (!m->nodes[order[i]].is_events)
-            continue;
-        fputs("  events ", f);
-        put_value(f, m, pos, order[i]);
-        fputc('\n', f);
-    }
-    for (int i = 0; i < m->nnodes; i++) {
-        if (!m->nodes[order[i]].is_scan_epilogue)
-            continue;
-        fputs("  epilogue ", f);
-        put_value(f, m, pos, order[i]);
-        fputc('\n', f);
-    }
-    for (int k = 0; k < 2; k++) /* weights, then activations, stored narrower */
+    /* the schedule marks (marks.c), each kind in the table's order, values in step order */
+    for (int k = 0; k < MARK_COUNT; k++) {
+        const MarkInfo *mi = mark_info((MarkKind)k);
         for (int i = 0; i < m->nnodes; i++) {
             const Node *n = &m->nodes[order[i]];
-            WeightStore ws = k == 0 ? n->wstore : n->astore;
-            if (ws == WSTORE_F32)
-                continue;
-            fputs(k == 0 ? "  weights " : "  activations ", f);
+            if (!mark_is_printed(n, (MarkKind)k)) continue;
+            int x = mi->get(n);
+            if (mi->form == MF_INTO && (x - 1 < 0 || x - 1 >= m->nnodes)) continue;
+            fprintf(f, "  %s ", mi->keyword);
             put_value(f, m, pos, order[i]);
-            fprintf(f, " : %s\n", wstore_name(ws));
+            if (mi->form == MF_INTO) {
+                fputs(" into ", f);
+                put_value(f, m, pos, x - 1);
+            } else if (mi->form == MF_TYPE) {
+                fprintf(f, " : %s", mi->words[x]);
+            }
+            fputc('\n', f);
         }
-    for (int i = 0; i < m->nnodes; i++) {
-        SpikeLayout l = m->nodes[order[i]].layout;
-        if (l == SPIKES_BYTES && m->nodes[order[i]].layout_loc.line == 0)
-            continue; /* the default, unless stated (which keeps pack-spikes off it) */
-        fputs("  layout ", f);
-        put_value(f, m, pos, order[i]);
-        fprintf(f, " : %s\n", spike_layout_name(l));
     }
     free(order);
     free(pos);

@@ -96,7 +96,7 @@ put_type(FILE *f, const AstType *t)
 static const char *stmt_names[] = {
     "state", "let", "assign", "fire", "fire_down", "reset_to", "reset_sub", "refractory",
     "output", "surrogate", "timesteps", "weights", "seed", "input", "bind", "out", "schedule",
-    "fuse", "memory", "accumulate", "events", "epilogue", "wstore", "layout",
+    "memory", "accumulate", "mark",
 };
 
 static void
@@ -123,7 +123,8 @@ put_file(FILE *f, const AstFile *file)
         }
         for (int j = 0; j < it->nstmts; j++) {
             const AstStmt *s = &it->stmts[j];
-            fprintf(f, "; %s", stmt_names[s->kind]);
+            fprintf(f, "; %s", s->kind == MST_MARK ? mark_info((MarkKind)s->mark)->keyword
+                                                    : stmt_names[s->kind]);
             if (s->name)
                 fprintf(f, " %s", s->name);
             if (s->a) {
@@ -302,7 +303,7 @@ test_valid(void)
     OK("model\tp\r\n{ x = 1 }", "model p; bind x 1");
     /* weight storage: `weights NAME : TYPE` beside `weights "FILE"` */
     OK("model p { weights \"w\" d = 1 weights d : f16 weights e : bf16 }",
-       "model p; weights \"w\"; bind d 1; wstore d f16; wstore e bf16");
+       "model p; weights \"w\"; bind d 1; weights d f16; weights e bf16");
     /* spike layout: `layout NAME : bits` (`layout` a word only there) */
     OK("model p { layout s : bits layout t : bytes layout = 2 }",
        "model p; layout s bits; layout t bytes; bind layout 2");
