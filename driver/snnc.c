@@ -7,6 +7,7 @@
 #include "codegen/cuda/nvrtc.h"
 #include "codegen/kir.h"
 #include "driver/calibrate.h"
+#include "driver/compile.h"
 #include "driver/explain.h"
 #include "driver/files.h"
 #ifdef SNN_HAVE_LLVM
@@ -286,77 +287,42 @@ no_release(void *state)
 static void *
 kir_prepare(Module *m, const Options *o, char *err, size_t errlen)
 {
-    KProgram *p = kir_lower(m);
-    if (!p)
-        snprintf(err, errlen, "lowering to the kernel IR failed");
-    return p;
+    return compile(m, &(CompileOptions){KTARGET_CPU, STAGE_LOWERED, o->threads}, err, errlen);
 }
 
 static bool
 kir_backend_run(void *state, const Module *m, const InterpOptions *io, int batch, int64_t base,
                 const float *const *in, float *const *out, double *counts, char *err, size_t errlen)
 {
-    return kir_eval(state, batch, base, in, out, counts, err, errlen);
+    return kir_eval(((Program *)state)->kir, batch, base, in, out, counts, err, errlen);
 }
 
 static void
-kir_release(void *state)
+program_release(void *state)
 {
-    kir_free(state);
+    program_free(state);
 }
 
 #ifdef SNN_HAVE_LLVM
-/* the compiled program refers to its kernel IR (buffers, sizes): both live as long as the session */
-typedef struct CpuState {
-    KProgram *p;
-    CgLlvm *cg;
-    bool is_cached; /* a cache directory was in use */
-} CpuState;
-
+/* the compiled program (Program.cpu) refers to its kernel IR: both live as long as the session */
 static const char *
 cpu_cache(void *state)
 {
-    const CpuState *st = state;
-    return !st->is_cached ? "off" : cg_llvm_cache_hit(st->cg) ? "hit" : "miss";
-}
-
-static void
-cpu_release(void *state)
-{
-    CpuState *st = state;
-    cg_llvm_free(st->cg);
-    kir_free(st->p);
-    free(st);
+    const Program *p = state;
+    return !p->is_cached ? "off" : cg_llvm_cache_hit(p->cpu) ? "hit" : "miss";
 }
 
 static void *
 cpu_prepare(Module *m, const Options *o, char *err, size_t errlen)
 {
-    CpuState *st = calloc(1, sizeof *st);
-    if (!st)
-        die("out of memory");
-    st->p = kir_lower(m);
-    if (!st->p)
-        snprintf(err, errlen, "lowering to the kernel IR failed");
-    else {
-        char dir[4096];
-        st->is_cached = cache_dir_default(dir, sizeof dir)[0] != 0;
-        st->cg = cg_llvm_compile_cached(st->p, dir, err, errlen);
-    }
-    if (!st->cg) {
-        kir_free(st->p);
-        free(st);
-        return NULL;
-    }
-    cg_llvm_set_threads(st->cg, o->threads);
-    return st;
+    return compile(m, &(CompileOptions){KTARGET_CPU, STAGE_JIT, o->threads}, err, errlen);
 }
 
 static bool
 cpu_backend_run(void *state, const Module *m, const InterpOptions *io, int batch, int64_t base,
                 const float *const *in, float *const *out, double *counts, char *err, size_t errlen)
 {
-    return cg_llvm_run(((CpuState *)state)->cg, batch, base, in, out, counts, err, errlen);
+    return cg_llvm_run(((Program *)state)->cpu, batch, base, in, out, counts, err, errlen);
 }
 #endif
 
@@ -371,9 +337,9 @@ static const char *cuda_cache(void *state);
 static const Backend backends[] = {
     {"interp", true, false, interp_prepare, interp_backend_run, no_release, NULL},
     /* kir (not listed in --help): the kernel-IR evaluator, the check of lowering against interp */
-    {"kir", true, true, kir_prepare, kir_backend_run, kir_release, NULL},
+    {"kir", true, true, kir_prepare, kir_backend_run, program_release, NULL},
 #ifdef SNN_HAVE_LLVM
-    {"cpu", true, true, cpu_prepare, cpu_backend_run, cpu_release, cpu_cache},
+    {"cpu", true, true, cpu_prepare, cpu_backend_run, program_release, cpu_cache},
 #endif
     {"cuda", true, true, cuda_prepare, cuda_backend_run, cuda_release, cuda_cache},
 };
@@ -1429,6 +1395,19 @@ write_weights(const Module *m, const char *path)
 
 /* ---- the CUDA backend's compile-time half: --emit=cuda|ptx|cubin and model.so's images ---- */
 
+/* the CUDA build of m: compiled for the GPU up to its CUDA C (compile.c), then handed over */
+static bool
+cuda_build_start(Module *m, CudaBuild *b)
+{
+    memset(b, 0, sizeof *b); /* what cuda_build_free expects if this fails */
+    char err[256];
+    Program *p = compile(m, &(CompileOptions){KTARGET_GPU, STAGE_SOURCE, 1}, err, sizeof err);
+    if (!p) return false;
+    char *source = p->cuda_source;
+    p->cuda_source = NULL;
+    return cuda_build_begin(b, program_take_kir(p), source, m->name);
+}
+
 /* --report=json of a build: the output and every CUDA image with its compile time and cache use */
 static void
 cuda_build_report(const CudaBuild *b, const char *out, const char *devices)
@@ -1464,9 +1443,12 @@ emit_cuda(FILE *f, Module *m)
     if (ov && *ov)
         diag_note((Loc){0}, "SNN_KERNEL_OVERRIDE is not applied by --emit=cuda, which prints the "
                             "generated CUDA C");
-    KProgram *gp = kir_lower_for(m, KTARGET_GPU);
-    if (!gp) return 1;
-    char *records = cuda_gen_describe(gp), *source = cuda_gen_source(gp);
+    char err[256];
+    Program *prog = compile(m, &(CompileOptions){KTARGET_GPU, STAGE_SOURCE, 1}, err, sizeof err);
+    if (!prog) return 1;
+    const KProgram *gp = prog->kir;
+    char *records = cuda_gen_describe(gp);
+    const char *source = prog->cuda_source;
     fprintf(f, "// snnc --emit=cuda: model %s, CUDA C for runtime/cuda_abi.h (SNN_KERNEL_OVERRIDE "
                "compiles\n// an edited copy in its place). Its buffers and launch records:\n",
             m->name);
@@ -1476,9 +1458,8 @@ emit_cuda(FILE *f, Module *m)
         p += n + (p[n] == '\n');
     }
     fputs(source, f);
-    free(source);
     free(records);
-    kir_free(gp);
+    program_free(prog);
     return 0;
 }
 
@@ -1490,7 +1471,7 @@ emit_cuda_image(Module *m, const Options *o)
     const char *arch = o->narchs ? o->archs[0] : "sm_90";
     CudaBuild b;
     int rc = 1;
-    CudaImage *img = cuda_build_begin(m, &b) ? cuda_build_add(&b, arch, is_cubin) : NULL;
+    CudaImage *img = cuda_build_start(m, &b) ? cuda_build_add(&b, arch, is_cubin) : NULL;
     if (img) {
         size_t len = is_cubin ? img->size : img->size - 1; /* PTX files hold no NUL */
         char msg[512];
@@ -1541,7 +1522,7 @@ cuda_model_images(Module *m, const Options *o, CudaBuild *b, char **records,
         diag_note((Loc){0}, "%s; model.so runs on the CPU only", err);
         return true;
     }
-    if (!cuda_build_begin(m, b)) return false;
+    if (!cuda_build_start(m, b)) return false;
     const char *lowest = NULL;
     bool has_ptx = false;
     for (int i = 0; i < narchs; i++) {
@@ -1626,7 +1607,7 @@ cuda_prepare(Module *m, const Options *o, char *err, size_t errlen)
     CudaRun *st = xcalloc(1, sizeof *st);
     char arch[32];
     snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
-    CudaImage *img = cuda_build_begin(m, &st->b) ? cuda_build_add(&st->b, arch, true) : NULL;
+    CudaImage *img = cuda_build_start(m, &st->b) ? cuda_build_add(&st->b, arch, true) : NULL;
     if (!img) {
         snprintf(err, errlen, "the CUDA code for %s (%s) could not be built", name, arch);
         cuda_release(st);
@@ -1708,8 +1689,10 @@ build_binary(Module *m, const Options *o)
 #ifdef SNN_HAVE_LLVM
     bool embed = !o->no_embed_weights;
     if (embed && !bind_weights(m, o)) return 1;
-    KProgram *kp = kir_lower(m);
-    if (!kp) return 1;
+    char lerr[256];
+    Program *prog = compile(m, &(CompileOptions){KTARGET_CPU, STAGE_LOWERED, 1}, lerr, sizeof lerr);
+    if (!prog) return 1;
+    KProgram *kp = program_take_kir(prog);
     CudaBuild b;
     LinkCuda cuda = {0};
     char *records = NULL;
@@ -2056,7 +2039,10 @@ main(int argc, char **argv)
     int rc = 0;
     if (o.explain) {
         bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;
-        KProgram *kp = kir_lower_for(m, is_gpu ? KTARGET_GPU : KTARGET_CPU);
+        char err[256];
+        Program *prog = compile(m, &(CompileOptions){is_gpu ? KTARGET_GPU : KTARGET_CPU,
+                                                     STAGE_LOWERED, 1}, err, sizeof err);
+        KProgram *kp = prog ? program_take_kir(prog) : NULL;
         if (kp) explain_print(stdout, kp, o.batch);
         rc = kp ? 0 : 1;
         kir_free(kp);
@@ -2075,7 +2061,10 @@ main(int argc, char **argv)
             if (is_gpu && strcmp(o.emit, "llvm") == 0)
                 usage_error("--emit=llvm prints the CPU backend's code, not --device=cuda's "
                             "(see --emit=cuda)");
-            KProgram *kp = kir_lower_for(m, is_gpu ? KTARGET_GPU : KTARGET_CPU);
+            char err[256];
+            Program *prog = compile(m, &(CompileOptions){is_gpu ? KTARGET_GPU : KTARGET_CPU,
+                                                         STAGE_LOWERED, 1}, err, sizeof err);
+            KProgram *kp = prog ? program_take_kir(prog) : NULL;
             if (!kp)
                 rc = 1;
             else if (strcmp(o.emit, "kernel") == 0)

@@ -23,22 +23,22 @@ cuda_build_free(CudaBuild *b)
 
 /* Lower m for the GPU and generate its CUDA C; read SNN_KERNEL_OVERRIDE (saying so on stderr). */
 bool
-cuda_build_begin(Module *m, CudaBuild *b)
+cuda_build_begin(CudaBuild *b, KProgram *gp, char *source, const char *model_name)
 {
     memset(b, 0, sizeof *b);
+    b->gp = gp;
+    b->source = source;
+    snprintf(b->name, sizeof b->name, "%s.cu", model_name);
+    cache_dir_default(b->cache, sizeof b->cache);
     char err[1200];
     if (!cuda_override_load(&b->ov, err, sizeof err)) {
         diag_error((Loc){0}, "%s", err);
+        cuda_build_free(b);
         return false;
     }
     if (b->ov.path)
         diag_note((Loc){0}, "SNN_KERNEL_OVERRIDE: %s is used in place of the generated %s",
                   b->ov.path, b->ov.is_ptx ? "PTX" : "CUDA C");
-    b->gp = kir_lower_for(m, KTARGET_GPU);
-    if (!b->gp) return false;
-    b->source = cuda_gen_source(b->gp);
-    snprintf(b->name, sizeof b->name, "%s.cu", m->name);
-    cache_dir_default(b->cache, sizeof b->cache);
     return true;
 }
 

@@ -23,9 +23,9 @@ typedef struct CudaBuild {
 } CudaBuild;
 
 void cuda_build_free(CudaBuild *b);
-/* Lower m for the GPU and generate its CUDA C; read SNN_KERNEL_OVERRIDE (saying so on stderr).
- * False after reporting an error. */
-bool cuda_build_begin(Module *m, CudaBuild *b);
+/* A build of gp (lowered for the GPU) and its CUDA C, both now the build's; reads
+ * SNN_KERNEL_OVERRIDE (saying so on stderr). False after reporting an error (b freed). */
+bool cuda_build_begin(CudaBuild *b, KProgram *gp, char *source, const char *model_name);
 /* Compile the next image (arch, PTX or cubin); NULL after reporting an error */
 CudaImage *cuda_build_add(CudaBuild *b, const char *arch, bool is_cubin);
 
