@@ -10,35 +10,39 @@
 
 /* ---- types and operators: names and sizes ---- */
 
+/* the rows of kir_ops.def, by enum value */
+static const struct {
+    const char *name;
+    size_t bytes;
+} ktypes[] = {
+#define KTYPE(id, name, bytes) [KT_##id] = {name, bytes},
+#include "codegen/kir_ops.def"
+#undef KTYPE
+};
+static const char *const kuns[] = {
+#define KUN(id, spelling) [KU_##id] = spelling,
+#include "codegen/kir_ops.def"
+#undef KUN
+};
+static const char *const kbins[] = {
+#define KBIN(id, spelling) [KB_##id] = spelling,
+#include "codegen/kir_ops.def"
+#undef KBIN
+};
+
+_Static_assert(sizeof ktypes / sizeof ktypes[0] == KT_BIT2 + 1, "kir_ops.def: a KTYPE row per KType");
+
 const char *
 ktype_name(KType t)
 {
-    switch (t) {
-    case KT_F32: return "f32";
-    case KT_F64: return "f64";
-    case KT_I64: return "i64";
-    case KT_U8: return "u8";
-    case KT_I8: return "i8";
-    case KT_BOOL: return "bool";
-    case KT_F16: return "f16";
-    case KT_BF16: return "bf16";
-    case KT_BIT: return "bit";
-    case KT_BIT2: return "bit2";
-    }
-    return "?";
+    return (unsigned)t < sizeof ktypes / sizeof ktypes[0] ? ktypes[t].name : "?";
 }
 
+/* bytes of one element (u8, i8, bool: a byte; bit, bit2: a byte holds 8, 4: kbytes) */
 size_t
 ktype_size(KType t)
 {
-    switch (t) {
-    case KT_F32: return 4;
-    case KT_F64:
-    case KT_I64: return 8;
-    case KT_F16:
-    case KT_BF16: return 2;
-    default: return 1; /* u8, i8, bool (a byte); bit, bit2 (a byte holds 8, 4: kbytes) */
-    }
+    return (unsigned)t < sizeof ktypes / sizeof ktypes[0] ? ktypes[t].bytes : 1;
 }
 
 int64_t
@@ -51,47 +55,13 @@ kbytes(KType t, int64_t elements)
 const char *
 kbin_str(KBin op)
 {
-    switch (op) {
-    case KB_ADD: return "+";
-    case KB_SUB: return "-";
-    case KB_MUL: return "*";
-    case KB_DIV: return "/";
-    case KB_MIN: return "min";
-    case KB_MAX: return "max";
-    case KB_POW: return "pow";
-    case KB_REM: return "%";
-    case KB_BITAND: return "&";
-    case KB_LT: return "<";
-    case KB_LE: return "<=";
-    case KB_GT: return ">";
-    case KB_GE: return ">=";
-    case KB_EQ: return "==";
-    case KB_NE: return "!=";
-    case KB_AND: return "&&";
-    case KB_OR: return "||";
-    }
-    return "?";
+    return (unsigned)op < sizeof kbins / sizeof kbins[0] ? kbins[op] : "?";
 }
 
 const char *
 kun_str(KUn op)
 {
-    switch (op) {
-    case KU_NEG: return "-";
-    case KU_NOT: return "!";
-    case KU_EXP: return "exp";
-    case KU_LOG: return "log";
-    case KU_SQRT: return "sqrt";
-    case KU_TANH: return "tanh";
-    case KU_ABS: return "abs";
-    case KU_FLOOR: return "floor";
-    case KU_SIGMOID: return "sigmoid";
-    case KU_CTZ: return "ctz";
-    case KU_POPCOUNT: return "popcount";
-    case KU_ROUND_F16: return "round_f16";
-    case KU_ROUND_BF16: return "round_bf16";
-    }
-    return "?";
+    return (unsigned)op < sizeof kuns / sizeof kuns[0] ? kuns[op] : "?";
 }
 
 /* ---- value names ---- */

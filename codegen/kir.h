@@ -8,6 +8,7 @@
 
 #include "ir/ir.h"
 
+/* each with its row (name, bytes) in kir_ops.def: keep the two in step */
 typedef enum {
     KT_F32,  /* float */
     KT_F64,  /* double (accumulators where exactness asks for it) */
@@ -130,13 +131,15 @@ enum { KLOAD_ELEMENT, KLOAD_BYTES, KLOAD_WORD }; /* KExpr.op of KX_LOAD */
  * KU_ROUND_F16 and KU_ROUND_BF16 take and give f32: the value a store to a KT_F16 (KT_BF16)
  * buffer would keep, widened back (a layer output stored narrower, kept in a register) */
 typedef enum {
-    KU_NEG, KU_NOT, KU_EXP, KU_LOG, KU_SQRT, KU_TANH, KU_ABS, KU_FLOOR, KU_SIGMOID, KU_CTZ,
-    KU_POPCOUNT, KU_ROUND_F16, KU_ROUND_BF16,
+#define KUN(id, spelling) KU_##id,
+#include "codegen/kir_ops.def"
+#undef KUN
 } KUn;
+/* REM and BITAND: i64 only (BITAND: the bits both operands have) */
 typedef enum {
-    KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_MIN, KB_MAX, KB_POW, KB_REM, /* REM: i64 only */
-    KB_BITAND, /* i64 only: the bits both operands have */
-    KB_LT, KB_LE, KB_GT, KB_GE, KB_EQ, KB_NE, KB_AND, KB_OR,
+#define KBIN(id, spelling) KB_##id,
+#include "codegen/kir_ops.def"
+#undef KBIN
 } KBin;
 
 typedef struct KExpr KExpr;
