@@ -86,6 +86,42 @@ typedef struct Options {
     const NirImport *import; /* the imported graph's text and weights (is_nir) */
 } Options;
 
+/* --emit kinds: one row each, read by the option's check, the -o rule and --help */
+typedef struct EmitKind {
+    const char *name;
+    bool needs_cpu;   /* made by the CPU backend (LLVM) */
+    bool needs_out;   /* writes a file: needs -o FILE */
+    const char *help; /* --help, after "--emit=NAME" (continuation lines indented to column 26) */
+} EmitKind;
+
+static const EmitKind emits[] = {
+    {"ir", false, false, "print the graph IR (to stdout, or to the file given by -o)"},
+    {"kernel", false, false, "print the kernel IR the code generators start from"},
+    {"llvm", true, false, "print the LLVM IR of the CPU backend (-O0: before optimisation)"},
+    {"obj", true, true, "write the CPU backend's object file (needs -o)"},
+    {"cuda", false, false, "print the CUDA C of the CUDA backend (its records first, as\n"
+                           "                          comments)"},
+    {"ptx", false, false, "compile that with NVRTC and write PTX"},
+    {"cubin", false, true, "compile that with NVRTC and write a cubin (needs -o)"},
+    {"snn", false, false, "a NIR graph as an equivalent .snn model (to -o FILE.snn, its\n"
+                          "                          weights beside it as FILE.safetensors; or "
+                          "the text to stdout)"},
+    {"nir", false, false, "the model as a NIR graph (needs -o FILE.nir; --dt: the step its\n"
+                          "                          time constants are written for, default "
+                          "1e-4)"},
+    {"weights", false, true, "write the weights the model runs with (--weights, the model's\n"
+                             "                          file, or its seeded initialisation) as "
+                             "f32 safetensors (needs -o)"},
+};
+
+static const EmitKind *
+find_emit(const char *name)
+{
+    for (size_t i = 0; i < sizeof emits / sizeof emits[0]; i++)
+        if (strcmp(emits[i].name, name) == 0) return &emits[i];
+    return NULL;
+}
+
 static void
 usage(FILE *f)
 {
@@ -93,24 +129,13 @@ usage(FILE *f)
           "\n"
           "Compile a spiking neural network and run it or print its IR.\n"
           "\n"
-          "Output:\n"
-          "  --emit=ir               print the graph IR (to stdout, or to the file given by -o)\n"
-          "  --emit=kernel           print the kernel IR the code generators start from\n"
-          "  --emit=llvm             print the LLVM IR of the CPU backend (-O0: before optimisation)\n"
-          "  --emit=obj              write the CPU backend's object file (needs -o)\n"
-          "  --emit=cuda             print the CUDA C of the CUDA backend (its records first, as\n"
-          "                          comments)\n"
-          "  --emit=ptx              compile that with NVRTC and write PTX\n"
-          "  --emit=cubin            compile that with NVRTC and write a cubin (needs -o)\n"
-          "  --explain               print the schedule a tuner reads: kernels, the layers each\n"
+          "Output:\n",
+          f);
+    for (size_t i = 0; i < sizeof emits / sizeof emits[0]; i++)
+        fprintf(f, "  --emit=%-17s%s\n", emits[i].name, emits[i].help);
+    fputs("  --explain               print the schedule a tuner reads: kernels, the layers each\n"
           "                          computes, buffers (layout, type, size), arena bytes, launches\n"
           "                          per inference, at --batch (--device=cuda: the GPU's)\n"
-          "  --emit=snn              a NIR graph as an equivalent .snn model (to -o FILE.snn, its\n"
-          "                          weights beside it as FILE.safetensors; or the text to stdout)\n"
-          "  --emit=nir              the model as a NIR graph (needs -o FILE.nir; --dt: the step its\n"
-          "                          time constants are written for, default 1e-4)\n"
-          "  --emit=weights          write the weights the model runs with (--weights, the model's\n"
-          "                          file, or its seeded initialisation) as f32 safetensors (needs -o)\n"
           "  -o FILE                 where --emit writes; without --emit, build a shared library\n"
           "                          (model.so: generated code, runtime and weights, C ABI snn.h).\n"
           "                          Every output is written whole, or the old file is left as\n"
@@ -556,16 +581,19 @@ parse_options(int argc, char **argv, Options *o)
     while ((c = getopt_long(argc, argv, ":o:hqO:", longopts, NULL)) != -1) {
         switch (c) {
         case O_EMIT:
-            if (strcmp(optarg, "ir") != 0 && strcmp(optarg, "kernel") != 0 &&
-                strcmp(optarg, "weights") != 0 && strcmp(optarg, "cuda") != 0 &&
-                strcmp(optarg, "ptx") != 0 && strcmp(optarg, "cubin") != 0 &&
-                strcmp(optarg, "snn") != 0 && strcmp(optarg, "nir") != 0 &&
-                ((strcmp(optarg, "llvm") != 0 && strcmp(optarg, "obj") != 0) ||
-                 !find_backend("cpu")))
-                usage_error("--emit=%s is not available (this build emits: ir, snn, nir, kernel, "
-                            "weights, cuda, ptx, cubin%s)", optarg,
-                            find_backend("cpu") ? ", llvm, obj" : "");
+        {
+            const EmitKind *e = find_emit(optarg);
+            if (!e || (e->needs_cpu && !find_backend("cpu"))) {
+                char names[256];
+                size_t k = 0;
+                for (size_t i = 0; i < sizeof emits / sizeof emits[0] && k < sizeof names; i++)
+                    if (!emits[i].needs_cpu || find_backend("cpu"))
+                        k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", k ? ", " : "",
+                                              emits[i].name);
+                usage_error("--emit=%s is not available (this build emits: %s)", optarg, names);
+            }
             o->emit = optarg;
+        }
             break;
         case 'O':
             if (!optarg[0] || optarg[1] || optarg[0] < '0' || optarg[0] > '3')
@@ -824,8 +852,7 @@ parse_options(int argc, char **argv, Options *o)
         usage_error("nothing to do: give --run, --emit=ir, --explain or -o MODEL.so");
     if (o->out && !o->emit && !find_backend("cpu"))
         usage_error("building a shared library needs the CPU backend, not in this build");
-    if (o->emit && (strcmp(o->emit, "obj") == 0 || strcmp(o->emit, "weights") == 0 ||
-                    strcmp(o->emit, "cubin") == 0) && !o->out)
+    if (o->emit && find_emit(o->emit)->needs_out && !o->out)
         usage_error("--emit=%s needs -o FILE", o->emit);
     if (o->no_embed_weights && (!o->out || o->emit))
         usage_error("--no-embed-weights is for building a shared library (-o MODEL.so)");
