@@ -44,6 +44,9 @@ void cg_llvm_set_threads(CgLlvm *cg, int nthreads);
  * They change what is generated, so compiled objects are cached under them. */
 bool cg_llvm_set_args(const char *args, char *err, size_t errlen);
 void cg_llvm_free(CgLlvm *cg);
+/* the compiled program's entry point, the SNNK_ENTRY of runtime/kernel_abi.h (as a model.so's):
+ * what the runtime session calls for a --run on the CPU */
+void *cg_llvm_entry(const CgLlvm *cg);
 /* The generated module as text (--emit=llvm), before or after "default<O3>"; malloc'ed, or NULL
  * with a message in err. */
 char *cg_llvm_module_text(const KProgram *p, bool optimised, char *err, size_t errlen);

@@ -295,6 +295,12 @@ cg_llvm_cache_hit(const CgLlvm *cg)
     return cg->is_cache_hit;
 }
 
+void *
+cg_llvm_entry(const CgLlvm *cg)
+{
+    return (void *)(uintptr_t)cg->run;
+}
+
 void
 cg_llvm_free(CgLlvm *cg)
 {
