@@ -485,9 +485,49 @@ test_nesting(void)
     OK("model m { a = ((((((((((((((((((((x)))))))))))))))))))) }", "model m; bind a x");
 }
 
+/* the marks table: a model's marks read, printed back, and cleared on a clone (module_clone,
+ * module_clear_marks, module_add_output) without touching the model */
+static void
+test_marks(void)
+{
+    const char *text = "model m {\n  timesteps 2\n  input x : spike[T, 8]\n  h = dense(x, 40)\n"
+                       "  s = IF(h)\n  p = dense(s, 3)\n  output o = sequence(p)\n  events p\n"
+                       "  weights h : f16\n  layout s : bits\n}\n";
+    Module *m = fe_load_text("marks.snn", text, strlen(text), NULL);
+    CHECK(m != NULL);
+    if (!m) return;
+    ValueId h = module_find_value(m, "h"), s = module_find_value(m, "s");
+    ValueId p = module_find_value(m, "p");
+    CHECK(h >= 0 && s >= 0 && p >= 0);
+    CHECK(m->nodes[p].is_events && m->nodes[h].wstore == WSTORE_F16);
+    CHECK(m->nodes[s].layout == SPIKES_BITS && m->nodes[s].layout_loc.line == 10);
+    CHECK(mark_find("events", MF_NODE) == MARK_EVENTS && mark_find("events", MF_TYPE) < 0);
+    CHECK(mark_find("layout", MF_TYPE) == MARK_LAYOUT && mark_find("fuse", MF_INTO) == MARK_FUSE);
+    char *ir = ir_print_to_string(m);
+    CHECK(strstr(ir, "  events p\n  weights h : f16\n  layout s : bits\n") != NULL);
+    free(ir);
+    Module *c = module_clone(m);
+    module_clear_marks(c);
+    int nout = c->noutputs, nn = c->nnodes;
+    ValueId o = module_add_output(c, s, "probe");
+    CHECK(c->noutputs == nout + 1 && c->nnodes == nn + 1 && c->outputs[nout] == o);
+    CHECK(c->nodes[o].type.has_time && c->nodes[o].type.dtype == m->nodes[s].type.dtype);
+    CHECK(!c->nodes[p].is_events && c->nodes[h].wstore == WSTORE_F32);
+    CHECK(c->nodes[s].layout == SPIKES_BYTES && c->nodes[s].layout_loc.line == 0);
+    for (int k = 0; k < MARK_COUNT; k++)
+        for (int v = 0; v < c->nnodes; v++)
+            CHECK(!mark_is_printed(&c->nodes[v], (MarkKind)k));
+    /* the model keeps its marks and outputs */
+    CHECK(m->nodes[p].is_events && m->nodes[h].wstore == WSTORE_F16);
+    CHECK(m->nodes[s].layout == SPIKES_BITS && m->noutputs == nout && m->nnodes == nn);
+    module_free(c);
+    module_free(m);
+}
+
 int
 main(void)
 {
+    test_marks();
     test_valid();
     test_locations();
     test_invalid();
