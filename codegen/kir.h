@@ -306,7 +306,7 @@ char *kir_describe(const KProgram *p);
 char *kir_describe_buffers(const KProgram *p, const char *prefix);
 char *kir_describe_with(const KProgram *p, const char *devices, const char *records);
 
-/* builders (kir_lower.c) */
+/* builders (kir.c) */
 KExpr *kx_const(KProgram *p, KType t, double v);
 KExpr *kx_var(KProgram *p, const Kernel *k, int var);
 KExpr *kx_load(KProgram *p, int buf, KExpr *index);

@@ -1,6 +1,6 @@
 /* kir_meta.c: the description of a program that a model.so carries (kir_describe), in the text
- * format runtime/session.c reads (see the comment at its top). Kept next to the kernel IR, not in
- * a code generator, because every device's model.so carries the same description. */
+ * format runtime/model_parts.c reads (its opening comment gives the records). Kept next to the
+ * kernel IR, not in a code generator, because every device's model.so carries the same one. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* events.c: event-driven accumulation. A dense or conv layer whose input is spikes (0/1, or -1/0/1)
  * sums on the CPU only the inputs that spiked: per row, the nonzero channels are listed and only
- * their weight rows added (kir_lower.c). Every such layer is marked, unless calibration
+ * their weight rows added (lower_layers.c, lower_conv.c). Every such layer is marked, unless calibration
  * (--events=auto) measured its input firing at or past the rate where the dense kernel (every
  * input visited, zero products skipped) was faster: bench/cpu/events_rate.py, one spike-fed layer
  * at input rates 5-95%, reading a model input or a neuron's spikes (docs/benchmarks.md); the

@@ -1,7 +1,7 @@
 /* fold_batchnorm.c: a batchnorm that no neuron layer computes in its scan (the fuse pass does so
  * only where the scan is pooled) gets no kernel of its own: the conv or dense layer before it
  * computes it in its epilogue, `fuse c into b`: the values the layer stores are read back while
- * they are in cache and normalised in place (kir_lower.c: a conv's rows on the CPU, a dense
+ * they are in cache and normalised in place (lower_conv.c: a conv's rows on the CPU, a dense
  * layer's tiles, a GPU thread's value), in the batchnorm kernel's arithmetic (double, from the
  * stored f32 value), so the result is the same bits and the layer's output never makes a round
  * trip through memory. The weights are not folded (scaling them by gamma/sqrt(var + eps) would

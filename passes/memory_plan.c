@@ -1,5 +1,5 @@
 /* memory_plan.c: let temporaries share memory (ir.h MEMORY_REUSE, printed `memory reuse`). The
- * plan itself needs the kernel schedule, so the lowering makes it (kir_lower.c: plan_memory): each
+ * plan itself needs the kernel schedule, so the lowering makes it (kir_memory.c: plan_memory): each
  * temporary's lifetime is the span of kernels that use it (a step loop counts as a whole, a buffer
  * zeroed before the run starts at the run's start, spike counts end after it), and buffers whose
  * lifetimes do not overlap get one region of the arena, largest first. The arithmetic is untouched;

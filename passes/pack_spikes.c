@@ -2,7 +2,7 @@
  * (node_lists_events: conv and wide dense layers marked `events`, directly or through flatten
  * views) is stored 1 bit per spike instead of a byte, `layout v : bits`: lossless, 8 times less
  * memory for the tensor, and the reading layer lists its spiking inputs 64 at a time, skipping
- * words without a spike (kir_lower.c: a count of trailing zeros per spike). Its producer (a
+ * words without a spike (lower_layers.c: a count of trailing zeros per spike). Its producer (a
  * neuron scan, a pooled scan, a pooling, a delay) stores 8 neighbouring spikes as one byte from
  * its SIMD lanes. A -1/0/1 value (a neuron with fire down) is stored 2 bits per spike (kir.h
  * KT_BIT2: the low bit of each pair "a spike", the high one its sign), 4 times less memory; its

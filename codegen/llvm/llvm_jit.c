@@ -1,8 +1,9 @@
-/* The LLVM backend's driver: host target machine, "default<O3>", ORC LLJIT, and running a compiled
- * program on one batch (buffers bound, KB_TEMP kept and cleared, snnk_run called with the thread
- * pool of llvm_pool.c). Every LLVM error is
- * checked where it happens and reported with LLVM's own message; nothing here prints. Must not
- * change what a program computes: that is llvm_gen.c's contract with kir_eval. */
+/* The LLVM backend's driver: host target machine, "default<O3>", ORC LLJIT and the compiled
+ * program's entry point (cg_llvm_entry: what snnc --run hands the runtime session), plus
+ * cg_llvm_run, a run on one batch with buffers bound here and runtime/pool.c's threads, for the
+ * unit tests' hand-built programs. Every LLVM error is checked where it happens and reported with
+ * LLVM's own message; nothing here prints. Must not change what a program computes: that is
+ * llvm_gen.c's contract with kir_eval. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
