@@ -2,16 +2,17 @@
 # Installs the Python packages snnc's scripts use, for the python3 first on PATH, and nothing when
 # they are all there already.
 #   tools/install-python-deps.sh --tests   what the test suite needs (numpy: lit tests make and
-#                                          compare .npy/.npz arrays with it); tools/test.sh runs this
+#                                          compare .npy/.npz arrays with it; h5py: they edit .nir
+#                                          files' metadata); tools/test.sh runs this
 #   tools/install-python-deps.sh           that, and what the fixture scripts (tools/fixtures/*.py)
 #                                          and the benchmarks (bench/) use, at the versions the
 #                                          committed fixtures and docs/benchmarks.md were made with
 # pip installs them; where python3 is a system Python that pip may not change (Debian's, marked
 # EXTERNALLY-MANAGED), the test packages come from Debian's python3-* packages instead.
 set -euo pipefail
-tests=(numpy==2.4.6)
+tests=(numpy==2.4.6 h5py==3.16.0)
 packages=("${tests[@]}"
-  safetensors==0.8.0 h5py==3.16.0                # files
+  safetensors==0.8.0                             # files
   torch==2.15.0                                  # the frameworks' base
   spikingjelly==2.0.0 snntorch==1.0.0 norse==1.1.0   # the peers
   nir==1.0.8 nirtorch==2.6                       # NIR export of snnTorch and Norse models
