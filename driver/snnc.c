@@ -328,15 +328,79 @@ program_release(void *state)
     program_free(state);
 }
 
-#ifdef SNN_HAVE_LLVM
-/* --run on the CPU: the JIT-compiled program run by the same runtime session a model.so's users
- * run (runtime/session.c: buffers, arena, thread pool), so every run exercises it */
-typedef struct CpuRun {
-    Program *prog;
+/* ---- a run through the runtime session (the model.so executor): --run on the CPU and the GPU ---- */
+
+typedef struct SessionRun {
     snn_model *model;
     snn_session *s;
     double *seen; /* per counted layer: the session's counts after the last run */
     double *now;  /* per counted layer: scratch */
+} SessionRun;
+
+/* a model made of meta, entry (CPU) or image (GPU) and m's weights, and a session on device;
+ * false with err set */
+static bool
+session_open(SessionRun *r, const Module *m, const char *meta, SnnkEntryFn entry,
+             const void *image, size_t image_size, const char *device, int batch, int threads,
+             char *err, size_t errlen)
+{
+    RtTensor *ts = weights_as_tensors(m);
+    unsigned char *wbytes = NULL;
+    size_t wlen = 0;
+    char msg[512];
+    snn_status rc = SNN_ERR_WEIGHTS;
+    if (rt_safetensors_encode(ts, m->nweights, RT_F32, &wbytes, &wlen, msg, sizeof msg) != 0)
+        snprintf(err, errlen, "encoding the weights: %s", msg);
+    else if ((rc = rt_model_create(meta, entry, wbytes, wlen, image, image_size, &r->model)) !=
+             SNN_OK)
+        snprintf(err, errlen, "%s", snn_last_error());
+    else if ((rc = snn_session_create(r->model, device, batch, threads, &r->s)) != SNN_OK)
+        snprintf(err, errlen, "%s", snn_last_error());
+    free(wbytes);
+    free(ts);
+    int nlayers = r->model ? snn_model_num_layers(r->model) : 0;
+    r->seen = xcalloc((size_t)nlayers + 1, sizeof *r->seen);
+    r->now = xcalloc((size_t)nlayers + 1, sizeof *r->now);
+    return rc == SNN_OK;
+}
+
+static void
+session_close(SessionRun *r)
+{
+    snn_session_destroy(r->s);
+    rt_model_free(r->model);
+    free(r->seen);
+    free(r->now);
+    memset(r, 0, sizeof *r);
+}
+
+/* one batch, and its spikes added to counts (the session's grow run by run: integers, exact in
+ * double) */
+static bool
+session_run(SessionRun *r, const KProgram *p, int batch, int64_t base, const float *const *in,
+            float *const *out, double *counts, char *err, size_t errlen)
+{
+    if (snn_run(r->s, base, batch, in, out) != SNN_OK) {
+        snprintf(err, errlen, "%s", snn_last_error());
+        return false;
+    }
+    if (!counts) return true;
+    if (snn_session_spike_counts(r->s, r->now, p->nstats) != SNN_OK) {
+        snprintf(err, errlen, "%s", snn_last_error());
+        return false;
+    }
+    for (int i = 0; i < p->nstats; i++) {
+        counts[p->stats[i].value] += r->now[i] - r->seen[i];
+        r->seen[i] = r->now[i];
+    }
+    return true;
+}
+
+#ifdef SNN_HAVE_LLVM
+/* --run on the CPU: the JIT-compiled program's entry point run by the runtime session */
+typedef struct CpuRun {
+    Program *prog;
+    SessionRun r;
 } CpuRun;
 
 static const char *
@@ -350,12 +414,8 @@ static void
 cpu_release(void *state)
 {
     CpuRun *st = state;
-    if (!st) return;
-    snn_session_destroy(st->s);
-    rt_model_free(st->model);
+    session_close(&st->r);
     program_free(st->prog);
-    free(st->seen);
-    free(st->now);
     free(st);
 }
 
@@ -369,25 +429,10 @@ cpu_prepare(Module *m, const Options *o, char *err, size_t errlen)
         return NULL;
     }
     char *meta = kir_describe(st->prog->kir);
-    RtTensor *ts = weights_as_tensors(m);
-    unsigned char *wbytes = NULL;
-    size_t wlen = 0;
-    char msg[512];
-    snn_status rc = SNN_ERR_WEIGHTS;
-    if (rt_safetensors_encode(ts, m->nweights, RT_F32, &wbytes, &wlen, msg, sizeof msg) != 0)
-        snprintf(err, errlen, "encoding the weights: %s", msg);
-    else if ((rc = rt_model_create(meta, (SnnkEntryFn)(uintptr_t)cg_llvm_entry(st->prog->cpu),
-                                   wbytes, wlen, NULL, 0, &st->model)) != SNN_OK)
-        snprintf(err, errlen, "%s", snn_last_error());
-    else if ((rc = snn_session_create(st->model, "cpu", o->batch, o->threads, &st->s)) != SNN_OK)
-        snprintf(err, errlen, "%s", snn_last_error());
-    free(wbytes);
-    free(ts);
+    bool ok = session_open(&st->r, m, meta, (SnnkEntryFn)(uintptr_t)cg_llvm_entry(st->prog->cpu),
+                           NULL, 0, "cpu", o->batch, o->threads, err, errlen);
     free(meta);
-    int nlayers = st->model ? snn_model_num_layers(st->model) : 0;
-    st->seen = xcalloc((size_t)nlayers + 1, sizeof *st->seen);
-    st->now = xcalloc((size_t)nlayers + 1, sizeof *st->now);
-    if (rc != SNN_OK) {
+    if (!ok) {
         cpu_release(st);
         return NULL;
     }
@@ -399,22 +444,7 @@ cpu_backend_run(void *state, const Module *m, const InterpOptions *io, int batch
                 const float *const *in, float *const *out, double *counts, char *err, size_t errlen)
 {
     CpuRun *st = state;
-    if (snn_run(st->s, base, batch, in, out) != SNN_OK) {
-        snprintf(err, errlen, "%s", snn_last_error());
-        return false;
-    }
-    if (!counts) return true;
-    /* the session's counts grow run by run (integers: exact in double); add this run's */
-    const KProgram *p = st->prog->kir;
-    if (snn_session_spike_counts(st->s, st->now, p->nstats) != SNN_OK) {
-        snprintf(err, errlen, "%s", snn_last_error());
-        return false;
-    }
-    for (int i = 0; i < p->nstats; i++) {
-        counts[p->stats[i].value] += st->now[i] - st->seen[i];
-        st->seen[i] = st->now[i];
-    }
-    return true;
+    return session_run(&st->r, st->prog->kir, batch, base, in, out, counts, err, errlen);
 }
 #endif
 
@@ -1665,21 +1695,15 @@ cuda_model_images(Module *m, const Options *o, CudaBuild *b, char **records,
  * same launches and graphs as a model.so's cuda session, from a description made here. */
 typedef struct CudaRun {
     CudaBuild b;
-    snn_model *model;
-    snn_session *s;
-    double *seen; /* per counted layer: the session's counts after the last run */
-    double *now;  /* per counted layer: scratch */
+    SessionRun r;
 } CudaRun;
 
 static void
 cuda_release(void *state)
 {
     CudaRun *st = state;
-    snn_session_destroy(st->s);
-    rt_model_free(st->model);
+    session_close(&st->r);
     cuda_build_free(&st->b);
-    free(st->seen);
-    free(st->now);
     free(st);
 }
 
@@ -1712,30 +1736,13 @@ cuda_prepare(Module *m, const Options *o, char *err, size_t errlen)
     char *records = xmalloc(rlen);
     snprintf(records, rlen, "%scuda_image cubin %s 0 %zu\n", kernels, arch, img->size);
     char *meta = kir_describe_with(st->b.gp, "cuda", records);
-    RtTensor *ts = weights_as_tensors(m);
-    unsigned char *wbytes = NULL;
-    size_t wlen = 0;
-    char msg[512];
-    snn_status rc = SNN_ERR_WEIGHTS;
-    if (rt_safetensors_encode(ts, m->nweights, RT_F32, &wbytes, &wlen, msg, sizeof msg) != 0)
-        snprintf(err, errlen, "encoding the weights: %s", msg);
-    else if ((rc = rt_model_create(meta, NULL, wbytes, wlen, img->data, img->size, &st->model)) !=
-             SNN_OK)
-        snprintf(err, errlen, "%s", snn_last_error());
-    else if ((rc = snn_session_create(st->model, o->device && strncmp(o->device, "cuda", 4) == 0
-                                                     ? o->device
-                                                     : "cuda",
-                                      o->batch, 1, &st->s)) != SNN_OK)
-        snprintf(err, errlen, "%s", snn_last_error());
-    free(wbytes);
-    free(ts);
+    bool ok = session_open(&st->r, m, meta, NULL, img->data, img->size,
+                           o->device && strncmp(o->device, "cuda", 4) == 0 ? o->device : "cuda",
+                           o->batch, 1, err, errlen);
     free(meta);
     free(records);
     free(kernels);
-    int nlayers = st->model ? snn_model_num_layers(st->model) : 0;
-    st->seen = xcalloc((size_t)nlayers + 1, sizeof *st->seen);
-    st->now = xcalloc((size_t)nlayers + 1, sizeof *st->now);
-    if (rc != SNN_OK) {
+    if (!ok) {
         cuda_release(st);
         return NULL;
     }
@@ -1748,23 +1755,7 @@ cuda_backend_run(void *state, const Module *m, const InterpOptions *io, int batc
                  size_t errlen)
 {
     CudaRun *st = state;
-    if (snn_run(st->s, base, batch, in, out) != SNN_OK) {
-        snprintf(err, errlen, "%s", snn_last_error());
-        return false;
-    }
-    if (!counts) return true;
-    /* the session's counts grow run by run (integers: exact in double); add this run's */
-    const KProgram *gp = st->b.gp;
-    double *now = st->now;
-    if (snn_session_spike_counts(st->s, now, gp->nstats) != SNN_OK) {
-        snprintf(err, errlen, "%s", snn_last_error());
-        return false;
-    }
-    for (int i = 0; i < gp->nstats; i++) {
-        counts[gp->stats[i].value] += now[i] - st->seen[i];
-        st->seen[i] = now[i];
-    }
-    return true;
+    return session_run(&st->r, st->b.gp, batch, base, in, out, counts, err, errlen);
 }
 
 /* The weights a model runs with: --weights, else an imported graph's, else the model's own. */
