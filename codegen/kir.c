@@ -30,7 +30,27 @@ static const char *const kbins[] = {
 #undef KBIN
 };
 
+static const struct {
+    const char *name, *what;
+} kgroups[] = {
+#define KGROUP(id, name, fn, what) [KG_##id] = {name, what},
+#include "codegen/kir_groups.def"
+#undef KGROUP
+};
+
 _Static_assert(sizeof ktypes / sizeof ktypes[0] == KT_BIT2 + 1, "kir_ops.def: a KTYPE row per KType");
+
+const char *
+kgroup_name(KGroupKind g)
+{
+    return (unsigned)g < sizeof kgroups / sizeof kgroups[0] ? kgroups[g].name : "?";
+}
+
+const char *
+kgroup_what(KGroupKind g)
+{
+    return (unsigned)g < sizeof kgroups / sizeof kgroups[0] ? kgroups[g].what : "?";
+}
 
 const char *
 ktype_name(KType t)

@@ -207,8 +207,18 @@ typedef struct KLocal {
     int lanes; /* 0: a scalar; > 0: a tile of `lanes` f64 values (type KT_F64), KS_V* only */
 } KLocal;
 
+/* what a kernel computes and how (kir_groups.def) */
+typedef enum {
+#define KGROUP(id, name, fn, what) KG_##id,
+#include "codegen/kir_groups.def"
+#undef KGROUP
+} KGroupKind;
+const char *kgroup_name(KGroupKind g);
+const char *kgroup_what(KGroupKind g);
+
 typedef struct Kernel {
     const char *name;
+    KGroupKind group;     /* its variant (the kernel group it is the code of) */
     const char *what;     /* one line for --explain: which graph nodes it computes and how */
     int nlocals;          /* loop variables are locals too */
     KLocal *locals;

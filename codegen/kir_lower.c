@@ -1,6 +1,7 @@
 /* Graph IR -> kernel IR: the schedule (static values, recurrent regions, kernel order),
- * buffers and their aliases, and kir_lower_for, which lowers each node with the lowering
- * files (lower_*.c, kir_memory.c; shared state in lower.h). Rounding follows ir/interp.c's F32
+ * buffers and their aliases, the kernel groups planned from the marks (kir_groups.def), and
+ * kir_lower_for, one loop over the groups calling each variant's lowering function (the
+ * lowering files lower_*.c, kir_memory.c; shared state in lower.h). Rounding follows ir/interp.c's F32
  * mode exactly (layer accumulators in f64, rounded once; neuron arithmetic in f32 with
  * parameter-only subexpressions folded in double): the evaluator's results equal the
  * interpreter's bit for bit. */
@@ -243,6 +244,232 @@ resolve_aliases(Lower *lw, const ValueId *topo)
     }
 }
 
+/* ---- kernel groups: the marks turned into one plan ---- */
+
+/* how a dense or conv layer is computed on the target (the `events` mark where it is honoured) */
+static KGroupKind
+layer_kind(const Lower *lw, ValueId v)
+{
+    if (lw->p->target == KTARGET_GPU)
+        return KG_FLAT;
+    return node_lists_events(lw->m, &lw->m->nodes[v]) ? KG_EVENTS : KG_TILED;
+}
+
+static KGroup
+group_new(KGroupKind kind, ValueId root, bool is_step)
+{
+    return (KGroup){kind, kind, root, -1, -1, -1, is_step};
+}
+
+/* the dense or conv layer neuron layer v sums as it loads its input (directly or through a
+ * batchnorm fused into v), or -1 */
+static ValueId
+summed_input(const Lower *lw, ValueId v)
+{
+    const Module *m = lw->m;
+    ValueId in = m->nodes[v].args[0];
+    if (m->nodes[in].op == OP_BATCHNORM && m->nodes[in].fused_into == v)
+        in = m->nodes[in].args[0];
+    return lw->vs[in].layout == LY_SUMMED ? in : -1;
+}
+
+/* The groups, in kernel order: a kernel for each node that has one (in `order`), then one per
+ * output. Writes at most nnodes + noutputs groups; returns the count. */
+static int
+plan_groups(const Lower *lw, const ValueId *order, int norder, KGroup *out)
+{
+    const Module *m = lw->m;
+    int ng = 0;
+    for (int k = 0; k < norder; k++) {
+        ValueId v = order[k];
+        const Node *nd = &m->nodes[v];
+        switch (nd->op) {
+        case OP_INPUT:
+        case OP_FLATTEN:
+        case OP_STATE: /* no kernel: caller's memory, a view, filled by the neuron kernel */
+        case OP_COUNT:
+        case OP_MEAN:
+        case OP_LAST:
+        case OP_MAX:
+        case OP_SEQUENCE: /* outputs, below */
+            continue;
+        default: break;
+        }
+        if (nd->fused_into >= 0 || lw->vs[v].layout == LY_SUMMED)
+            continue; /* a member of its user's group */
+        bool is_step = ctx_of((Lower *)lw, v) == CTX_STEP;
+        const Node *an = nd->nargs ? &m->nodes[nd->args[0]] : NULL;
+        KGroup g = group_new(KG_POINTWISE, v, is_step);
+        if (nd->op == OP_BATCHNORM && an->fused_into == v &&
+            (op_is_conv(an->op) || an->op == OP_DENSE)) {
+            g.kind = KG_EPILOGUE; /* fold-batchnorm */
+            g.member = nd->args[0];
+            g.layer = layer_kind(lw, g.member);
+        } else if ((nd->op == OP_MAXPOOL2D || nd->op == OP_AVGPOOL2D ||
+                    nd->op == OP_SUMPOOL2D) && an->fused_into == v) {
+            g.kind = KG_POOLED_SCAN; /* never a step kernel (ir_fusion_problem) */
+            g.member = nd->args[0];
+            g.summed = summed_input(lw, g.member);
+        } else if (nd->op == OP_DENSE || op_is_conv(nd->op)) {
+            g.kind = g.layer = layer_kind(lw, v);
+        } else if (nd->op == OP_NEURON) {
+            g.kind = is_step ? KG_STEP : KG_SCAN;
+            g.summed = summed_input(lw, v);
+        }
+        out[ng++] = g;
+    }
+    /* outputs after everything: readouts reduce over t into the caller's sample-major arrays */
+    for (int k = 0; k < m->noutputs; k++) {
+        ValueId v = m->outputs[k];
+        const Node *nd = &m->nodes[v];
+        KGroup g = group_new(is_step_readout(nd->op) ? KG_READOUT : KG_OUTPUT, v, false);
+        g.output = k;
+        if (nd->nargs == 1 && m->nodes[nd->args[0]].fused_into == v) {
+            g.kind = KG_SCAN_READOUT; /* a neuron layer fused into its readout computes it */
+            g.member = nd->args[0];
+            g.summed = summed_input(lw, g.member);
+        }
+        out[ng++] = g;
+    }
+    return ng;
+}
+
+/* Every layer kernel stores every element of its value (each step's slice at its step, before any
+ * kernel after it reads the slice), so its buffer need not be zeroed before a run; kir_eval fills
+ * such buffers with garbage, which keeps this claim tested. */
+static void
+mark_written_first(Lower *lw, ValueId v, bool is_any_layout)
+{
+    const VStore *vs = &lw->vs[v];
+    if ((is_any_layout || vs->layout == LY_FULL || vs->layout == LY_STATIC) && vs->buf >= 0 &&
+        lw->p->bufs[vs->buf].kind == KB_TEMP)
+        lw->p->bufs[vs->buf].is_written_first = true;
+}
+
+/* the statements of dense or conv layer v computed as `kind` says */
+static void
+lower_layer(Lower *lw, ValueId v, KGroupKind kind)
+{
+    bool is_dense = lw->m->nodes[v].op == OP_DENSE;
+    switch (kind) {
+    case KG_TILED: is_dense ? lower_dense(lw, v) : lower_conv2d(lw, v); break;
+    case KG_EVENTS: is_dense ? lower_dense_events(lw, v) : lower_conv2d_events(lw, v); break;
+    case KG_FLAT: is_dense ? lower_dense_flat(lw, v) : lower_conv2d_flat(lw, v); break;
+    default: unreachable();
+    }
+}
+
+/* KG_TILED, KG_EVENTS, KG_FLAT, KG_POINTWISE: one stateless layer */
+static void
+group_layer(Lower *lw, const KGroup *g)
+{
+    ValueId v = g->root;
+    begin_kernel(lw, v, describe(lw, v, ctx_what(ctx_of(lw, v))), g->is_step);
+    switch (lw->m->nodes[v].op) {
+    case OP_DENSE:
+    case OP_CONV2D:
+    case OP_CONV1D: lower_layer(lw, v, g->kind); break;
+    case OP_MAXPOOL2D:
+    case OP_AVGPOOL2D:
+    case OP_SUMPOOL2D: lower_pool(lw, v); break;
+    case OP_BATCHNORM: lower_batchnorm(lw, v); break;
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_SCALE: lower_elementwise(lw, v); break;
+    case OP_POISSON: lower_poisson(lw, v); break;
+    case OP_DELAY: lower_delay(lw, v); break;
+    default: unreachable();
+    }
+    end_kernel(lw);
+    mark_written_first(lw, v, false);
+}
+
+/* KG_EPILOGUE: a conv or dense layer storing batchnorm(layer) into the batchnorm's buffer */
+static void
+group_epilogue(Lower *lw, const KGroup *g)
+{
+    const Module *m = lw->m;
+    ValueId v = g->root, conv = g->member;
+    const Node *cn = &m->nodes[conv];
+    begin_kernel(lw, conv,
+                 arena_printf(&lw->p->arena, "%s = %s(%s) with %s = batchnorm(%s) applied as "
+                              "it stores: %s", value_name(lw, conv), node_op_name(m, cn),
+                              value_name(lw, cn->args[0]), value_name(lw, v),
+                              value_name(lw, conv), ctx_what(ctx_of(lw, v))),
+                 g->is_step);
+    kernel_add_node(lw, v);
+    lw->epilogue = v;
+    lw->is_epilogue_by_row = cn->op != OP_DENSE && lw->p->target == KTARGET_CPU;
+    lower_layer(lw, conv, g->layer);
+    lw->epilogue = -1;
+    lw->is_epilogue_by_row = false;
+    end_kernel(lw);
+    mark_written_first(lw, v, true);
+}
+
+/* KG_SCAN, KG_STEP: one neuron layer */
+static void
+group_scan(Lower *lw, const KGroup *g)
+{
+    ValueId v = g->root;
+    const char *what = g->is_step ? "neuron step (in the step loop): B*n neurons at step t, "
+                                    "state in buffers between steps"
+                                  : "neuron scan fused over T: B*n neurons, state in registers";
+    begin_kernel(lw, v, describe(lw, v, what), g->is_step);
+    lower_neuron(lw, v, -1, -1);
+    end_kernel(lw);
+    mark_written_first(lw, v, false);
+}
+
+/* KG_POOLED_SCAN: a neuron scan storing its pooling's output */
+static void
+group_pooled_scan(Lower *lw, const KGroup *g)
+{
+    begin_fused_kernel(lw, g->member, g->root,
+                       "neuron scan over T window by window, only the pooled spikes stored");
+    lower_neuron_pooled(lw, g->member, g->root);
+    end_kernel(lw);
+    mark_written_first(lw, g->root, true);
+}
+
+/* KG_SCAN_READOUT, KG_READOUT, KG_OUTPUT: the caller's output g->output */
+static void
+group_output(Lower *lw, const KGroup *g)
+{
+    ValueId v = g->root;
+    const Node *nd = &lw->m->nodes[v];
+    int64_t numel = type_numel(&nd->type);
+    bool per_step = !is_step_readout(nd->op) && nd->type.has_time;
+    int obuf = add_buf(lw, value_name(lw, v), KT_F32,
+                       (KSize){numel * (per_step ? lw->T : 1), 0}, KB_OUTPUT, g->output, v);
+    if (g->kind == KG_SCAN_READOUT) {
+        begin_fused_kernel(lw, g->member, v, "neuron scan over T, the readout computed in it");
+        lower_neuron(lw, g->member, v, obuf);
+        kernel_add_node(lw, v);
+        end_kernel(lw);
+        return;
+    }
+    const char *how = is_step_readout(nd->op) ? "readout: reduce over T into [B][n]"
+                      : per_step             ? "output: every step into [B][T][n]"
+                                             : "output: the last step into [B][n]";
+    begin_kernel(lw, v, describe(lw, v, how), false);
+    if (is_step_readout(nd->op))
+        lower_readout(lw, v, obuf);
+    else if (nd->op == OP_SEQUENCE)
+        lower_sequence(lw, nd->args[0], obuf, true);
+    else
+        lower_sequence(lw, v, obuf, per_step);
+    end_kernel(lw);
+}
+
+/* each variant's lowering function, by KGroupKind */
+static void (*const group_lower[])(Lower *lw, const KGroup *g) = {
+#define KGROUP(id, name, fn, what) [KG_##id] = fn,
+#include "codegen/kir_groups.def"
+#undef KGROUP
+};
+
 /* ---- entry point ---- */
 
 KProgram *
@@ -254,9 +481,7 @@ kir_lower(const Module *m)
 KProgram *
 kir_lower_for(const Module *m, KTarget target)
 {
-    KProgram *p = calloc(1, sizeof *p);
-    if (!p)
-        die("out of memory");
+    KProgram *p = xcalloc(1, sizeof *p);
     p->m = m;
     p->target = target;
     p->timesteps = m->timesteps;
@@ -273,177 +498,50 @@ kir_lower_for(const Module *m, KTarget target)
     ir_value_numbers(m, p->vnum);
     lw.acc = m->accumulate == ACC_F32 ? KT_F32 : KT_F64;
     int n = m->nnodes;
-    lw.vs = calloc((size_t)n + 1, sizeof *lw.vs);
-    lw.is_static = calloc((size_t)n + 1, sizeof *lw.is_static);
-    lw.region = calloc((size_t)n + 1, sizeof *lw.region);
-    lw.stream = calloc((size_t)n + 1, sizeof *lw.stream);
-    ValueId *topo = calloc((size_t)n + 1, sizeof *topo);
-    ValueId *order = calloc((size_t)n + 1, sizeof *order);
-    if (!lw.vs || !lw.is_static || !lw.region || !lw.stream || !topo || !order)
-        die("out of memory");
-    if (ir_topo_order(m, topo) != n) {
+    lw.vs = xcalloc((size_t)n + 1, sizeof *lw.vs);
+    lw.is_static = xcalloc((size_t)n + 1, sizeof *lw.is_static);
+    lw.region = xcalloc((size_t)n + 1, sizeof *lw.region);
+    lw.stream = xcalloc((size_t)n + 1, sizeof *lw.stream);
+    ValueId *topo = xcalloc((size_t)n + 1, sizeof *topo);
+    ValueId *order = xcalloc((size_t)n + 1, sizeof *order);
+    KGroup *groups = xcalloc((size_t)n + (size_t)m->noutputs + 1, sizeof *groups);
+    bool is_ok = ir_topo_order(m, topo) == n;
+    if (!is_ok) {
         diag_error(m->loc, "kernel IR: the model's nodes have no step order");
-        goto fail;
+    } else {
+        uint32_t npoisson = 0;
+        for (ValueId v = 0; v < n; v++)
+            if (m->nodes[v].op == OP_POISSON) {
+                int64_t s = m->nodes[v].attrs[op_attr_index(OP_POISSON, "stream")].i[0];
+                lw.stream[v] = s >= 0 ? (uint32_t)s : npoisson;
+                npoisson++;
+            }
+        ir_fill_static(lw.m, topo, lw.is_static);
+        int norder = schedule_order(&lw, topo, order);
+        plan_buffers(&lw);
+        resolve_aliases(&lw, topo);
+        int ngroups = plan_groups(&lw, order, norder, groups);
+        for (int k = 0; k < ngroups; k++) {
+            int before = p->nkernels;
+            group_lower[groups[k].kind](&lw, &groups[k]);
+            if (p->nkernels != before + 1)
+                die("kir: group %d (%s) made %d kernels", k, kgroup_name(groups[k].kind),
+                    p->nkernels - before);
+            p->kernels[before].group = groups[k].kind;
+        }
+        if (m->memory == MEMORY_REUSE)
+            plan_memory(p);
     }
-    uint32_t npoisson = 0;
-    for (ValueId v = 0; v < n; v++)
-        if (m->nodes[v].op == OP_POISSON) {
-            int64_t s = m->nodes[v].attrs[op_attr_index(OP_POISSON, "stream")].i[0];
-            lw.stream[v] = s >= 0 ? (uint32_t)s : npoisson;
-            npoisson++;
-        }
-    ir_fill_static(lw.m, topo, lw.is_static);
-    int norder = schedule_order(&lw, topo, order);
-    plan_buffers(&lw);
-    resolve_aliases(&lw, topo);
-
-    for (int k = 0; k < norder; k++) {
-        ValueId v = order[k];
-        const Node *nd = &m->nodes[v];
-        Ctx ctx = ctx_of(&lw, v);
-        bool is_step = ctx == CTX_STEP;
-        switch (nd->op) {
-        case OP_INPUT:
-        case OP_FLATTEN:
-        case OP_STATE: /* no kernel: caller's memory, a view, filled by the neuron kernel */
-        case OP_COUNT:
-        case OP_MEAN:
-        case OP_LAST:
-        case OP_MAX:
-        case OP_SEQUENCE: /* outputs, below */
-            continue;
-        default: break;
-        }
-        if (nd->fused_into >= 0 || lw.vs[v].layout == LY_SUMMED)
-            continue; /* in its user's kernel */
-        /* a conv or dense layer with this batchnorm in its epilogue (fold-batchnorm) */
-        const Node *an = nd->nargs ? &m->nodes[nd->args[0]] : NULL;
-        ValueId conv = nd->op == OP_BATCHNORM && an->fused_into == v &&
-                               (op_is_conv(an->op) || an->op == OP_DENSE)
-                           ? nd->args[0]
-                           : -1;
-        if (conv >= 0) {
-            const Node *cn = &m->nodes[conv];
-            begin_kernel(&lw, conv,
-                         arena_printf(&p->arena, "%s = %s(%s) with %s = batchnorm(%s) applied as "
-                                      "it stores: %s", value_name(&lw, conv),
-                                      node_op_name(m, cn), value_name(&lw, cn->args[0]),
-                                      value_name(&lw, v), value_name(&lw, conv), ctx_what(ctx)),
-                         is_step);
-            kernel_add_node(&lw, v);
-            lw.epilogue = v;
-            lw.is_epilogue_by_row = cn->op != OP_DENSE && p->target == KTARGET_CPU;
-            if (cn->op == OP_DENSE)
-                lower_dense_any(&lw, conv);
-            else if (p->target == KTARGET_GPU)
-                lower_conv2d_flat(&lw, conv);
-            else if (node_lists_events(m, cn))
-                lower_conv2d_events(&lw, conv);
-            else
-                lower_conv2d(&lw, conv);
-            lw.epilogue = -1;
-            lw.is_epilogue_by_row = false;
-            end_kernel(&lw);
-            p->bufs[lw.vs[v].buf].is_written_first = true;
-            continue;
-        }
-        /* a neuron scan fused into this pooling (ir_fusion_problem: never a step kernel) */
-        ValueId scan = (nd->op == OP_MAXPOOL2D || nd->op == OP_AVGPOOL2D ||
-                        nd->op == OP_SUMPOOL2D) &&
-                               m->nodes[nd->args[0]].fused_into == v
-                           ? nd->args[0]
-                           : -1;
-        if (scan >= 0) {
-            begin_fused_kernel(&lw, scan, v,
-                               "neuron scan over T window by window, only the pooled spikes stored");
-            lower_neuron_pooled(&lw, scan, v);
-            end_kernel(&lw);
-            p->bufs[lw.vs[v].buf].is_written_first = true;
-            continue;
-        }
-        const char *what = nd->op != OP_NEURON ? ctx_what(ctx)
-                           : is_step ? "neuron step (in the step loop): B*n neurons at step t, "
-                                       "state in buffers between steps"
-                                     : "neuron scan fused over T: B*n neurons, state in registers";
-        begin_kernel(&lw, v, describe(&lw, v, what), is_step);
-        switch (nd->op) {
-        case OP_DENSE: lower_dense_any(&lw, v); break;
-        case OP_CONV2D:
-        case OP_CONV1D:
-            if (p->target == KTARGET_GPU)
-                lower_conv2d_flat(&lw, v);
-            else if (node_lists_events(m, nd))
-                lower_conv2d_events(&lw, v);
-            else
-                lower_conv2d(&lw, v);
-            break;
-        case OP_MAXPOOL2D:
-        case OP_AVGPOOL2D:
-        case OP_SUMPOOL2D: lower_pool(&lw, v); break;
-        case OP_BATCHNORM: lower_batchnorm(&lw, v); break;
-        case OP_ADD:
-        case OP_SUB:
-        case OP_MUL:
-        case OP_SCALE: lower_elementwise(&lw, v); break;
-        case OP_POISSON: lower_poisson(&lw, v); break;
-        case OP_DELAY: lower_delay(&lw, v); break;
-        case OP_NEURON: lower_neuron(&lw, v, -1, -1); break;
-        default: unreachable();
-        }
-        end_kernel(&lw);
-        /* every layer kernel stores every element of its value (each step's slice at its step, before
-         * any kernel after it reads the slice), so its buffer need not be zeroed before a run;
-         * kir_eval fills such buffers with garbage, which keeps this claim tested */
-        const VStore *vs = &lw.vs[v];
-        if ((vs->layout == LY_FULL || vs->layout == LY_STATIC) && vs->buf >= 0 &&
-            p->bufs[vs->buf].kind == KB_TEMP)
-            p->bufs[vs->buf].is_written_first = true;
-    }
-    /* outputs after everything: readouts reduce over t into the caller's sample-major arrays */
-    for (int k = 0; k < m->noutputs; k++) {
-        ValueId v = m->outputs[k];
-        const Node *nd = &m->nodes[v];
-        int64_t numel = type_numel(&nd->type);
-        bool per_step = !is_step_readout(nd->op) && nd->type.has_time;
-        int obuf = add_buf(&lw, value_name(&lw, v), KT_F32,
-                           (KSize){numel * (per_step ? lw.T : 1), 0}, KB_OUTPUT, k, v);
-        const char *how = is_step_readout(nd->op) ? "readout: reduce over T into [B][n]"
-                          : per_step             ? "output: every step into [B][T][n]"
-                                                 : "output: the last step into [B][n]";
-        ValueId scan = nd->nargs == 1 && m->nodes[nd->args[0]].fused_into == v ? nd->args[0] : -1;
-        if (scan >= 0) {
-            /* a neuron layer fused into its readout (ir_fusion_problem) computes it */
-            begin_fused_kernel(&lw, scan, v, "neuron scan over T, the readout computed in it");
-            lower_neuron(&lw, scan, v, obuf);
-            kernel_add_node(&lw, v);
-            end_kernel(&lw);
-            continue;
-        }
-        begin_kernel(&lw, v, describe(&lw, v, how), false);
-        if (is_step_readout(nd->op))
-            lower_readout(&lw, v, obuf);
-        else if (nd->op == OP_SEQUENCE)
-            lower_sequence(&lw, nd->args[0], obuf, true);
-        else
-            lower_sequence(&lw, v, obuf, per_step);
-        end_kernel(&lw);
-    }
-    if (m->memory == MEMORY_REUSE)
-        plan_memory(p);
     free(lw.vs);
     free(lw.is_static);
     free(lw.region);
     free(lw.stream);
     free(topo);
     free(order);
+    free(groups);
+    if (!is_ok) {
+        kir_free(p);
+        return NULL;
+    }
     return p;
-fail:
-    free(lw.vs);
-    free(lw.is_static);
-    free(lw.region);
-    free(lw.stream);
-    free(topo);
-    free(order);
-    kir_free(p);
-    return NULL;
 }

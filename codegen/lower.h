@@ -54,6 +54,20 @@ typedef struct Lower {
     struct KExpr *(*summed_value)(struct Lower *lw, ValueId v, struct Pos *ps);  /* LY_SUMMED */
 } Lower;
 
+/* ---- kernel groups ----
+ * One kernel each, planned from the marks before any is lowered (plan_groups in kir_lower.c) and
+ * lowered by its variant's function (kir_groups.def). */
+typedef struct KGroup {
+    KGroupKind kind;
+    KGroupKind layer;  /* KG_EPILOGUE: how its dense or conv layer is computed (tiled, events, flat) */
+    ValueId root;      /* the value the kernel stores: the layer, the batchnorm of an epilogue, the
+                        * pooling of a pooled scan, the readout or output */
+    ValueId member;    /* the layer of an epilogue, the scan of a pooled scan or scan+readout; or -1 */
+    ValueId summed;    /* a dense or conv layer its scan sums as it loads its input (GPU), or -1 */
+    int output;        /* KG_SCAN_READOUT, KG_READOUT, KG_OUTPUT: the output's index; else -1 */
+    bool is_step;      /* in a step loop (a recurrent region, or the step schedule) */
+} KGroup;
+
 /* ---- addressing values ----
  * A position names one element of a value at one step by whichever of these the kernel has:
  * t (step; NULL in a static kernel), b (sample), i (element), r = t*B + b, j = b*jn + i. Missing
@@ -324,7 +338,6 @@ void lower_poisson(Lower *lw, ValueId v);
 void lower_delay(Lower *lw, ValueId v);
 
 /* lower_conv.c */
-void lower_dense_any(Lower *lw, ValueId v);
 void lower_conv2d(Lower *lw, ValueId v);
 void lower_conv2d_flat(Lower *lw, ValueId v);
 KExpr *summed_value(Lower *lw, ValueId v, Pos *ps);

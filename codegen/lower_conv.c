@@ -8,20 +8,6 @@
 
 /* ---- conv2d ---- */
 
-/* a dense layer as the target wants it: one thread per output on the GPU; on the CPU event by
- * event when marked and wide, else tiles */
-void
-lower_dense_any(Lower *lw, ValueId v)
-{
-    const Node *n = &lw->m->nodes[v];
-    if (lw->p->target == KTARGET_GPU)
-        lower_dense_flat(lw, v);
-    else if (node_lists_events(lw->m, n))
-        lower_dense_events(lw, v);
-    else
-        lower_dense(lw, v);
-}
-
 static Conv
 conv_geometry(Lower *lw, ValueId v)
 {

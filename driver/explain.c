@@ -250,6 +250,7 @@ print_kernels(Explain *x)
                 x->par[k], x->nodes[k]);
         int pad = wi + 4;
         fprintf(x->f, "%*swhat    %s\n", pad, "", kn->what ? kn->what : "");
+        fprintf(x->f, "%*sgroup   %s\n", pad, "", kgroup_name(kn->group));
         const char *reads = NULL, *writes = NULL;
         for (int b = 0; b < p->nbufs; b++) {
             unsigned char u = x->use[(size_t)k * (size_t)p->nbufs + (size_t)b];

@@ -494,12 +494,85 @@ test_eval_errors(void)
     module_free(m);
 }
 
+/* the kernel group of the kernel that computes value `name` (its first node), or -1 */
+static int
+group_of(const Module *m, const KProgram *p, const char *name)
+{
+    ValueId v = module_find_value(m, name);
+    for (int k = 0; k < p->nkernels; k++)
+        if (p->kernels[k].nnodes > 0 && p->kernels[k].nodes[0] == v)
+            return (int)p->kernels[k].group;
+    return -1;
+}
+
+/* Kernel groups (kir_groups.def): the marks the passes set become each variant, on the CPU and the
+ * GPU, and every group still computes what the interpreter does */
+static void
+test_groups(void)
+{
+    const char *text =
+        "model g {\n timesteps 3\n input x : f32[2, 6, 6]\n"
+        " c1 = conv2d(x, 3, kernel = 3, pad = 1)\n b1 = batchnorm(c1)\n"
+        " s1 = IF(b1, v_th = 0.3)\n p1 = maxpool(s1, 2)\n"
+        " d = dense(flatten(p1), 40)\n s2 = LIF(d, tau = 2.0)\n e = dense(s2, 8)\n"
+        " z = scale(x, factor = 2.0)\n"
+        " output o = count(IF(e, v_th = 0.2))\n output q = mean(s2)\n"
+        " output y = sequence(e)\n output w = last(z)\n output bb = last(b1)\n}\n";
+    CHECK(same_as_interp(text, 2, 0, NULL));
+    for (int gpu = 0; gpu < 2; gpu++) {
+        Module *m = load(text);
+        bool changed = false;
+        CHECK(pass_time_batch(m, &changed) && pass_fuse(m, &changed) &&
+              pass_fold_batchnorm(m, &changed));
+        CHECK(gpu ? pass_scan_epilogue(m, &changed) : pass_events(m, &changed));
+        KProgram *p = kir_lower_for(m, gpu ? KTARGET_GPU : KTARGET_CPU);
+        CHECK(p != NULL);
+        if (!p) {
+            module_free(m);
+            continue;
+        }
+        /* conv c1 stores b1 (read twice, so not fused into s1) as its epilogue; s1 is scanned
+         * into p1 */
+        CHECK(group_of(m, p, "c1") == KG_EPILOGUE);
+        CHECK(group_of(m, p, "s1") == KG_POOLED_SCAN);
+        /* d reads spikes into 40 outputs: events on the CPU; on the GPU it is summed in s2's scan */
+        CHECK(group_of(m, p, "d") == (gpu ? -1 : KG_EVENTS));
+        CHECK(group_of(m, p, "s2") == KG_SCAN);
+        CHECK(group_of(m, p, "e") == (gpu ? KG_FLAT : KG_TILED));
+        CHECK(group_of(m, p, "z") == KG_POINTWISE);
+        CHECK(group_of(m, p, "q") == KG_READOUT);
+        CHECK(group_of(m, p, "y") == KG_OUTPUT);
+        CHECK(group_of(m, p, "w") == KG_READOUT);
+        /* the readout o computes its neuron layer: the kernel's first node is the layer */
+        int nro = 0;
+        for (int k = 0; k < p->nkernels; k++)
+            nro += p->kernels[k].group == KG_SCAN_READOUT;
+        CHECK(nro == 1);
+        CHECK(strcmp(kgroup_name(KG_POOLED_SCAN), "pooled scan") == 0);
+        kir_free(p);
+        module_free(m);
+    }
+    /* a recurrent layer is a step group */
+    const char *rec = "model rec {\n timesteps 4\n input x : f32[T, 1, 4, 4]\n"
+                      " h = IF(x + scale(prev(p), factor = 0.5), v_th = 0.5)\n"
+                      " p = maxpool(h, (1, 1))\n output o = sequence(p)\n}\n";
+    Module *m = load(rec);
+    bool changed = false;
+    CHECK(pass_time_batch(m, &changed) && pass_fuse(m, &changed));
+    KProgram *p = kir_lower(m);
+    CHECK(p && group_of(m, p, "h") == KG_STEP);
+    CHECK(p && group_of(m, p, "p") == KG_POINTWISE);
+    kir_free(p);
+    module_free(m);
+}
+
 int
 main(void)
 {
     test_mlp();
     test_conv();
     test_fusion();
+    test_groups();
     test_layers();
     test_poisson();
     test_recurrent();
