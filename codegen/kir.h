@@ -294,6 +294,22 @@ void kir_print(FILE *f, const KProgram *p);
  * Weights come from p->m->weights[].data. Returns false with a message on failure. */
 bool kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *inputs,
               float *const *outputs, double *spike_counts, char *err, size_t errlen);
+/* A program's buffers bound for one run of `batch` samples (the layout every executor keeps):
+ * inputs and outputs the caller's arrays, weights the module's data (packed where the buffer says:
+ * kir_bind_weight), the temporaries in one arena placed by the memory plan, those stored before
+ * they are loaded filled with garbage (0xA5 bytes) and the rest zeroed. kir_eval runs on it; the
+ * LLVM backend's tests call compiled code on it. */
+typedef struct KBinding {
+    void **mem;    /* per buffer */
+    bool *owned;   /* per buffer: mem is a packed copy this binding frees */
+    unsigned char *arena;
+    int nbufs;
+} KBinding;
+/* NULL with a message in err when a caller array is missing, a caller buffer is not f32 or a
+ * weight cannot be bound */
+KBinding *kir_bind(const KProgram *p, int batch, const float *const *inputs,
+                   float *const *outputs, char *err, size_t errlen);
+void kir_unbind(KBinding *b);
 /* Add the spikes of the program's stats buffers (p->stats; mem[i] the memory of buffer i, of a batch
  * of `batch`) to spike_counts[value]: each buffer summed as integers, then added as a double (exact:
  * counts are integers). Shared by kir_eval and the compiled backends so that they count alike. */

@@ -24,7 +24,6 @@ typedef struct Eval {
     int64_t batch, sample_base, step;
     void **mem;     /* per buffer */
     int64_t *len;   /* elements per buffer */
-    unsigned char *arena; /* the temporaries, placed as the memory plan says (KBuf.slot) */
     const Kernel *k;      /* the running kernel */
     KVal *locals;   /* of the running kernel */
     double **tiles; /* of the running kernel: per local, its lanes (tile locals) or NULL */
@@ -545,6 +544,90 @@ kir_add_spike_counts(const KProgram *p, int64_t batch, void *const *mem, double 
     }
 }
 
+KBinding *
+kir_bind(const KProgram *p, int batch, const float *const *inputs, float *const *outputs,
+         char *err, size_t errlen)
+{
+    KBinding *bd = xcalloc(1, sizeof *bd);
+    bd->nbufs = p->nbufs;
+    bd->mem = xcalloc((size_t)p->nbufs + 1, sizeof *bd->mem);
+    bd->owned = xcalloc((size_t)p->nbufs + 1, sizeof *bd->owned);
+    /* the temporaries in one arena, laid out by the memory plan (KBuf.slot) as every binder does */
+    size_t *bytes = xmalloc(((size_t)p->nbufs + 1) * sizeof *bytes);
+    size_t *off = xmalloc(((size_t)p->nbufs + 1) * sizeof *off);
+    int *slot = xmalloc(((size_t)p->nbufs + 1) * sizeof *slot);
+    for (int b = 0; b < p->nbufs; b++) {
+        int64_t n = ksize_eval(p->bufs[b].size, batch);
+        bytes[b] = p->bufs[b].kind == KB_TEMP ? (size_t)kbytes(p->bufs[b].type, n ? n : 1)
+                                              : SIZE_MAX;
+        slot[b] = p->bufs[b].slot;
+    }
+    size_t total = rt_arena_layout(p->nbufs, bytes, slot, 64, off);
+    free(slot);
+    bd->arena = malloc(total ? total : 1);
+    bool ok = bd->arena != NULL;
+    if (!ok)
+        snprintf(err, errlen, "kernel IR: out of memory for the temporaries (%zu bytes)", total);
+    /* a buffer said to be stored before it is loaded starts as garbage (0xA5 bytes: NaN-free odd
+     * values, so any load before a store changes the results), which is what the compiled backends
+     * may leave there, a region shared with other buffers too: the tests catch a false claim and a
+     * wrong plan; the others start at zero */
+    if (ok) memset(bd->arena, 0xA5, total);
+    for (int b = 0; b < p->nbufs && ok; b++)
+        if (p->bufs[b].kind == KB_TEMP) {
+            bd->mem[b] = bd->arena + off[b];
+            if (!p->bufs[b].is_written_first) memset(bd->mem[b], 0, bytes[b]);
+        }
+    free(bytes);
+    free(off);
+    for (int b = 0; b < p->nbufs && ok; b++) {
+        const KBuf *kb = &p->bufs[b];
+        if ((kb->kind == KB_INPUT || kb->kind == KB_OUTPUT) && kb->type != KT_F32) {
+            snprintf(err, errlen, "kernel IR: caller buffer '%s' is not f32", kb->name);
+            ok = false;
+            break;
+        }
+        bool is_in = kb->kind == KB_INPUT;
+        if (is_in || kb->kind == KB_OUTPUT) {
+            int nio = is_in ? p->m->ninputs : p->m->noutputs;
+            const void *const *io = is_in ? (const void *const *)inputs : (const void *const *)outputs;
+            if (kb->io < 0 || kb->io >= nio || !io || !io[kb->io]) {
+                snprintf(err, errlen, "kernel IR: buffer '%s': no %s %d", kb->name,
+                         is_in ? "input" : "output", kb->io);
+                ok = false;
+                break;
+            }
+            bd->mem[b] = (void *)io[kb->io];
+        } else if (kb->kind == KB_WEIGHT) {
+            char msg[256];
+            void *packed;
+            bd->mem[b] = (void *)kir_bind_weight(p, b, &packed, msg, sizeof msg);
+            bd->owned[b] = packed != NULL;
+            if (!bd->mem[b]) {
+                snprintf(err, errlen, "kernel IR: %s", msg);
+                ok = false;
+            }
+        }
+    }
+    if (!ok) {
+        kir_unbind(bd);
+        return NULL;
+    }
+    return bd;
+}
+
+void
+kir_unbind(KBinding *bd)
+{
+    if (!bd) return;
+    for (int b = 0; b < bd->nbufs; b++)
+        if (bd->owned[b]) free(bd->mem[b]);
+    free(bd->arena);
+    free(bd->mem);
+    free(bd->owned);
+    free(bd);
+}
+
 bool
 kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *inputs,
          float *const *outputs, double *spike_counts, char *err, size_t errlen)
@@ -553,80 +636,25 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
         err[0] = 0;
     if (batch <= 0 || p->timesteps <= 0)
         return true;
-    /* on the heap: what changes between setjmp and longjmp must not live in this frame */
-    Eval *ev = calloc(1, sizeof *ev);
-    bool *owned = calloc((size_t)p->nbufs + 1, sizeof *owned);
-    if (ev) {
-        ev->mem = calloc((size_t)p->nbufs + 1, sizeof *ev->mem);
-        ev->len = calloc((size_t)p->nbufs + 1, sizeof *ev->len);
-    }
-    if (!ev || !owned || !ev->mem || !ev->len) {
-        if (err && errlen)
-            snprintf(err, errlen, "kernel IR: out of memory");
-        if (ev) {
-            free(ev->mem);
-            free(ev->len);
-        }
-        free(ev);
-        free(owned);
+    char msg[256] = "";
+    KBinding *bd = kir_bind(p, batch, inputs, outputs, msg, sizeof msg);
+    if (!bd) {
+        if (err && errlen) snprintf(err, errlen, "%s", msg);
         return false;
     }
+    /* on the heap: what changes between setjmp and longjmp must not live in this frame */
+    Eval *ev = xcalloc(1, sizeof *ev);
     ev->p = p;
     ev->batch = batch;
     ev->sample_base = sample_base;
     ev->err = err;
     ev->errlen = errlen;
+    ev->mem = bd->mem;
+    ev->len = xcalloc((size_t)p->nbufs + 1, sizeof *ev->len);
+    for (int b = 0; b < p->nbufs; b++)
+        ev->len[b] = ksize_eval(p->bufs[b].size, batch);
     bool ok = true;
     if (setjmp(ev->fail) == 0) {
-        /* the temporaries in one arena, laid out as every binder lays them out */
-        size_t *bytes = xmalloc(((size_t)p->nbufs + 1) * sizeof *bytes);
-        size_t *off = xmalloc(((size_t)p->nbufs + 1) * sizeof *off);
-        int *slot = xmalloc(((size_t)p->nbufs + 1) * sizeof *slot);
-        for (int b = 0; b < p->nbufs; b++) {
-            int64_t n = ksize_eval(p->bufs[b].size, batch);
-            bytes[b] = p->bufs[b].kind == KB_TEMP ? (size_t)kbytes(p->bufs[b].type, n ? n : 1)
-                                                  : SIZE_MAX;
-            slot[b] = p->bufs[b].slot;
-        }
-        size_t total = rt_arena_layout(p->nbufs, bytes, slot, 64, off);
-        free(slot);
-        ev->arena = malloc(total ? total : 1);
-        if (!ev->arena) {
-            free(bytes);
-            free(off);
-            efail(ev, "kernel IR: out of memory for the temporaries (%zu bytes)", total);
-        }
-        /* a buffer said to be stored before it is loaded starts as garbage (0xA5 bytes: NaN-free
-         * odd values, so any load before a store changes the results), which is what the compiled
-         * backends may leave there, a region shared with other buffers too: the tests catch a
-         * false claim and a wrong plan; the others start at zero */
-        memset(ev->arena, 0xA5, total);
-        for (int b = 0; b < p->nbufs; b++)
-            if (p->bufs[b].kind == KB_TEMP) {
-                ev->mem[b] = ev->arena + off[b];
-                if (!p->bufs[b].is_written_first) memset(ev->mem[b], 0, bytes[b]);
-            }
-        free(bytes);
-        free(off);
-        for (int b = 0; b < p->nbufs; b++) {
-            const KBuf *kb = &p->bufs[b];
-            ev->len[b] = ksize_eval(kb->size, batch);
-            switch (kb->kind) {
-            case KB_INPUT: ev->mem[b] = (void *)inputs[kb->io]; break;
-            case KB_OUTPUT: ev->mem[b] = outputs[kb->io]; break;
-            case KB_WEIGHT: {
-                char msg[256];
-                void *packed;
-                ev->mem[b] = (void *)kir_bind_weight(p, b, &packed, msg, sizeof msg);
-                owned[b] = packed != NULL;
-                if (!ev->mem[b]) efail(ev, "kernel IR: %s", msg);
-                break;
-            }
-            case KB_TEMP: break; /* above */
-            }
-            if ((kb->kind == KB_INPUT || kb->kind == KB_OUTPUT) && kb->type != KT_F32)
-                efail(ev, "kernel IR: caller buffer '%s' is not f32", kb->name);
-        }
         for (int i = 0; i < p->nkernels;) {
             if (!p->kernels[i].is_step) {
                 ev->step = 0;
@@ -661,13 +689,8 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
         ok = false;
         free_kernel_state(ev, ev->nlocals);
     }
-    for (int b = 0; b < p->nbufs; b++)
-        if (owned[b])
-            free(ev->mem[b]);
-    free(ev->arena);
-    free(ev->mem);
+    kir_unbind(bd);
     free(ev->len);
     free(ev);
-    free(owned);
     return ok;
 }

@@ -32,7 +32,6 @@ compile(Module *m, const CompileOptions *o, char *err, size_t errlen)
             program_free(p);
             return NULL;
         }
-        cg_llvm_set_threads(p->cpu, o->threads);
 #else
         snprintf(err, errlen, "this build has no LLVM: the CPU backend is off");
         program_free(p);

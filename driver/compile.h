@@ -16,7 +16,6 @@ typedef enum {
 typedef struct CompileOptions {
     KTarget target;
     CompileStage stage;
-    int threads; /* STAGE_JIT: the worker threads of a run */
 } CompileOptions;
 
 struct CgLlvm;

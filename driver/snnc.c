@@ -10,6 +10,7 @@
 #include "driver/compile.h"
 #include "driver/explain.h"
 #include "driver/files.h"
+#include "driver/session_run.h"
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
 #include "driver/link.h"
@@ -21,7 +22,6 @@
 #include "runtime/clock.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/f16.h"
-#include "runtime/model_parts.h"
 #include "runtime/snn.h"
 #include "runtime/tensor_io.h"
 
@@ -312,7 +312,7 @@ no_release(void *state)
 static void *
 kir_prepare(Module *m, const Options *o, char *err, size_t errlen)
 {
-    return compile(m, &(CompileOptions){KTARGET_CPU, STAGE_LOWERED, o->threads}, err, errlen);
+    return compile(m, &(CompileOptions){KTARGET_CPU, STAGE_LOWERED}, err, errlen);
 }
 
 static bool
@@ -326,74 +326,6 @@ static void
 program_release(void *state)
 {
     program_free(state);
-}
-
-/* ---- a run through the runtime session (the model.so executor): --run on the CPU and the GPU ---- */
-
-typedef struct SessionRun {
-    snn_model *model;
-    snn_session *s;
-    double *seen; /* per counted layer: the session's counts after the last run */
-    double *now;  /* per counted layer: scratch */
-} SessionRun;
-
-/* a model made of meta, entry (CPU) or image (GPU) and m's weights, and a session on device;
- * false with err set */
-static bool
-session_open(SessionRun *r, const Module *m, const char *meta, SnnkEntryFn entry,
-             const void *image, size_t image_size, const char *device, int batch, int threads,
-             char *err, size_t errlen)
-{
-    RtTensor *ts = weights_as_tensors(m);
-    unsigned char *wbytes = NULL;
-    size_t wlen = 0;
-    char msg[512];
-    snn_status rc = SNN_ERR_WEIGHTS;
-    if (rt_safetensors_encode(ts, m->nweights, RT_F32, &wbytes, &wlen, msg, sizeof msg) != 0)
-        snprintf(err, errlen, "encoding the weights: %s", msg);
-    else if ((rc = rt_model_create(meta, entry, wbytes, wlen, image, image_size, &r->model)) !=
-             SNN_OK)
-        snprintf(err, errlen, "%s", snn_last_error());
-    else if ((rc = snn_session_create(r->model, device, batch, threads, &r->s)) != SNN_OK)
-        snprintf(err, errlen, "%s", snn_last_error());
-    free(wbytes);
-    free(ts);
-    int nlayers = r->model ? snn_model_num_layers(r->model) : 0;
-    r->seen = xcalloc((size_t)nlayers + 1, sizeof *r->seen);
-    r->now = xcalloc((size_t)nlayers + 1, sizeof *r->now);
-    return rc == SNN_OK;
-}
-
-static void
-session_close(SessionRun *r)
-{
-    snn_session_destroy(r->s);
-    rt_model_free(r->model);
-    free(r->seen);
-    free(r->now);
-    memset(r, 0, sizeof *r);
-}
-
-/* one batch, and its spikes added to counts (the session's grow run by run: integers, exact in
- * double) */
-static bool
-session_run(SessionRun *r, const KProgram *p, int batch, int64_t base, const float *const *in,
-            float *const *out, double *counts, char *err, size_t errlen)
-{
-    if (snn_run(r->s, base, batch, in, out) != SNN_OK) {
-        snprintf(err, errlen, "%s", snn_last_error());
-        return false;
-    }
-    if (!counts) return true;
-    if (snn_session_spike_counts(r->s, r->now, p->nstats) != SNN_OK) {
-        snprintf(err, errlen, "%s", snn_last_error());
-        return false;
-    }
-    for (int i = 0; i < p->nstats; i++) {
-        counts[p->stats[i].value] += r->now[i] - r->seen[i];
-        r->seen[i] = r->now[i];
-    }
-    return true;
 }
 
 #ifdef SNN_HAVE_LLVM
@@ -423,7 +355,7 @@ static void *
 cpu_prepare(Module *m, const Options *o, char *err, size_t errlen)
 {
     CpuRun *st = xcalloc(1, sizeof *st);
-    st->prog = compile(m, &(CompileOptions){KTARGET_CPU, STAGE_JIT, o->threads}, err, errlen);
+    st->prog = compile(m, &(CompileOptions){KTARGET_CPU, STAGE_JIT}, err, errlen);
     if (!st->prog) {
         free(st);
         return NULL;
@@ -1525,7 +1457,7 @@ cuda_build_start(Module *m, CudaBuild *b)
 {
     memset(b, 0, sizeof *b); /* what cuda_build_free expects if this fails */
     char err[256];
-    Program *p = compile(m, &(CompileOptions){KTARGET_GPU, STAGE_SOURCE, 1}, err, sizeof err);
+    Program *p = compile(m, &(CompileOptions){KTARGET_GPU, STAGE_SOURCE}, err, sizeof err);
     if (!p) return false;
     char *source = p->cuda_source;
     p->cuda_source = NULL;
@@ -1568,7 +1500,7 @@ emit_cuda(FILE *f, Module *m)
         diag_note((Loc){0}, "SNN_KERNEL_OVERRIDE is not applied by --emit=cuda, which prints the "
                             "generated CUDA C");
     char err[256];
-    Program *prog = compile(m, &(CompileOptions){KTARGET_GPU, STAGE_SOURCE, 1}, err, sizeof err);
+    Program *prog = compile(m, &(CompileOptions){KTARGET_GPU, STAGE_SOURCE}, err, sizeof err);
     if (!prog) return 1;
     const KProgram *gp = prog->kir;
     char *records = cuda_gen_describe(gp);
@@ -1775,7 +1707,7 @@ build_binary(Module *m, const Options *o)
     bool embed = !o->no_embed_weights;
     if (embed && !bind_weights(m, o)) return 1;
     char lerr[256];
-    Program *prog = compile(m, &(CompileOptions){KTARGET_CPU, STAGE_LOWERED, 1}, lerr, sizeof lerr);
+    Program *prog = compile(m, &(CompileOptions){KTARGET_CPU, STAGE_LOWERED}, lerr, sizeof lerr);
     if (!prog) return 1;
     KProgram *kp = program_take_kir(prog);
     CudaBuild b;
@@ -2126,7 +2058,7 @@ main(int argc, char **argv)
         bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;
         char err[256];
         Program *prog = compile(m, &(CompileOptions){is_gpu ? KTARGET_GPU : KTARGET_CPU,
-                                                     STAGE_LOWERED, 1}, err, sizeof err);
+                                                     STAGE_LOWERED}, err, sizeof err);
         KProgram *kp = prog ? program_take_kir(prog) : NULL;
         if (kp) explain_print(stdout, kp, o.batch);
         rc = kp ? 0 : 1;
@@ -2148,7 +2080,7 @@ main(int argc, char **argv)
                             "(see --emit=cuda)");
             char err[256];
             Program *prog = compile(m, &(CompileOptions){is_gpu ? KTARGET_GPU : KTARGET_CPU,
-                                                         STAGE_LOWERED, 1}, err, sizeof err);
+                                                         STAGE_LOWERED}, err, sizeof err);
             KProgram *kp = prog ? program_take_kir(prog) : NULL;
             if (!kp)
                 rc = 1;

@@ -11,8 +11,9 @@
 typedef struct CgLlvm CgLlvm; /* a compiled program: the JIT, its code and its entry point */
 
 /* ---- llvm_jit.c ---- */
-/* Compile p for the host CPU (host CPU name and features, "default<O3>"). p must outlive the result
- * (cg_llvm_run reads its buffers and weights). Returns NULL with LLVM's own message in err. */
+/* Compile p for the host CPU (host CPU name and features, "default<O3>"). Returns NULL with LLVM's
+ * own message in err. The result holds code only: the runtime session (driver/session_run.h) runs
+ * it, or a caller binds p's buffers itself (kir_bind) and calls cg_llvm_entry. */
 CgLlvm *cg_llvm_compile(const KProgram *p, char *err, size_t errlen);
 /* The same with a cache of compiled code in cache_dir (NULL or "": none; created if missing; the
  * compile cache of codegen/cache.h): the object file is kept under a hash of the unoptimised
@@ -23,21 +24,9 @@ CgLlvm *cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *e
                                size_t errlen);
 /* Whether cg's code came from the cache. */
 bool cg_llvm_cache_hit(const CgLlvm *cg);
-/* Same calling convention as kir_eval and interp_run: one batch, sample-major inputs and outputs,
- * sample_base the global index of the batch's first sample, spike_counts (NULL, or m->nnodes
- * entries) accumulating spikes per counted neuron layer; caller buffers must be f32 and weights
- * bound, as for kir_eval. The KB_TEMP buffers live in the CgLlvm (grown for a larger batch, zeroed
- * on every call). A run holds the CgLlvm's lock from start to end: concurrent calls on one CgLlvm
- * are safe and run one after the other. Indices are not checked. */
-bool cg_llvm_run(CgLlvm *cg, int batch, int64_t sample_base, const float *const *inputs,
-                 float *const *outputs, double *spike_counts, char *err, size_t errlen);
 /* SIMD lanes the CPU code runs kernel k's parallel loop in (8), or 0 where it runs one iteration at
  * a time (llvm_gen.c: simd_plan; --explain shows it). */
 int cg_llvm_simd_lanes(const Kernel *k);
-/* Run the kernels' outermost parallel loops on nthreads threads (the caller and nthreads - 1
- * persistent workers, started by the next run and joined by cg_llvm_free); 1, the default, starts
- * none. Results are identical for every thread count. */
-void cg_llvm_set_threads(CgLlvm *cg, int nthreads);
 /* Options for LLVM itself (--llvm-args="-print-after=loop-vectorize ..."), for the whole process:
  * given to LLVMParseCommandLineOptions (whose C API drops its errors: an option LLVM does not
  * know does nothing).

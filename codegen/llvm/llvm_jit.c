@@ -1,10 +1,8 @@
 /* The LLVM backend's driver: host target machine, "default<O3>", ORC LLJIT and the compiled
- * program's entry point (cg_llvm_entry: what snnc --run hands the runtime session), plus
- * cg_llvm_run, a run on one batch with buffers bound here and runtime/pool.c's threads, for the
- * unit tests' hand-built programs. Every LLVM error is checked where it happens and reported with
+ * program's entry point (cg_llvm_entry: what snnc --run hands the runtime session, which binds the
+ * buffers and runs the threads as a model.so's). Every LLVM error is checked where it happens and reported with
  * LLVM's own message; nothing here prints. Must not change what a program computes: that is
  * llvm_gen.c's contract with kir_eval. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,27 +21,11 @@
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/llvm/llvm_gen.h"
 #include "runtime/tensor_io.h"
-#include "runtime/layout.h"
-#include "runtime/pool.h"
 
 struct CgLlvm {
-    const KProgram *p;
     LLVMOrcLLJITRef jit;
     LlvmEntryFn run;
-    /* Run state, all under `lock` (cg_llvm_run holds it throughout, so concurrent calls on one
-     * CgLlvm are safe and take turns): */
-    pthread_mutex_t lock;
-    int nthreads;   /* wanted; the pool is (re)started by the next run */
-    RtPool *pool; /* NULL until a run needs it */
-    void **bufs;    /* [nbufs] bound per run */
-    unsigned char *arena; /* the KB_TEMP buffers (rt_arena_layout), kept between runs */
-    size_t arena_bytes;
-    size_t *temp_bytes, *temp_off; /* [nbufs] at the last run's batch */
-    int *temp_slot;                /* [nbufs] KBuf.slot */
-    void **packed;      /* [nbufs] transposed (KBuf.nperm) or narrowed (f16, bf16) weights, packed
-                         * by the first run */
-    const float **packed_from; /* [nbufs] the weight data each was packed from */
-    bool is_cache_hit;  /* the code came from the cache */
+    bool is_cache_hit; /* the code came from the cache */
 };
 
 
@@ -246,20 +228,8 @@ cg_llvm_compile_cached(const KProgram *p, const char *cache_dir, char *err, size
         return NULL;
     }
     CgLlvm *cg = xcalloc(1, sizeof *cg);
-    cg->p = p;
     cg->jit = jit;
-    cg->nthreads = 1;
     cg->is_cache_hit = is_hit;
-    pthread_mutex_init(&cg->lock, NULL);
-    cg->bufs = calloc((size_t)p->nbufs + 1, sizeof *cg->bufs);
-    cg->temp_bytes = calloc((size_t)p->nbufs + 1, sizeof *cg->temp_bytes);
-    cg->temp_off = calloc((size_t)p->nbufs + 1, sizeof *cg->temp_off);
-    cg->temp_slot = calloc((size_t)p->nbufs + 1, sizeof *cg->temp_slot);
-    cg->packed = calloc((size_t)p->nbufs + 1, sizeof *cg->packed);
-    cg->packed_from = calloc((size_t)p->nbufs + 1, sizeof *cg->packed_from);
-    if (!cg->bufs || !cg->temp_bytes || !cg->temp_off || !cg->temp_slot || !cg->packed ||
-        !cg->packed_from)
-        die("out of memory");
 
     /* exp, log, tanh, pow, ... resolve to the process's own libm (the one kir_eval calls) */
     LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
@@ -310,131 +280,7 @@ cg_llvm_free(CgLlvm *cg)
         LLVMErrorRef e = LLVMOrcDisposeLLJIT(cg->jit);
         if (e) LLVMConsumeError(e);
     }
-    rt_pool_free(cg->pool);
-    for (int i = 0; i < cg->p->nbufs; i++) {
-        free(cg->packed[i]);
-    }
-    free(cg->packed);
-    free(cg->packed_from);
-    free(cg->arena);
-    free(cg->temp_bytes);
-    free(cg->temp_off);
-    free(cg->temp_slot);
-    free(cg->bufs);
-    pthread_mutex_destroy(&cg->lock);
     free(cg);
-}
-
-void
-cg_llvm_set_threads(CgLlvm *cg, int nthreads)
-{
-    pthread_mutex_lock(&cg->lock);
-    cg->nthreads = nthreads < 1 ? 1 : nthreads;
-    pthread_mutex_unlock(&cg->lock);
-}
-
-/* Bind every buffer to memory as kir_eval does: the caller's f32 arrays and the module's weights in
- * place, KB_TEMP buffers zeroed (kept between calls, grown for a larger batch). Called with the
- * lock held. */
-static bool
-bind_buffers(CgLlvm *cg, int batch, const float *const *inputs, float *const *outputs, char *err,
-             size_t errlen)
-{
-    const KProgram *p = cg->p;
-    const Module *m = p->m;
-    void **bufs = cg->bufs;
-    for (int i = 0; i < p->nbufs; i++) {
-        const KBuf *kb = &p->bufs[i];
-        int64_t n = kb->size.per_batch * batch + kb->size.fixed;
-        bufs[i] = NULL;
-        if (n < 0) {
-            diag_format(err, errlen, "buffer '%s': negative size %lld", kb->name, (long long)n);
-            return false;
-        }
-        if ((kb->kind == KB_INPUT || kb->kind == KB_OUTPUT) && kb->type != KT_F32) {
-            diag_format(err, errlen, "caller buffer '%s' is not f32", kb->name);
-            return false;
-        }
-        switch (kb->kind) {
-        case KB_INPUT:
-            if (!m || kb->io < 0 || kb->io >= m->ninputs || !inputs || !inputs[kb->io]) {
-                diag_format(err, errlen, "buffer '%s': no input %d", kb->name, kb->io);
-                return false;
-            }
-            bufs[i] = (void *)inputs[kb->io]; /* read-only: llvm_gen refuses stores to inputs */
-            break;
-        case KB_OUTPUT:
-            if (!m || kb->io < 0 || kb->io >= m->noutputs || !outputs || !outputs[kb->io]) {
-                diag_format(err, errlen, "buffer '%s': no output %d", kb->name, kb->io);
-                return false;
-            }
-            bufs[i] = outputs[kb->io];
-            break;
-        case KB_WEIGHT: {
-            /* packed weights are kept while the module's weight data stays where it was */
-            const float *data = kb->io >= 0 && kb->io < m->nweights ? m->weights[kb->io].data : NULL;
-            if (cg->packed[i] && data && cg->packed_from[i] == data) {
-                bufs[i] = cg->packed[i];
-                break;
-            }
-            free(cg->packed[i]);
-            bufs[i] = (void *)kir_bind_weight(p, i, &cg->packed[i], err, errlen);
-            cg->packed_from[i] = data;
-            if (!bufs[i]) return false;
-            break;
-        }
-        case KB_TEMP: break; /* the arena, below */
-        }
-    }
-    /* the temporaries: one arena laid out by the memory plan (KBuf.slot), grown for a larger
-     * batch; those not stored before they are loaded start at zero, as kir_eval's */
-    for (int i = 0; i < p->nbufs; i++) {
-        const KBuf *kb = &p->bufs[i];
-        int64_t n = kb->size.per_batch * batch + kb->size.fixed;
-        cg->temp_bytes[i] =
-            kb->kind == KB_TEMP ? (size_t)kbytes(kb->type, n ? n : 1) : SIZE_MAX;
-        cg->temp_slot[i] = kb->slot;
-    }
-    size_t total = rt_arena_layout(p->nbufs, cg->temp_bytes, cg->temp_slot, 64, cg->temp_off);
-    if (total > cg->arena_bytes) {
-        free(cg->arena);
-        cg->arena = aligned_alloc(64, total);
-        if (!cg->arena) die("out of memory");
-        cg->arena_bytes = total;
-    }
-    for (int i = 0; i < p->nbufs; i++) {
-        const KBuf *kb = &p->bufs[i];
-        if (kb->kind != KB_TEMP) continue;
-        bufs[i] = cg->arena + cg->temp_off[i];
-        if (!kb->is_written_first) memset(bufs[i], 0, cg->temp_bytes[i]);
-    }
-    return true;
-}
-
-bool
-cg_llvm_run(CgLlvm *cg, int batch, int64_t sample_base, const float *const *inputs,
-            float *const *outputs, double *spike_counts, char *err, size_t errlen)
-{
-    const KProgram *p = cg->p;
-    if (err && errlen) err[0] = 0;
-    if (batch <= 0 || p->timesteps <= 0) return true;
-    pthread_mutex_lock(&cg->lock);
-    bool is_ok = true;
-    if (cg->pool && cg->nthreads != rt_pool_nthreads(cg->pool)) {
-        rt_pool_free(cg->pool);
-        cg->pool = NULL;
-    }
-    if (!cg->pool) {
-        cg->pool = rt_pool_new(cg->nthreads, err, errlen);
-        is_ok = cg->pool != NULL;
-    }
-    if (is_ok) is_ok = bind_buffers(cg, batch, inputs, outputs, err, errlen);
-    if (is_ok) {
-        cg->run(cg->bufs, batch, sample_base, rt_pool_rt(cg->pool));
-        kir_add_spike_counts(p, batch, cg->bufs, spike_counts);
-    }
-    pthread_mutex_unlock(&cg->lock);
-    return is_ok;
 }
 
 char *

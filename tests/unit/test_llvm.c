@@ -1,14 +1,17 @@
 /* test_llvm.c: unit tests for the LLVM backend (codegen/llvm): small kernel-IR programs built by
  * hand covering every expression and statement kind and every type, compiled through ORC LLJIT,
  * run, and compared bit for bit with values computed here in C (the same operations in the same
- * order) and, when the kernel IR library is built (SNN_HAVE_KIR), with kir_eval; then a parsed
- * model lowered by kir_lower and run against interp_run in f32 mode. Writes no files. */
+ * order) and, when the kernel IR library is built (SNN_HAVE_KIR), with kir_eval; then parsed
+ * models lowered by kir_lower and run by the runtime session (as --run and model.so run them)
+ * against interp_run in f32 mode. Writes no files. */
 #include "codegen/kir.h"
 #include "codegen/llvm/cg_llvm.h"
 #include "ir/fmath.h"
 #include "runtime/f16.h"
 #include "runtime/philox.h"
+#include "runtime/pool.h"
 #ifdef SNN_HAVE_KIR
+#include "driver/session_run.h"
 #include "frontend/frontend.h"
 #endif
 
@@ -298,6 +301,25 @@ set_lanes(TestProg *tp, bool is_on)
     }
 }
 
+/* One batch of hand-built program p through cg's code, on buffers bound as kir_eval binds them
+ * (kir_bind: temporaries stored before they are loaded start as garbage) and one thread. */
+static bool
+run_bound(const CgLlvm *cg, const KProgram *p, int batch, int64_t sample_base,
+          const float *const *inputs, float *const *outputs, char *err, size_t errlen)
+{
+    if (batch <= 0 || p->timesteps <= 0) return true;
+    KBinding *bd = kir_bind(p, batch, inputs, outputs, err, errlen);
+    if (!bd) return false;
+    RtPool *pool = rt_pool_new(1, err, errlen);
+    if (pool) {
+        SnnkEntryFn entry = (SnnkEntryFn)(uintptr_t)cg_llvm_entry(cg);
+        entry(bd->mem, batch, sample_base, rt_pool_rt(pool));
+    }
+    rt_pool_free(pool);
+    kir_unbind(bd);
+    return pool != NULL;
+}
+
 /* Compile, run one batch, and compare every output with want (and with kir_eval when built); then
  * again with the parallel loops in SIMD lanes (KStmt.is_lanes): the same bits. */
 static void
@@ -333,7 +355,7 @@ check_run_once(const char *what, TestProg *tp, int batch, int64_t sample_base,
             got[o] = malloc(n[o] * sizeof(float) + 1);
             memset(got[o], 0xA5, n[o] * sizeof(float)); /* garbage: the program must write it all */
         }
-    bool is_ok = cg_llvm_run(cg, batch, sample_base, inputs, got, NULL, err, sizeof err);
+    bool is_ok = run_bound(cg, &tp->p, batch, sample_base, inputs, got, err, sizeof err);
     CHECK(is_ok);
     if (!is_ok) fprintf(stderr, "%s: run: %s\n", what, err);
     for (int o = 0; o < nout && is_ok; o++) {
@@ -1151,7 +1173,7 @@ test_errors(void)
     float out[4];
     float *outs[] = {out};
     err[0] = 0;
-    CHECK(cg && !cg_llvm_run(cg, 1, 0, NULL, outs, NULL, err, sizeof err));
+    CHECK(cg && !run_bound(cg, &tp->p, 1, 0, NULL, outs, err, sizeof err));
     CHECK(strstr(err, "not bound") != NULL);
     cg_llvm_free(cg);
     free_prog(tp);
@@ -1200,8 +1222,8 @@ test_module_text(void)
 }
 
 #ifdef SNN_HAVE_KIR
-/* A parsed model lowered by kir_lower, run by the JIT and by interp_run in f32 mode: bit for bit.
- */
+/* A parsed model lowered by kir_lower, run by the JIT's code in the runtime session and by
+ * interp_run in f32 mode: bit for bit. */
 static const char model_text[] = "model tiny {\n"
                                  "  timesteps 8\n"
                                  "  seed 5\n"
@@ -1260,7 +1282,14 @@ test_model(void)
     double *cref = calloc((size_t)m->nnodes, sizeof *cref), *cgot = calloc((size_t)m->nnodes, sizeof *cgot);
     CHECK(interp_run(m, &opt, BATCH, sb, (const float *const *)in, ref, cref, err, sizeof err));
     if (cg) {
-        bool is_ok = cg_llvm_run(cg, BATCH, sb, (const float *const *)in, got, cgot, err, sizeof err);
+        char *meta = kir_describe(p);
+        SessionRun r = {0};
+        bool is_ok = session_open(&r, m, meta, (SnnkEntryFn)(uintptr_t)cg_llvm_entry(cg), NULL, 0,
+                                  "cpu", BATCH, 1, err, sizeof err) &&
+                     session_run(&r, p, BATCH, sb, (const float *const *)in, got, cgot, err,
+                                 sizeof err);
+        session_close(&r);
+        free(meta);
         CHECK(is_ok);
         if (!is_ok) fprintf(stderr, "model: run: %s\n", err);
         for (int i = 0; i < m->noutputs && is_ok; i++)
@@ -1365,11 +1394,17 @@ test_layers(void)
             CHECK(interp_run(m, &opt, batch, 0, (const float *const *)in, ref, cref, err,
                              sizeof err));
             for (int nthreads = 1; nthreads <= 3; nthreads += 2) {
-                cg_llvm_set_threads(cg, nthreads);
                 for (int v = 0; v < m->nnodes; v++)
                     cgot[v] = 0;
-                bool is_ok = cg_llvm_run(cg, batch, 0, (const float *const *)in, got, cgot, err,
-                                         sizeof err);
+                char *meta = kir_describe(p);
+                SessionRun r = {0};
+                bool is_ok =
+                    session_open(&r, m, meta, (SnnkEntryFn)(uintptr_t)cg_llvm_entry(cg), NULL, 0,
+                                 "cpu", batch, nthreads, err, sizeof err) &&
+                    session_run(&r, p, batch, 0, (const float *const *)in, got, cgot, err,
+                                sizeof err);
+                session_close(&r);
+                free(meta);
                 CHECK(is_ok);
                 if (!is_ok) fprintf(stderr, "%s: run: %s\n", m->name, err);
                 for (int i = 0; i < m->noutputs && is_ok; i++) {
