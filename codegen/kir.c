@@ -10,14 +10,14 @@
 
 /* ---- types and operators: names and sizes ---- */
 
-/* the rows of kir_ops.def, by enum value */
+/* the rows of runtime/elem_types.def and kir_ops.def, by enum value */
 static const struct {
     const char *name;
     size_t bytes;
 } ktypes[] = {
-#define KTYPE(id, name, bytes) [KT_##id] = {name, bytes},
-#include "codegen/kir_ops.def"
-#undef KTYPE
+#define ELEM(id, name, bytes, bits, value) [KT_##id] = {name, bytes},
+#include "runtime/elem_types.def"
+#undef ELEM
 };
 static const char *const kuns[] = {
 #define KUN(id, spelling) [KU_##id] = spelling,
@@ -38,7 +38,6 @@ static const struct {
 #undef KGROUP
 };
 
-_Static_assert(sizeof ktypes / sizeof ktypes[0] == KT_BIT2 + 1, "kir_ops.def: a KTYPE row per KType");
 
 const char *
 kgroup_name(KGroupKind g)

@@ -8,41 +8,34 @@
 
 #include "ir/ir.h"
 
-/* each with its row (name, bytes) in kir_ops.def: keep the two in step */
+/* element types: the rows of runtime/elem_types.def (shared with the runtime's RtElem) */
 typedef enum {
-    KT_F32,  /* float */
-    KT_F64,  /* double (accumulators where exactness asks for it) */
-    KT_I64,  /* indices, loop variables, counters */
-    KT_U8,   /* spikes 0/1 stored as bytes */
-    KT_I8,   /* bipolar spikes */
-    KT_BOOL, /* comparison results */
-    KT_F16,  /* storage only, of weight buffers (Node.wstore) and layer outputs (Node.astore): IEEE
-              * binary16; a load gives its f32, a store rounds an f32 value to it (nearest, ties
-              * to even; a tile store rounds each f64 lane to f32 first), as runtime/f16.h does */
-    KT_BF16, /* storage only, likewise: bfloat16 */
-    KT_BIT,  /* storage only, of 0/1 spike buffers (Node.layout): element e is bit e % 8 of byte
-              * e / 8; a load gives u8 0 or 1, a store sets the bit to (value != 0). Every kernel
-              * writes whole bytes' worth of elements per parallel iteration range (the lowering
-              * gives bits only to values of 8k elements per sample, and the thread pool cuts
-              * element ranges at multiples of 8), so no two threads share a byte. */
-    KT_BIT2, /* storage only, of -1/0/1 spike buffers (Node.layout on a bipolar value): element e
-              * is bits 2(e % 4) and 2(e % 4) + 1 of byte e / 4, two's complement (0 = 00, +1 = 01,
-              * -1 = 11): the low bit of each pair says "a spike", the high one its sign. A load
-              * gives i8 -1, 0 or 1, a store keeps the value's two low bits. As KT_BIT, no two
-              * threads share a byte (values of 4k elements per sample, ranges cut at 8). */
+#define ELEM(id, name, bytes, bits, value) KT_##id,
+#include "runtime/elem_types.def"
+#undef ELEM
 } KType;
 /* the type of a loaded element: f32 for the 16-bit storage types, u8 for bits, i8 for bit pairs,
  * else the type */
 static inline KType
 ktype_value(KType t)
 {
-    return t == KT_F16 || t == KT_BF16 ? KT_F32 : t == KT_BIT ? KT_U8 : t == KT_BIT2 ? KT_I8 : t;
+    switch (t) {
+#define ELEM(id, name, bytes, bits, value) case KT_##id: return KT_##value;
+#include "runtime/elem_types.def"
+#undef ELEM
+    }
+    return t;
 }
 /* bits per element of a bit-packed storage type (KT_BIT 1, KT_BIT2 2); 0 for every other type */
 static inline int
 ktype_bits(KType t)
 {
-    return t == KT_BIT ? 1 : t == KT_BIT2 ? 2 : 0;
+    switch (t) {
+#define ELEM(id, name, bytes, bits, value) case KT_##id: return bits;
+#include "runtime/elem_types.def"
+#undef ELEM
+    }
+    return 0;
 }
 const char *ktype_name(KType t);
 size_t ktype_size(KType t); /* bytes of an element in memory (KT_BIT: 1, a byte of 8: kbytes) */

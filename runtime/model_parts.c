@@ -245,20 +245,19 @@ parse_tensor(Parser *ps, RtModelTensor *t, bool has_step)
 static const struct {
     const char *name;
     size_t size;
+    int bits;
 } elem_types[] = {
-    [RT_ELEM_F32] = {"f32", 4}, [RT_ELEM_F64] = {"f64", 8}, [RT_ELEM_I64] = {"i64", 8},
-    [RT_ELEM_U8] = {"u8", 1},   [RT_ELEM_I8] = {"i8", 1},   [RT_ELEM_BOOL] = {"bool", 1},
-    [RT_ELEM_F16] = {"f16", 2}, [RT_ELEM_BF16] = {"bf16", 2}, [RT_ELEM_BIT] = {"bit", 1},
-    [RT_ELEM_BIT2] = {"bit2", 1},
+#define ELEM(id, name, bytes, bits, value) [RT_ELEM_##id] = {name, bytes, bits},
+#include "runtime/elem_types.def"
+#undef ELEM
 };
 
 size_t
 rt_buf_bytes(const RtBuf *b, int64_t batch)
 {
     size_t n = (size_t)(b->per_batch * batch + b->fixed);
-    return b->type == RT_ELEM_BIT    ? (n + 7) / 8
-           : b->type == RT_ELEM_BIT2 ? (n + 3) / 4
-                                     : n * b->elem;
+    size_t bits = (size_t)elem_types[b->type].bits;
+    return bits ? (n * bits + 7) / 8 : n * b->elem;
 }
 
 static void

@@ -16,12 +16,14 @@
 enum { RT_MAX_NAME = 256, RT_WORK_MAX_DEPTH = 64, RT_MAX_SLOT = 1 << 20 };
 
 typedef enum { RT_BUF_INPUT, RT_BUF_OUTPUT, RT_BUF_WEIGHT, RT_BUF_TEMP } RtBufKind;
-/* element types of buffers, as the description names them (f32 f64 i64 u8 i8 bool f16 bf16 bit;
- * the 16-bit ones only for weights, filled by runtime/layout.h rt_narrow16; bit only for CPU
- * temporaries, 8 elements to a byte: rt_buf_bytes) */
+/* element types of buffers, as the description names them: the rows of runtime/elem_types.def,
+ * the compiler's KType too (the 16-bit ones only for weights, filled by runtime/layout.h
+ * rt_narrow16, or GPU temporaries; bit and bit2 only for CPU temporaries, 8 or 4 elements to a
+ * byte: rt_buf_bytes) */
 typedef enum {
-    RT_ELEM_F32, RT_ELEM_F64, RT_ELEM_I64, RT_ELEM_U8, RT_ELEM_I8, RT_ELEM_BOOL, RT_ELEM_F16,
-    RT_ELEM_BF16, RT_ELEM_BIT, RT_ELEM_BIT2
+#define ELEM(id, name, bytes, bits, value) RT_ELEM_##id,
+#include "runtime/elem_types.def"
+#undef ELEM
 } RtElem;
 
 typedef struct RtBuf {
