@@ -20,16 +20,13 @@ typedef struct Scc {
     bool *on_stack;
     int **users;
     int *nusers;
+    int *vs, *pos; /* the explicit DFS stack: (node, next user position) */
 } Scc;
 
 static void
 scc_visit(Scc *s, int root)
 {
-    /* explicit DFS stack of (node, next user position) */
-    size_t n = (size_t)(s->m->nnodes > 0 ? s->m->nnodes : 0) + 1;
-    int *vs = malloc(n * sizeof *vs), *pos = malloc(n * sizeof *pos);
-    if (!vs || !pos)
-        die("out of memory");
+    int *vs = s->vs, *pos = s->pos;
     int depth = 0;
     vs[0] = root;
     pos[0] = 0;
@@ -65,54 +62,52 @@ scc_visit(Scc *s, int root)
         if (depth >= 0 && s->low[v] < s->low[vs[depth]])
             s->low[vs[depth]] = s->low[v];
     }
-    free(vs);
-    free(pos);
 }
 
 /* Fills lw->region and writes the kernel order: operands first (except through a delay inside a
- * region), each recurrent region contiguous. Returns the count. */
+ * region), each recurrent region contiguous. Returns the count. Memory: lw->scratch. */
 static int
 schedule_order(Lower *lw, const ValueId *topo, ValueId *out)
 {
     const Module *m = lw->m;
+    Arena *a = &lw->scratch;
     int n = m->nnodes;
     size_t nn = (size_t)(n > 0 ? n : 0) + 1;
     Scc s = {0};
     s.m = m;
-    s.index = malloc(nn * sizeof(int));
-    s.low = malloc(nn * sizeof(int));
-    s.comp = malloc(nn * sizeof(int));
-    s.stack = malloc(nn * sizeof(int));
-    s.on_stack = calloc(nn, sizeof(bool));
-    s.users = calloc(nn, sizeof(int *));
-    s.nusers = calloc(nn, sizeof(int));
-    int *rank = malloc(nn * sizeof(int));
-    if (!s.index || !s.low || !s.comp || !s.stack || !s.on_stack || !s.users || !s.nusers || !rank)
-        die("out of memory");
+    s.index = arena_alloc(a, nn * sizeof(int));
+    s.low = arena_alloc(a, nn * sizeof(int));
+    s.comp = arena_alloc(a, nn * sizeof(int));
+    s.stack = arena_alloc(a, nn * sizeof(int));
+    s.vs = arena_alloc(a, nn * sizeof(int));
+    s.pos = arena_alloc(a, nn * sizeof(int));
+    s.on_stack = arena_alloc(a, nn * sizeof(bool));
+    s.users = arena_alloc(a, nn * sizeof(int *));
+    s.nusers = arena_alloc(a, nn * sizeof(int));
+    /* each node's users: counted, then filled */
+    for (int v = 0; v < n; v++)
+        for (int k = 0; k < m->nodes[v].nargs; k++)
+            s.nusers[m->nodes[v].args[k]]++;
     for (int v = 0; v < n; v++) {
+        s.users[v] = arena_alloc(a, ((size_t)s.nusers[v] + 1) * sizeof(int));
+        s.nusers[v] = 0;
         s.index[v] = -1;
-        for (int a = 0; a < m->nodes[v].nargs; a++) {
-            int u = m->nodes[v].args[a];
-            s.users[u] = realloc(s.users[u], (size_t)(s.nusers[u] + 1) * sizeof(int));
-            if (!s.users[u])
-                die("out of memory");
+    }
+    for (int v = 0; v < n; v++)
+        for (int k = 0; k < m->nodes[v].nargs; k++) {
+            int u = m->nodes[v].args[k];
             s.users[u][s.nusers[u]++] = v;
         }
-    }
-    for (int k = 0; k < n; k++)
-        rank[topo[k]] = k;
     for (int k = 0; k < n; k++)
         if (s.index[topo[k]] < 0)
             scc_visit(&s, topo[k]);
     /* size of each component; self loops make a one-node component recurrent too */
-    int *size = calloc((size_t)s.ncomp + 1, sizeof(int));
-    bool *rec = calloc((size_t)s.ncomp + 1, sizeof(bool));
-    if (!size || !rec)
-        die("out of memory");
+    int *size = arena_alloc(a, ((size_t)s.ncomp + 1) * sizeof(int));
+    bool *rec = arena_alloc(a, ((size_t)s.ncomp + 1) * sizeof(bool));
     for (int v = 0; v < n; v++) {
         size[s.comp[v]]++;
-        for (int a = 0; a < m->nodes[v].nargs; a++)
-            if (m->nodes[v].args[a] == v)
+        for (int k = 0; k < m->nodes[v].nargs; k++)
+            if (m->nodes[v].args[k] == v)
                 rec[s.comp[v]] = true;
     }
     for (int v = 0; v < n; v++)
@@ -130,18 +125,6 @@ schedule_order(Lower *lw, const ValueId *topo, ValueId *out)
         for (int k = 0; k < n; k++)
             if (s.comp[topo[k]] == c)
                 out[cnt++] = topo[k];
-    for (int v = 0; v < n; v++)
-        free(s.users[v]);
-    free(s.users);
-    free(s.nusers);
-    free(s.index);
-    free(s.low);
-    free(s.comp);
-    free(s.stack);
-    free(s.on_stack);
-    free(size);
-    free(rec);
-    free(rank);
     return cnt;
 }
 
@@ -498,13 +481,16 @@ kir_lower_for(const Module *m, KTarget target)
     ir_value_numbers(m, p->vnum);
     lw.acc = m->accumulate == ACC_F32 ? KT_F32 : KT_F64;
     int n = m->nnodes;
-    lw.vs = xcalloc((size_t)n + 1, sizeof *lw.vs);
-    lw.is_static = xcalloc((size_t)n + 1, sizeof *lw.is_static);
-    lw.region = xcalloc((size_t)n + 1, sizeof *lw.region);
-    lw.stream = xcalloc((size_t)n + 1, sizeof *lw.stream);
-    ValueId *topo = xcalloc((size_t)n + 1, sizeof *topo);
-    ValueId *order = xcalloc((size_t)n + 1, sizeof *order);
-    KGroup *groups = xcalloc((size_t)n + (size_t)m->noutputs + 1, sizeof *groups);
+    /* what only the lowering needs lives in its scratch arena, freed at the end */
+    Arena *a = &lw.scratch;
+    size_t nn = (size_t)n + 1;
+    lw.vs = arena_alloc(a, nn * sizeof *lw.vs);
+    lw.is_static = arena_alloc(a, nn * sizeof *lw.is_static);
+    lw.region = arena_alloc(a, nn * sizeof *lw.region);
+    lw.stream = arena_alloc(a, nn * sizeof *lw.stream);
+    ValueId *topo = arena_alloc(a, nn * sizeof *topo);
+    ValueId *order = arena_alloc(a, nn * sizeof *order);
+    KGroup *groups = arena_alloc(a, (nn + (size_t)m->noutputs) * sizeof *groups);
     bool is_ok = ir_topo_order(m, topo) == n;
     if (!is_ok) {
         diag_error(m->loc, "kernel IR: the model's nodes have no step order");
@@ -532,13 +518,7 @@ kir_lower_for(const Module *m, KTarget target)
         if (m->memory == MEMORY_REUSE)
             plan_memory(p);
     }
-    free(lw.vs);
-    free(lw.is_static);
-    free(lw.region);
-    free(lw.stream);
-    free(topo);
-    free(order);
-    free(groups);
+    arena_free(a);
     if (!is_ok) {
         kir_free(p);
         return NULL;

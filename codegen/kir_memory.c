@@ -48,9 +48,10 @@ void
 plan_memory(KProgram *p)
 {
     int nb = p->nbufs, nk = p->nkernels;
-    int *first = xmalloc(((size_t)nb + 1) * sizeof *first);
-    int *last = xmalloc(((size_t)nb + 1) * sizeof *last);
-    int *order = xmalloc(((size_t)nb + 1) * sizeof *order);
+    Arena scratch = {0}; /* freed at the end */
+    int *first = arena_alloc(&scratch, ((size_t)nb + 1) * sizeof *first);
+    int *last = arena_alloc(&scratch, ((size_t)nb + 1) * sizeof *last);
+    int *order = arena_alloc(&scratch, ((size_t)nb + 1) * sizeof *order);
     for (int b = 0; b < nb; b++) {
         first[b] = INT32_MAX;
         last[b] = -1;
@@ -109,8 +110,8 @@ plan_memory(KProgram *p)
         p->bufs[b].slot = slot ? slot : ++nslots;
     }
     /* a slot of one buffer is memory of its own (0); the shared ones numbered from 1 in order */
-    int *members = xcalloc((size_t)nslots + 2, sizeof *members);
-    int *renum = xcalloc((size_t)nslots + 2, sizeof *renum);
+    int *members = arena_alloc(&scratch, ((size_t)nslots + 2) * sizeof *members);
+    int *renum = arena_alloc(&scratch, ((size_t)nslots + 2) * sizeof *renum);
     for (int b = 0; b < nb; b++)
         members[p->bufs[b].slot]++;
     int nshared = 0;
@@ -119,9 +120,5 @@ plan_memory(KProgram *p)
         if (sl > 0 && members[sl] > 1 && !renum[sl]) renum[sl] = ++nshared;
         p->bufs[b].slot = sl > 0 && members[sl] > 1 ? renum[sl] : 0;
     }
-    free(members);
-    free(renum);
-    free(first);
-    free(last);
-    free(order);
+    arena_free(&scratch);
 }

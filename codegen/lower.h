@@ -36,6 +36,8 @@ struct Pos;
 typedef struct Lower {
     KProgram *p;
     const Module *m;
+    Arena scratch;   /* what only the lowering needs (per-node tables, the schedule), freed by
+                      * kir_lower_for at its end; the program's own memory is p->arena */
     int T;
     KType acc; /* tiles and the sums they spill to: KT_F64, or KT_F32 under `accumulate f32` */
     VStore *vs;      /* per node */

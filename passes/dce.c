@@ -2,15 +2,14 @@
  * delays included), when it is an input, or when it has weights: inputs and weights are the
  * model's interface (a caller passes every input, a weights file holds every layer's tensors, and
  * an IR dump must still load the file made for its source). Everything else is removed. */
-#include <stdlib.h>
-
 #include "passes/pass.h"
 
 bool
 pass_dce(Module *m, bool *changed)
 {
-    bool *live = xcalloc((size_t)m->nnodes + 1, sizeof *live);
-    ValueId *work = xmalloc(((size_t)m->nnodes + 1) * sizeof *work);
+    Arena scratch = {0}; /* this pass's tables, freed at its end */
+    bool *live = arena_alloc(&scratch, ((size_t)m->nnodes + 1) * sizeof *live);
+    ValueId *work = arena_alloc(&scratch, ((size_t)m->nnodes + 1) * sizeof *work);
     int nwork = 0;
     for (int i = 0; i < m->noutputs; i++)
         if (!live[m->outputs[i]]) live[work[nwork++] = m->outputs[i]] = true;
@@ -23,13 +22,12 @@ pass_dce(Module *m, bool *changed)
         for (int a = 0; a < n->nargs; a++)
             if (!live[n->args[a]]) live[work[nwork++] = n->args[a]] = true;
     }
-    free(work);
     int dead = 0;
     for (ValueId v = 0; v < m->nnodes; v++)
         dead += !live[v];
     bool ok = true;
     if (dead) ok = module_remove_nodes(m, live);
     *changed = dead > 0;
-    free(live);
+    arena_free(&scratch);
     return ok;
 }

@@ -12,8 +12,9 @@
 bool
 pass_fuse(Module *m, bool *changed)
 {
-    int *nusers = xcalloc((size_t)m->nnodes + 1, sizeof *nusers);
-    ValueId *user = xmalloc(((size_t)m->nnodes + 1) * sizeof *user);
+    Arena scratch = {0}; /* this pass's tables, freed at its end */
+    int *nusers = arena_alloc(&scratch, ((size_t)m->nnodes + 1) * sizeof *nusers);
+    ValueId *user = arena_alloc(&scratch, ((size_t)m->nnodes + 1) * sizeof *user);
     for (ValueId v = 0; v < m->nnodes; v++)
         for (int a = 0; a < m->nodes[v].nargs; a++) {
             ValueId u = m->nodes[v].args[a];
@@ -44,7 +45,6 @@ pass_fuse(Module *m, bool *changed)
             n->fused_into = user[v];
             *changed = true;
         }
-    free(nusers);
-    free(user);
+    arena_free(&scratch);
     return true;
 }
