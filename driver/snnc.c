@@ -164,6 +164,18 @@ check_files(const Options *o, const Module *m, const char *snn_weights_path)
     return ok;
 }
 
+/* what main holds, freed at its end (diag's origin points into the import) */
+static void
+release(Module *m, NirImport *import, char *nir_text_path, char *nir_weights_path)
+{
+    module_free(m);
+    diag_set_origin(NULL, NULL, NULL, NULL);
+    nir_import_free(import);
+    free(nir_text_path);
+    free(nir_weights_path);
+    diag_reset();
+}
+
 int
 main(int argc, char **argv)
 {
@@ -182,12 +194,7 @@ main(int argc, char **argv)
     }
     if (m && (is_emit(&o, "snn") || is_emit(&o, "nir"))) {
         int rc = is_emit(&o, "snn") ? emit_snn(&o, nir_weights_path) : emit_nir(m, &o);
-        module_free(m);
-        diag_set_origin(NULL, NULL, NULL, NULL);
-        nir_import_free(&import);
-        free(nir_text_path);
-        free(nir_weights_path);
-        diag_reset();
+        release(m, &import, nir_text_path, nir_weights_path);
         return finish(rc);
     }
     if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
@@ -197,12 +204,7 @@ main(int argc, char **argv)
     }
     if (!m || (o.events_auto && !calibrate_events(m, &o)) || !passes_run(m, &o.passes) ||
         (o.precision_mode && !apply_precision(m, &o))) {
-        module_free(m);
-        diag_set_origin(NULL, NULL, NULL, NULL);
-        nir_import_free(&import);
-        free(nir_text_path);
-        free(nir_weights_path);
-        diag_reset();
+        release(m, &import, nir_text_path, nir_weights_path);
         return 1;
     }
     /* a mark the chosen backend does not do says so (those a statement gave; passes choose for
@@ -235,12 +237,7 @@ main(int argc, char **argv)
         else
             rc = run(m, &o);
     }
-    module_free(m);
-    diag_set_origin(NULL, NULL, NULL, NULL);
-    nir_import_free(&import);
-    free(nir_text_path);
-    free(nir_weights_path);
-    diag_reset();
+    release(m, &import, nir_text_path, nir_weights_path);
     return finish(rc);
 }
 
