@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""The strongest CPU peer: each benchmark network written by hand in PyTorch, eager and under
+torch.compile, against snnc's model.so in the same run.
+
+    python3 bench/cpu/handwritten.py [--quick] [--only mlp,conv,lif] [--no-compile]
+                                     [--json bench/cpu/handwritten.json]
+
+What "by hand" means (shared/reference/benchmarks.md): no framework, the layers that see the same
+input at every step (the direct-encoded image's first layer, with its batchnorm) computed once,
+the time loop in tensor ops, every later layer batched over all T steps at once (one GEMM or conv
+over T*B rows, as snnc's time-batch pass does), torch.inference_mode, 2 threads. The networks and
+neurons are the suite's (bench/cpu/peers.py): the Fashion-MNIST MLP (784-256-10, LIF tau=2 with
+SpikingJelly's decay_input update v + (x - v)/tau and hard reset to 0, T=8, its trained weights),
+the conv SNN (SpikingJelly's conv_fashion_mnist CSNN, IF, T=4, the suite's weights) and one LIF
+layer (2^20 neurons, T=8). torch.compile: the default inductor backend, compiled by a first call
+that is reported and not timed.
+
+Outputs are compared in the same run with SpikingJelly's (written by peers.py to bench/cpu/out/;
+run it first) and with snnc's model.so (built here with build-rel/driver/snnc, timed by
+build-rel/bench/snnc_bench like the peers: a warm-up pass, then the median of passes, and batch-1
+latency as the median of single-image runs). Prints a table and writes the JSON (machine,
+versions, commands, every figure with its repeats)."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import peers  # noqa: E402  (the suite's set-up: malloc settings, threads, data, helpers)
+from peers import (CONV_T, LIF_T, MLP_T, OUT, ROOT, SNNC, SNNC_BENCH, argmax_first,  # noqa: E402
+                   latency, load_avg, median_ms, outputs, throughput)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+
+
+# ---- the networks, by hand ----------------------------------------------------------------------
+
+def lif_step(v, x):
+    """SpikingJelly LIFNode(tau=2), decay_input, hard reset to 0: its operation order."""
+    h = v + (x - v) / 2.0
+    s = (h >= 1.0).to(h.dtype)
+    return h * (1.0 - s), s
+
+
+def if_step(v, x):
+    """IFNode(v_th=1), hard reset to 0."""
+    h = v + x
+    s = (h >= 1.0).to(h.dtype)
+    return h * (1.0 - s), s
+
+
+class MLP:
+    def __init__(self):
+        w = {k: torch.from_numpy(v.astype(np.float32))
+             for k, v in load_file(str(ROOT / "examples" / "fmnist_mlp.safetensors")).items()}
+        self.w1, self.b1 = w["fc1.weight"], w["fc1.bias"]
+        self.w2, self.b2 = w["fc2.weight"], w["fc2.bias"]
+
+    def __call__(self, img):  # [B, 1, 28, 28] -> rate [B, 10]
+        c1 = F.linear(img.flatten(1), self.w1, self.b1)  # the same at every step: once
+        v = torch.zeros_like(c1)
+        s1 = []
+        for _ in range(MLP_T):
+            v, s = lif_step(v, c1)
+            s1.append(s)
+        c2 = F.linear(torch.stack(s1), self.w2, self.b2)  # [T, B, 10]: one GEMM over T*B rows
+        v = torch.zeros_like(c2[0])
+        total = torch.zeros_like(c2[0])
+        for t in range(MLP_T):
+            v, s = lif_step(v, c2[t])
+            total = total + s
+        return total / MLP_T
+
+
+class Conv:
+    def __init__(self):
+        w = {k: torch.from_numpy(v) for k, v in peers.conv_weights("default")[0].items()}
+        self.w = w
+
+    def _bn(self, x, i):
+        w = self.w
+        return F.batch_norm(x, w[f"conv_fc.{i}.running_mean"], w[f"conv_fc.{i}.running_var"],
+                            w[f"conv_fc.{i}.weight"], w[f"conv_fc.{i}.bias"], False, 0.0, 1e-5)
+
+    def __call__(self, img):  # [B, 1, 28, 28] -> rate [B, 10]
+        w, T, B = self.w, CONV_T, img.shape[0]
+        x1 = self._bn(F.conv2d(img, w["conv_fc.0.weight"], padding=1), 1)  # once
+        v = torch.zeros_like(x1)
+        s1 = []
+        for _ in range(T):
+            v, s = if_step(v, x1)
+            s1.append(s)
+        p1 = F.max_pool2d(torch.cat(s1), 2)  # [T*B, 128, 14, 14]
+        x2 = self._bn(F.conv2d(p1, w["conv_fc.4.weight"], padding=1), 5).view(T, B, -1, 14, 14)
+        v = torch.zeros_like(x2[0])
+        s2 = []
+        for t in range(T):
+            v, s = if_step(v, x2[t])
+            s2.append(s)
+        p2 = F.max_pool2d(torch.cat(s2), 2).flatten(1)  # [T*B, 6272]
+        x3 = F.linear(p2, w["conv_fc.9.weight"]).view(T, B, -1)
+        v = torch.zeros_like(x3[0])
+        s3 = []
+        for t in range(T):
+            v, s = if_step(v, x3[t])
+            s3.append(s)
+        x4 = F.linear(torch.cat(s3), w["conv_fc.11.weight"]).view(T, B, -1)
+        v = torch.zeros_like(x4[0])
+        total = torch.zeros_like(x4[0])
+        for t in range(T):
+            v, s = if_step(v, x4[t])
+            total = total + s
+        return total / T
+
+
+def lif_layer(x):  # [T, N] -> spikes [T, N]
+    v = torch.zeros_like(x[0])
+    out = []
+    for t in range(x.shape[0]):
+        v, s = lif_step(v, x[t])
+        out.append(s)
+    return torch.stack(out)
+
+
+# ---- snnc's model.so in the same run ------------------------------------------------------------
+
+def snnc_so(model: Path, build_flags: list[str], bench_flags: list[str], work: Path, name: str,
+            commands: list[str]) -> dict | None:
+    if not SNNC.exists() or not SNNC_BENCH.exists():
+        return None
+    so = work / f"{name}.so"
+    build = [str(SNNC), str(model), "-o", str(so), "--cuda-arch=none", "-q"] + build_flags
+    bench = [str(SNNC_BENCH), str(so), "--threads=2", f"--output={work / name}.npy"] + bench_flags
+    commands += [" ".join(build), " ".join(bench)]
+    subprocess.run(build, check=True)
+    r = json.loads(subprocess.run(bench, check=True, capture_output=True, text=True).stdout)
+    r["output"] = np.load(work / f"{name}.npy")
+    return r
+
+
+def agree(a, b) -> float | None:
+    if a is None or b is None:
+        return None
+    n = min(len(a), len(b))
+    return round(float((np.asarray(a[:n]) == np.asarray(b[:n])).mean()), 6)
+
+
+def saved(name: str):
+    p = OUT / name
+    return np.load(p) if p.exists() else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer images and repeats")
+    ap.add_argument("--only", default="mlp,conv,lif")
+    ap.add_argument("--no-compile", action="store_true", help="eager only")
+    ap.add_argument("--json", type=Path, default=HERE / "handwritten.json")
+    a = ap.parse_args()
+    torch.set_num_threads(peers.THREADS)
+    only = set(a.only.split(","))
+    repeats = 2 if a.quick else 5
+    xte, labels = peers.test_set()
+    work = Path(tempfile.mkdtemp(prefix="snnc-handwritten-"))
+    commands: list[str] = [" ".join([sys.executable] + sys.argv)]
+    res = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "machine": peers.machine(), "threads": peers.THREADS,
+           "versions": {"torch": torch.__version__, "numpy": np.__version__},
+           "load_avg_start": load_avg(), "commands": commands}
+    rows = []
+
+    def variants(fn):
+        yield "eager", fn, 0.0
+        if not a.no_compile:
+            yield "compiled", torch.compile(fn), None
+
+    with torch.inference_mode():
+        if "mlp" in only:
+            n = 2048 if a.quick else 10000
+            x = xte[:n]
+            net = MLP()
+            sj = saved("mlp_rate_spikingjelly.npy")
+            out = {}
+            for kind, fn, _ in variants(net):
+                t0 = time.perf_counter()
+                rates = outputs(fn, x, 256)  # the first call compiles
+                first_s = time.perf_counter() - t0
+                tp = throughput(fn, x, 256, repeats, warmup=False)
+                lat = latency(fn, xte, 50 if a.quick else 200, 10)
+                pred = argmax_first(rates)
+                out[kind] = {"throughput_b256": tp, "latency_b1": lat, "first_pass_s": round(first_s, 2),
+                             "accuracy": round(float((pred == labels[:n]).mean()), 4),
+                             "rates_equal_spikingjelly": agree(rates, sj[:n] if sj is not None else None)}
+                rows.append(("MLP T=8", f"by hand, {kind}", tp["images_per_s"], lat["median_ms"],
+                             out[kind]["rates_equal_spikingjelly"]))
+            so = snnc_so(ROOT / "examples/fmnist_mlp.snn", [],
+                         ["--fmnist", "--batch=256", f"--limit={n}", f"--repeats={repeats}",
+                          "--latency-runs=200"], work, "mlp", commands)
+            if so:
+                out["snnc_so"] = {k: v for k, v in so.items() if k != "output"}
+                out["snnc_so"]["rates_equal_spikingjelly"] = agree(so["output"], sj[:n] if sj is not None else None)
+                rows.append(("MLP T=8", "snnc model.so", so["images_per_s"], so.get("latency_b1_ms"),
+                             out["snnc_so"]["rates_equal_spikingjelly"]))
+            res["mlp"] = out
+        if "conv" in only:
+            n = 256 if a.quick else 1024
+            x = xte[:n]
+            net = Conv()
+            sj = saved("conv_rate_spikingjelly.npy")
+            out = {}
+            for kind, fn, _ in variants(net):
+                t0 = time.perf_counter()
+                rates = outputs(fn, x, 64)
+                first_s = time.perf_counter() - t0
+                tp = throughput(fn, x, 64, repeats, warmup=False)
+                lat = latency(fn, xte, 16 if a.quick else 32, 3)
+                out[kind] = {"throughput_b64": tp, "latency_b1": lat, "first_pass_s": round(first_s, 2),
+                             "rates_equal_spikingjelly": agree(rates, sj[:n] if sj is not None else None)}
+                rows.append(("conv T=4", f"by hand, {kind}", tp["images_per_s"], lat["median_ms"],
+                             out[kind]["rates_equal_spikingjelly"]))
+            so = snnc_so(ROOT / "examples/fmnist_conv.snn", ["--no-embed-weights"],
+                         ["--fmnist", "--batch=64", f"--limit={n}", f"--repeats={repeats}",
+                          "--latency-runs=32", f"--weights={peers.CONV_WEIGHTS}"], work, "conv",
+                         commands)
+            if so:
+                out["snnc_so"] = {k: v for k, v in so.items() if k != "output"}
+                out["snnc_so"]["rates_equal_spikingjelly"] = agree(so["output"], sj[:n] if sj is not None else None)
+                rows.append(("conv T=4", "snnc model.so", so["images_per_s"], so.get("latency_b1_ms"),
+                             out["snnc_so"]["rates_equal_spikingjelly"]))
+            res["conv"] = out
+        if "lif" in only:
+            x = peers.lif_input()
+            nbytes = 2 * 4 * LIF_T * peers.LIF_N
+            sj = saved("lif_spikes_packed_spikingjelly.npy")
+            out = {}
+            for kind, fn, _ in variants(lif_layer):
+                t0 = time.perf_counter()
+                s = fn(x)
+                first_s = time.perf_counter() - t0
+                ms, runs = median_ms(lambda: fn(x), 4 if a.quick else 11)
+                packed = np.packbits(s.numpy().astype(bool), axis=-1)
+                out[kind] = {"median_ms": round(ms, 3), "runs_ms": runs, "first_call_s": round(first_s, 2),
+                             "GB_per_s": round(nbytes / ms / 1e6, 2),
+                             "spikes_equal_spikingjelly": agree(packed, sj)}
+                rows.append(("LIF 2^20 T=8", f"by hand, {kind}", f"{nbytes / ms / 1e6:.2f} GB/s",
+                             round(ms, 3), out[kind]["spikes_equal_spikingjelly"]))
+            lif_x = work / "lif.npy"
+            np.save(lif_x, x.numpy()[None])
+            so = snnc_so(ROOT / "examples/lif_layer.snn", [],
+                         [f"--input={lif_x}", "--batch=1", f"--repeats={4 if a.quick else 11}"], work,
+                         "lif", commands)
+            if so:
+                ms = 1e3 * so["median_pass_s"] if "median_pass_s" in so else None
+                out["snnc_so"] = {k: v for k, v in so.items() if k != "output"}
+                if ms:
+                    out["snnc_so"]["GB_per_s"] = round(nbytes / ms / 1e6, 2)
+                    rows.append(("LIF 2^20 T=8", "snnc model.so", f"{nbytes / ms / 1e6:.2f} GB/s",
+                                 round(ms, 3), None))
+            res["lif"] = out
+    res["load_avg_end"] = load_avg()
+    a.json.write_text(json.dumps(res, indent=1) + "\n")
+    print(f"{'workload':13s} | {'implementation':22s} | {'throughput':>16s} | {'b1 / pass ms':>12s} | same as SJ")
+    for w, impl, tp, ms, ag in rows:
+        tps = tp if isinstance(tp, str) else f"{tp:,.1f} img/s"
+        print(f"{w:13s} | {impl:22s} | {tps:>16s} | {ms if ms is not None else '-':>12} | {ag}")
+    print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()
