@@ -128,7 +128,8 @@ typedef enum {
 #include "codegen/kir_ops.def"
 #undef KUN
 } KUn;
-/* REM and BITAND: i64 only (BITAND: the bits both operands have) */
+/* REM, BITAND, BITOR and SHL: i64 only (BITAND: the bits both operands have; BITOR: the bits
+ * either has; SHL: a shifted left by b, 0 <= b < 64) */
 typedef enum {
 #define KBIN(id, spelling) KB_##id,
 #include "codegen/kir_ops.def"

@@ -210,6 +210,11 @@ eval_bin(Eval *ev, const KExpr *e)
     case KB_MIN: r.i = x < y ? x : y; break;
     case KB_MAX: r.i = x > y ? x : y; break;
     case KB_BITAND: r.i = x & y; break;
+    case KB_BITOR: r.i = x | y; break;
+    case KB_SHL:
+        if (y < 0 || y > 63) efail(ev, "kernel IR: shift by %lld", (long long)y);
+        r.i = (int64_t)((uint64_t)x << y);
+        break;
     case KB_LT: r.i = x < y; break;
     case KB_LE: r.i = x <= y; break;
     case KB_GT: r.i = x > y; break;

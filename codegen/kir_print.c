@@ -76,7 +76,9 @@ prec(const KExpr *e)
     case KB_MUL:
     case KB_DIV:
     case KB_REM:
-    case KB_BITAND: return 5;
+    case KB_BITAND:
+    case KB_BITOR:
+    case KB_SHL: return 5;
     default: return 10; /* min, max, pow: calls */
     }
 }

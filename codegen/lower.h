@@ -96,9 +96,17 @@ typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
  *       each weight vector loaded once for the block. Terms in k order: the interpreter's sum.
  *     spikes, at most DENSE_SPIKE_TILE outputs: the same blocks with all outputs in one tile,
  *       zero inputs skipped lane-wise (fma_nz, no branch to mispredict on dense spike trains).
- *     spikes, more outputs: event-driven, one scan of the input per row; each spike adds its
- *       contiguous weight row into the row's f64 accumulators in memory (L1-resident), tile by
- *       tile. Terms in k order.
+ *     spikes, more outputs: event-driven. 0/1 spikes of a batched or static layer are grouped by
+ *       input neuron over a block of EVENT_RB rows (every row of T*B, all steps and samples): one
+ *       word per input neuron k says which rows of the block spiked on it; then, per tile of
+ *       EVENT_NT outputs, k runs over the inputs once and each row that spiked on k adds the same
+ *       weight vector W[k][tile] (in L1 since the previous row's add) into its accumulators
+ *       (EVENT_RB tiles in L1). A weight row is read once per block instead of once per spike.
+ *       The parallel loop runs over (chunk of EVENT_CHUNK outputs, row block), chunk outer, so
+ *       the blocks a thread takes reuse one chunk's weights from the last-level cache. Other
+ *       spikes (bit pairs, a layer in a step loop): one scan of the input per row, each spike
+ *       adding its weight row into the row's accumulators in memory, tile by tile. Terms in k
+ *       order either way.
  *   conv2d, weight [out][in/g][kh][kw] -> [in/g][kh][kw][out], output NCHW as before (a tile is
  *     stored channel by channel, OH*OW apart):
  *     real-valued input: per channel tile (outer: its weights stay in cache), per output pixel,
@@ -121,6 +129,9 @@ enum {
     DENSE_SPIKE_TILE = 32, /* most outputs a spike-fed dense layer keeps in one tile */
     SCATTER_NT = 32,       /* lanes per step of the event-driven dense scatter */
     CONV_NT = 32,          /* channels per conv tile */
+    EVENT_RB = 64,         /* rows whose spikes are grouped by input neuron (bits of a word) */
+    EVENT_NT = 32,         /* outputs per tile of the grouped events (f64 lanes) */
+    EVENT_CHUNK = 512,     /* outputs per parallel chunk of the grouped events */
 };
 
 /* body(o0, lanes) for the tiles of [0, n): a loop over the full tiles of nt lanes, then the
@@ -293,6 +304,7 @@ tile(Lower *lw, const char *name, int lanes)
 /* lower_base.c */
 int add_buf(Lower *lw, const char *name, KType t, KSize size, KBufKind kind, int io, ValueId v);
 int scratch_buf(Lower *lw, const char *name, KType t, int64_t elems);
+int scratch_buf_sized(Lower *lw, const char *name, KType t, KSize size);
 const char *value_name(Lower *lw, ValueId v);
 void begin_kernel(Lower *lw, ValueId v, const char *what, bool is_step);
 void begin_fused_kernel(Lower *lw, ValueId scan, ValueId v, const char *how);

@@ -25,7 +25,13 @@ add_buf(Lower *lw, const char *name, KType t, KSize size, KBufKind kind, int io,
 int
 scratch_buf(Lower *lw, const char *name, KType t, int64_t elems)
 {
-    int b = add_buf(lw, name, t, (KSize){elems, 0}, KB_TEMP, -1, -1);
+    return scratch_buf_sized(lw, name, t, (KSize){elems, 0});
+}
+
+int
+scratch_buf_sized(Lower *lw, const char *name, KType t, KSize size)
+{
+    int b = add_buf(lw, name, t, size, KB_TEMP, -1, -1);
     lw->p->bufs[b].is_written_first = true;
     return b;
 }

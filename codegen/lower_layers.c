@@ -487,6 +487,113 @@ scatter_spike(Lower *lw, Cur c, KExpr *k, void *ctx)
     for_tiles(lw, c, s->O, SCATTER_NT, scatter_add, s);
 }
 
+/* the grouped events of a block of rows (lower_dense_by_input) */
+typedef struct ByInput {
+    ValueId v;
+    int64_t K, O, nt; /* inputs, outputs, lanes per tile (the accumulator stride of a row) */
+    int w, bias, masks, acc;
+    KExpr *mb, *ab, *r0, *nr, *chunk0; /* mask and accumulator bases, first row, rows, chunk start */
+    int mv, nv, iv;                    /* locals: the mask, its count, the row in the block */
+} ByInput;
+
+/* SpikeBody: input k spiked in row iv of the block: masks[mb + k] |= 1 << iv */
+static void
+by_input_mark(Lower *lw, Cur c, KExpr *k, void *ctx)
+{
+    const ByInput *g = ctx;
+    KExpr *at = bin(lw, KB_ADD, g->mb, k);
+    s_store(lw, c, g->masks, at,
+            bin(lw, KB_BITOR, kx_load(lw->p, g->masks, at), bin(lw, KB_SHL, ci(lw, 1), var(lw, g->iv))));
+}
+
+/* one tile of outputs [chunk0 + o0, + lanes) of the block: accumulators from the bias; for each
+ * input k in order, the rows whose bit is set add W[k][tile]; then stored, row by row */
+static void
+by_input_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const ByInput *g = ctx;
+    KExpr *o = bin(lw, KB_ADD, g->chunk0, o0), *i, *k, *j;
+    int t = tile(lw, "acc", lanes);
+    KStmt *fi = loop(lw, c, "i", g->nr, false, &i);
+    tile_init(lw, body(fi), t, g->bias, o);
+    s_tile(lw, body(fi), KS_VSTORE, t, g->acc, bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, i, ci(lw, g->nt))),
+           NULL);
+    KStmt *fk = loop(lw, c, "k", ci(lw, g->K), false, &k);
+    s_assign(lw, body(fk), g->mv, kx_load(lw->p, g->masks, bin(lw, KB_ADD, g->mb, k)));
+    s_assign(lw, body(fk), g->nv, kx_un(lw->p, KU_POPCOUNT, var(lw, g->mv)));
+    KStmt *fj = loop(lw, body(fk), "j", var(lw, g->nv), false, &j);
+    Cur in = body(fj);
+    s_assign(lw, in, g->iv, kx_un(lw->p, KU_CTZ, var(lw, g->mv)));
+    s_assign(lw, in, g->mv, bin(lw, KB_BITAND, var(lw, g->mv), bin(lw, KB_SUB, var(lw, g->mv), ci(lw, 1))));
+    KExpr *ai = bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, var(lw, g->iv), ci(lw, g->nt)));
+    s_tile(lw, in, KS_VLOAD, t, g->acc, ai, NULL);
+    tile_fma(lw, in, t, kx_const(lw->p, KT_F64, 1), g->w,
+             bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, g->O)), o), false);
+    s_tile(lw, in, KS_VSTORE, t, g->acc, ai, NULL);
+    KStmt *fs = loop(lw, c, "i", g->nr, false, &i);
+    s_tile(lw, body(fs), KS_VLOAD, t, g->acc, bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, i, ci(lw, g->nt))),
+           NULL);
+    Pos py = row_pos(lw, g->v, bin(lw, KB_ADD, g->r0, i), o);
+    tile_store(lw, body(fs), g->v, &py, 1, t);
+}
+
+/* dense over 0/1 spikes, grouped by input neuron over blocks of EVENT_RB rows (lower.h) */
+static void
+lower_dense_by_input(Lower *lw, ValueId v, int w, int bias)
+{
+    ValueId x = lw->m->nodes[v].args[0];
+    ByInput g = {v, lw->vs[x].numel, lw->vs[v].numel, tile_lanes(lw, EVENT_NT), w, bias, -1, -1,
+                 NULL, NULL, NULL, NULL, NULL, local(lw, "m", KT_I64), local(lw, "nset", KT_I64),
+                 local(lw, "i", KT_I64)};
+    int64_t chunk = g.O <= EVENT_CHUNK ? g.O : EVENT_CHUNK, nc = (g.O + chunk - 1) / chunk;
+    /* the blocks of a batch of B: at most per_row * B / EVENT_RB + 1 */
+    int64_t per_row = ctx_of(lw, v) == CTX_BATCHED ? lw->T : 1;
+    const char *vn = value_name(lw, v);
+    int64_t mask_words = nc * g.K, acc_elems = nc * EVENT_RB * g.nt;
+    g.masks = scratch_buf_sized(lw, arena_printf(&lw->p->arena, "%s.by_input", vn), KT_I64,
+                                (KSize){(mask_words * per_row + EVENT_RB - 1) / EVENT_RB, mask_words});
+    g.acc = scratch_buf_sized(lw, arena_printf(&lw->p->arena, "%s.acc", vn), lw->acc,
+                              (KSize){(acc_elems * per_row + EVENT_RB - 1) / EVENT_RB, acc_elems});
+    KExpr *R = rows_of(lw, v);
+    KExpr *nrb = bin(lw, KB_DIV, bin(lw, KB_ADD, R, ci(lw, EVENT_RB - 1)), ci(lw, EVENT_RB));
+    KExpr *q, *k, *i;
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, ci(lw, nc), nrb), true, &q);
+    Cur c = body(fq);
+    int ocv = local(lw, "oc", KT_I64), r0v = local(lw, "r0", KT_I64), nrv = local(lw, "nr", KT_I64);
+    s_assign(lw, c, ocv, bin(lw, KB_DIV, q, nrb));
+    s_assign(lw, c, r0v, bin(lw, KB_MUL, bin(lw, KB_REM, q, nrb), ci(lw, EVENT_RB)));
+    s_assign(lw, c, nrv, bin(lw, KB_MIN, ci(lw, EVENT_RB), bin(lw, KB_SUB, R, var(lw, r0v))));
+    g.r0 = var(lw, r0v);
+    g.nr = var(lw, nrv);
+    g.mb = bin(lw, KB_MUL, q, ci(lw, g.K));
+    g.ab = bin(lw, KB_MUL, q, ci(lw, EVENT_RB * g.nt));
+    /* which rows of the block spiked on each input */
+    KStmt *fz = loop(lw, c, "k", ci(lw, g.K), false, &k);
+    s_store(lw, body(fz), g.masks, bin(lw, KB_ADD, g.mb, k), ci(lw, 0));
+    KStmt *fi = loop(lw, c, "i", g.nr, false, &i);
+    s_assign(lw, body(fi), g.iv, i);
+    Pos ps = row_pos(lw, v, bin(lw, KB_ADD, g.r0, i), NULL);
+    if (is_bits(lw, x)) {
+        for_bit_spikes(lw, body(fi), x, &ps, ci(lw, 0), g.K, by_input_mark, &g);
+    } else {
+        KStmt *fk = loop(lw, body(fi), "k", ci(lw, g.K), false, &k);
+        Pos px = ps;
+        px.i = k;
+        KStmt *nz = s_if(lw, body(fk), bin(lw, KB_NE, to(lw, KT_F64, vload(lw, x, &px)), kx_const(lw->p, KT_F64, 0)));
+        by_input_mark(lw, body(nz), k, &g);
+    }
+    /* the chunk's tiles (the last chunk may be shorter) */
+    g.chunk0 = bin(lw, KB_MUL, var(lw, ocv), ci(lw, chunk));
+    if (g.O % chunk == 0) {
+        for_tiles(lw, c, chunk, (int)(g.nt < chunk ? g.nt : chunk), by_input_tile, &g);
+        return;
+    }
+    KStmt *full = s_if(lw, c, bin(lw, KB_LT, var(lw, ocv), ci(lw, nc - 1)));
+    for_tiles(lw, body(full), chunk, (int)g.nt, by_input_tile, &g);
+    int64_t last = g.O - (nc - 1) * chunk;
+    for_tiles(lw, els(full), last, (int)(g.nt < last ? g.nt : last), by_input_tile, &g);
+}
+
 /* dense over spikes: acc[o] = bias[o], then for each k with x[k] != 0, acc[o] += x[k] W[o][k] */
 void
 lower_dense_events(Lower *lw, ValueId v)
@@ -496,6 +603,10 @@ lower_dense_events(Lower *lw, ValueId v)
     int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
     int w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
     int bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
+    if (ctx_of(lw, v) != CTX_STEP && bits_of(lw, x) != 2 && lw->m->nodes[x].type.dtype == DT_SPIKE) {
+        lower_dense_by_input(lw, v, w, bias);
+        return;
+    }
     Pos ps;
     Cur c = open_rows(lw, v, &ps);
     KExpr *k;

@@ -213,6 +213,8 @@ bin(Gen *g, const KExpr *e)
         break;
     case KB_REM:
     case KB_BITAND:
+    case KB_BITOR:
+    case KB_SHL:
         if (is_float(t)) die("cuda_gen: %s of %s", kbin_str(op), ktype_name(t));
         break;
     default: break;

@@ -759,6 +759,14 @@ bin_value(Gen *g, int op, KType t, LLVMValueRef a, LLVMValueRef bv, KType rtype)
         }
         r = LLVMBuildAnd(b, a, bv, "");
         break;
+    case KB_BITOR:
+    case KB_SHL:
+        if (is_f) {
+            gen_fail(g, "kernel %s: %s on a float", g->k->name, kbin_str(op));
+            return LLVMGetUndef(type_like(g, rtype, a));
+        }
+        r = op == KB_BITOR ? LLVMBuildOr(b, a, bv, "") : LLVMBuildShl(b, a, bv, "");
+        break;
     case KB_MIN:
         r = gen_minmax(g, true, t, a, bv);
         break;

@@ -339,8 +339,9 @@ test_conv(void)
 
 /* Dense and conv2d as tiles (kir.h KS_V*): the register-blocked GEMM with output tiles that do and
  * do not divide the layer and row blocks that do and do not divide the batch; spike tiles (fma_nz)
- * over u8 and i8 spikes; the event-driven scatter; gathered convolutions with groups, strides,
- * dilation and padding; spike-list convolutions; static, per-step and recurrent rows */
+ * over u8 and i8 spikes; the event-driven scatter, per row and grouped by input; gathered
+ * convolutions with groups, strides, dilation and padding; spike-list convolutions; static,
+ * per-step and recurrent rows */
 static void
 test_layers(void)
 {
@@ -385,8 +386,12 @@ test_layers(void)
                                      "%acc.4)"));
     CHECK(printed && strstr(printed, "for %r in %r0..B {"));
     CHECK(printed && strstr(printed, "= fma_nz(f64(@q[%r0 * 45 + %k.6]), @e.weight[%k.6 * 9"));
-    CHECK(printed && strstr(printed, "vstore @b.acc[%r * 40 + lanes(32)] = %acc"));
-    CHECK(printed && strstr(printed, "vstore @b.acc[%r * 40 + 32 + lanes(8)] = %acc"));
+    /* many outputs over 0/1 spikes: grouped by input over a block of rows (a word of row bits
+     * per input), tiles of 32 and 8; over bit pairs (d): the per-row scatter */
+    CHECK(printed && strstr(printed, "@b.by_input[%q * 45 + %k.9] | (1 << %i.2)"));
+    CHECK(printed && strstr(printed, "%nr = min(64, 3 * B - %r0)"));
+    CHECK(printed && strstr(printed, "vstore @b.acc[%q * 2048 + %i.2 * 32 + lanes(8)] = %acc"));
+    CHECK(printed && strstr(printed, "vstore @d.acc[%r * 70 + 64 + lanes(6)] = %acc"));
     free(printed);
     printed = NULL;
     snprintf(text, sizeof text, "%s%s", neuron, conv);
