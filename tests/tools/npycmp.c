@@ -1,6 +1,6 @@
 /* npycmp: compares arrays written by snnc (.npy/.npz) with expected ones, for tests. Spikes exactly,
  * other values within |a - b| <= atol + rtol * |b|; or, with --argmax, the argmax of score rows against
- * predicted labels. Mismatches are reported by name and index ([sample, step, neuron] for sequences). */
+ * predicted labels (the first N of them, for N rows: a run over the first N images). Mismatches are reported by name and index ([sample, step, neuron] for sequences). */
 #include "runtime/tensor_io.h"
 
 #include <math.h>
@@ -96,8 +96,8 @@ compare(const Opts *o, const RtTensor *a, const RtTensor *b, const char *name)
 static int
 argmax_agree(const Opts *o, const RtTensor *scores, const RtTensor *pred)
 {
-    if (scores->rank != 2 || pred->rank != 1 || scores->dims[0] != pred->dims[0]) {
-        fprintf(stderr, "npycmp: --argmax wants scores [N, K] and predictions [N]\n");
+    if (scores->rank != 2 || pred->rank != 1 || scores->dims[0] > pred->dims[0]) {
+        fprintf(stderr, "npycmp: --argmax wants scores [N, K] and predictions [M >= N]\n");
         return 1;
     }
     int64_t n = scores->dims[0], k = scores->dims[1], agree = 0;
