@@ -11,7 +11,7 @@ the time loop in tensor ops, every later layer batched over all T steps at once 
 over T*B rows, as snnc's time-batch pass does), torch.inference_mode, 2 threads. The networks and
 neurons are the suite's (bench/cpu/peers.py): the Fashion-MNIST MLP (784-256-10, LIF tau=2 with
 SpikingJelly's decay_input update v + (x - v)/tau and hard reset to 0, T=8, its trained weights),
-the conv SNN (SpikingJelly's conv_fashion_mnist CSNN, IF, T=4, the suite's weights) and one LIF
+the conv SNN (SpikingJelly's conv_fashion_mnist CSNN, IF, T=4, the example's trained weights) and one LIF
 layer (2^20 neurons, T=8). torch.compile: the default inductor backend, compiled by a first call
 that is reported and not timed.
 
@@ -84,7 +84,7 @@ class MLP:
 
 class Conv:
     def __init__(self):
-        w = {k: torch.from_numpy(v) for k, v in peers.conv_weights("default")[0].items()}
+        w = {k: torch.from_numpy(v) for k, v in peers.conv_weights()[0].items()}
         self.w = w
 
     def _bn(self, x, i):
@@ -213,7 +213,7 @@ def main():
                              out["snnc_so"]["rates_equal_spikingjelly"]))
             res["mlp"] = out
         if "conv" in only:
-            n = 256 if a.quick else 1024
+            n = 256 if a.quick else 2048
             x = xte[:n]
             net = Conv()
             sj = saved("conv_rate_spikingjelly.npy")
@@ -230,7 +230,7 @@ def main():
                              out[kind]["rates_equal_spikingjelly"]))
             so = snnc_so(ROOT / "examples/fmnist_conv.snn", ["--no-embed-weights"],
                          ["--fmnist", "--batch=64", f"--limit={n}", f"--repeats={repeats}",
-                          "--latency-runs=32", f"--weights={peers.CONV_WEIGHTS}"], work, "conv",
+                          "--latency-runs=32", f"--weights={peers.conv_weights()[1]}"], work, "conv",
                          commands)
             if so:
                 out["snnc_so"] = {k: v for k, v in so.items() if k != "output"}

@@ -9,9 +9,10 @@ Workloads (see bench/README.md for what every figure means):
         weights of examples/fmnist_mlp.safetensors read as f32. Images/s at batch 256 over the
         10,000 Fashion-MNIST test images; batch-1 latency (median of 200 single-image runs).
   conv  examples/fmnist_conv.snn: SpikingJelly's Fashion-MNIST conv SNN (128 channels, IF neurons,
-        T=4). Weights: PyTorch default initialisation from a fixed seed, written once to
-        bench/cpu/fmnist_conv_bench.safetensors (regenerated deterministically when absent).
-        Images/s at batch 64 over the first 1,024 test images; batch-1 latency.
+        T=4). Weights: the example's, trained one epoch by SpikingJelly
+        (examples/fmnist_conv.safetensors, f16 read as f32; --conv-weights=default or
+        bn-calibrated for the untrained ones of bench/cpu/fmnist_conv_bench*.safetensors).
+        Images/s at batch 64 over the first 2,048 test images; batch-1 latency.
   lif   examples/lif_layer.snn: one multi-step LIF layer, N=2^20, T=8, forward: ms per forward and
         effective GB/s (input 4*T*N bytes read + float spikes 4*T*N bytes written).
 
@@ -35,7 +36,7 @@ snnTorch's Leaky is configured to match SpikingJelly's neurons as closely as it 
 Outputs: a table on stdout; bench/cpu/peers.json (machine, versions, date, commands, every figure;
 --quick writes bench/cpu/out/peers_quick.json instead so a smoke run never overwrites a full
 one); the peers' outputs under bench/cpu/out/ (git-ignored): MLP predictions (uint8 [10000]) and
-rates, conv rates ([1024, 10] f32), packed LIF spikes.
+rates, conv rates ([2048, 10] f32), packed LIF spikes.
 
 The snnc side is `run_snnc()`: it runs `build-rel/driver/snnc --run ... --report=json` for each
 backend and compares its outputs with the peers'. Backends: $SNNC_BACKENDS (comma list), else the
@@ -108,6 +109,7 @@ MLP_T, CONV_T, LIF_T = 8, 4, 8
 LIF_N = 1 << 20
 CONV_SEED = 2024          # the seed of examples/fmnist_conv.snn
 CONV_CH = 128
+CONV_WEIGHTS_TRAINED = ROOT / "examples" / "fmnist_conv.safetensors"
 CONV_WEIGHTS = HERE / "fmnist_conv_bench.safetensors"
 CONV_WEIGHTS_BNCAL = HERE / "fmnist_conv_bench_bncal.safetensors"
 CONV_CAL_IMAGES = 512     # training images whose batch statistics set the BN running stats (bn-calibrated)
@@ -311,8 +313,12 @@ CONV_NAMES = ["conv_fc.0.weight",
               "conv_fc.9.weight", "conv_fc.11.weight"]
 
 
-def conv_weights(kind: str = "default") -> tuple[dict[str, np.ndarray], Path]:
-    """kind "default": PyTorch default initialisation, fixed seed, created in the network's layer
+def conv_weights(kind: str = "trained") -> tuple[dict[str, np.ndarray], Path]:
+    """kind "trained" (what every benchmark uses unless told otherwise): the conv example's weights,
+    examples/fmnist_conv.safetensors, trained one epoch by SpikingJelly
+    (tools/fixtures/train_fmnist_conv.py), stored as float16 and read back as float32 (as snnc
+    reads them); real firing rates, predictions in tests/parity/fmnist_conv.
+    kind "default": PyTorch default initialisation, fixed seed, created in the network's layer
     order (the indices are those of SpikingJelly's conv_fc Sequential): BatchNorm weight 1, bias 0,
     running mean 0, running var 1. Written once, then reused. With it the two dense IF layers
     never fire (the first conv's outputs are too small), so the output rates are all zero.
@@ -320,6 +326,11 @@ def conv_weights(kind: str = "default") -> tuple[dict[str, np.ndarray], Path]:
     the batch statistics of the first 512 training images (train-mode forward, momentum=None,
     batches of 64), so the first three spiking layers fire (~26%, 19%, 6%); the output layer is
     still almost silent: only trained weights make the predictions meaningful."""
+    if kind == "trained":
+        if not CONV_WEIGHTS_TRAINED.exists():
+            sys.exit(f"{CONV_WEIGHTS_TRAINED}: missing (python3 tools/fixtures/train_fmnist_conv.py)")
+        return ({k: v.astype(np.float32) for k, v in load_file(str(CONV_WEIGHTS_TRAINED)).items()},
+                CONV_WEIGHTS_TRAINED)
     if kind == "bn-calibrated":
         if not CONV_WEIGHTS_BNCAL.exists():
             w = {k: torch.from_numpy(v) for k, v in conv_weights("default")[0].items()}
@@ -448,10 +459,12 @@ def bench_conv(cfg, xte, labels) -> dict:
 
     res = {"network": "SpikingJelly conv_fashion_mnist CSNN, 128 channels, IF(v_th=1, hard reset 0), "
                       "T=4, direct encoding; BatchNorm in eval mode",
-           "weights": f"{cfg.conv_weights}: PyTorch default init, torch.manual_seed({CONV_SEED}), layers "
-                      f"created in order" + (f"; BatchNorm running stats from {CONV_CAL_IMAGES} training images"
-                                             if cfg.conv_weights == "bn-calibrated" else "") +
-                      f"; {wpath.relative_to(ROOT)} (f32)", "weights_file": str(wpath),
+           "weights": (f"trained: one epoch of SpikingJelly training (tools/fixtures/train_fmnist_conv.py), "
+                       f"{wpath.relative_to(ROOT)} (f16 read as f32)" if cfg.conv_weights == "trained" else
+                       f"{cfg.conv_weights}: PyTorch default init, torch.manual_seed({CONV_SEED}), layers "
+                       f"created in order" + (f"; BatchNorm running stats from {CONV_CAL_IMAGES} training images"
+                                              if cfg.conv_weights == "bn-calibrated" else "") +
+                       f"; {wpath.relative_to(ROOT)} (f32)"), "weights_file": str(wpath),
            "weights_sha256": hashlib.sha256(wpath.read_bytes()).hexdigest()}
     rates_by = {}
     with torch.no_grad():
@@ -931,7 +944,7 @@ def main():
     ap.add_argument("--no-snnc", action="store_true", help="peers only")
     ap.add_argument("--threads", type=int, default=THREADS,
                     help="torch threads for every peer (default 2, the benchmark's setting)")
-    ap.add_argument("--conv-weights", choices=("default", "bn-calibrated"), default="default",
+    ap.add_argument("--conv-weights", choices=("trained", "default", "bn-calibrated"), default="trained",
                     help="conv SNN weights (see conv_weights())")
     ap.add_argument("--default-malloc", action="store_true",
                     help="leave glibc malloc at its defaults (see _keep_freed_memory)")
@@ -945,8 +958,8 @@ def main():
         repeats=3 if q else 5,               # timed passes (median)
         mlp_images=2048 if q else 10000,      # MLP throughput pass (outputs always over all 10,000)
         lat_runs=50 if q else 200, lat_warmup=10 if q else 20,
-        conv_images=1024,                     # conv outputs
-        conv_tp_images=256 if q else 1024,    # conv throughput pass
+        conv_images=2048,                     # conv outputs
+        conv_tp_images=256 if q else 2048,    # conv throughput pass
         conv_lat_runs=50 if q else 200,
         lif_repeats=5 if q else 11,
         snnc_repeats=1 if q else 3,
