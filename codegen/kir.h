@@ -64,9 +64,13 @@ typedef struct KBuf {
     ValueId value; /* the graph value it holds, or -1 */
     /* KB_WEIGHT: nperm 0 = the weight as stored; otherwise the buffer holds the weight transposed
      * (NumPy's transpose made contiguous): buffer dims are weight dims[perm[0]], dims[perm[1]], ...
-     * (nperm == the weight's rank). Whoever binds weights packs them (runtime/layout.h). */
+     * (nperm == the weight's rank). split > 0: the weight's first dimension is split into
+     * [dims[0] / split][split] first (split divides it), and perm has rank + 1 entries over those
+     * dims (runtime/layout.h rt_split_dims). Whoever binds weights packs them (runtime/layout.h).
+     */
     int nperm;
-    int perm[IR_MAX_RANK];
+    int perm[IR_MAX_RANK + 1];
+    int64_t split;
     /* KB_TEMP: every element the run uses is stored before it is loaded, so the binders need not
      * zero it before a run (the kernel IR's temporaries otherwise start at zero) */
     bool is_written_first;

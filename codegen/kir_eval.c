@@ -520,14 +520,23 @@ kir_bind_weight(const KProgram *p, int b, void **packed, char *err, size_t errle
     }
     bool is_16 = kb->type == KT_F16 || kb->type == KT_BF16;
     if (kb->nperm == 0 && !is_16) return w->data;
-    if (kb->nperm != 0 && kb->nperm != w->rank) {
+    if (kb->nperm != 0 && kb->nperm != w->rank + (kb->split > 0)) {
         snprintf(err, errlen, "weight '%s': a transpose of rank %d for a weight of rank %d",
                  kb->name, kb->nperm, w->rank);
         return NULL;
     }
+    if (kb->split && (w->rank < 1 || w->dims[0] % kb->split)) {
+        snprintf(err, errlen, "weight '%s': tiles of %lld do not divide its first dimension",
+                 kb->name, (long long)kb->split);
+        return NULL;
+    }
     size_t n = (size_t)(w->numel ? w->numel : 1);
     float *f = xmalloc(n * sizeof *f);
-    if (kb->nperm) rt_transpose_f32(w->data, w->rank, w->dims, kb->perm, f);
+    if (kb->nperm) {
+        int64_t dims[IR_MAX_RANK + 1];
+        int rank = rt_split_dims(w->rank, w->dims, kb->split, dims);
+        rt_transpose_f32(w->data, rank, dims, kb->perm, f);
+    }
     else memcpy(f, w->data, (size_t)w->numel * sizeof *f);
     if (!is_16) return *packed = f;
     uint16_t *h = xmalloc(n * sizeof *h);

@@ -53,9 +53,9 @@ kir_describe_buffers(const KProgram *p, const char *prefix)
     static const char *const kinds[] = {"input", "output", "weight", "temp"};
     for (int i = 0; i < p->nbufs; i++) {
         const KBuf *b = &p->bufs[i];
-        put(&t, "%sbuf %s %s %s %lld %lld %d %d", prefix, b->name, kinds[b->kind],
+        put(&t, "%sbuf %s %s %s %lld %lld %d %d %lld", prefix, b->name, kinds[b->kind],
             ktype_name(b->type), (long long)b->size.per_batch, (long long)b->size.fixed, b->io,
-            b->nperm);
+            b->nperm, (long long)b->split);
         for (int d = 0; d < b->nperm; d++)
             put(&t, " %d", b->perm[d]);
         put(&t, " %d %d\n", b->is_accumulator ? 2 : b->is_written_first ? 0 : 1, b->slot);

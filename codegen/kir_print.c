@@ -333,6 +333,8 @@ kir_print(FILE *f, const KProgram *p)
         fprintf(f, "] %s", kinds[kb->kind]);
         if (kb->kind != KB_TEMP)
             fprintf(f, " %d", kb->io);
+        if (kb->split)
+            fprintf(f, " split(%lld)", (long long)kb->split);
         for (int d = 0; d < kb->nperm; d++)
             fprintf(f, "%s%d", d ? ", " : " transposed(", kb->perm[d]);
         if (kb->nperm)

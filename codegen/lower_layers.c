@@ -142,6 +142,19 @@ wbuf_transposed(Lower *lw, const Node *n, int slot, int rank, const int *perm)
     return b;
 }
 
+/* weight slot `slot` of dense layer n ([O][K]) in tiles of nt outputs, [O/nt][K][nt] (nt divides
+ * O): a tile's weights for consecutive inputs are contiguous, so walking k streams them */
+static int
+wbuf_tiled(Lower *lw, const Node *n, int slot, int64_t nt)
+{
+    int b = wbuf_transposed(lw, n, slot, 2, (const int[]){0, 1});
+    KBuf *kb = &lw->p->bufs[b];
+    kb->nperm = 3;
+    memcpy(kb->perm, (const int[]){0, 2, 1}, 3 * sizeof *kb->perm);
+    kb->split = nt;
+    return b;
+}
+
 /* the rows of a stateless kernel (see open_rows) and the position of one */
 KExpr *
 rows_of(Lower *lw, ValueId v)
@@ -492,8 +505,9 @@ typedef struct ByInput {
     ValueId v;
     int64_t K, O, nt; /* inputs, outputs, lanes per tile (the accumulator stride of a row) */
     int w, bias, masks, acc;
-    KExpr *mb, *ab, *r0, *nr, *chunk0; /* mask and accumulator bases, first row, rows, chunk start */
-    int mv, nv, iv;                    /* locals: the mask, its count, the row in the block */
+    bool is_tiled;    /* w is [O/nt][K][nt] (wbuf_tiled), else [K][O] */
+    KExpr *mb, *ab, *r0, *nr, *chunk0; /* mask, accumulator bases; first row, rows; chunk start */
+    int mv, nv, iv; /* locals: the mask, its count, the row in the block */
 } ByInput;
 
 /* SpikeBody: input k spiked in row iv of the block: masks[mb + k] |= 1 << iv */
@@ -503,7 +517,8 @@ by_input_mark(Lower *lw, Cur c, KExpr *k, void *ctx)
     const ByInput *g = ctx;
     KExpr *at = bin(lw, KB_ADD, g->mb, k);
     s_store(lw, c, g->masks, at,
-            bin(lw, KB_BITOR, kx_load(lw->p, g->masks, at), bin(lw, KB_SHL, ci(lw, 1), var(lw, g->iv))));
+            bin(lw, KB_BITOR, kx_load(lw->p, g->masks, at),
+                bin(lw, KB_SHL, ci(lw, 1), var(lw, g->iv))));
 }
 
 /* one tile of outputs [chunk0 + o0, + lanes) of the block: accumulators from the bias; for each
@@ -516,33 +531,41 @@ by_input_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     int t = tile(lw, "acc", lanes);
     KStmt *fi = loop(lw, c, "i", g->nr, false, &i);
     tile_init(lw, body(fi), t, g->bias, o);
-    s_tile(lw, body(fi), KS_VSTORE, t, g->acc, bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, i, ci(lw, g->nt))),
-           NULL);
+    s_tile(lw, body(fi), KS_VSTORE, t, g->acc,
+           bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, i, ci(lw, g->nt))), NULL);
     KStmt *fk = loop(lw, c, "k", ci(lw, g->K), false, &k);
     s_assign(lw, body(fk), g->mv, kx_load(lw->p, g->masks, bin(lw, KB_ADD, g->mb, k)));
     s_assign(lw, body(fk), g->nv, kx_un(lw->p, KU_POPCOUNT, var(lw, g->mv)));
     KStmt *fj = loop(lw, body(fk), "j", var(lw, g->nv), false, &j);
     Cur in = body(fj);
     s_assign(lw, in, g->iv, kx_un(lw->p, KU_CTZ, var(lw, g->mv)));
-    s_assign(lw, in, g->mv, bin(lw, KB_BITAND, var(lw, g->mv), bin(lw, KB_SUB, var(lw, g->mv), ci(lw, 1))));
+    s_assign(lw, in, g->mv,
+             bin(lw, KB_BITAND, var(lw, g->mv), bin(lw, KB_SUB, var(lw, g->mv), ci(lw, 1))));
     KExpr *ai = bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, var(lw, g->iv), ci(lw, g->nt)));
     s_tile(lw, in, KS_VLOAD, t, g->acc, ai, NULL);
-    tile_fma(lw, in, t, kx_const(lw->p, KT_F64, 1), g->w,
-             bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, g->O)), o), false);
+    KExpr *wi = g->is_tiled ? bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, o, ci(lw, g->nt)),
+                                                      ci(lw, g->K * g->nt)),
+                                  bin(lw, KB_MUL, k, ci(lw, g->nt)))
+                            : bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, g->O)), o);
+    tile_fma(lw, in, t, kx_const(lw->p, KT_F64, 1), g->w, wi, false);
     s_tile(lw, in, KS_VSTORE, t, g->acc, ai, NULL);
     KStmt *fs = loop(lw, c, "i", g->nr, false, &i);
-    s_tile(lw, body(fs), KS_VLOAD, t, g->acc, bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, i, ci(lw, g->nt))),
-           NULL);
+    s_tile(lw, body(fs), KS_VLOAD, t, g->acc,
+           bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, i, ci(lw, g->nt))), NULL);
     Pos py = row_pos(lw, g->v, bin(lw, KB_ADD, g->r0, i), o);
     tile_store(lw, body(fs), g->v, &py, 1, t);
 }
 
 /* dense over 0/1 spikes, grouped by input neuron over blocks of EVENT_RB rows (lower.h) */
 static void
-lower_dense_by_input(Lower *lw, ValueId v, int w, int bias)
+lower_dense_by_input(Lower *lw, ValueId v, int bias)
 {
-    ValueId x = lw->m->nodes[v].args[0];
-    ByInput g = {v, lw->vs[x].numel, lw->vs[v].numel, tile_lanes(lw, EVENT_NT), w, bias, -1, -1,
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    int64_t O = lw->vs[v].numel, nt = tile_lanes(lw, EVENT_NT);
+    bool is_tiled = O % nt == 0;
+    int w = is_tiled ? wbuf_tiled(lw, n, 0, nt) : wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
+    ByInput g = {v, lw->vs[x].numel, O, nt, w, bias, -1, -1, is_tiled,
                  NULL, NULL, NULL, NULL, NULL, local(lw, "m", KT_I64), local(lw, "nset", KT_I64),
                  local(lw, "i", KT_I64)};
     int64_t chunk = g.O <= EVENT_CHUNK ? g.O : EVENT_CHUNK, nc = (g.O + chunk - 1) / chunk;
@@ -550,8 +573,9 @@ lower_dense_by_input(Lower *lw, ValueId v, int w, int bias)
     int64_t per_row = ctx_of(lw, v) == CTX_BATCHED ? lw->T : 1;
     const char *vn = value_name(lw, v);
     int64_t mask_words = nc * g.K, acc_elems = nc * EVENT_RB * g.nt;
+    KSize mask_size = {(mask_words * per_row + EVENT_RB - 1) / EVENT_RB, mask_words};
     g.masks = scratch_buf_sized(lw, arena_printf(&lw->p->arena, "%s.by_input", vn), KT_I64,
-                                (KSize){(mask_words * per_row + EVENT_RB - 1) / EVENT_RB, mask_words});
+                                mask_size);
     g.acc = scratch_buf_sized(lw, arena_printf(&lw->p->arena, "%s.acc", vn), lw->acc,
                               (KSize){(acc_elems * per_row + EVENT_RB - 1) / EVENT_RB, acc_elems});
     KExpr *R = rows_of(lw, v);
@@ -579,7 +603,8 @@ lower_dense_by_input(Lower *lw, ValueId v, int w, int bias)
         KStmt *fk = loop(lw, body(fi), "k", ci(lw, g.K), false, &k);
         Pos px = ps;
         px.i = k;
-        KStmt *nz = s_if(lw, body(fk), bin(lw, KB_NE, to(lw, KT_F64, vload(lw, x, &px)), kx_const(lw->p, KT_F64, 0)));
+        KStmt *nz = s_if(lw, body(fk), bin(lw, KB_NE, to(lw, KT_F64, vload(lw, x, &px)),
+                                           kx_const(lw->p, KT_F64, 0)));
         by_input_mark(lw, body(nz), k, &g);
     }
     /* the chunk's tiles (the last chunk may be shorter) */
@@ -601,12 +626,13 @@ lower_dense_events(Lower *lw, ValueId v)
     const Node *n = &lw->m->nodes[v];
     ValueId x = n->args[0];
     int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
-    int w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
     int bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
-    if (ctx_of(lw, v) != CTX_STEP && bits_of(lw, x) != 2 && lw->m->nodes[x].type.dtype == DT_SPIKE) {
-        lower_dense_by_input(lw, v, w, bias);
+    if (ctx_of(lw, v) != CTX_STEP && bits_of(lw, x) != 2 &&
+        lw->m->nodes[x].type.dtype == DT_SPIKE) {
+        lower_dense_by_input(lw, v, bias);
         return;
     }
+    int w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
     Pos ps;
     Cur c = open_rows(lw, v, &ps);
     KExpr *k;

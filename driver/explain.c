@@ -277,6 +277,9 @@ buf_notes(Explain *x, int b)
         for (int d = 0; d < w->rank; d++)
             dims = arena_printf(&x->scratch, "%s%s%lld", dims, d ? "," : "", (long long)w->dims[d]);
         notes = arena_printf(&x->scratch, "%s) of %s]", perm, dims);
+        if (kb->split)
+            notes = arena_printf(&x->scratch, "%s, first dim in tiles of %lld", notes,
+                                 (long long)kb->split);
     }
     for (int s = 0; s < p->nstats; s++)
         if (p->stats[s].buf == b)

@@ -5,6 +5,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+int
+rt_split_dims(int rank, const int64_t *dims, int64_t split, int64_t *out)
+{
+    int n = 0;
+    if (split > 0) {
+        out[n++] = dims[0] / split;
+        out[n++] = split;
+    } else {
+        out[n++] = dims[0];
+    }
+    for (int d = 1; d < rank; d++)
+        out[n++] = dims[d];
+    return n;
+}
+
 void
 rt_transpose_f32(const float *src, int rank, const int64_t *dims, const int *perm, float *dst)
 {

@@ -13,6 +13,12 @@
 void rt_transpose_f32(const float *src, int rank, const int64_t *dims, const int *perm,
                       float *dst);
 
+/* The dims a weight buffer's transpose runs over: the weight's own, or with split > 0 its first
+ * dimension split into [dims[0] / split][split] (a layout of tiles: [O][K] split by nt and
+ * transposed by (0, 2, 1) is [O/nt][K][nt], each tile's rows contiguous). Writes rank or rank + 1
+ * dims to out (room for rank + 1) and returns their number. */
+int rt_split_dims(int rank, const int64_t *dims, int64_t split, int64_t *out);
+
 /* dst[i] = src[i] rounded to IEEE binary16 (is_bf16 0) or bfloat16 (1), to nearest, ties to even
  * (runtime/f16.h): how 16-bit weight buffers are filled, by every binder alike. */
 void rt_narrow16(const float *src, int64_t n, int is_bf16, uint16_t *dst);

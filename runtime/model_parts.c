@@ -281,9 +281,10 @@ parse_buf(Parser *ps, RtBuf *b)
     b->fixed = number(ps);
     b->io = (int)number(ps);
     b->nperm = (int)number(ps);
+    b->split = number(ps);
     if ((int)b->kind < 0 || !b->elem || b->per_batch < 0 || b->fixed < 0 ||
         b->per_batch > RT_MAX_NUMEL || b->fixed > RT_MAX_NUMEL || b->nperm < 0 ||
-        b->nperm > SNN_MAX_RANK) {
+        b->nperm > SNN_MAX_RANK + 1 || b->split < 0 || b->split > RT_MAX_NUMEL) {
         ps->is_bad = true;
         return;
     }
@@ -438,7 +439,8 @@ program_check(const snn_model *m, const RtBuf *bufs, int nbufs, const RtLayer *l
         if (b->kind == RT_BUF_WEIGHT) {
             const snn_tensor_info *w = &m->weights[b->io].info;
             if (b->per_batch != 0 || b->fixed != w->numel) return false;
-            if (b->nperm && b->nperm != w->rank) return false;
+            if (b->split && (!b->nperm || !w->rank || w->dims[0] % b->split)) return false;
+            if (b->nperm && b->nperm != w->rank + (b->split > 0)) return false;
             unsigned seen = 0;
             for (int d = 0; d < b->nperm; d++) {
                 if (b->perm[d] < 0 || b->perm[d] >= b->nperm || (seen >> b->perm[d] & 1))

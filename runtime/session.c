@@ -290,7 +290,11 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
                 free(mem[k]);
             return rt_fail(SNN_ERR_MEMORY, "out of memory for weight '%s'", w->name);
         }
-        if (kb->nperm) rt_transpose_f32(t->data, w->rank, w->dims, kb->perm, f);
+        if (kb->nperm) {
+            int64_t dims[SNN_MAX_RANK + 1];
+            int rank = rt_split_dims(w->rank, w->dims, kb->split, dims);
+            rt_transpose_f32(t->data, rank, dims, kb->perm, f);
+        }
         else if (w->numel) memcpy(f, t->data, (size_t)w->numel * sizeof *f);
         mem[b] = f;
         if (is_16) { /* rounded as the compiler rounded it (ir/weights.c) */

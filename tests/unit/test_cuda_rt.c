@@ -42,16 +42,16 @@ static const char toy_meta[] =
     "output y 0 1 4\n"
     "weight w 1 4\n"
     "layer s 4\n"
-    "buf w weight f32 0 4 0 0 1 0\n"
-    "buf x input f32 4 0 0 0 1 0\n"
-    "buf y output f32 4 0 0 0 1 0\n"
-    "buf acc temp f32 4 0 -1 0 1 0\n"
-    "buf s.n temp i64 4 0 -1 0 0 0\n"
+    "buf w weight f32 0 4 0 0 0 1 0\n"
+    "buf x input f32 4 0 0 0 0 1 0\n"
+    "buf y output f32 4 0 0 0 0 1 0\n"
+    "buf acc temp f32 4 0 -1 0 0 1 0\n"
+    "buf s.n temp i64 4 0 -1 0 0 0 0\n"
     "cuda_layer s 3\n"
-    "cuda_buf w weight f32 0 4 0 0 1 0\n"
-    "cuda_buf x input f32 4 0 0 0 1 0\n"
-    "cuda_buf y output f32 4 0 0 0 1 0\n"
-    "cuda_buf s.n temp i64 4 0 -1 0 2 0\n"
+    "cuda_buf w weight f32 0 4 0 0 0 1 0\n"
+    "cuda_buf x input f32 4 0 0 0 0 1 0\n"
+    "cuda_buf y output f32 4 0 0 0 0 1 0\n"
+    "cuda_buf s.n temp i64 4 0 -1 0 0 2 0\n"
     "cuda_kernel 0 snnk_k0 0 grid 2 1 3 B 4 *\n"
     "cuda_kernel 1 snnk_k1 1 grid 3 0 1 2 B 4 * 1 +\n"
     "cuda_kernel 2 snnk_k2 1 single 2 2 3 1\n"
@@ -72,11 +72,11 @@ static const char cpu_meta[] =
     "output y 0 1 4\n"
     "weight w 1 4\n"
     "layer s 4\n"
-    "buf w weight f32 0 4 0 0 1 0\n"
-    "buf x input f32 4 0 0 0 1 0\n"
-    "buf y output f32 4 0 0 0 1 0\n"
-    "buf acc temp f32 4 0 -1 0 1 0\n"
-    "buf s.n temp i64 4 0 -1 0 0 0\n"
+    "buf w weight f32 0 4 0 0 0 1 0\n"
+    "buf x input f32 4 0 0 0 0 1 0\n"
+    "buf y output f32 4 0 0 0 0 1 0\n"
+    "buf acc temp f32 4 0 -1 0 0 1 0\n"
+    "buf s.n temp i64 4 0 -1 0 0 0 0\n"
     "end\n";
 
 static const unsigned char images[16] = "PTX....\0CUBIN...";
@@ -347,10 +347,12 @@ test_models(void)
     }
     check_bad(edit(toy_meta, "cuda_layer s 3\n", ""), "it has 0 cuda_layer records for 1 layers");
     /* the CUDA program's spike counts accumulate across runs; nothing else does */
-    check_bad(edit(toy_meta, "cuda_buf s.n temp i64 4 0 -1 0 2 0", "cuda_buf s.n temp i64 4 0 -1 0 0 0"),
+    check_bad(edit(toy_meta, "cuda_buf s.n temp i64 4 0 -1 0 0 2 0",
+                   "cuda_buf s.n temp i64 4 0 -1 0 0 0 0"),
               "its cuda_buf or cuda_layer records do not fit its inputs, outputs, weights or "
               "counted layers");
-    check_bad(edit(toy_meta, "cuda_buf y output f32 4 0 0 0 1 0", "cuda_buf y output f32 4 0 0 0 2 0"),
+    check_bad(edit(toy_meta, "cuda_buf y output f32 4 0 0 0 0 1 0",
+                   "cuda_buf y output f32 4 0 0 0 0 2 0"),
               "its cuda_buf or cuda_layer records do not fit its inputs, outputs, weights or "
               "counted layers");
     check_bad(edit(toy_meta, "cuda_layer s 3", "cuda_layer t 3"),
@@ -384,12 +386,18 @@ test_models(void)
     if (m) CHECK(m->bufs[m->layers[0].buf].type == RT_ELEM_U8 && m->bufs[m->layers[0].buf].elem == 1);
     rt_model_free(m);
     check_bad(edit(toy_meta, "buf s.n temp i64", "buf s.n temp i8"), "malformed (line");
-    check_bad(edit(toy_meta, "cuda_buf s.n temp i64 4 0 -1 0 2 0", "cuda_buf s.n temp u8 4 0 -1 0 2 0"),
+    check_bad(edit(toy_meta, "cuda_buf s.n temp i64 4 0 -1 0 0 2 0",
+                   "cuda_buf s.n temp u8 4 0 -1 0 0 2 0"),
+              "its cuda_buf or cuda_layer records do not fit");
+    /* a weight in tiles: split needs a transpose over rank + 1 dims and must divide dim 0 */
+    check_bad(edit(toy_meta, "cuda_buf w weight f32 0 4 0 0 0", "cuda_buf w weight f32 0 4 0 0 2"),
+              "its cuda_buf or cuda_layer records do not fit");
+    check_bad(edit(toy_meta, "cuda_buf w weight f32 0 4 0 0 0", "cuda_buf w weight f32 0 4 0 1 3 0"),
               "its cuda_buf or cuda_layer records do not fit");
     /* the memory plan's slot: a count from 0 */
-    check_bad(edit(toy_meta, "buf acc temp f32 4 0 -1 0 1 0", "buf acc temp f32 4 0 -1 0 1 -1"),
+    check_bad(edit(toy_meta, "buf acc temp f32 4 0 -1 0 0 1 0", "buf acc temp f32 4 0 -1 0 0 1 -1"),
               "malformed (line");
-    check_bad(edit(toy_meta, "buf acc temp f32 4 0 -1 0 1 0", "buf acc temp f32 4 0 -1 0 1"),
+    check_bad(edit(toy_meta, "buf acc temp f32 4 0 -1 0 0 1 0", "buf acc temp f32 4 0 -1 0 0 1"),
               "malformed (line");
     /* images the records index must be there */
     CHECK_ERR(rt_model_create(toy_meta, toy_entry, NULL, 0, NULL, 0, &m), SNN_ERR_STATE,

@@ -394,6 +394,23 @@ test_layers(void)
     CHECK(printed && strstr(printed, "vstore @d.acc[%r * 70 + 64 + lanes(6)] = %acc"));
     free(printed);
     printed = NULL;
+    /* grouped by input with outputs in whole tiles of 32: the weight packed [O/32][K][32] (64;
+     * 1088 = two chunks of 512 and one of 64); 600 outputs end in a partial tile: [K][O]. Batch 10
+     * makes 70 rows, two blocks of rows, the second partial */
+    static const char wide[] =
+        "model wide {\n timesteps 7\n input x : f32[T, 45]\n s = IF(x, v_th = 0.3)\n"
+        " a = dense(s, 64)\n b = dense(s, 1088, bias = false)\n c = dense(s, 600)\n"
+        " output oa = sequence(a)\n output ob = max(b)\n output oc = last(c)\n}\n";
+    CHECK(same_as_interp(wide, 10, 0, &printed));
+    CHECK(same_as_interp(wide, 1, 0, NULL));
+    CHECK(printed &&
+          strstr(printed, "buffer @a.weight : f32[2880] weight 0 split(32) transposed(0, 2, 1)"));
+    CHECK(printed &&
+          strstr(printed, "buffer @b.weight : f32[48960] weight 2 split(32) transposed(0, 2, 1)"));
+    CHECK(printed && strstr(printed, "buffer @c.weight : f32[27000] weight 3 transposed(1, 0)"));
+    CHECK(printed && strstr(printed, "@a.weight[(%oc * 64 + %ot * 32) / 32 * 1440 + %k"));
+    free(printed);
+    printed = NULL;
     snprintf(text, sizeof text, "%s%s", neuron, conv);
     CHECK(same_as_interp(text, 2, 0, &printed));
     CHECK(same_as_interp(text, 1, 0, NULL));
