@@ -33,6 +33,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import hostlimits  # noqa: E402
 import peers  # noqa: E402  (the suite's set-up: malloc settings, threads, data, helpers)
 from peers import (CONV_T, LIF_T, MLP_T, OUT, ROOT, SNNC, SNNC_BENCH, argmax_first,  # noqa: E402
                    latency, load_avg, median_ms, outputs, throughput)
@@ -176,7 +177,8 @@ def main():
     res = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "machine": peers.machine(), "threads": peers.THREADS,
            "versions": {"torch": torch.__version__, "numpy": np.__version__},
-           "load_avg_start": load_avg(), "commands": commands}
+           "load_avg_start": load_avg(), "commands": commands,
+           "host_limits": hostlimits.measure(peers.THREADS, quick=a.quick)}
     rows = []
 
     def variants(fn):
@@ -185,61 +187,52 @@ def main():
             yield "compiled", torch.compile(fn), None
 
     with torch.inference_mode():
+        def image_net(key, title, net, model, n, batch, lat_runs, lat_warmup, so_flags):
+            """the hand-written net eager and compiled, then snnc's model.so with exact and f32
+            sums, on the first n test images at `batch`; batch-1 latency; outputs against
+            SpikingJelly's (peers.py) and predictions against the labels"""
+            x = xte[:n]
+            sj = saved(f"{key}_rate_spikingjelly.npy")
+            out = {}
+            for kind, fn, _ in variants(net):
+                t0 = time.perf_counter()
+                rates = outputs(fn, x, batch)  # the first call compiles
+                first_s = time.perf_counter() - t0
+                tp = throughput(fn, x, batch, repeats, warmup=False)
+                lat = latency(fn, xte, lat_runs, lat_warmup)
+                out[kind] = {f"throughput_b{batch}": tp, "latency_b1": lat,
+                             "first_pass_s": round(first_s, 2),
+                             "accuracy": round(float((argmax_first(rates) == labels[:n]).mean()), 4),
+                             "rates_equal_spikingjelly": agree(rates, sj[:n] if sj is not None else None)}
+                rows.append((title, f"by hand, {kind}", tp["images_per_s"], lat["median_ms"],
+                             out[kind]["rates_equal_spikingjelly"]))
+            for acc in ("exact", "f32"):
+                so = snnc_so(model, so_flags + ([f"--accumulate={acc}"] if acc == "f32" else []),
+                             [f"--batch={batch}", f"--limit={n}", f"--repeats={repeats}",
+                              f"--latency-runs={lat_runs}"] + fmnist_flags(key), work,
+                             f"{key}-{acc}", commands)
+                if not so:
+                    continue
+                r = {k: v for k, v in so.items() if k != "output"}
+                r["accuracy"] = round(float((argmax_first(so["output"]) == labels[:n]).mean()), 4)
+                r["rates_equal_spikingjelly"] = agree(so["output"], sj[:n] if sj is not None else None)
+                out[f"snnc_so_{acc}"] = r
+                rows.append((title, f"snnc model.so, {acc} sums", so["images_per_s"],
+                             so.get("latency_b1_ms"), r["rates_equal_spikingjelly"]))
+            res[key] = out
+
+        def fmnist_flags(key):
+            return ["--fmnist"] + ([f"--weights={peers.conv_weights()[1]}"] if key == "conv" else [])
+
         if "mlp" in only:
-            n = 2048 if a.quick else 10000
-            x = xte[:n]
-            net = MLP()
-            sj = saved("mlp_rate_spikingjelly.npy")
-            out = {}
-            for kind, fn, _ in variants(net):
-                t0 = time.perf_counter()
-                rates = outputs(fn, x, 256)  # the first call compiles
-                first_s = time.perf_counter() - t0
-                tp = throughput(fn, x, 256, repeats, warmup=False)
-                lat = latency(fn, xte, 50 if a.quick else 200, 10)
-                pred = argmax_first(rates)
-                out[kind] = {"throughput_b256": tp, "latency_b1": lat, "first_pass_s": round(first_s, 2),
-                             "accuracy": round(float((pred == labels[:n]).mean()), 4),
-                             "rates_equal_spikingjelly": agree(rates, sj[:n] if sj is not None else None)}
-                rows.append(("MLP T=8", f"by hand, {kind}", tp["images_per_s"], lat["median_ms"],
-                             out[kind]["rates_equal_spikingjelly"]))
-            so = snnc_so(ROOT / "examples/fmnist_mlp.snn", [],
-                         ["--fmnist", "--batch=256", f"--limit={n}", f"--repeats={repeats}",
-                          "--latency-runs=200"], work, "mlp", commands)
-            if so:
-                out["snnc_so"] = {k: v for k, v in so.items() if k != "output"}
-                out["snnc_so"]["rates_equal_spikingjelly"] = agree(so["output"], sj[:n] if sj is not None else None)
-                rows.append(("MLP T=8", "snnc model.so", so["images_per_s"], so.get("latency_b1_ms"),
-                             out["snnc_so"]["rates_equal_spikingjelly"]))
-            res["mlp"] = out
+            image_net("mlp", "MLP T=8", MLP(), ROOT / "examples/fmnist_mlp.snn", 2048 if a.quick else 10000,
+                      256, 50 if a.quick else 200, 10, [])
         if "conv" in only:
-            n = 256 if a.quick else 2048
-            x = xte[:n]
-            net = Conv()
-            sj = saved("conv_rate_spikingjelly.npy")
-            out = {}
-            for kind, fn, _ in variants(net):
-                t0 = time.perf_counter()
-                rates = outputs(fn, x, 64)
-                first_s = time.perf_counter() - t0
-                tp = throughput(fn, x, 64, repeats, warmup=False)
-                lat = latency(fn, xte, 16 if a.quick else 32, 3)
-                out[kind] = {"throughput_b64": tp, "latency_b1": lat, "first_pass_s": round(first_s, 2),
-                             "rates_equal_spikingjelly": agree(rates, sj[:n] if sj is not None else None)}
-                rows.append(("conv T=4", f"by hand, {kind}", tp["images_per_s"], lat["median_ms"],
-                             out[kind]["rates_equal_spikingjelly"]))
-            so = snnc_so(ROOT / "examples/fmnist_conv.snn", ["--no-embed-weights"],
-                         ["--fmnist", "--batch=64", f"--limit={n}", f"--repeats={repeats}",
-                          "--latency-runs=32", f"--weights={peers.conv_weights()[1]}"], work, "conv",
-                         commands)
-            if so:
-                out["snnc_so"] = {k: v for k, v in so.items() if k != "output"}
-                out["snnc_so"]["rates_equal_spikingjelly"] = agree(so["output"], sj[:n] if sj is not None else None)
-                rows.append(("conv T=4", "snnc model.so", so["images_per_s"], so.get("latency_b1_ms"),
-                             out["snnc_so"]["rates_equal_spikingjelly"]))
-            res["conv"] = out
+            image_net("conv", "conv T=4", Conv(), ROOT / "examples/fmnist_conv.snn",
+                      256 if a.quick else 2048, 64, 16 if a.quick else 32, 3, ["--no-embed-weights"])
         if "lif" in only:
             x = peers.lif_input()
+            copy_gbs = res["host_limits"]["copy_gbs_n"]
             nbytes = 2 * 4 * LIF_T * peers.LIF_N
             sj = saved("lif_spikes_packed_spikingjelly.npy")
             out = {}
@@ -251,6 +244,7 @@ def main():
                 packed = np.packbits(s.numpy().astype(bool), axis=-1)
                 out[kind] = {"median_ms": round(ms, 3), "runs_ms": runs, "first_call_s": round(first_s, 2),
                              "GB_per_s": round(nbytes / ms / 1e6, 2),
+                             "pct_of_copy_bandwidth": hostlimits.pct(nbytes / ms / 1e6, copy_gbs),
                              "spikes_equal_spikingjelly": agree(packed, sj)}
                 rows.append(("LIF 2^20 T=8", f"by hand, {kind}", f"{nbytes / ms / 1e6:.2f} GB/s",
                              round(ms, 3), out[kind]["spikes_equal_spikingjelly"]))
@@ -264,6 +258,7 @@ def main():
                 out["snnc_so"] = {k: v for k, v in so.items() if k != "output"}
                 if ms:
                     out["snnc_so"]["GB_per_s"] = round(nbytes / ms / 1e6, 2)
+                    out["snnc_so"]["pct_of_copy_bandwidth"] = hostlimits.pct(nbytes / ms / 1e6, copy_gbs)
                     rows.append(("LIF 2^20 T=8", "snnc model.so", f"{nbytes / ms / 1e6:.2f} GB/s",
                                  round(ms, 3), None))
             res["lif"] = out
@@ -273,6 +268,9 @@ def main():
     for w, impl, tp, ms, ag in rows:
         tps = tp if isinstance(tp, str) else f"{tp:,.1f} img/s"
         print(f"{w:13s} | {impl:22s} | {tps:>16s} | {ms if ms is not None else '-':>12} | {ag}")
+    h = res["host_limits"]
+    print(f"host: FMA peak f32 {h['peak_f32_gflops']} / f64 {h['peak_f64_gflops']} GFLOP/s, "
+          f"copy {h['copy_gbs_n']} GB/s at {peers.THREADS} threads ({', '.join(h['features'])})")
     print(f"wrote {a.json}")
 
 
