@@ -284,7 +284,7 @@ parse_buf(Parser *ps, RtBuf *b)
     b->split = number(ps);
     if ((int)b->kind < 0 || !b->elem || b->per_batch < 0 || b->fixed < 0 ||
         b->per_batch > RT_MAX_NUMEL || b->fixed > RT_MAX_NUMEL || b->nperm < 0 ||
-        b->nperm > SNN_MAX_RANK + 1 || b->split < 0 || b->split > RT_MAX_NUMEL) {
+        b->nperm > SNN_MAX_RANK || b->split < 0 || b->split > RT_MAX_NUMEL) {
         ps->is_bad = true;
         return;
     }

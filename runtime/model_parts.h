@@ -33,8 +33,9 @@ typedef struct RtBuf {
     size_t elem;        /* bytes per element (bit: 1, the unit of access; rt_buf_bytes) */
     int64_t per_batch, fixed; /* elements: per_batch * B + fixed */
     int io;             /* input/output/weight index */
-    int nperm;          /* weights: transposed by perm (rank entries, rank + 1 with split) */
-    int perm[SNN_MAX_RANK + 1];
+    int nperm;          /* weights: transposed by perm (rank entries, rank + 1 with split; at
+                         * most SNN_MAX_RANK, what rt_transpose_f32 takes) */
+    int perm[SNN_MAX_RANK];
     int64_t split;      /* weights: the first dim split into tiles of split first (layout.h) */
     bool needs_zero;    /* temporaries: zeroed before every run */
     bool is_accumulator; /* cuda_buf spike counts (ZERO 2): each run adds; zeroed by the session */
