@@ -60,6 +60,17 @@ def if_step(v, x):
     return h * (1.0 - s), s
 
 
+def scan(step, x, T=None):
+    """A neuron layer over time from v = 0: x [T, ...] step by step, or, with T given, the same x
+    at every step (a static input). Returns the spikes stacked [T, ...]."""
+    v = torch.zeros_like(x if T is not None else x[0])
+    out = []
+    for t in range(T if T is not None else x.shape[0]):
+        v, s = step(v, x if T is not None else x[t])
+        out.append(s)
+    return torch.stack(out)
+
+
 class MLP:
     def __init__(self):
         w = {k: torch.from_numpy(v.astype(np.float32))
@@ -69,18 +80,9 @@ class MLP:
 
     def __call__(self, img):  # [B, 1, 28, 28] -> rate [B, 10]
         c1 = F.linear(img.flatten(1), self.w1, self.b1)  # the same at every step: once
-        v = torch.zeros_like(c1)
-        s1 = []
-        for _ in range(MLP_T):
-            v, s = lif_step(v, c1)
-            s1.append(s)
-        c2 = F.linear(torch.stack(s1), self.w2, self.b2)  # [T, B, 10]: one GEMM over T*B rows
-        v = torch.zeros_like(c2[0])
-        total = torch.zeros_like(c2[0])
-        for t in range(MLP_T):
-            v, s = lif_step(v, c2[t])
-            total = total + s
-        return total / MLP_T
+        # [T, B, 10]: one GEMM over T*B rows
+        c2 = F.linear(scan(lif_step, c1, MLP_T), self.w2, self.b2)
+        return scan(lif_step, c2).sum(0) / MLP_T
 
 
 class Conv:
@@ -96,41 +98,16 @@ class Conv:
     def __call__(self, img):  # [B, 1, 28, 28] -> rate [B, 10]
         w, T, B = self.w, CONV_T, img.shape[0]
         x1 = self._bn(F.conv2d(img, w["conv_fc.0.weight"], padding=1), 1)  # once
-        v = torch.zeros_like(x1)
-        s1 = []
-        for _ in range(T):
-            v, s = if_step(v, x1)
-            s1.append(s)
-        p1 = F.max_pool2d(torch.cat(s1), 2)  # [T*B, 128, 14, 14]
+        p1 = F.max_pool2d(scan(if_step, x1, T).flatten(0, 1), 2)  # [T*B, 128, 14, 14]
         x2 = self._bn(F.conv2d(p1, w["conv_fc.4.weight"], padding=1), 5).view(T, B, -1, 14, 14)
-        v = torch.zeros_like(x2[0])
-        s2 = []
-        for t in range(T):
-            v, s = if_step(v, x2[t])
-            s2.append(s)
-        p2 = F.max_pool2d(torch.cat(s2), 2).flatten(1)  # [T*B, 6272]
+        p2 = F.max_pool2d(scan(if_step, x2).flatten(0, 1), 2).flatten(1)  # [T*B, 6272]
         x3 = F.linear(p2, w["conv_fc.9.weight"]).view(T, B, -1)
-        v = torch.zeros_like(x3[0])
-        s3 = []
-        for t in range(T):
-            v, s = if_step(v, x3[t])
-            s3.append(s)
-        x4 = F.linear(torch.cat(s3), w["conv_fc.11.weight"]).view(T, B, -1)
-        v = torch.zeros_like(x4[0])
-        total = torch.zeros_like(x4[0])
-        for t in range(T):
-            v, s = if_step(v, x4[t])
-            total = total + s
-        return total / T
+        x4 = F.linear(scan(if_step, x3).flatten(0, 1), w["conv_fc.11.weight"]).view(T, B, -1)
+        return scan(if_step, x4).sum(0) / T
 
 
 def lif_layer(x):  # [T, N] -> spikes [T, N]
-    v = torch.zeros_like(x[0])
-    out = []
-    for t in range(x.shape[0]):
-        v, s = lif_step(v, x[t])
-        out.append(s)
-    return torch.stack(out)
+    return scan(lif_step, x)
 
 
 # ---- snnc's model.so in the same run ------------------------------------------------------------
