@@ -294,25 +294,32 @@ count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr 
         s_count(lw, step, buf, jv, spike_one(lw, spike));
         return;
     }
-    int cnt = local(lw, "nspikes", KT_I64);
+    /* counted in a float where the count stays exact (at most T spikes): in SIMD lanes 8 floats
+     * take one register where 8 int64 take two, and a blocked scan keeps it between steps in L1
+     * (llvm_gen.c scan_plan) */
+    KType ct = lw->T <= (1 << 24) ? KT_F32 : KT_I64;
+    int cnt = local(lw, "nspikes", ct);
+    KExpr *one = ct == KT_F32 ? kx_select(p, bin(lw, KB_NE, spike, kx_const(p, KT_F32, 0)),
+                                          kx_const(p, KT_F32, 1), kx_const(p, KT_F32, 0))
+                              : spike_one(lw, spike);
     if (ft) {
         /* before the t loop: c's last statement is ft */
         KStmt *init = st_new(lw, KS_ASSIGN);
         init->var = cnt;
-        init->a = ci(lw, 0);
+        init->a = kx_const(p, ct, 0);
         (*c.arr)[*c.n - 1] = init;
         put(lw, c, ft);
     } else {
         KStmt *first = s_if(lw, c, bin(lw, KB_EQ, kx_kind(p, KX_STEP), ci(lw, 0)));
-        s_assign(lw, body(first), cnt, ci(lw, 0));
-        s_assign(lw, els(first), cnt, kx_load(p, buf, jv));
+        s_assign(lw, body(first), cnt, kx_const(p, ct, 0));
+        s_assign(lw, els(first), cnt, to(lw, ct, kx_load(p, buf, jv)));
         /* the reload must come before the step's statements: move it to the front of c */
         KStmt **arr = *c.arr;
         memmove(arr + 1, arr, (size_t)(*c.n - 1) * sizeof *arr);
         arr[0] = first;
     }
-    s_assign(lw, step, cnt, bin(lw, KB_ADD, var(lw, cnt), spike_one(lw, spike)));
-    s_count(lw, c, buf, jv, var(lw, cnt));
+    s_assign(lw, step, cnt, bin(lw, KB_ADD, var(lw, cnt), one));
+    s_count(lw, c, buf, jv, to(lw, KT_I64, var(lw, cnt)));
 }
 
 /* One copy of a neuron program's locals (a pooled scan keeps one per window element; suffix

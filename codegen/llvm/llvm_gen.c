@@ -47,6 +47,14 @@ typedef struct Gen {
     LLVMValueRef mask;    /* the lanes on under varying conditions (<SIMD_W x i1>); NULL: all */
     int simd_var;         /* the parallel loop's variable: lane l holds simd_base + l */
     LLVMValueRef simd_base, iota;
+    /* a blocked scan (scan_plan): the SIMD body runs block by block, segment by segment */
+    int scan_at;        /* the body's sequential loop (its index in the body), or -1 */
+    bool *carried;      /* [nlocals] locals a segment reads that an earlier one wrote */
+    LLVMValueRef *slot; /* [nlocals] a carried local's [scan_vecs x T] alloca, else NULL */
+    int scan_vecs;      /* vectors in a block */
+    bool *nt_buf;       /* [nbufs] stored in lanes by the scan's loop and never loaded */
+    bool is_nt;         /* the code being generated may store nt_buf non-temporally */
+    unsigned md_nontemporal;
     LLVMValueRef *chunks; /* [nkernels] kernel_N.chunk of a threaded kernel, else NULL */
     char *err;
     size_t errlen;
@@ -55,6 +63,7 @@ typedef struct Gen {
 
 static void gen_stmts(Gen *g, KStmt *const *s, int n);
 static LLVMValueRef gen_simd_loop(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef hi);
+static bool is_pure_bound(const KExpr *e);
 
 static void
 gen_fail(Gen *g, const char *fmt, ...)
@@ -1401,6 +1410,119 @@ simd_plan(const Kernel *k, const KStmt *loop)
     return sp.shape;
 }
 
+/* ---- blocked scans ----
+ * A lanes loop whose body holds one sequential loop (a neuron's steps: for j { init; for t {...};
+ * counts }) reads and writes, for each group of SIMD_W iterations, one vector at each step's row:
+ * T streams of loads and T of stores a row apart. Run instead block by block (SCAN_VECS vectors):
+ * the statements before the loop for every vector of the block, then each step for every vector,
+ * then the statements after it; the locals a segment needs from an earlier one (scan_plan: read
+ * before they are written there) wait in L1 arrays between segments. The iterations are
+ * independent (is_parallel), so the order in which different iterations' statements run is free,
+ * each iteration's own order is kept, and results are bit-identical; but memory now sees one row
+ * of loads and one of stores at a time, contiguous runs of SCAN_VECS * SIMD_W elements. That is
+ * what lets the stores bypass the caches (scan_nt_guard): measured on a 2-thread AVX2 host, the
+ * LIF scan's 8 interleaved rows with non-temporal stores ran 4x slower than plain stores, blocked
+ * rows with them ran at the copy bandwidth (docs/benchmarks.md). A block is SCAN_VECS vectors,
+ * fewer where its slots would pass SCAN_SLOT_BYTES (three quarters of a 32 KB L1). */
+enum { SCAN_VECS = 256, SCAN_SLOT_BYTES = 24 << 10, NT_MIN_BYTES = 16 << 20, NT_ALIGN = 16 };
+
+static bool
+mentions_var(const KExpr *e, int var)
+{
+    if (!e) return false;
+    if (e->kind == KX_VAR && e->var == var) return true;
+    return mentions_var(e->a, var) || mentions_var(e->b, var) || mentions_var(e->c, var);
+}
+
+/* an access in s whose index moves with both the lanes' variable and the step's */
+static bool
+has_stream(KStmt *const *s, int n, int jvar, int tvar)
+{
+    for (int i = 0; i < n; i++) {
+        if (!s[i]) continue;
+        if (s[i]->kind == KS_STORE && mentions_var(s[i]->index, jvar) &&
+            mentions_var(s[i]->index, tvar))
+            return true;
+        if (has_stream(s[i]->body, s[i]->nbody, jvar, tvar) ||
+            has_stream(s[i]->els, s[i]->nels, jvar, tvar))
+            return true;
+    }
+    return false;
+}
+
+static void
+exposed_expr(const KExpr *e, const bool *def, bool *out, int nlocals)
+{
+    if (!e) return;
+    if (e->kind == KX_VAR && e->var >= 0 && e->var < nlocals && !def[e->var]) out[e->var] = true;
+    exposed_expr(e->a, def, out, nlocals);
+    exposed_expr(e->b, def, out, nlocals);
+    exposed_expr(e->c, def, out, nlocals);
+}
+
+/* out |= the locals statements s may read before they assign them, def the ones assigned before
+ * them (updated: those s surely assigns) */
+static void
+exposed_stmts(KStmt *const *s, int n, bool *def, bool *out, int nlocals)
+{
+    bool *d1 = xcalloc((size_t)nlocals + 1, 1), *d2 = xcalloc((size_t)nlocals + 1, 1);
+    for (int i = 0; i < n; i++) {
+        const KStmt *st = s[i];
+        if (!st) continue;
+        exposed_expr(st->lo, def, out, nlocals);
+        exposed_expr(st->hi, def, out, nlocals);
+        exposed_expr(st->index, def, out, nlocals);
+        exposed_expr(st->a, def, out, nlocals);
+        if (st->kind == KS_ASSIGN && st->var >= 0 && st->var < nlocals) {
+            def[st->var] = true;
+        } else if (st->kind == KS_IF) {
+            memcpy(d1, def, (size_t)nlocals);
+            exposed_stmts(st->body, st->nbody, d1, out, nlocals);
+            memcpy(d2, def, (size_t)nlocals);
+            exposed_stmts(st->els, st->nels, d2, out, nlocals);
+            for (int v = 0; v < nlocals; v++)
+                def[v] = d1[v] && d2[v];
+        } else if (st->kind == KS_FOR) {
+            memcpy(d1, def, (size_t)nlocals);
+            if (st->var >= 0 && st->var < nlocals) d1[st->var] = true;
+            exposed_stmts(st->body, st->nbody, d1, out, nlocals); /* may run no trip */
+        }
+    }
+    free(d1);
+    free(d2);
+}
+
+/* Whether the SIMD loop's body runs as a blocked scan: the index of its one sequential loop (with
+ * bounds that no local changes, and a store that streams with both variables), and carried[] the
+ * locals the loop's body or the statements after it read before assigning; else -1. */
+static int
+scan_plan(const Kernel *k, const KStmt *loop, const unsigned char *shape, bool *carried)
+{
+    if (!shape) return -1;
+    int at = -1;
+    for (int i = 0; i < loop->nbody; i++)
+        if (loop->body[i] && loop->body[i]->kind == KS_FOR) {
+            if (at >= 0) return -1;
+            at = i;
+        }
+    if (at < 0) return -1;
+    const KStmt *t = loop->body[at];
+    if (t->is_parallel || t->var < 0 || t->var >= k->nlocals || !is_pure_bound(t->lo) ||
+        !is_pure_bound(t->hi) || !has_stream(t->body, t->nbody, loop->var, t->var))
+        return -1;
+    int n = k->nlocals;
+    bool *def = xcalloc((size_t)n + 1, 1);
+    memset(carried, 0, (size_t)n);
+    def[loop->var] = def[t->var] = true;
+    exposed_stmts(t->body, t->nbody, def, carried, n);
+    memset(def, 0, (size_t)n);
+    def[loop->var] = true;
+    exposed_stmts(loop->body + at + 1, loop->nbody - at - 1, def, carried, n);
+    free(def);
+    carried[loop->var] = false;
+    return at;
+}
+
 static LLVMTypeRef
 lanes_of(LLVMTypeRef et)
 {
@@ -1739,6 +1861,14 @@ vstore_buf(Gen *g, const KStmt *s)
         } else {
             LLVMValueRef st = tag_access(g, LLVMBuildStore(b, v, ptr));
             LLVMSetAlignment(st, (unsigned)llvm_gen_elem_size(bt));
+            if (g->is_nt && g->nt_buf[s->buf] && idx.is_aligned) {
+                /* a whole vector at a multiple of SIMD_W lanes from a base that scan_nt_guard
+                 * found 16-byte aligned (NumPy's arrays are; x86 then stores 16-byte halves:
+                 * with less alignment LLVM would store 8 bytes at a time) */
+                LLVMValueRef one = LLVMConstInt(g->t_i32, 1, 0);
+                LLVMSetMetadata(st, g->md_nontemporal, LLVMMDNodeInContext(g->ctx, &one, 1));
+                LLVMSetAlignment(st, NT_ALIGN);
+            }
         }
         return;
     }
@@ -1868,6 +1998,147 @@ vstmts(Gen *g, KStmt *const *s, int n)
     }
 }
 
+/* One segment of a blocked scan: statements s[0..n) for each vector of the block [blo, bhi)
+ * (SIMD_W-aligned), the carried locals restored from and saved to their slots around them. */
+static void
+scan_segment(Gen *g, const KStmt *loop, KStmt *const *s, int n, LLVMValueRef blo, LLVMValueRef bhi,
+             bool restore, bool save)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.vec");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.vec.exit");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, blo, bhi, ""), body, exit);
+    LLVMPositionBuilderAtEnd(b, body);
+    LLVMValueRef phi = LLVMBuildPhi(b, g->t_i64, "i.scan");
+    g->simd_base = phi;
+    LLVMBuildStore(b, phi, g->local[loop->var]);
+    LLVMValueRef at[2] = {LLVMConstInt(g->t_i64, 0, 0),
+                          LLVMBuildExactSDiv(b, LLVMBuildSub(b, phi, blo, ""),
+                                             LLVMConstInt(g->t_i64, SIMD_W, 0), "")};
+    const Kernel *k = g->k;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) vstmts(g, s, n);
+        if (!(pass == 0 ? restore : save)) continue;
+        for (int v = 0; v < k->nlocals; v++) {
+            if (!g->slot[v]) continue;
+            LLVMValueRef home = g->lshape[v] == PS_VAR ? g->vlocal[v] : g->local[v];
+            LLVMTypeRef ty = LLVMGetAllocatedType(home);
+            LLVMValueRef sp =
+                LLVMBuildInBoundsGEP2(b, LLVMGetAllocatedType(g->slot[v]), g->slot[v], at, 2, "");
+            if (pass == 0)
+                LLVMBuildStore(b, LLVMBuildLoad2(b, ty, sp, ""), home);
+            else
+                LLVMBuildStore(b, LLVMBuildLoad2(b, ty, home, ""), sp);
+        }
+    }
+    LLVMValueRef next = LLVMBuildNSWAdd(b, phi, LLVMConstInt(g->t_i64, SIMD_W, 0), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, bhi, ""), body, exit);
+    LLVMAddIncoming(phi, (LLVMValueRef[]){blo, next}, (LLVMBasicBlockRef[]){pre, latch}, 2);
+    LLVMPositionBuilderAtEnd(b, exit);
+}
+
+/* the scan's sequential loop over one block: each step for every vector */
+static void
+scan_steps(Gen *g, const KStmt *loop, const KStmt *t, LLVMValueRef blo, LLVMValueRef bhi, bool nt)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef lo = gen_expr_as(g, t->lo, KT_I64), hi = gen_expr_as(g, t->hi, KT_I64);
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.step");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.step.exit");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, lo, hi, ""), body, exit);
+    LLVMPositionBuilderAtEnd(b, body);
+    LLVMValueRef phi = LLVMBuildPhi(b, g->t_i64, "t.scan");
+    LLVMValueRef saved = g->loopval[t->var];
+    g->loopval[t->var] = convert(g, phi, KT_I64, g->k->locals[t->var].type);
+    LLVMBuildStore(b, g->loopval[t->var], g->local[t->var]);
+    g->is_nt = nt;
+    scan_segment(g, loop, t->body, t->nbody, blo, bhi, true, true);
+    g->is_nt = false;
+    g->loopval[t->var] = saved;
+    LLVMValueRef next = LLVMBuildNSWAdd(b, phi, LLVMConstInt(g->t_i64, 1, 0), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, hi, ""), body, exit);
+    LLVMAddIncoming(phi, (LLVMValueRef[]){lo, next}, (LLVMBasicBlockRef[]){pre, latch}, 2);
+    LLVMPositionBuilderAtEnd(b, exit);
+}
+
+/* Whether this run's scan stores bypass the caches: its nt_buf buffers together at least
+ * NT_MIN_BYTES (far past what the next kernel could find in cache), each NT_ALIGN-aligned;
+ * NULL when the kernel has none. */
+static LLVMValueRef
+scan_nt_guard(Gen *g)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef bytes = LLVMConstInt(g->t_i64, 0, 0), ok = NULL;
+    for (int i = 0; i < g->p->nbufs; i++) {
+        if (!g->nt_buf[i]) continue;
+        const KBuf *kb = &g->p->bufs[i];
+        int64_t es = llvm_gen_elem_size(kb->type);
+        LLVMValueRef n = LLVMBuildAdd(
+            b,
+            LLVMBuildMul(b, g->batch,
+                         LLVMConstInt(g->t_i64, (unsigned long long)kb->size.per_batch, 0), ""),
+            LLVMConstInt(g->t_i64, (unsigned long long)kb->size.fixed, 0), "");
+        bytes = LLVMBuildAdd(
+            b, bytes, LLVMBuildMul(b, n, LLVMConstInt(g->t_i64, (unsigned long long)es, 0), ""),
+            "");
+        LLVMValueRef addr = LLVMBuildPtrToInt(b, g->bufptr[i], g->t_i64, "");
+        LLVMValueRef al = LLVMBuildICmp(
+            b, LLVMIntEQ, LLVMBuildAnd(b, addr, LLVMConstInt(g->t_i64, NT_ALIGN - 1, 0), ""),
+            LLVMConstInt(g->t_i64, 0, 0), "");
+        ok = ok ? LLVMBuildAnd(b, ok, al, "") : al;
+    }
+    if (!ok) return NULL;
+    return LLVMBuildAnd(
+        b, ok, LLVMBuildICmp(b, LLVMIntSGE, bytes, LLVMConstInt(g->t_i64, NT_MIN_BYTES, 0), ""),
+        "use.nt");
+}
+
+/* The SIMD loop's [lo, vhi) as a blocked scan (see scan_plan) */
+static void
+gen_scan_blocks(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef vhi)
+{
+    LLVMBuilderRef b = g->b;
+    const KStmt *t = s->body[g->scan_at];
+    LLVMValueRef use_nt = scan_nt_guard(g);
+    LLVMValueRef bw = LLVMConstInt(g->t_i64, (unsigned long long)g->scan_vecs * SIMD_W, 0);
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.block");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.block.exit");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, lo, vhi, ""), body, exit);
+    LLVMPositionBuilderAtEnd(b, body);
+    LLVMValueRef blo = LLVMBuildPhi(b, g->t_i64, "block");
+    LLVMValueRef next = LLVMBuildNSWAdd(b, blo, bw, "");
+    LLVMValueRef bhi =
+        LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, next, vhi, ""), next, vhi, "block.end");
+    scan_segment(g, s, s->body, g->scan_at, blo, bhi, false, true);
+    if (use_nt) {
+        LLVMBasicBlockRef bb_nt = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.nt");
+        LLVMBasicBlockRef bb_c = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.cached");
+        LLVMBasicBlockRef bb_j = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.post");
+        LLVMBuildCondBr(b, use_nt, bb_nt, bb_c);
+        LLVMPositionBuilderAtEnd(b, bb_nt);
+        scan_steps(g, s, t, blo, bhi, true);
+        LLVMBuildBr(b, bb_j);
+        LLVMPositionBuilderAtEnd(b, bb_c);
+        scan_steps(g, s, t, blo, bhi, false);
+        LLVMBuildBr(b, bb_j);
+        LLVMPositionBuilderAtEnd(b, bb_j);
+    } else {
+        scan_steps(g, s, t, blo, bhi, false);
+    }
+    scan_segment(g, s, s->body + g->scan_at + 1, s->nbody - g->scan_at - 1, blo, bhi, true, false);
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, vhi, ""), body, exit);
+    LLVMAddIncoming(blo, (LLVMValueRef[]){lo, next}, (LLVMBasicBlockRef[]){pre, latch}, 2);
+    LLVMPositionBuilderAtEnd(b, exit);
+    /* non-temporal stores are weakly ordered: done before the chunk reports it is */
+    if (use_nt) LLVMBuildFence(b, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
+}
+
 /* The range loop's first (hi - lo) - (hi - lo) % SIMD_W iterations, SIMD_W at a time; returns
  * where the scalar loop takes over. */
 static LLVMValueRef
@@ -1886,6 +2157,15 @@ gen_simd_loop(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef hi)
     for (int l = 0; l < SIMD_W; l++)
         lanes[l] = LLVMConstInt(g->t_i64, (unsigned long long)l, 0);
     g->iota = LLVMConstVector(lanes, SIMD_W);
+    g->simd_var = s->var;
+    g->mask = NULL;
+    if (g->scan_at >= 0) {
+        g->parallel_depth++;
+        gen_scan_blocks(g, s, lo, vhi);
+        g->parallel_depth--;
+        g->simd_var = -1;
+        return vhi;
+    }
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
     LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "simd.body");
     LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "simd.exit");
@@ -2019,6 +2299,70 @@ stmts_cost(const Kernel *k, KStmt *const *s, int n)
     return c;
 }
 
+static void
+mark_loads(KStmt *const *s, int n, bool *loaded, int nbufs)
+{
+    for (int i = 0; i < n; i++) {
+        if (!s[i]) continue;
+        mark_expr(s[i]->lo, loaded, nbufs);
+        mark_expr(s[i]->hi, loaded, nbufs);
+        mark_expr(s[i]->index, loaded, nbufs);
+        mark_expr(s[i]->a, loaded, nbufs);
+        mark_loads(s[i]->body, s[i]->nbody, loaded, nbufs);
+        mark_loads(s[i]->els, s[i]->nels, loaded, nbufs);
+    }
+}
+
+/* stores of s to buffers that may bypass the caches: whole elements of 4 or 8 bytes, in an output
+ * or a temporary the kernel never reads */
+static void
+mark_nt(const Gen *g, KStmt *const *s, int n, const bool *loaded, bool *nt)
+{
+    for (int i = 0; i < n; i++) {
+        if (!s[i]) continue;
+        int bf = s[i]->buf;
+        if (s[i]->kind == KS_STORE && bf >= 0 && bf < g->p->nbufs && !loaded[bf]) {
+            const KBuf *kb = &g->p->bufs[bf];
+            int es = llvm_gen_elem_size(kb->type);
+            if ((kb->kind == KB_OUTPUT || kb->kind == KB_TEMP) && !ktype_bits(kb->type) &&
+                (es == 4 || es == 8))
+                nt[bf] = true;
+        }
+        mark_nt(g, s[i]->body, s[i]->nbody, loaded, nt);
+        mark_nt(g, s[i]->els, s[i]->nels, loaded, nt);
+    }
+}
+
+/* a blocked scan's slots (entry allocas of scan_vecs values of each carried local, in its
+ * lanes' shape) and the buffers its steps may store non-temporally */
+static void
+scan_slots(Gen *g, const KStmt *loop, const bool *used)
+{
+    const Kernel *k = g->k;
+    int64_t per_vec = 0;
+    for (int v = 0; v < k->nlocals; v++)
+        if (g->carried[v] && g->local[v])
+            per_vec += g->lshape[v] == PS_VAR
+                           ? SIMD_W * (int64_t)llvm_gen_elem_size(k->locals[v].type)
+                           : 8;
+    g->scan_vecs = SCAN_VECS;
+    while (g->scan_vecs > 16 && g->scan_vecs * per_vec > SCAN_SLOT_BYTES)
+        g->scan_vecs /= 2;
+    for (int v = 0; v < k->nlocals; v++) {
+        if (!g->carried[v] || !g->local[v]) continue;
+        LLVMTypeRef et = g->lshape[v] == PS_VAR ? LLVMGetAllocatedType(g->vlocal[v])
+                                                : LLVMGetAllocatedType(g->local[v]);
+        g->slot[v] = LLVMBuildAlloca(g->b, LLVMArrayType(et, (unsigned)g->scan_vecs), "slot");
+    }
+    bool *loaded = xcalloc((size_t)g->p->nbufs + 1, 1);
+    mark_loads(k->body, k->nbody, loaded, g->p->nbufs);
+    const KStmt *t = loop->body[g->scan_at];
+    mark_nt(g, t->body, t->nbody, loaded, g->nt_buf);
+    for (int i = 0; i < g->p->nbufs; i++)
+        if (!used[i]) g->nt_buf[i] = false;
+    free(loaded);
+}
+
 /* Kernel ki's code as two functions: an internal always-inline body whose buffers are separate
  * noalias parameters (so, once inlined, LLVM knows distinct buffers never overlap and vectorises
  * without run-time checks), and the external `name`(ptr bufs, i64 B, i64 t, i64 sample_base, ...)
@@ -2087,6 +2431,10 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     g->vlocal = xcalloc((size_t)k->nlocals + 1, sizeof *g->vlocal);
     g->simd_var = -1;
     g->mask = NULL;
+    g->carried = xcalloc((size_t)k->nlocals + 1, sizeof *g->carried);
+    g->slot = xcalloc((size_t)k->nlocals + 1, sizeof *g->slot);
+    g->nt_buf = xcalloc((size_t)p->nbufs + 1, sizeof *g->nt_buf);
+    g->scan_at = range_loop ? scan_plan(k, range_loop, g->lshape, g->carried) : -1;
     for (int i = 0; g->lshape && i < k->nlocals; i++)
         if (g->lshape[i] == PS_VAR) {
             LLVMTypeRef vt = lanes_of(val_type(g, k->locals[i].type));
@@ -2116,6 +2464,7 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
         g->local[i] = LLVMBuildAlloca(g->b, lt, k->locals[i].name ? k->locals[i].name : "");
         LLVMBuildStore(g->b, LLVMConstNull(lt), g->local[i]);
     }
+    if (g->scan_at >= 0) scan_slots(g, range_loop, used);
     gen_stmts(g, k->body, k->nbody);
     LLVMBuildRetVoid(g->b);
     g->range_loop = NULL;
@@ -2154,6 +2503,13 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     free(g->loopval);
     free(g->lshape);
     free(g->vlocal);
+    free(g->carried);
+    free(g->slot);
+    free(g->nt_buf);
+    g->carried = NULL;
+    g->slot = NULL;
+    g->nt_buf = NULL;
+    g->scan_at = -1;
     g->lshape = NULL;
     g->vlocal = NULL;
     g->bufptr = g->local = g->loopval = NULL;
@@ -2444,6 +2800,8 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm, 
     if (!g.a_readnone) g.a_readnone = enum_attr(ctx, "memory", 0);
     g.md_access_group = LLVMGetMDKindIDInContext(ctx, "llvm.access.group", 17);
     g.md_loop = LLVMGetMDKindIDInContext(ctx, "llvm.loop", 9);
+    g.md_nontemporal = LLVMGetMDKindIDInContext(ctx, "nontemporal", 11);
+    g.scan_at = -1;
     g.access_group = distinct_empty_node(ctx);
 
     LLVMValueRef *kernels = xcalloc((size_t)p->nkernels + 1, sizeof *kernels);

@@ -615,6 +615,111 @@ test_lanes(void)
     free_prog(tp);
 }
 
+/* Blocked scans (llvm_gen.c: scan_plan): a lanes loop around one step loop that streams, run block
+ * by block with the locals between segments in slots. n = B * N iterations: past several blocks,
+ * a partial block and a scalar tail (batch 1), and within one block (n < 8: scalar only, batch
+ * 0 aside). Carried locals of every shape: a membrane (per lane) reset under a condition that
+ * differs between lanes, an i64 count, a uniform (j / 16 on aligned lanes) and a linear (j + 3)
+ * value read only after the steps, a static input loaded before them; a local assigned first in
+ * each step (not carried). At N = 420,000 the two step outputs take 2 * 5 * N floats, 16.8 MB,
+ * past NT_MIN_BYTES: their stores bypass the caches (check_run's buffers come from malloc, 16-byte
+ * aligned as NumPy's), and must leave the same bits. */
+static void
+scan_case(int64_t N, int batch)
+{
+    enum { T = 5 };
+    TestProg *tp = new_prog(T);
+    int bx = add_buf(tp, "x", KT_F32, T * N, 0, KB_INPUT);
+    int bst = add_buf(tp, "bias", KT_F32, N, 0, KB_INPUT);
+    int bv = add_buf(tp, "v_out", KT_F32, T * N, 0, KB_OUTPUT);
+    int bs = add_buf(tp, "s_out", KT_F32, T * N, 0, KB_OUTPUT);
+    int bc = add_buf(tp, "counts", KT_F32, 2 * N, 0, KB_OUTPUT);
+    Kernel *k = add_kernel(tp, "scan", false);
+    int j = add_local(k, "j", KT_I64), t = add_local(k, "t", KT_I64);
+    int v = add_local(k, "v", KT_F32), in = add_local(k, "in", KT_F32);
+    int b0 = add_local(k, "b0", KT_F32), cnt = add_local(k, "cnt", KT_I64);
+    int q = add_local(k, "q", KT_I64), lin = add_local(k, "lin", KT_I64);
+    KExpr *n = xbin(tp, KB_MUL, xk(tp, KX_BATCH), xi(tp, N));
+    KExpr *at = xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k, t), n), xv(tp, k, j));
+    KStmt *fire = sif(tp, xbin(tp, KB_GE, xv(tp, k, v), xc(tp, KT_F32, 1)),
+                      sassign(tp, v, xc(tp, KT_F32, 0)), NULL);
+    fire->body[fire->nbody++] = sassign(tp, cnt, xbin(tp, KB_ADD, xv(tp, k, cnt), xi(tp, 1)));
+    KStmt *steps =
+        sfor(tp, t, xi(tp, 0), xi(tp, T),
+             sassign(tp, in, xbin(tp, KB_ADD, xld(tp, bx, at), xv(tp, k, b0))),
+             sassign(tp, v,
+                     xbin(tp, KB_ADD, xbin(tp, KB_MUL, xv(tp, k, v), xc(tp, KT_F32, 0.5)),
+                          xv(tp, k, in))),
+             sstore(tp, bv, at, xv(tp, k, v)), fire,
+             sstore(tp, bs, at, xcast(tp, KT_F32, xv(tp, k, cnt))), NULL);
+    kbody(k, tp,
+          pfor(sfor(tp, j, xi(tp, 0), n, sassign(tp, v, xc(tp, KT_F32, 0)),
+                    sassign(tp, cnt, xi(tp, 0)), sassign(tp, b0, xld(tp, bst, xv(tp, k, j))),
+                    sassign(tp, q, xbin(tp, KB_DIV, xv(tp, k, j), xi(tp, 16))),
+                    sassign(tp, lin, xbin(tp, KB_ADD, xv(tp, k, j), xi(tp, 3))), steps,
+                    sstore(tp, bc, xv(tp, k, j), xcast(tp, KT_F32, xv(tp, k, cnt))),
+                    sstore(tp, bc, xbin(tp, KB_ADD, xv(tp, k, j), n),
+                           xcast(tp, KT_F32, xbin(tp, KB_ADD, xv(tp, k, q), xv(tp, k, lin)))),
+                    NULL)),
+          NULL);
+    int64_t nn = (int64_t)batch * N;
+    float *x = malloc((size_t)(T * nn + 1) * sizeof *x),
+          *bias = malloc((size_t)(nn + 1) * sizeof *bias);
+    float *wv = malloc((size_t)(T * nn + 1) * sizeof *wv),
+          *ws = malloc((size_t)(T * nn + 1) * sizeof *ws);
+    float *wc = malloc((size_t)(2 * nn + 1) * sizeof *wc);
+    for (int64_t i = 0; i < T * nn; i++)
+        x[i] = vals[i % NV] * 0.25f + (float)(i % 7) * 0.125f;
+    for (int64_t i = 0; i < nn; i++)
+        bias[i] = (float)(i % 5) * 0.0625f;
+    for (int64_t i = 0; i < nn; i++) {
+        float vv = 0;
+        int64_t c = 0;
+        for (int s = 0; s < T; s++) {
+            float inv = x[s * nn + i] + bias[i];
+            vv = vv * 0.5f + inv;
+            wv[s * nn + i] = vv;
+            if (vv >= 1) {
+                vv = 0;
+                c++;
+            }
+            ws[s * nn + i] = (float)c;
+        }
+        wc[i] = (float)c;
+        wc[nn + i] = (float)(i / 16 + i + 3);
+    }
+    const float *ins[] = {x, bias};
+    float *w[] = {wv, ws, wc};
+    char what[64];
+    snprintf(what, sizeof what, "scan N=%lld B=%d", (long long)N, batch);
+    check_run(what, tp, batch, 0, ins, w);
+    /* the blocked code is there; where a step's row is whole vectors (N a multiple of 8), its
+     * stores may bypass the caches */
+    set_lanes(tp, true);
+    char err[256];
+    char *text = cg_llvm_module_text(&tp->p, false, err, sizeof err);
+    CHECK(text && strstr(text, "scan.block") && strstr(text, "fence seq_cst"));
+    CHECK(text && !strstr(text, "!nontemporal") == (N % 8 != 0));
+    free(text);
+    set_lanes(tp, false);
+    free(x);
+    free(bias);
+    free(wv);
+    free(ws);
+    free(wc);
+    free_prog(tp);
+}
+
+static void
+test_scan(void)
+{
+    scan_case(2 * 2048 + 8 * 5 + 3, 1); /* two blocks, a partial one, a tail of 3 */
+    scan_case(2 * 2048 + 8 * 5 + 3, 2);
+    scan_case(5, 1);                /* scalar only */
+    scan_case(2 * 2048 + 8 * 5, 3); /* rows of whole vectors: non-temporal code, cached run */
+    scan_case(420000, 1);           /* 16.8 MB of step outputs: non-temporal run */
+}
+
 /* every binary op on f32 and f64; comparisons, and/or/not and select through bool */
 static void
 test_binary(void)
@@ -1869,6 +1974,7 @@ main(void)
     test_binary();
     test_integers();
     test_lanes();
+    test_scan();
     test_matvec();
     test_steps();
     test_tiles();
