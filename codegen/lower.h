@@ -157,6 +157,8 @@ typedef struct Conv {
     Pos ps;            /* the row */
     KExpr *g;          /* group */
     KExpr *oh, *ow, *nterms, *terms; /* the output pixel, its term count and first term */
+    int64_t packed; /* > 0: the weight is packed in tiles of this many channels (spikes, G == 1):
+                     * [O/nt][Cg][KH][KW][nt] */
 } Conv;
 
 /* ---- statement builders ---- */

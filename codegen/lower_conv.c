@@ -75,6 +75,8 @@ conv_weight(Lower *lw, const Conv *cv, KExpr *cg, KExpr *kh, KExpr *kw, KExpr *o
                      bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg, ci(lw, cv->d.KH)), kh),
                          ci(lw, cv->d.KW)),
                      kw);
+    if (cv->packed) /* the row's offset in a tile; conv_term_tile adds the tile's */
+        return bin(lw, KB_MUL, tap, ci(lw, cv->packed));
     return bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, cv->d.O)),
                bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Og)), o0));
 }
@@ -140,8 +142,10 @@ conv_term_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     KExpr *j;
     KStmt *fj = loop(lw, c, "j", cv->nterms, false, &j);
     KExpr *ti = bin(lw, KB_ADD, cv->terms, j);
+    /* packed: tile o0 / nt starts at o0 * Cg*KH*KW */
+    KExpr *base = cv->packed ? bin(lw, KB_MUL, o0, ci(lw, cv->d.Cg * cv->d.KH * cv->d.KW)) : o0;
     tile_fma(lw, body(fj), t, kx_load(lw->p, cv->tap_x, ti), cv->w,
-             bin(lw, KB_ADD, kx_load(lw->p, cv->tap_w, ti), o0), false);
+             bin(lw, KB_ADD, kx_load(lw->p, cv->tap_w, ti), base), false);
     conv_store(lw, c, cv, cv->oh, cv->ow, o0, t);
 }
 
@@ -389,6 +393,17 @@ lower_conv2d_events(Lower *lw, ValueId v)
     Conv cv = conv_geometry(lw, v);
     bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
     int64_t HW = cv.d.H * cv.d.W, rows = is_batched ? lw->T : 1;
+    /* whole channel tiles: the weight packed tile by tile, [O/nt][Cg][KH][KW][nt], so that a tile's
+     * rows are one contiguous block (Cg*KH*KW*nt values) instead of nt values every O: the rows a
+     * pixel's terms pick then spread over all cache sets (measured on c2 below) */
+    int64_t nt = tile_lanes(lw, CONV_NT);
+    if (lw->m->nodes[v].op == OP_CONV2D && cv.d.G == 1 && cv.d.O % nt == 0 && nt < cv.d.O) {
+        KBuf *kb = &lw->p->bufs[cv.w];
+        kb->nperm = 5;
+        memcpy(kb->perm, (const int[]){0, 2, 3, 4, 1}, 5 * sizeof *kb->perm);
+        kb->split = nt;
+        cv.packed = nt;
+    }
     const char *vn = value_name(lw, v);
     /* channel numbers in bytes where they fit (bit pairs: with the sign, twice the channel): the
      * list is as large as the input */
