@@ -90,10 +90,12 @@ typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
  * neurons or channels, which transposed weight buffers (KBuf.perm) hold contiguously, into tiles
  * (kir.h): rows of f64 accumulators that the CPU backend keeps in vector registers, multiplied
  * and added with one rounding (exact: a product of two floats is exact in double).
- *   dense, weight [out][in] -> [in][out]:
+ *   dense, weight [out][in] -> [in][out], or packed [out/nt][in][nt] where tiles of nt divide out:
  *     real-valued input: a register-blocked GEMM, one parallel loop over (output tile, row block)
  *       pairs; DENSE_MR rows times DENSE_NT outputs accumulate over k (innermost) from the bias,
- *       each weight vector loaded once for the block. Terms in k order: the interpreter's sum.
+ *       each weight vector loaded once for the block, the tile's panel packed contiguous (a
+ *       transposed panel's rows, a power of two apart, fell into few cache sets). Terms in k
+ *       order: the interpreter's sum.
  *     spikes, at most DENSE_SPIKE_TILE outputs: the same blocks with all outputs in one tile,
  *       zero inputs skipped lane-wise (fma_nz, no branch to mispredict on dense spike trains).
  *     spikes, more outputs: event-driven. 0/1 spikes of a batched or static layer are grouped by
@@ -107,7 +109,8 @@ typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
  *       spikes (bit pairs, a layer in a step loop): one scan of the input per row, each spike
  *       adding its weight row into the row's accumulators in memory, tile by tile. Terms in k
  *       order either way.
- *   conv2d, weight [out][in/g][kh][kw] -> [in/g][kh][kw][out], output NCHW as before (a tile is
+ *   conv2d, weight [out][in/g][kh][kw] -> [in/g][kh][kw][out] (over spikes with one group and
+ *     whole tiles: packed [out/nt][in][kh][kw][nt], Conv.packed), output NCHW as before (a tile is
  *     stored channel by channel, OH*OW apart):
  *     real-valued input: per channel tile (outer: its weights stay in cache), per output pixel,
  *       a tile gathers over (c, kh, kw) in the interpreter's order; padding is skipped by bounds
