@@ -2199,20 +2199,22 @@ mark_expr(const KExpr *e, bool *used, int nbufs)
     mark_expr(e->c, used, nbufs);
 }
 
+/* used[b] for the buffers statements s read (expressions' loads), and with is_all also those
+ * their statements store to or tile through */
 static void
-mark_stmts(KStmt *const *s, int n, bool *used, int nbufs)
+mark_stmts(KStmt *const *s, int n, bool *used, int nbufs, bool is_all)
 {
     for (int i = 0; i < n; i++) {
         if (!s[i]) continue;
         bool has_buf = s[i]->kind == KS_STORE || s[i]->kind == KS_VLOAD ||
                        s[i]->kind == KS_VFMA || s[i]->kind == KS_VSTORE;
-        if (has_buf && s[i]->buf >= 0 && s[i]->buf < nbufs) used[s[i]->buf] = true;
+        if (is_all && has_buf && s[i]->buf >= 0 && s[i]->buf < nbufs) used[s[i]->buf] = true;
         mark_expr(s[i]->lo, used, nbufs);
         mark_expr(s[i]->hi, used, nbufs);
         mark_expr(s[i]->index, used, nbufs);
         mark_expr(s[i]->a, used, nbufs);
-        mark_stmts(s[i]->body, s[i]->nbody, used, nbufs);
-        mark_stmts(s[i]->els, s[i]->nels, used, nbufs);
+        mark_stmts(s[i]->body, s[i]->nbody, used, nbufs, is_all);
+        mark_stmts(s[i]->els, s[i]->nels, used, nbufs, is_all);
     }
 }
 
@@ -2299,20 +2301,6 @@ stmts_cost(const Kernel *k, KStmt *const *s, int n)
     return c;
 }
 
-static void
-mark_loads(KStmt *const *s, int n, bool *loaded, int nbufs)
-{
-    for (int i = 0; i < n; i++) {
-        if (!s[i]) continue;
-        mark_expr(s[i]->lo, loaded, nbufs);
-        mark_expr(s[i]->hi, loaded, nbufs);
-        mark_expr(s[i]->index, loaded, nbufs);
-        mark_expr(s[i]->a, loaded, nbufs);
-        mark_loads(s[i]->body, s[i]->nbody, loaded, nbufs);
-        mark_loads(s[i]->els, s[i]->nels, loaded, nbufs);
-    }
-}
-
 /* stores of s to buffers that may bypass the caches: whole elements of 4 or 8 bytes, in an output
  * or a temporary the kernel never reads */
 static void
@@ -2355,7 +2343,7 @@ scan_slots(Gen *g, const KStmt *loop, const bool *used)
         g->slot[v] = LLVMBuildAlloca(g->b, LLVMArrayType(et, (unsigned)g->scan_vecs), "slot");
     }
     bool *loaded = xcalloc((size_t)g->p->nbufs + 1, 1);
-    mark_loads(k->body, k->nbody, loaded, g->p->nbufs);
+    mark_stmts(k->body, k->nbody, loaded, g->p->nbufs, false);
     const KStmt *t = loop->body[g->scan_at];
     mark_nt(g, t->body, t->nbody, loaded, g->nt_buf);
     for (int i = 0; i < g->p->nbufs; i++)
@@ -2385,7 +2373,7 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     g->loopval = calloc((size_t)k->nlocals + 1, sizeof *g->loopval);
     if (!used || !param_buf || !pt || !g->bufptr || !g->local || !g->tile || !g->loopval)
         die("out of memory");
-    mark_stmts(k->body, k->nbody, used, p->nbufs);
+    mark_stmts(k->body, k->nbody, used, p->nbufs, true);
     int np = 0;
     for (int i = 0; i < p->nbufs; i++)
         if (used[i]) {
