@@ -419,8 +419,10 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     /* one counter per window: the run functions sum every counter of the layer */
     int cbuf = spike_count_buffer(lw, v, per, (int64_t)lw->T * K);
     bool is_total = p->bufs[cbuf].is_accumulator; /* the GPU's: as in count_spikes */
-    int cnt = is_total ? -1 : local(lw, "nspikes", KT_I64);
-    if (!is_total) s_assign(lw, c, cnt, ci(lw, 0));
+    /* a float count where it stays exact, as count_spikes */
+    KType ct = (int64_t)lw->T * K <= (1 << 24) ? KT_F32 : KT_I64;
+    int cnt = is_total ? -1 : local(lw, "nspikes", ct);
+    if (!is_total) s_assign(lw, c, cnt, kx_const(p, ct, 0));
     NCopy *cp = arena_alloc(&p->arena, (size_t)K * sizeof *cp);
     int *jl = arena_alloc(&p->arena, (size_t)K * sizeof *jl);
     Pos *ps = arena_alloc(&p->arena, (size_t)K * sizeof *ps);
@@ -456,11 +458,13 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
                  e == 0                       ? y
                  : pn->op == OP_MAXPOOL2D ? bin(lw, KB_MAX, var(lw, pv), y)
                                           : bin(lw, KB_ADD, var(lw, pv), y));
-        KExpr *one = spike_one(lw, var(lw, cp[e].nl.spike));
+        KExpr *spiked = bin(lw, KB_NE, var(lw, cp[e].nl.spike), kx_const(p, KT_F32, 0));
         if (is_total)
-            s_count(lw, step, cbuf, jp, one);
+            s_count(lw, step, cbuf, jp, spike_one(lw, var(lw, cp[e].nl.spike)));
         else
-            s_assign(lw, step, cnt, bin(lw, KB_ADD, var(lw, cnt), one));
+            s_assign(lw, step, cnt,
+                     bin(lw, KB_ADD, var(lw, cnt),
+                         kx_select(p, spiked, kx_const(p, ct, 1), kx_const(p, ct, 0))));
     }
     KExpr *pooled = var(lw, pv);
     if (pn->op == OP_AVGPOOL2D)
@@ -470,7 +474,7 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
     pp.j = jp;
     pp.jn = per;
     vstore(lw, step, pool, &pp, to(lw, KT_F32, pooled));
-    if (!is_total) s_store(lw, c, cbuf, jp, var(lw, cnt));
+    if (!is_total) s_store(lw, c, cbuf, jp, to(lw, KT_I64, var(lw, cnt)));
     kernel_add_node(lw, pool);
 }
 
