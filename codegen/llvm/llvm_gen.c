@@ -1422,8 +1422,8 @@ simd_plan(const Kernel *k, const KStmt *loop)
  * of loads and one of stores at a time, contiguous runs of SCAN_VECS * SIMD_W elements. That is
  * what lets the stores bypass the caches (scan_nt_guard): measured on a 2-thread AVX2 host, the
  * LIF scan's 8 interleaved rows with non-temporal stores ran 4x slower than plain stores, blocked
- * rows with them ran at the copy bandwidth (docs/benchmarks.md). A block is SCAN_VECS vectors,
- * fewer where its slots would pass SCAN_SLOT_BYTES (three quarters of a 32 KB L1). */
+ * rows with them as fast as a memcpy of the same bytes (docs/benchmarks.md). A block is SCAN_VECS
+ * vectors, fewer where its slots would pass SCAN_SLOT_BYTES (three quarters of a 32 KB L1). */
 enum { SCAN_VECS = 256, SCAN_SLOT_BYTES = 24 << 10, NT_MIN_BYTES = 16 << 20, NT_ALIGN = 16 };
 
 static bool
@@ -1434,7 +1434,7 @@ mentions_var(const KExpr *e, int var)
     return mentions_var(e->a, var) || mentions_var(e->b, var) || mentions_var(e->c, var);
 }
 
-/* an access in s whose index moves with both the lanes' variable and the step's */
+/* a store in s whose index moves with both the lanes' variable and the step's */
 static bool
 has_stream(KStmt *const *s, int n, int jvar, int tvar)
 {
