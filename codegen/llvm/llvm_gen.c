@@ -1998,6 +1998,38 @@ vstmts(Gen *g, KStmt *const *s, int n)
     }
 }
 
+/* a guarded, rotated loop over an i64 phi from lo while < hi: scan_loop_open leaves the builder
+ * in its body, scan_loop_close adds step and leaves it after the loop */
+typedef struct ScanLoop {
+    LLVMBasicBlockRef pre, exit;
+    LLVMValueRef phi, lo, hi;
+} ScanLoop;
+
+static ScanLoop
+scan_loop_open(Gen *g, LLVMValueRef lo, LLVMValueRef hi, const char *name)
+{
+    LLVMBuilderRef b = g->b;
+    ScanLoop l = {LLVMGetInsertBlock(b), NULL, NULL, lo, hi};
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, name);
+    l.exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.exit");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, lo, hi, ""), body, l.exit);
+    LLVMPositionBuilderAtEnd(b, body);
+    l.phi = LLVMBuildPhi(b, g->t_i64, name);
+    return l;
+}
+
+static void
+scan_loop_close(Gen *g, const ScanLoop *l, unsigned step)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef next = LLVMBuildNSWAdd(b, l->phi, LLVMConstInt(g->t_i64, step, 0), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, l->hi, ""),
+                    LLVMGetInstructionParent(l->phi), l->exit);
+    LLVMAddIncoming(l->phi, (LLVMValueRef[]){l->lo, next}, (LLVMBasicBlockRef[]){l->pre, latch}, 2);
+    LLVMPositionBuilderAtEnd(b, l->exit);
+}
+
 /* One segment of a blocked scan: statements s[0..n) for each vector of the block [blo, bhi)
  * (SIMD_W-aligned), the carried locals restored from and saved to their slots around them. */
 static void
@@ -2005,12 +2037,8 @@ scan_segment(Gen *g, const KStmt *loop, KStmt *const *s, int n, LLVMValueRef blo
              bool restore, bool save)
 {
     LLVMBuilderRef b = g->b;
-    LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
-    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.vec");
-    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.vec.exit");
-    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, blo, bhi, ""), body, exit);
-    LLVMPositionBuilderAtEnd(b, body);
-    LLVMValueRef phi = LLVMBuildPhi(b, g->t_i64, "i.scan");
+    ScanLoop l = scan_loop_open(g, blo, bhi, "scan.vec");
+    LLVMValueRef phi = l.phi;
     g->simd_base = phi;
     LLVMBuildStore(b, phi, g->local[loop->var]);
     LLVMValueRef at[2] = {LLVMConstInt(g->t_i64, 0, 0),
@@ -2032,11 +2060,7 @@ scan_segment(Gen *g, const KStmt *loop, KStmt *const *s, int n, LLVMValueRef blo
                 LLVMBuildStore(b, LLVMBuildLoad2(b, ty, home, ""), sp);
         }
     }
-    LLVMValueRef next = LLVMBuildNSWAdd(b, phi, LLVMConstInt(g->t_i64, SIMD_W, 0), "");
-    LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
-    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, bhi, ""), body, exit);
-    LLVMAddIncoming(phi, (LLVMValueRef[]){blo, next}, (LLVMBasicBlockRef[]){pre, latch}, 2);
-    LLVMPositionBuilderAtEnd(b, exit);
+    scan_loop_close(g, &l, SIMD_W);
 }
 
 /* the scan's sequential loop over one block: each step for every vector */
@@ -2044,13 +2068,9 @@ static void
 scan_steps(Gen *g, const KStmt *loop, const KStmt *t, LLVMValueRef blo, LLVMValueRef bhi, bool nt)
 {
     LLVMBuilderRef b = g->b;
-    LLVMValueRef lo = gen_expr_as(g, t->lo, KT_I64), hi = gen_expr_as(g, t->hi, KT_I64);
-    LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
-    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.step");
-    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.step.exit");
-    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, lo, hi, ""), body, exit);
-    LLVMPositionBuilderAtEnd(b, body);
-    LLVMValueRef phi = LLVMBuildPhi(b, g->t_i64, "t.scan");
+    ScanLoop l = scan_loop_open(g, gen_expr_as(g, t->lo, KT_I64), gen_expr_as(g, t->hi, KT_I64),
+                                "scan.step");
+    LLVMValueRef phi = l.phi;
     LLVMValueRef saved = g->loopval[t->var];
     g->loopval[t->var] = convert(g, phi, KT_I64, g->k->locals[t->var].type);
     LLVMBuildStore(b, g->loopval[t->var], g->local[t->var]);
@@ -2058,11 +2078,7 @@ scan_steps(Gen *g, const KStmt *loop, const KStmt *t, LLVMValueRef blo, LLVMValu
     scan_segment(g, loop, t->body, t->nbody, blo, bhi, true, true);
     g->is_nt = false;
     g->loopval[t->var] = saved;
-    LLVMValueRef next = LLVMBuildNSWAdd(b, phi, LLVMConstInt(g->t_i64, 1, 0), "");
-    LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
-    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, hi, ""), body, exit);
-    LLVMAddIncoming(phi, (LLVMValueRef[]){lo, next}, (LLVMBasicBlockRef[]){pre, latch}, 2);
-    LLVMPositionBuilderAtEnd(b, exit);
+    scan_loop_close(g, &l, 1);
 }
 
 /* Whether this run's scan stores bypass the caches: its nt_buf buffers together at least
