@@ -113,7 +113,7 @@ conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, in
 }
 
 /* real-valued input: one tile of output channels [o0, o0 + lanes) of group g at every output
- * pixel, summed over (c, kh, kw) in the interpreter's order (the tile outer: its weights stay in
+ * pixel, summed over (kh, kw, c), the interpreter's order (the tile outer: its weights stay in
  * cache over the pixels) */
 static void
 conv_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
@@ -125,10 +125,10 @@ conv_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     Cur px = body(fow);
     int t = tile(lw, "acc", lanes);
     s_tile(lw, px, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
-    KStmt *fc = loop(lw, px, "c", ci(lw, cv->d.Cg), false, &cg);
-    Cur in = conv_taps(lw, body(fc), cv, oh, ow, &kh, &kw, &ih, &iw);
-    tile_fma(lw, in, t, conv_input(lw, cv, cg, ih, iw), cv->w, conv_weight(lw, cv, cg, kh, kw, o0),
-             false);
+    Cur in = conv_taps(lw, px, cv, oh, ow, &kh, &kw, &ih, &iw);
+    KStmt *fc = loop(lw, in, "c", ci(lw, cv->d.Cg), false, &cg);
+    tile_fma(lw, body(fc), t, conv_input(lw, cv, cg, ih, iw), cv->w,
+             conv_weight(lw, cv, cg, kh, kw, o0), false);
     conv_store(lw, px, cv, oh, ow, o0, t);
 }
 
@@ -229,8 +229,8 @@ conv_groups(Lower *lw, Cur c, Conv *cv)
     if (lw->is_epilogue_by_row) batchnorm_row(lw, row, cv);
 }
 
-/* PyTorch Conv2d gathered per output pixel and channel tile: acc = sum over c of the group, kh,
- * kw (the interpreter's order), then + bias, rounded once */
+/* PyTorch Conv2d gathered per output pixel and channel tile: acc = sum over kh, kw, c of the
+ * group (the interpreter's order), then + bias, rounded once */
 void
 lower_conv2d(Lower *lw, ValueId v)
 {
@@ -240,22 +240,22 @@ lower_conv2d(Lower *lw, ValueId v)
 }
 
 /* output (channel o of group cv->g, oh, ow) of the row at cv->ps into the one-lane tile t, without
- * the bias (conv_store adds it): summed over (c, kh, kw), the interpreter's order, zeros skipped
+ * the bias (conv_store adds it): summed over (kh, kw, c), the interpreter's order, zeros skipped
  * for spikes */
 static void
 conv_sum(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o, int t)
 {
     KExpr *cg, *kh, *kw, *ih, *iw;
     s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
-    KStmt *fc = loop(lw, c, "c", ci(lw, cv->d.Cg), false, &cg);
-    Cur in = conv_taps(lw, body(fc), cv, oh, ow, &kh, &kw, &ih, &iw);
-    tile_fma(lw, in, t, conv_input(lw, cv, cg, ih, iw), cv->w, conv_weight(lw, cv, cg, kh, kw, o),
-             is_spike_value(lw, cv->x));
+    Cur in = conv_taps(lw, c, cv, oh, ow, &kh, &kw, &ih, &iw);
+    KStmt *fc = loop(lw, in, "c", ci(lw, cv->d.Cg), false, &cg);
+    tile_fma(lw, body(fc), t, conv_input(lw, cv, cg, ih, iw), cv->w,
+             conv_weight(lw, cv, cg, kh, kw, o), is_spike_value(lw, cv->x));
 }
 
 /* GPU: one thread per output element (row, group, channel, oh, ow), ow fastest so that
  * neighbouring threads read neighbouring inputs and store neighbouring outputs; a one-lane tile
- * summed over (c, kh, kw), the interpreter's order, zeros skipped for spikes, then + bias. */
+ * summed over (kh, kw, c), the interpreter's order, zeros skipped for spikes, then + bias. */
 void
 lower_conv2d_flat(Lower *lw, ValueId v)
 {

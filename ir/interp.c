@@ -59,6 +59,7 @@ typedef struct NodeRun {
 typedef struct Interp {
     const Module *m;
     bool is_f32;
+    bool is_f32_sums; /* F32 mode of a module that says `accumulate f32` */
     int T;
     int64_t batch, sample_base;
     uint64_t seed;
@@ -69,7 +70,7 @@ typedef struct Interp {
     int64_t b0; /* first sample of this pass in the batch */
     ValueId *order;
     NodeRun *nodes;
-    double *scratch; /* dense/conv accumulators of one sample */
+    double *scratch; /* dense accumulators of one sample, conv ones of one pixel */
     char *err;
     size_t errlen;
     bool failed;
@@ -379,7 +380,9 @@ eval_neuron(Interp *ip, ValueId v, int t, double *spike_counts)
 /* ---- layer ops ---- */
 
 /* y = x W^T + b per sample, as a sum over inputs of x[i] * (row i of W^T): rows are contiguous and
- * a zero spike skips its row. Accumulated in double, rounded once in F32 mode. */
+ * a zero spike skips its row. From the bias, in input order; accumulated in double and rounded
+ * once in F32 mode, or under `accumulate f32` in float with one fused multiply-add per term (what
+ * every backend computes, in the same order). */
 static void
 eval_dense(Interp *ip, ValueId v, int t)
 {
@@ -399,8 +402,12 @@ eval_dense(Interp *ip, ValueId v, int t)
             if (xi == 0 && r->is_spike_input)
                 continue;
             const float *w = r->wt + (size_t)i * (size_t)out;
-            for (int64_t o = 0; o < out; o++)
-                acc[o] += xi * w[o];
+            if (ip->is_f32_sums)
+                for (int64_t o = 0; o < out; o++)
+                    acc[o] = fmaf((float)xi, w[o], (float)acc[o]);
+            else
+                for (int64_t o = 0; o < out; o++)
+                    acc[o] += xi * w[o];
         }
         double *yb = y + (size_t)b * (size_t)out;
         for (int64_t o = 0; o < out; o++)
@@ -410,9 +417,10 @@ eval_dense(Interp *ip, ValueId v, int t)
 
 /* PyTorch Conv2d: y[o][oh][ow] = b[o] + sum over c in o's group, kh, kw of
  * W[o][c - group start][kh][kw] * x[c][oh*s - p + kh*d][ow*s - p + kw*d] (zero outside).
- * Computed by scattering each input pixel (skipped when a zero spike) into a [OH][OW][O]
- * accumulator with the weights transposed to [C][KH][KW][O/G], so the inner loop runs over
- * contiguous channels. */
+ * Gathered per output pixel in the order every backend sums it: taps (kh, kw) outer, input
+ * channels inner (a zero spike skipped), each adding its row of the weight transposed to
+ * [C][KH][KW][O/G] into the pixel's O accumulators; then + bias. In double, rounded once in F32
+ * mode; under `accumulate f32` in float, one fused multiply-add per term. */
 static void
 eval_conv2d(Interp *ip, ValueId v, int t)
 {
@@ -426,41 +434,35 @@ eval_conv2d(Interp *ip, ValueId v, int t)
     double *acc = ip->scratch;
     size_t npix = (size_t)(g.OH * g.OW);
     for (int b = 0; b < ip->nb; b++) {
-        memset(acc, 0, npix * (size_t)g.O * sizeof *acc);
         const double *xb = x + (size_t)b * (size_t)(g.C * g.H * g.W);
-        for (int64_t c = 0; c < g.C; c++) {
-            int64_t grp = c / Cg;
-            const float *wc = r->wt + (size_t)c * (size_t)(g.KH * g.KW) * (size_t)Og;
-            for (int64_t ih = 0; ih < g.H; ih++) {
-                for (int64_t iw = 0; iw < g.W; iw++) {
-                    double xv = xb[(c * g.H + ih) * g.W + iw];
-                    if (xv == 0 && r->is_spike_input)
-                        continue;
-                    for (int kh = 0; kh < g.KH; kh++) {
-                        int64_t hn = ih + g.PH - (int64_t)kh * g.DH; /* = oh * SH */
-                        if (hn < 0 || hn % g.SH != 0 || hn / g.SH >= g.OH)
-                            continue;
-                        int64_t oh = hn / g.SH;
-                        for (int kw = 0; kw < g.KW; kw++) {
-                            int64_t wn = iw + g.PW - (int64_t)kw * g.DW;
-                            if (wn < 0 || wn % g.SW != 0 || wn / g.SW >= g.OW)
-                                continue;
-                            int64_t ow = wn / g.SW;
-                            double *ap =
-                                acc + (size_t)(oh * g.OW + ow) * (size_t)g.O + (size_t)(grp * Og);
-                            const float *wp = wc + (size_t)(kh * g.KW + kw) * (size_t)Og;
-                            for (int64_t o = 0; o < Og; o++)
-                                ap[o] += xv * wp[o];
+        double *yb = y + (size_t)b * (size_t)r->numel;
+        for (int64_t oh = 0; oh < g.OH; oh++) {
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                memset(acc, 0, (size_t)g.O * sizeof *acc);
+                for (int64_t kh = 0; kh < g.KH; kh++) {
+                    int64_t ih = oh * g.SH - g.PH + kh * g.DH;
+                    if (ih < 0 || ih >= g.H) continue;
+                    for (int64_t kw = 0; kw < g.KW; kw++) {
+                        int64_t iw = ow * g.SW - g.PW + kw * g.DW;
+                        if (iw < 0 || iw >= g.W) continue;
+                        for (int64_t c = 0; c < g.C; c++) {
+                            double xv = xb[(c * g.H + ih) * g.W + iw];
+                            if (xv == 0 && r->is_spike_input) continue;
+                            double *ap = acc + (c / Cg) * Og;
+                            const float *wp = r->wt + ((c * g.KH + kh) * g.KW + kw) * Og;
+                            if (ip->is_f32_sums)
+                                for (int64_t o = 0; o < Og; o++)
+                                    ap[o] = fmaf((float)xv, wp[o], (float)ap[o]);
+                            else
+                                for (int64_t o = 0; o < Og; o++)
+                                    ap[o] += xv * wp[o];
                         }
                     }
                 }
+                size_t p = (size_t)(oh * g.OW + ow);
+                for (int64_t o = 0; o < g.O; o++)
+                    yb[(size_t)o * npix + p] = rnd(ip, acc[o] + (bias ? bias[o] : 0.0));
             }
-        }
-        double *yb = y + (size_t)b * (size_t)r->numel;
-        for (int64_t o = 0; o < g.O; o++) {
-            double bo = bias ? bias[o] : 0.0;
-            for (size_t p = 0; p < npix; p++)
-                yb[(size_t)o * npix + p] = rnd(ip, acc[p * (size_t)g.O + (size_t)o] + bo);
         }
     }
 }
@@ -892,8 +894,7 @@ setup(Interp *ip)
                         int64_t c = (o / Og) * Cg + cg; /* the input channel */
                         r->wt[(c * K + k) * Og + o % Og] = w->data[(o * Cg + cg) * K + k];
                     }
-            if ((size_t)(g.O * g.OH * g.OW) > scratch)
-                scratch = (size_t)(g.O * g.OH * g.OW);
+            if ((size_t)g.O > scratch) scratch = (size_t)g.O;
         }
         if (n->op == OP_BATCHNORM) {
             int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
@@ -961,6 +962,7 @@ interp_run(const Module *m, const InterpOptions *opt, int batch, int64_t sample_
     memset(&ip, 0, sizeof ip);
     ip.m = m;
     ip.is_f32 = opt && opt->precision == INTERP_F32;
+    ip.is_f32_sums = ip.is_f32 && m->accumulate == ACC_F32;
     ip.T = m->timesteps;
     ip.batch = batch;
     ip.sample_base = sample_base;
