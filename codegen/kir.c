@@ -241,6 +241,14 @@ kx_cast(KProgram *p, KType t, KExpr *a)
         return a;
     if (a->kind == KX_CONST && t != KT_BOOL && a->type != KT_F32 && a->type != KT_F64)
         return kx_const(p, t, a->num); /* integer constants convert exactly */
+    /* to float, what was widened to double from a type float holds exactly (float, bytes, bool):
+     * the value itself (float tiles take the f64 operands the lowering writes for double ones) */
+    if (t == KT_F32 && a->kind == KX_CAST && a->type == KT_F64 &&
+        (a->a->type == KT_F32 || a->a->type == KT_U8 || a->a->type == KT_I8 ||
+         a->a->type == KT_BOOL))
+        return kx_cast(p, t, a->a);
+    if (t == KT_F32 && a->kind == KX_CONST && a->type == KT_F64 && (double)(float)a->num == a->num)
+        return kx_const(p, t, a->num);
     KExpr *e = kx_new(p, KX_CAST, t);
     e->a = a;
     return e;

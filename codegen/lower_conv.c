@@ -179,7 +179,7 @@ conv_event_pixels(Lower *lw, Cur c, Conv *cv)
         x = kx_const(lw->p, KT_F64, 1);
     } else if (bits_of(lw, cv->x) == 2) {
         KExpr *is_neg = bin(lw, KB_REM, var(lw, cgv), ci(lw, 2));
-        x = to(lw, KT_F64, bin(lw, KB_SUB, ci(lw, 1), bin(lw, KB_MUL, ci(lw, 2), is_neg)));
+        x = to(lw, lw->acc, bin(lw, KB_SUB, ci(lw, 1), bin(lw, KB_MUL, ci(lw, 2), is_neg)));
         cg = bin(lw, KB_DIV, var(lw, cgv), ci(lw, 2));
     }
     s_store(lw, body(fe), cv->tap_w, ti, conv_weight(lw, cv, cg, kh, kw, ci(lw, 0)));

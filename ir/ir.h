@@ -313,12 +313,15 @@ typedef enum { SCHEDULE_STEP, SCHEDULE_LAYER } Schedule;
  * kernel schedule do not overlap share a region (KBuf.slot). */
 typedef enum { MEMORY_SEPARATE, MEMORY_REUSE } MemoryPlan;
 
-/* How dense and convolution layers sum (an IR attribute, printed as `accumulate f32`):
- * ACC_EXACT in double, rounded once to float: the interpreter's sums, bit for bit (a sum of float
- * products in double is exact unless its terms span more than ~29 binades); ACC_F32 in float with
- * a fused multiply-add per term, as float32 frameworks do (their order of terms differs again):
- * twice the SIMD lanes and no conversions, at the cost of float rounding in every sum. */
-typedef enum { ACC_EXACT, ACC_F32 } Accumulate;
+/* How dense and convolution layers sum (an IR attribute, printed as `accumulate exact` when not
+ * the default):
+ * ACC_F32, the default, in float with a fused multiply-add per term, as float32 frameworks do, in
+ * an order fixed by the model (dense: from the bias, input by input; conv: taps (kh, kw) outer,
+ * input channels inner, then the bias), which every backend and the interpreter's float32 mode
+ * follow, so they agree bit for bit; ACC_EXACT in double, rounded once to float (a sum of float
+ * products in double is exact unless its terms span more than ~29 binades, so the order hardly
+ * matters), at half the SIMD lanes. First in the enum: a zeroed Module sums in float. */
+typedef enum { ACC_F32, ACC_EXACT } Accumulate;
 
 typedef struct Module {
     Arena arena;

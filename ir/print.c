@@ -358,7 +358,7 @@ ir_print(FILE *f, const Module *m)
     fprintf(f, "  seed %lld\n", (long long)m->seed);
     if (m->schedule == SCHEDULE_LAYER) fputs("  schedule layer\n", f);
     if (m->memory == MEMORY_REUSE) fputs("  memory reuse\n", f);
-    if (m->accumulate == ACC_F32) fputs("  accumulate f32\n", f);
+    if (m->accumulate == ACC_EXACT) fputs("  accumulate exact\n", f);
     if (m->weights_path) {
         fputs("  weights ", f);
         put_string(f, m->weights_path);

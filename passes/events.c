@@ -1,12 +1,13 @@
 /* events.c: event-driven accumulation. A dense or conv layer whose input is spikes (0/1, or -1/0/1)
  * sums on the CPU only the inputs that spiked: per row, the nonzero channels are listed and only
- * their weight rows added (lower_layers.c, lower_conv.c). Every such layer is marked, unless calibration
+ * their weight rows added (lower_layers.c, lower_conv.c). Every such layer is marked, unless
+ * calibration
  * (--events=auto) measured its input firing at or past the rate where the dense kernel (every
  * input visited, zero products skipped) was faster: bench/cpu/events_rate.py, one spike-fed layer
  * at input rates 5-95%, reading a model input or a neuron's spikes (docs/benchmarks.md); the
- * benchmark networks' layers read 1-37% and never reach it. The exact sums are the same bits either way (another order of terms, in
- * double); float sums (--accumulate=f32) round in the order each kernel adds. The GPU's kernels
- * are dense; the mark does not change them. */
+ * benchmark networks' layers read 1-37% and never reach it. The same bits either way, float or
+ * exact sums: both kernels add the same terms in the same order, the event lists skipping the zero
+ * products. The GPU's kernels are dense; the mark does not change them. */
 #include "passes/pass.h"
 
 /* Whether n's input (through flattens) is a model input, whose floats the event lists compare one

@@ -22,8 +22,8 @@ and f3 and c2, the conv example's two big spike-fed layers with their real input
 tests/parity/fmnist_conv/rates.json, the trained network's) added to the sweep:
   f3: T = 4, 6272 -> dense 2048 (the flattened pooled spikes of c2 -> f3)
   c2: T = 4, [128, 14, 14] -> conv 128 3x3 pad 1 (the pooled spikes of c1 -> c2)
-each with the default exact sums (double) and with --accumulate=f32 (float tiles, twice the
-lanes). Each row also gives the layer's figures against the host's FMA peak (measured in the same
+each with exact sums (--accumulate=exact: double) and with float ones (--accumulate=f32, the
+default since 2026-11-26: float tiles, twice the lanes). Each row also gives the layer's figures against the host's FMA peak (measured in the same
 run by machine_peak, for the sums' precision): the dense build's GFLOP/s of the dense work, and the
 event build's GFLOP/s of the work of the spikes that occurred (2 FLOPs per spike and output). The LIF scan after the layer is the same in both builds. A third build per rate,
 `--events=auto` calibrated on the rate's inputs (64 samples), shows what the choice picks. Every
@@ -172,7 +172,7 @@ def main():
             src = tmp / f"{name}.snn"
             src.write_text(text)
             for acc in ("exact", "f32"):
-                extra = ["--accumulate=f32"] if acc == "f32" else []
+                extra = [f"--accumulate={acc}"]
                 sos = {}
                 for mode, flags in (("events", []), ("dense", ["--disable-pass=events"])):
                     so = tmp / f"{name}-{acc}-{mode}.so"

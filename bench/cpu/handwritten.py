@@ -184,7 +184,7 @@ def main():
                 rows.append((title, f"by hand, {kind}", tp["images_per_s"], lat["median_ms"],
                              out[kind]["rates_equal_spikingjelly"]))
             for acc in ("exact", "f32"):
-                so = snnc_so(model, so_flags + ([f"--accumulate={acc}"] if acc == "f32" else []),
+                so = snnc_so(model, so_flags + [f"--accumulate={acc}"],
                              [f"--batch={batch}", f"--limit={n}", f"--repeats={repeats}",
                               f"--latency-runs={lat_runs}"] + fmnist_flags(key), work,
                              f"{key}-{acc}", commands)

@@ -16,7 +16,8 @@
 #
 # Oracle and tolerance: none. Spikes must be identical, and so must every real value: the CPU backend
 # is specified to equal --precision=f32 bit for bit (docs/design.md: float ops round after every
-# operation, dense/conv/pool accumulate in double and round once, the same libm float functions, no
+# operation, dense/conv layers accumulate in float in the order the model fixes (in double, rounded
+# once, under `accumulate exact`), pools in double, the same libm float functions, no
 # fast-math, no FMA contraction), so any difference is a bug to report, not noise to tolerate. The only
 # freedom: NaNs compare equal whatever their sign and payload (which IEEE 754 leaves open).
 #
@@ -174,7 +175,8 @@ one_seed() { # SEED
   # without a cache.
   # Every third seed also with --events=auto: spike-fed layers measured on the model's own inputs
   # (the calibration copy, a sequence output per layer input, must read back for any model) and
-  # summed densely where they fire past the crossover; with exact sums either way is the oracle's.
+  # summed densely where they fire past the crossover; either way is the oracle's (the same terms
+  # in the same order).
   local label model cache extra specs=()
   specs=("cpu-bN|model.snn|$work/cache|" "cpu-b1|model.snn|$work/cache|--batch=1"
          "cpu-b$b2|model.snnir|off|--batch=$b2 --threads=$threads"

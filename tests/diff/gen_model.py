@@ -25,7 +25,7 @@ with constant or state-dependent length, output expressions at any position, sur
 often a bipolar one whose -1/0/1 spikes feed pooling, conv and dense; readouts
 count/mean/rate/last/max/sequence and plain `output y = x`. Layers are nested or bound at random,
 attributes positional or by name. T is 1-16; sizes are mostly not multiples of 8. About a third of
-the models sum their dense and conv layers in float (`accumulate f32`).
+the models sum their dense and conv layers in double (`accumulate exact`), the rest in float.
 
 Data: inputs are mixes of uniform values, zeros and exact values such as 0.5 and 1 (ties with
 thresholds), spikes 0/1, written as <f4, <f8, <f2, |u1 or |b1 .npy files or one .npz; some models get
@@ -791,10 +791,10 @@ class Gen:
             header.append("  seed %d" % r.choice([0, 1, 42, r.randint(0, 2 ** 31)]))
         if self.use_weights:
             header.append('  weights "model.safetensors"')
-        # float sums for about a third of the models (a generator of its own, so that the rest of
-        # a seed's model is what it was before)
+        # double sums for about a third of the models, float ones (the default) for the rest (a
+        # generator of its own, so that the rest of a seed's model is what it was before)
         if random.Random(self.seed * 1000003 + 53).random() < 0.35:
-            header.append("  accumulate f32")
+            header.append("  accumulate exact")
         self.lines = []
         self.gen_inputs()
         nsteps = r.randint(3, 8)

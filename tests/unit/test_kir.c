@@ -337,6 +337,18 @@ test_conv(void)
     CHECK(same_as_interp(text, 2, 0, NULL));
 }
 
+/* src with `accumulate exact` after its model's first line, into dst[n] (the kernel text the
+ * checks below name is that of double tiles) */
+static const char *
+exact_sums(char *dst, size_t n, const char *src)
+{
+    const char *m = strstr(src, "model ");
+    const char *nl = m ? strchr(m, '\n') : NULL;
+    if (!nl) return src;
+    snprintf(dst, n, "%.*s accumulate exact\n%s", (int)(nl + 1 - src), src, nl + 1);
+    return dst;
+}
+
 /* Dense and conv2d as tiles (kir.h KS_V*): the register-blocked GEMM with output tiles that do and
  * do not divide the layer and row blocks that do and do not divide the batch; spike tiles (fma_nz)
  * over u8 and i8 spikes; the event-driven scatter, per row and grouped by input; gathered
@@ -370,12 +382,16 @@ test_layers(void)
         " bias = false), v_th = 0.3)\n"
         " output o4 = last(c4)\n output o5 = sequence(c5)\n output r = mean(s2)\n"
         " output oz = count(z)\n}\n";
-    char text[4096], *printed = NULL;
+    char text[4096], exact[4200], *printed = NULL;
+    /* float sums (the default), then double ones, whose kernel text is checked */
     snprintf(text, sizeof text, "%s%s", neuron, dense);
-    CHECK(same_as_interp(text, 3, 0, &printed));
-    CHECK(same_as_interp(text, 1, 0, NULL));
-    CHECK(same_as_interp(text, 4, 0, NULL));
+    CHECK(same_as_interp(text, 3, 0, NULL));
     CHECK(same_as_interp(text, 7, 0, NULL));
+    exact_sums(exact, sizeof exact, text);
+    CHECK(same_as_interp(exact, 3, 0, &printed));
+    CHECK(same_as_interp(exact, 1, 0, NULL));
+    CHECK(same_as_interp(exact, 4, 0, NULL));
+    CHECK(same_as_interp(exact, 7, 0, NULL));
     /* weights transposed to [in][out]; 45 outputs: two tiles of 16 and one of 13; rows in blocks,
      * the last block row by row; few spike-fed outputs: one tile, zeros skipped; many: scatter */
     CHECK(printed && strstr(printed, "buffer @h.weight : f32[1665] weight 0 transposed(1, 0)"));
@@ -401,8 +417,9 @@ test_layers(void)
         "model wide {\n timesteps 7\n input x : f32[T, 45]\n s = IF(x, v_th = 0.3)\n"
         " a = dense(s, 64)\n b = dense(s, 1088, bias = false)\n c = dense(s, 600)\n"
         " output oa = sequence(a)\n output ob = max(b)\n output oc = last(c)\n}\n";
-    CHECK(same_as_interp(wide, 10, 0, &printed));
-    CHECK(same_as_interp(wide, 1, 0, NULL));
+    CHECK(same_as_interp(wide, 10, 0, NULL));
+    CHECK(same_as_interp(exact_sums(exact, sizeof exact, wide), 10, 0, &printed));
+    CHECK(same_as_interp(exact, 1, 0, NULL));
     CHECK(printed &&
           strstr(printed, "buffer @a.weight : f32[2880] weight 0 split(32) transposed(0, 2, 1)"));
     CHECK(printed &&
@@ -412,9 +429,12 @@ test_layers(void)
     free(printed);
     printed = NULL;
     snprintf(text, sizeof text, "%s%s", neuron, conv);
-    CHECK(same_as_interp(text, 2, 0, &printed));
-    CHECK(same_as_interp(text, 1, 0, NULL));
+    CHECK(same_as_interp(text, 2, 0, NULL));
     CHECK(same_as_interp(text, 3, 0, NULL));
+    exact_sums(exact, sizeof exact, text);
+    CHECK(same_as_interp(exact, 2, 0, &printed));
+    CHECK(same_as_interp(exact, 1, 0, NULL));
+    CHECK(same_as_interp(exact, 3, 0, NULL));
     /* [c/g][kh][kw][out]; outputs stored channel by channel (NCHW) from a tile; spike lists, an
      * output pixel's terms (weight row, input) gathered from them, tiles of 32 and 6 channels */
     CHECK(printed &&
