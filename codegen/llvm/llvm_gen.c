@@ -2534,6 +2534,54 @@ call_parallel_for(Gen *g, LLVMValueRef rt, LLVMValueRef chunk, const LLVMValueRe
     LLVMBuildCall2(g->b, g->t_par, par, pargs, 8, "");
 }
 
+/* whether a statement of s stores into a bit-packed buffer (KT_BIT, KT_BIT2) */
+static bool
+stores_bits(const KProgram *p, KStmt *const *s, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (!s[i]) continue;
+        if (s[i]->buf >= 0 && s[i]->buf < p->nbufs && ktype_bits(p->bufs[s[i]->buf].type))
+            return true;
+        if (stores_bits(p, s[i]->body, s[i]->nbody) || stores_bits(p, s[i]->els, s[i]->nels))
+            return true;
+    }
+    return false;
+}
+
+/* The pool cuts a range at multiples of 8 from its start (runtime/pool.c CHUNK_ALIGN), which a
+ * loop in SIMD lanes and a kernel storing bits need (aligned vectors; no byte of bits shared by
+ * two threads). Any other threaded loop is handed over in eighths of an iteration, through
+ * kernel_N.eighths(..., 8*lo, 8*hi) calling the chunk over [lo, hi): the cuts then fall on any
+ * iteration, so a range under 16 still feeds two threads (a layer's 4 row blocks or 8 tiles at
+ * batch 1 went to one thread, the other idle: the conv SNN's f3 ran 7.4 ms an image). The chunks
+ * compute what they did; only which thread runs which iterations changes. */
+static bool
+cuts_anywhere(const KProgram *p, const Kernel *k, const KStmt *loop)
+{
+    return !loop->is_lanes && !stores_bits(p, k->body, k->nbody);
+}
+
+static LLVMValueRef
+gen_eighths(Gen *g, int ki, LLVMValueRef chunk)
+{
+    char name[64];
+    snprintf(name, sizeof name, "kernel_%d.eighths", ki);
+    LLVMValueRef f = LLVMAddFunction(g->mod, name, g->t_chunk);
+    LLVMSetLinkage(f, LLVMInternalLinkage);
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, g->a_nounwind);
+    LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, f, "entry"));
+    LLVMValueRef eight = LLVMConstInt(g->t_i64, 8, 0);
+    LLVMValueRef args[6] = {LLVMGetParam(f, 0),
+                            LLVMGetParam(f, 1),
+                            LLVMGetParam(f, 2),
+                            LLVMGetParam(f, 3),
+                            LLVMBuildExactSDiv(g->b, LLVMGetParam(f, 4), eight, ""),
+                            LLVMBuildExactSDiv(g->b, LLVMGetParam(f, 5), eight, "")};
+    LLVMBuildCall2(g->b, g->t_chunk, chunk, args, 6, "");
+    LLVMBuildRetVoid(g->b);
+    return f;
+}
+
 /* kernel_N(ptr bufs, i64 B, i64 t, i64 sample_base, ptr rt). A threaded kernel computes its loop's
  * bounds and hands kernel_N.chunk to rt->parallel_for, which splits them among the pool's threads
  * and returns when every chunk is done; any other kernel runs whole on the calling thread. */
@@ -2549,6 +2597,7 @@ gen_kernel(Gen *g, int ki)
     LLVMValueRef chunk = gen_code(g, ki, name, loop);
     if (g->has_failed) return chunk;
     g->chunks[ki] = chunk;
+    LLVMValueRef eighths = cuts_anywhere(g->p, k, loop) ? gen_eighths(g, ki, chunk) : NULL;
 
     snprintf(name, sizeof name, "kernel_%d", ki);
     LLVMTypeRef wpt[5] = {g->t_bufs, g->t_i64, g->t_i64, g->t_i64, g->t_i8p};
@@ -2579,7 +2628,12 @@ gen_kernel(Gen *g, int ki)
     LLVMBuildCall2(g->b, g->t_chunk, chunk, cargs, 6, "");
     LLVMBuildRetVoid(g->b);
     LLVMPositionBuilderAtEnd(g->b, pool_bb);
-    call_parallel_for(g, rt, chunk, cargs);
+    if (eighths) {
+        LLVMValueRef eight = LLVMConstInt(g->t_i64, 8, 0);
+        cargs[4] = LLVMBuildNSWMul(g->b, lo, eight, "");
+        cargs[5] = LLVMBuildNSWMul(g->b, hi, eight, "");
+    }
+    call_parallel_for(g, rt, eighths ? eighths : chunk, cargs);
     LLVMBuildRetVoid(g->b);
     return w;
 }
