@@ -379,6 +379,19 @@ eval_neuron(Interp *ip, ValueId v, int t, double *spike_counts)
 
 /* ---- layer ops ---- */
 
+/* acc[0..n) += x * w[0..n): in double, or under `accumulate f32` (F32 mode) in float with one
+ * fused multiply-add per term, as every backend adds */
+static void
+add_row(const Interp *ip, double *acc, double x, const float *w, int64_t n)
+{
+    if (ip->is_f32_sums)
+        for (int64_t o = 0; o < n; o++)
+            acc[o] = fmaf((float)x, w[o], (float)acc[o]);
+    else
+        for (int64_t o = 0; o < n; o++)
+            acc[o] += x * w[o];
+}
+
 /* y = x W^T + b per sample, as a sum over inputs of x[i] * (row i of W^T): rows are contiguous and
  * a zero spike skips its row. From the bias, in input order; accumulated in double and rounded
  * once in F32 mode, or under `accumulate f32` in float with one fused multiply-add per term (what
@@ -401,13 +414,7 @@ eval_dense(Interp *ip, ValueId v, int t)
             double xi = xb[i];
             if (xi == 0 && r->is_spike_input)
                 continue;
-            const float *w = r->wt + (size_t)i * (size_t)out;
-            if (ip->is_f32_sums)
-                for (int64_t o = 0; o < out; o++)
-                    acc[o] = fmaf((float)xi, w[o], (float)acc[o]);
-            else
-                for (int64_t o = 0; o < out; o++)
-                    acc[o] += xi * w[o];
+            add_row(ip, acc, xi, r->wt + (size_t)i * (size_t)out, out);
         }
         double *yb = y + (size_t)b * (size_t)out;
         for (int64_t o = 0; o < out; o++)
@@ -448,14 +455,8 @@ eval_conv2d(Interp *ip, ValueId v, int t)
                         for (int64_t c = 0; c < g.C; c++) {
                             double xv = xb[(c * g.H + ih) * g.W + iw];
                             if (xv == 0 && r->is_spike_input) continue;
-                            double *ap = acc + (c / Cg) * Og;
-                            const float *wp = r->wt + ((c * g.KH + kh) * g.KW + kw) * Og;
-                            if (ip->is_f32_sums)
-                                for (int64_t o = 0; o < Og; o++)
-                                    ap[o] = fmaf((float)xv, wp[o], (float)ap[o]);
-                            else
-                                for (int64_t o = 0; o < Og; o++)
-                                    ap[o] += xv * wp[o];
+                            add_row(ip, acc + (c / Cg) * Og, xv,
+                                    r->wt + ((c * g.KH + kh) * g.KW + kw) * Og, Og);
                         }
                     }
                 }
