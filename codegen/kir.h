@@ -154,19 +154,23 @@ struct KExpr {
 };
 
 typedef enum {
-    KS_FOR,    /* for var in [lo, hi): body; is_parallel: iterations are independent (threads/blocks) */
+    KS_FOR, /* for var in [lo, hi): body; is_parallel: iterations are independent (threads/blocks)
+             */
     KS_ASSIGN, /* locals[var] = a */
     KS_STORE,  /* buf[index] = a */
     KS_IF,     /* if a: body else els */
     /* Tile statements: var is a tile local (KLocal.lanes = n > 0), l runs over [0, n). */
-    KS_VSET,   /* var[l] = a (f64) */
-    KS_VLOAD,  /* var[l] = f64(buf[index + l]) (buf f32 or f64) */
-    KS_VFMA,   /* var[l] = fma(a, f64(buf[index + l]), var[l]) (a f64; buf f32 or f64);
-                * is_sparse: var is left as it is where a == 0 (spike inputs skip zeros) */
-    KS_VSTORE, /* buf[index + l*stride] = (buf type) var[l] (buf f32, f64, f16 or bf16) */
-    KS_COUNT,  /* buf[0] += a: an i64 total (a spike count) that parallel iterations add to; the
-                * order of the additions is free (integers), so a GPU thread sums its own in a
-                * register and a block adds its threads' sum once (cuda_gen.c) */
+    KS_VSET,     /* var[l] = a (f64) */
+    KS_VLOAD,    /* var[l] = f64(buf[index + l]) (buf f32 or f64) */
+    KS_VFMA,     /* var[l] = fma(a, f64(buf[index + l]), var[l]) (a f64; buf f32 or f64);
+                  * is_sparse: var is left as it is where a == 0 (spike inputs skip zeros) */
+    KS_VSTORE,   /* buf[index + l*stride] = (buf type) var[l] (buf f32, f64, f16 or bf16) */
+    KS_COUNT,    /* buf[0] += a: an i64 total (a spike count) that parallel iterations add to; the
+                  * order of the additions is free (integers), so a GPU thread sums its own in a
+                  * register and a block adds its threads' sum once (cuda_gen.c) */
+    KS_PREFETCH, /* a hint: buf[index] (in bounds) will be read soon; computes nothing, so a code
+                  * generator may ignore it (kir_eval checks the index; the CPU asks for the
+                  * cache line; the GPU ignores it) */
 } KsKind;
 
 /* Tiles are how dense and convolution layers keep a row of accumulators in registers: a tile is a
@@ -186,7 +190,8 @@ struct KStmt {
     int var;
     int buf;
     KExpr *lo, *hi; /* KS_FOR */
-    KExpr *index;   /* KS_STORE, KS_VLOAD, KS_VFMA, KS_VSTORE (the first lane's element) */
+    KExpr *index;   /* KS_STORE, KS_VLOAD, KS_VFMA, KS_VSTORE (the first lane's element),
+                     * KS_PREFETCH */
     KExpr *a;       /* KS_ASSIGN, KS_STORE value, KS_IF condition (bool), KS_VSET/KS_VFMA (f64) */
     int64_t stride; /* KS_VSTORE: elements between lanes (>= 1) */
     bool is_parallel;

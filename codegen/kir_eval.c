@@ -459,6 +459,9 @@ exec(Eval *ev, KStmt *const *ss, int n)
             ((int64_t *)ev->mem[s->buf])[0] += eval(ev, s->a).i;
             break;
         }
+        case KS_PREFETCH:
+            index_of(ev, s->buf, eval(ev, s->index));
+            break; /* a hint: in bounds */
         }
     }
 }

@@ -25,7 +25,7 @@ uses_stmts(KStmt *const *s, int n, int ki, int *first, int *last)
     for (int i = 0; i < n; i++) {
         const KStmt *st = s[i];
         if (st->kind == KS_STORE || st->kind == KS_VLOAD || st->kind == KS_VFMA ||
-            st->kind == KS_VSTORE) {
+            st->kind == KS_VSTORE || st->kind == KS_PREFETCH) {
             if (ki < first[st->buf]) first[st->buf] = ki;
             if (ki > last[st->buf]) last[st->buf] = ki;
         }

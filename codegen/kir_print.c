@@ -287,6 +287,11 @@ print_stmt(const Printer *pr, const KStmt *s, int depth)
         print_var(pr, s->var);
         fputc('\n', f);
         return;
+    case KS_PREFETCH:
+        fprintf(f, "prefetch @%s[", pr->p->bufs[s->buf].name);
+        print_expr(pr, s->index);
+        fputs("]\n", f);
+        return;
     }
 }
 

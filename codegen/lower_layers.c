@@ -533,6 +533,30 @@ by_input_mark(Lower *lw, Cur c, KExpr *k, void *ctx)
                 bin(lw, KB_SHL, ci(lw, 1), var(lw, g->iv))));
 }
 
+/* Rows of the packed weight the walk over inputs reaches PREFETCH_ROWS inputs later (the last
+ * row at the end), asked for every input whether it spiked or not: a layer at batch 1 walks its
+ * whole weight from memory for a few rows of spikes (f3: 51 MB), and the hardware prefetcher,
+ * seeing only the rows that spiked, kept the walk at about half the memory's pace (a replica:
+ * 3.0-3.6 -> 2.2-3.1 ms with the rows asked for 32 inputs ahead). One prefetch per 64-byte line of
+ * the tile's row, and one for its last element (rows need not start on a line). */
+enum { PREFETCH_ROWS = 32 };
+
+static void
+prefetch_rows(Lower *lw, Cur c, const ByInput *g, KExpr *o, KExpr *k)
+{
+    KExpr *kk = bin(lw, KB_MIN, bin(lw, KB_ADD, k, ci(lw, PREFETCH_ROWS)), ci(lw, g->K - 1));
+    KExpr *row =
+        bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, o, ci(lw, g->nt)), ci(lw, g->K * g->nt)),
+            bin(lw, KB_MUL, kk, ci(lw, g->nt)));
+    int64_t per_line = 64 / (int64_t)ktype_size(lw->p->bufs[g->w].type);
+    for (int64_t e = 0; e < g->nt + per_line - 1; e += per_line) {
+        KStmt *s = st_new(lw, KS_PREFETCH);
+        s->buf = g->w;
+        s->index = bin(lw, KB_ADD, row, ci(lw, e < g->nt ? e : g->nt - 1));
+        put(lw, c, s);
+    }
+}
+
 /* one tile of outputs [chunk0 + o0, + lanes) of the block: accumulators from the bias; for each
  * input k in order, the rows whose bit is set add W[k][tile]; then stored, row by row */
 static void
@@ -546,6 +570,7 @@ by_input_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     s_tile(lw, body(fi), KS_VSTORE, t, g->acc,
            bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, i, ci(lw, g->nt))), NULL);
     KStmt *fk = loop(lw, c, "k", ci(lw, g->K), false, &k);
+    if (g->is_tiled) prefetch_rows(lw, body(fk), g, o, k);
     s_assign(lw, body(fk), g->mv, kx_load(lw->p, g->masks, bin(lw, KB_ADD, g->mb, k)));
     s_assign(lw, body(fk), g->nv, kx_un(lw->p, KU_POPCOUNT, var(lw, g->mv)));
     KStmt *fj = loop(lw, body(fk), "j", var(lw, g->nv), false, &j);

@@ -113,7 +113,10 @@ mark_stmts(KStmt *const *ss, int n, unsigned char *use)
         case KS_STORE:
         case KS_VSTORE: use[s->buf] |= USE_WRITE; break;
         case KS_VLOAD:
-        case KS_VFMA: use[s->buf] |= USE_READ; break;
+        case KS_VFMA:
+        case KS_PREFETCH:
+            use[s->buf] |= USE_READ;
+            break;
         case KS_COUNT: use[s->buf] |= USE_READ | USE_WRITE; break;
         default: break;
         }

@@ -437,6 +437,8 @@ stmts(Gen *g, KStmt *const *ss, int n)
         if (!s) continue;
         switch (s->kind) {
         case KS_FOR: for_loop(g, s, LOOP_SERIAL); break;
+        case KS_PREFETCH:
+            break; /* a CPU cache hint; the GPU's loads need none */
         case KS_ASSIGN:
             indent(g);
             fprintf(f, "v%d = ", s->var);

@@ -1204,6 +1204,18 @@ gen_stmt(Gen *g, const KStmt *s)
     case KS_COUNT: /* the GPU's; a CPU layer stores per-neuron counters */
         gen_fail(g, "kernel %s: a count statement on the CPU", g->k->name);
         return;
+    case KS_PREFETCH: {
+        /* llvm.prefetch(address, read, locality 3: keep in every cache level, data cache) */
+        LLVMValueRef ptr = LLVMBuildBitCast(b, elem_ptr(g, s->buf, s->index), g->t_i8p, "");
+        LLVMTypeRef pt[4] = {g->t_i8p, g->t_i32, g->t_i32, g->t_i32};
+        LLVMTypeRef fty = LLVMFunctionType(g->t_void, pt, 4, 0);
+        LLVMValueRef f = LLVMGetNamedFunction(g->mod, "llvm.prefetch.p0i8");
+        if (!f) f = LLVMAddFunction(g->mod, "llvm.prefetch.p0i8", fty);
+        LLVMValueRef args[4] = {ptr, LLVMConstInt(g->t_i32, 0, 0), LLVMConstInt(g->t_i32, 3, 0),
+                                LLVMConstInt(g->t_i32, 1, 0)};
+        LLVMBuildCall2(b, fty, f, args, 4, "");
+        return;
+    }
     }
     gen_fail(g, "kernel %s: unknown statement kind %d", g->k->name, (int)s->kind);
 }
@@ -2222,8 +2234,8 @@ mark_stmts(KStmt *const *s, int n, bool *used, int nbufs, bool is_all)
 {
     for (int i = 0; i < n; i++) {
         if (!s[i]) continue;
-        bool has_buf = s[i]->kind == KS_STORE || s[i]->kind == KS_VLOAD ||
-                       s[i]->kind == KS_VFMA || s[i]->kind == KS_VSTORE;
+        bool has_buf = s[i]->kind == KS_STORE || s[i]->kind == KS_VLOAD || s[i]->kind == KS_VFMA ||
+                       s[i]->kind == KS_VSTORE || s[i]->kind == KS_PREFETCH;
         if (is_all && has_buf && s[i]->buf >= 0 && s[i]->buf < nbufs) used[s[i]->buf] = true;
         mark_expr(s[i]->lo, used, nbufs);
         mark_expr(s[i]->hi, used, nbufs);
@@ -2303,6 +2315,7 @@ stmts_cost(const Kernel *k, KStmt *const *s, int n)
         }
         case KS_ASSIGN:
         case KS_COUNT:
+        case KS_PREFETCH:
         case KS_STORE: c += 1 + expr_cost(st->a) + expr_cost(st->index); break;
         case KS_VSET:
         case KS_VLOAD:

@@ -426,6 +426,11 @@ test_layers(void)
           strstr(printed, "buffer @b.weight : f32[48960] weight 2 split(32) transposed(0, 2, 1)"));
     CHECK(printed && strstr(printed, "buffer @c.weight : f32[27000] weight 3 transposed(1, 0)"));
     CHECK(printed && strstr(printed, "@a.weight[(%oc * 64 + %ot * 32) / 32 * 1440 + %k"));
+    /* the walk over inputs asks for the weight rows 32 inputs ahead (the last row at the end),
+     * a line of 16 floats at a time and the row's last element; kir_eval checks each in bounds */
+    CHECK(printed && strstr(printed, "prefetch @b.weight[(%oc * 512 + %ot"));
+    CHECK(printed && strstr(printed, " + 32, 44) * 32 + 16]\n"));
+    CHECK(printed && strstr(printed, " + 32, 44) * 32 + 31]\n"));
     free(printed);
     printed = NULL;
     snprintf(text, sizeof text, "%s%s", neuron, conv);
