@@ -541,13 +541,19 @@ by_input_mark(Lower *lw, Cur c, KExpr *k, void *ctx)
  * the tile's row, and one for its last element (rows need not start on a line). */
 enum { PREFETCH_ROWS = 32 };
 
+/* the first element of row k of the tile holding output o, in the weight packed [O/nt][K][nt] */
+static KExpr *
+packed_row(Lower *lw, const ByInput *g, KExpr *o, KExpr *k)
+{
+    return bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, o, ci(lw, g->nt)), ci(lw, g->K * g->nt)),
+               bin(lw, KB_MUL, k, ci(lw, g->nt)));
+}
+
 static void
 prefetch_rows(Lower *lw, Cur c, const ByInput *g, KExpr *o, KExpr *k)
 {
     KExpr *kk = bin(lw, KB_MIN, bin(lw, KB_ADD, k, ci(lw, PREFETCH_ROWS)), ci(lw, g->K - 1));
-    KExpr *row =
-        bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, o, ci(lw, g->nt)), ci(lw, g->K * g->nt)),
-            bin(lw, KB_MUL, kk, ci(lw, g->nt)));
+    KExpr *row = packed_row(lw, g, o, kk);
     int64_t per_line = 64 / (int64_t)ktype_size(lw->p->bufs[g->w].type);
     for (int64_t e = 0; e < g->nt + per_line - 1; e += per_line) {
         KStmt *s = st_new(lw, KS_PREFETCH);
@@ -580,9 +586,7 @@ by_input_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
              bin(lw, KB_BITAND, var(lw, g->mv), bin(lw, KB_SUB, var(lw, g->mv), ci(lw, 1))));
     KExpr *ai = bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, var(lw, g->iv), ci(lw, g->nt)));
     s_tile(lw, in, KS_VLOAD, t, g->acc, ai, NULL);
-    KExpr *wi = g->is_tiled ? bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, o, ci(lw, g->nt)),
-                                                      ci(lw, g->K * g->nt)),
-                                  bin(lw, KB_MUL, k, ci(lw, g->nt)))
+    KExpr *wi = g->is_tiled ? packed_row(lw, g, o, k)
                             : bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, g->O)), o);
     tile_fma(lw, in, t, kx_const(lw->p, KT_F64, 1), g->w, wi, false);
     s_tile(lw, in, KS_VSTORE, t, g->acc, ai, NULL);
