@@ -161,9 +161,13 @@ typedef enum {
     KS_IF,     /* if a: body else els */
     /* Tile statements: var is a tile local (KLocal.lanes = n > 0), l runs over [0, n). */
     KS_VSET,     /* var[l] = a (f64) */
-    KS_VLOAD,    /* var[l] = f64(buf[index + l]) (buf f32 or f64) */
+    KS_VLOAD,    /* var[l] = f64(buf[index + l]) + 0 (buf f32 or f64): a -0 loads as +0, so a sum
+                  * that starts from a loaded bias never holds -0 (below) */
     KS_VFMA,     /* var[l] = fma(a, f64(buf[index + l]), var[l]) (a f64; buf f32 or f64);
-                  * is_sparse: var is left as it is where a == 0 (spike inputs skip zeros) */
+                  * is_sparse: var is left as it is where a == 0 (spike inputs skip zeros). Where
+                  * var is not -0, the element finite and a an integer value, skipping and adding
+                  * a zero term give the same bits (acc + 0*w == acc; integer times float is exact,
+                  * so no sum rounds to -0 on the way), and a code generator may add it */
     KS_VSTORE,   /* buf[index + l*stride] = (buf type) var[l] (buf f32, f64, f16 or bf16) */
     KS_COUNT,    /* buf[0] += a: an i64 total (a spike count) that parallel iterations add to; the
                   * order of the additions is free (integers), so a GPU thread sums its own in a

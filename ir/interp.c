@@ -409,7 +409,7 @@ eval_dense(Interp *ip, ValueId v, int t)
     for (int b = 0; b < ip->nb; b++) {
         const double *xb = x + (size_t)b * (size_t)in;
         for (int64_t o = 0; o < out; o++)
-            acc[o] = bias ? bias[o] : 0.0;
+            acc[o] = bias ? bias[o] + 0.0 : 0.0; /* a -0 bias starts the sum at +0 */
         for (int64_t i = 0; i < in; i++) {
             double xi = xb[i];
             if (xi == 0 && r->is_spike_input)

@@ -10,6 +10,7 @@
  * They are weak (and hidden) here, so that snnc, which links this runtime without a generated
  * object and makes its models with rt_model_create, links too; snn_model_get() then says there is
  * no model. Nothing here prints or exits; runs allocate nothing. */
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -21,6 +22,7 @@
 
 #include "runtime/clock.h"
 #include "runtime/cuda_exec.h"
+#include "runtime/f16.h"
 #include "runtime/kernel_abi.h"
 #include "runtime/layout.h"
 #include "runtime/model_parts.h"
@@ -273,6 +275,27 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
         if (!is_used)
             return rt_fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s is not a weight of model '%s'", name,
                         what, m->name);
+    }
+    /* a weight the model stores in 16 bits must fit them: past f16's 65504 (bf16's ~3.4e38) it
+     * would become infinite, where the compiler refuses it (ir/weights.c weights_overflow) */
+    for (int b = 0; b < nbufs; b++) {
+        const RtBuf *kb = &bufs[b];
+        if (kb->kind != RT_BUF_WEIGHT || (kb->type != RT_ELEM_F16 && kb->type != RT_ELEM_BF16))
+            continue;
+        const snn_tensor_info *w = &m->weights[kb->io].info;
+        const RtTensor *t = rt_tensorset_find(set, w->name);
+        bool is_bf16 = kb->type == RT_ELEM_BF16;
+        for (int64_t i = 0; i < t->numel; i++) {
+            float y = is_bf16 ? rt_bf16_to_f32(rt_f32_to_bf16(t->data[i]))
+                              : rt_f16_to_f32(rt_f32_to_f16(t->data[i]));
+            if (!isinf(y)) continue;
+            return rt_fail(SNN_ERR_WEIGHTS,
+                           "tensor '%s' in %s: element %lld (%g) is past the range "
+                           "of %s, the type the model stores it in; rebuild the model with "
+                           "--precision=fp32 or scale the weights",
+                           w->name, what, (long long)i, (double)t->data[i],
+                           is_bf16 ? "bf16" : "f16");
+        }
     }
     for (int b = 0; b < nbufs; b++) {
         const RtBuf *kb = &bufs[b];

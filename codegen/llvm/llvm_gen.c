@@ -1056,6 +1056,22 @@ is_tile_buffer(Gen *g, const KStmt *s, bool is_store)
     return true;
 }
 
+/* whether fma_nz s may add its zero terms instead of skipping them (kir.h KS_VFMA): its input is
+ * an integer value (a spike or count widened from an integer) and its weights are finite
+ * (weights are checked finite where they are bound and loaded, 16-bit ones for overflow too).
+ * Its tile never holds -0: tiles start from +0 or a loaded value + 0, and an integer times a
+ * float is exact, so no sum rounds to -0. */
+static bool
+adds_zero_terms(Gen *g, const KStmt *s)
+{
+    const KExpr *a = s->a;
+    while (a && a->kind == KX_CAST && (a->type == KT_F32 || a->type == KT_F64))
+        a = a->a;
+    bool is_int =
+        a && (a->type == KT_U8 || a->type == KT_I8 || a->type == KT_I64 || a->type == KT_BOOL);
+    return is_int && g->p->bufs[s->buf].kind == KB_WEIGHT;
+}
+
 static void
 gen_tile(Gen *g, const KStmt *s)
 {
@@ -1075,13 +1091,17 @@ gen_tile(Gen *g, const KStmt *s)
     if (!is_tile_buffer(g, s, s->kind == KS_VSTORE)) return;
     LLVMValueRef index = gen_expr_as(g, s->index, KT_I64);
     switch (s->kind) {
-    case KS_VLOAD:
-        for (int i = 0; i < np; i++)
-            LLVMBuildStore(b, load_piece(g, s->buf, index, off[i], len[i], tt), t[i]);
+    case KS_VLOAD: /* + 0: -0 loads as +0 (kir.h); not folded away, it changes -0 */
+        for (int i = 0; i < np; i++) {
+            LLVMValueRef v = load_piece(g, s->buf, index, off[i], len[i], tt);
+            LLVMTypeRef pt = piece_type(g, te, len[i]);
+            LLVMBuildStore(b, LLVMBuildFAdd(b, v, LLVMConstNull(pt), ""), t[i]);
+        }
         return;
     case KS_VFMA: {
         /* fused: one rounding, as kir_eval's fma() / fmaf() */
         LLVMValueRef a = gen_expr_as(g, s->a, tt);
+        bool is_test = s->is_sparse && !adds_zero_terms(g, s);
         for (int i = 0; i < np; i++) {
             LLVMTypeRef pt = piece_type(g, te, len[i]);
             LLVMValueRef acc = LLVMBuildLoad2(b, pt, t[i], "");
@@ -1092,7 +1112,7 @@ gen_tile(Gen *g, const KStmt *s)
              * a * -a = -0 whatever a's sign, and acc + -0 == acc for every acc (-0 included);
              * -a is finite where w may not be. Where a != 0 (NaN too, as kir_eval's test),
              * fma(a, w, acc). */
-            if (s->is_sparse)
+            if (is_test)
                 w = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, va, LLVMConstNull(pt), ""), w,
                                     LLVMBuildFNeg(b, va, ""), "");
             LLVMBuildStore(b, fma_piece(g, va, w, acc, len[i], tt), t[i]);

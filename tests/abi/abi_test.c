@@ -322,6 +322,22 @@ test_weights(const snn_model *m, Io *ref, const char *weights_path)
              "finite (element 0 is NaN)", set.tensors[1].name);
     CHECK_ERR(api.snn_session_load_weights(s, bad, bad_len), SNN_ERR_WEIGHTS, want);
     free(bad);
+    /* a value past the range of f16, the type the model stores the convolution's weight in */
+    bool has_conv = false;
+    for (int i = 0; i < set.ntensors; i++) {
+        if (strcmp(set.tensors[i].name, "c.weight") != 0) continue;
+        has_conv = true;
+        keep = set.tensors[i].data[4];
+        set.tensors[i].data[4] = 70000.0f;
+        CHECK(rt_safetensors_encode(set.tensors, set.ntensors, RT_F32, &bad, &bad_len, msg,
+                                    sizeof msg) == 0);
+        set.tensors[i].data[4] = keep;
+        CHECK_ERR(api.snn_session_load_weights(s, bad, bad_len), SNN_ERR_WEIGHTS,
+                  "tensor 'c.weight' in the weights buffer: element 4 (70000) is past the range "
+                  "of f16");
+        free(bad);
+    }
+    CHECK(has_conv);
     /* a file larger than the model's weights (as f32) and a header: not read */
     char big_path[] = "/tmp/abi_test_big_XXXXXX";
     int fd = mkstemp(big_path);

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Write a .safetensors file by hand (stdlib only).
 
-mkst.py OUT NAME:DTYPE:D1,D2 ... [--fill X] [--spread] [--truncate N] [--hlen N]
+mkst.py OUT NAME:DTYPE:D1,D2[:X] ... [--fill X] [--spread] [--truncate N] [--hlen N]
         [--offsets NAME=BEGIN,END]
-DTYPE is F32, F16, BF16, I64, ...; every tensor is filled with X (default 0.1; BF16 truncates it)
-and laid out in order (other dtypes are zeros);
+DTYPE is F32, F16, BF16, I64, ...; every tensor is filled with X (its own, else --fill's, default
+0.1; BF16 truncates it) and laid out in order (other dtypes are zeros);
 --spread makes F32 element k of each tensor X * (1 + ((k * 37) % 11) / 10), so neighbours differ.
 --truncate drops the last N bytes; --hlen writes N as the header length; --offsets overrides one
 tensor's data_offsets in the header."""
@@ -25,21 +25,22 @@ a = ap.parse_args()
 size = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U8": 1, "F64": 8}
 header, data = {}, b""
 for spec in a.tensors:
-    name, dt, dims = spec.split(":")
+    name, dt, dims, *own = spec.split(":")
+    fill = float(own[0]) if own else a.fill
     shape = [int(d) for d in dims.split(",") if d]
     n = 1
     for d in shape:
         n *= d
     if dt == "F32" and a.spread:
-        body = struct.pack("<%df" % n, *[a.fill * (1 + ((k * 37) % 11) / 10) for k in range(n)])
+        body = struct.pack("<%df" % n, *[fill * (1 + ((k * 37) % 11) / 10) for k in range(n)])
     elif dt == "F32":
-        body = struct.pack("<%df" % n, *([a.fill] * n))
+        body = struct.pack("<%df" % n, *([fill] * n))
     elif dt == "F16":
-        body = struct.pack("<%de" % n, *([a.fill] * n))
+        body = struct.pack("<%de" % n, *([fill] * n))
     elif dt == "BF16":  # the top half of the float32 (X exact in bfloat16, or inf/nan)
-        body = struct.pack("<%dH" % n, *([struct.unpack("<I", struct.pack("<f", a.fill))[0] >> 16] * n))
+        body = struct.pack("<%dH" % n, *([struct.unpack("<I", struct.pack("<f", fill))[0] >> 16] * n))
     elif dt == "I64":
-        body = struct.pack("<%dq" % n, *([int(a.fill)] * n))
+        body = struct.pack("<%dq" % n, *([int(fill)] * n))
     else:
         body = b"\0" * (n * size[dt])
     header[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(data), len(data) + len(body)]}
