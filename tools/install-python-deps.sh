@@ -16,6 +16,7 @@ packages=("${tests[@]}"
   torch==2.15.0                                  # the frameworks' base
   spikingjelly==2.0.0 snntorch==1.0.0 norse==1.1.0   # the peers
   nir==1.0.8 nirtorch==2.6                       # NIR export of snnTorch and Norse models
+  jax==0.10.2 jaxlib==0.10.2                     # the JAX peer (bench/cpu/jax_peer.py), CPU
   sinabs==3.1.3 pbr==7.1.3                       # Sinabs (installed without its dependencies)
 )
 # Sinabs 3.1.3 pins nir<=1.0.4 and pulls samna (its Speck hardware backend); its NIR export and

@@ -3,7 +3,7 @@
 torch.compile, against snnc's model.so in the same run.
 
     python3 bench/cpu/handwritten.py [--quick] [--only mlp,conv,lif] [--no-compile]
-                                     [--json bench/cpu/handwritten.json]
+                                     [--no-jax | --jax-only] [--json bench/cpu/handwritten.json]
 
 What "by hand" means (shared/reference/benchmarks.md): no framework, the layers that see the same
 input at every step (the direct-encoded image's first layer, with its batchnorm) computed once,
@@ -14,6 +14,13 @@ SpikingJelly's decay_input update v + (x - v)/tau and hard reset to 0, T=8, its 
 the conv SNN (SpikingJelly's conv_fashion_mnist CSNN, IF, T=4, the example's trained weights) and one LIF
 layer (2^20 neurons, T=8). torch.compile: the default inductor backend, compiled by a first call
 that is reported and not timed.
+
+The same three networks are also written by hand in JAX (bench/cpu/jax_peer.py: the same maths
+and order, the time loop as jax.lax.scan, the whole forward under jax.jit, XLA held to 2 CPUs),
+run in a subprocess so torch's and XLA's thread pools never share a process, on the same inputs
+and weights, timed the same way; its row is "JAX jit + lax.scan". Without jax installed the row
+is skipped with a message; --no-jax skips it, --jax-only runs it alone (no PyTorch by-hand or
+snnc rows; its outputs are still compared with SpikingJelly's).
 
 Outputs are compared in the same run with SpikingJelly's (written by peers.py to bench/cpu/out/;
 run it first) and with snnc's model.so (built here with build-rel/driver/snnc, timed by
@@ -34,6 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import hostlimits  # noqa: E402
+import jax_peer  # noqa: E402  (the JAX peer; imports no jax here, it runs in a subprocess)
 import peers  # noqa: E402  (the suite's set-up: malloc settings, threads, data, helpers)
 from peers import (CONV_T, LIF_T, MLP_T, OUT, ROOT, SNNC, SNNC_BENCH, argmax_first,  # noqa: E402
                    latency, load_avg, median_ms, outputs, throughput)
@@ -143,9 +151,18 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer images and repeats")
     ap.add_argument("--only", default="mlp,conv,lif")
     ap.add_argument("--no-compile", action="store_true", help="eager only")
+    ap.add_argument("--no-jax", action="store_true", help="skip the JAX peer")
+    ap.add_argument("--jax-only", action="store_true",
+                    help="only the JAX peer (no PyTorch by-hand rows, no snnc)")
     ap.add_argument("--json", type=Path, default=HERE / "handwritten.json")
     a = ap.parse_args()
+    if a.no_jax and a.jax_only:
+        ap.error("--no-jax and --jax-only exclude each other")
     torch.set_num_threads(peers.THREADS)
+    jax_missing = None if a.no_jax else jax_peer.missing()
+    if jax_missing:
+        print(f"JAX row skipped: {jax_missing}", flush=True)
+    use_jax = not a.no_jax and not jax_missing
     only = set(a.only.split(","))
     repeats = 2 if a.quick else 5
     xte, labels = peers.test_set()
@@ -155,26 +172,48 @@ def main():
            "machine": peers.machine(), "threads": peers.THREADS,
            "versions": {"torch": torch.__version__, "numpy": np.__version__},
            "load_avg_start": load_avg(), "commands": commands,
+           "jax": ("skipped: --no-jax" if a.no_jax else f"skipped: {jax_missing}" if jax_missing
+                   else "bench/cpu/jax_peer.py in a subprocess, threads limited as its docstring says"),
            "host_limits": hostlimits.measure(peers.THREADS, quick=a.quick)}
     rows = []
 
     def variants(fn):
+        if a.jax_only:
+            return
         yield "eager", fn, 0.0
         if not a.no_compile:
             yield "compiled", torch.compile(fn), None
 
+    def jax_row(key, args, extra) -> dict | None:
+        """the JAX peer on `key` in a subprocess (bench/cpu/jax_peer.py); None when not run"""
+        if not use_jax:
+            return None
+        r = jax_peer.run(key, args + [f"--threads={peers.THREADS}"], work, commands)
+        if "error" in r:
+            print(f"JAX row failed ({key}): {r['error']}", flush=True)
+            res[key]["jax"] = r
+            return None
+        res["versions"].update(r.pop("versions"))
+        res[key]["jax"] = r
+        out = r.pop("output")
+        extra(r, out)
+        return r
+
     with torch.inference_mode():
-        def image_net(key, title, net, model, n, batch, lat_runs, lat_warmup, so_flags):
+        def image_net(key, title, net, model, weights, n, batch, lat_runs, lat_warmup, so_flags):
             """the hand-written net eager and compiled, then snnc's model.so with exact and f32
             sums, on the first n test images at `batch`; batch-1 latency; outputs against
             SpikingJelly's (peers.py) and predictions against the labels"""
             x = xte[:n]
             sj = saved(f"{key}_rate_spikingjelly.npy")
-            out = {}
+            out = res[key] = {}
+            eager_rates = None
             for kind, fn, _ in variants(net):
                 t0 = time.perf_counter()
                 rates = outputs(fn, x, batch)  # the first call compiles
                 first_s = time.perf_counter() - t0
+                if kind == "eager":
+                    eager_rates = rates
                 tp = throughput(fn, x, batch, repeats, warmup=False)
                 lat = latency(fn, xte, lat_runs, lat_warmup)
                 out[kind] = {f"throughput_b{batch}": tp, "latency_b1": lat,
@@ -183,7 +222,7 @@ def main():
                              "rates_equal_spikingjelly": agree(rates, sj[:n] if sj is not None else None)}
                 rows.append((title, f"by hand, {kind}", tp["images_per_s"], lat["median_ms"],
                              out[kind]["rates_equal_spikingjelly"]))
-            for acc in ("exact", "f32"):
+            for acc in (() if a.jax_only else ("exact", "f32")):
                 so = snnc_so(model, so_flags + [f"--accumulate={acc}"],
                              [f"--batch={batch}", f"--limit={n}", f"--repeats={repeats}",
                               f"--latency-runs={lat_runs}"] + fmnist_flags(key), work,
@@ -196,29 +235,46 @@ def main():
                 out[f"snnc_so_{acc}"] = r
                 rows.append((title, f"snnc model.so, {acc} sums", so["images_per_s"],
                              so.get("latency_b1_ms"), r["rates_equal_spikingjelly"]))
-            res[key] = out
+
+            def jax_figures(r, rates):
+                r["accuracy"] = round(float((argmax_first(rates) == labels[:n]).mean()), 4)
+                r["rates_equal_spikingjelly"] = agree(rates, sj[:n] if sj is not None else None)
+                r["rates_equal_by_hand_eager"] = agree(rates, eager_rates)
+                rows.append((title, jax_peer.TITLE, r[f"throughput_b{batch}"]["images_per_s"],
+                             r["latency_b1"]["median_ms"], r["rates_equal_spikingjelly"]))
+
+            if use_jax:
+                np.save(work / f"{key}-images.npy", x.numpy())
+                jax_row(key, [f"--input={work / f'{key}-images.npy'}", f"--weights={weights}",
+                              f"--batch={batch}", f"--repeats={repeats}", f"--latency-runs={lat_runs}",
+                              f"--latency-warmup={lat_warmup}"], jax_figures)
 
         def fmnist_flags(key):
             return ["--fmnist"] + ([f"--weights={peers.conv_weights()[1]}"] if key == "conv" else [])
 
         if "mlp" in only:
-            image_net("mlp", "MLP T=8", MLP(), ROOT / "examples/fmnist_mlp.snn", 2048 if a.quick else 10000,
+            image_net("mlp", "MLP T=8", MLP(), ROOT / "examples/fmnist_mlp.snn",
+                      ROOT / "examples" / "fmnist_mlp.safetensors", 2048 if a.quick else 10000,
                       256, 50 if a.quick else 200, 10, [])
         if "conv" in only:
             image_net("conv", "conv T=4", Conv(), ROOT / "examples/fmnist_conv.snn",
-                      256 if a.quick else 2048, 64, 16 if a.quick else 32, 3, ["--no-embed-weights"])
+                      peers.conv_weights()[1], 256 if a.quick else 2048, 64, 16 if a.quick else 32, 3,
+                      ["--no-embed-weights"])
         if "lif" in only:
             x = peers.lif_input()
             copy_gbs = res["host_limits"]["copy_gbs_n"]
             nbytes = 2 * 4 * LIF_T * peers.LIF_N
             sj = saved("lif_spikes_packed_spikingjelly.npy")
-            out = {}
+            out = res["lif"] = {}
+            eager_packed = None
             for kind, fn, _ in variants(lif_layer):
                 t0 = time.perf_counter()
                 s = fn(x)
                 first_s = time.perf_counter() - t0
                 ms, runs = median_ms(lambda: fn(x), 4 if a.quick else 11)
                 packed = np.packbits(s.numpy().astype(bool), axis=-1)
+                if kind == "eager":
+                    eager_packed = packed
                 out[kind] = {"median_ms": round(ms, 3), "runs_ms": runs, "first_call_s": round(first_s, 2),
                              "GB_per_s": round(nbytes / ms / 1e6, 2),
                              "pct_of_copy_bandwidth": hostlimits.pct(nbytes / ms / 1e6, copy_gbs),
@@ -227,9 +283,9 @@ def main():
                              round(ms, 3), out[kind]["spikes_equal_spikingjelly"]))
             lif_x = work / "lif.npy"
             np.save(lif_x, x.numpy()[None])
-            so = snnc_so(ROOT / "examples/lif_layer.snn", [],
-                         [f"--input={lif_x}", "--batch=1", f"--repeats={4 if a.quick else 11}"], work,
-                         "lif", commands)
+            so = None if a.jax_only else snnc_so(
+                ROOT / "examples/lif_layer.snn", [],
+                [f"--input={lif_x}", "--batch=1", f"--repeats={4 if a.quick else 11}"], work, "lif", commands)
             if so:
                 ms = 1e3 * so["median_pass_s"] if "median_pass_s" in so else None
                 out["snnc_so"] = {k: v for k, v in so.items() if k != "output"}
@@ -238,7 +294,17 @@ def main():
                     out["snnc_so"]["pct_of_copy_bandwidth"] = hostlimits.pct(nbytes / ms / 1e6, copy_gbs)
                     rows.append(("LIF 2^20 T=8", "snnc model.so", f"{nbytes / ms / 1e6:.2f} GB/s",
                                  round(ms, 3), None))
-            res["lif"] = out
+
+            def lif_jax_figures(r, packed):
+                ms = r["median_ms"]
+                r.update(GB_per_s=round(nbytes / ms / 1e6, 2),
+                         pct_of_copy_bandwidth=hostlimits.pct(nbytes / ms / 1e6, copy_gbs),
+                         spikes_equal_spikingjelly=agree(packed, sj),
+                         spikes_equal_by_hand_eager=agree(packed, eager_packed))
+                rows.append(("LIF 2^20 T=8", jax_peer.TITLE, f"{nbytes / ms / 1e6:.2f} GB/s",
+                             round(ms, 3), r["spikes_equal_spikingjelly"]))
+
+            jax_row("lif", [f"--input={lif_x}", f"--repeats={4 if a.quick else 11}"], lif_jax_figures)
     res["load_avg_end"] = load_avg()
     a.json.write_text(json.dumps(res, indent=1) + "\n")
     print(f"{'workload':13s} | {'implementation':22s} | {'throughput':>16s} | {'b1 / pass ms':>12s} | same as SJ")
