@@ -343,7 +343,7 @@ exec_tile(Eval *ev, const KStmt *s)
     case KS_VLOAD:
         for (int l = 0; l < n; l++) {
             double w = load_f64(ev, s->buf, base + l);
-            t[l] = (is_f32 ? (double)(float)w : w) + 0.0; /* -0 loads as +0 (kir.h) */
+            t[l] = is_f32 ? (double)(float)w : w;
         }
         return;
     case KS_VFMA: {

@@ -232,14 +232,14 @@ s_tile(Lower *lw, Cur c, KsKind kind, int t, int buf, KExpr *index, KExpr *a)
     return put(lw, c, s);
 }
 
-/* t = bias[o0 + l] (f64), or 0 without a bias */
+/* t = +0 + bias[o0 + l], or +0 without a bias: a sum starts at +0, so a -0 bias gives +0 (as
+ * PyTorch's x W^T + b does) and no tile ever holds -0, which lets a code generator add the zero
+ * terms of a spike tile instead of testing for them (kir.h KS_VFMA) */
 static void
 tile_init(Lower *lw, Cur c, int t, int bias, KExpr *o0)
 {
-    if (bias >= 0)
-        s_tile(lw, c, KS_VLOAD, t, bias, o0, NULL);
-    else
-        s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    if (bias >= 0) tile_fma(lw, c, t, kx_const(lw->p, KT_F64, 1), bias, o0, false);
 }
 
 /* t += a * w[index + l] */

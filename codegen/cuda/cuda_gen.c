@@ -352,8 +352,8 @@ tile(Gen *g, const KStmt *s)
     fprintf(f, "SNN_UNROLL for (int l_ = 0; l_ < %d; l_++) ", n);
     switch (s->kind) {
     case KS_VSET: fprintf(f, "v%d[l_] = a_;\n", s->var); break;
-    case KS_VLOAD: /* + 0: -0 loads as +0 (kir.h) */
-        fprintf(f, "v%d[l_] = (%s)%s(b%d[i_ + l_]) + (%s)0;\n", s->var, tt, widen, s->buf, tt);
+    case KS_VLOAD:
+        fprintf(f, "v%d[l_] = (%s)%s(b%d[i_ + l_]);\n", s->var, tt, widen, s->buf);
         break;
     case KS_VFMA:
         fprintf(f, "v%d[l_] = %s(a_, (%s)%s(b%d[i_ + l_]), v%d[l_]);\n", s->var,

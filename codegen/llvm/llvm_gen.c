@@ -1059,8 +1059,8 @@ is_tile_buffer(Gen *g, const KStmt *s, bool is_store)
 /* whether fma_nz s may add its zero terms instead of skipping them (kir.h KS_VFMA): its input is
  * an integer value (a spike or count widened from an integer) and its weights are finite
  * (weights are checked finite where they are bound and loaded, 16-bit ones for overflow too).
- * Its tile never holds -0: tiles start from +0 or a loaded value + 0, and an integer times a
- * float is exact, so no sum rounds to -0. */
+ * Its tile never holds -0: sums start from +0 (a bias is added to it: lower_layers.c tile_init),
+ * and an integer times a float is exact, so no sum rounds to -0. */
 static bool
 adds_zero_terms(Gen *g, const KStmt *s)
 {
@@ -1091,12 +1091,9 @@ gen_tile(Gen *g, const KStmt *s)
     if (!is_tile_buffer(g, s, s->kind == KS_VSTORE)) return;
     LLVMValueRef index = gen_expr_as(g, s->index, KT_I64);
     switch (s->kind) {
-    case KS_VLOAD: /* + 0: -0 loads as +0 (kir.h); not folded away, it changes -0 */
-        for (int i = 0; i < np; i++) {
-            LLVMValueRef v = load_piece(g, s->buf, index, off[i], len[i], tt);
-            LLVMTypeRef pt = piece_type(g, te, len[i]);
-            LLVMBuildStore(b, LLVMBuildFAdd(b, v, LLVMConstNull(pt), ""), t[i]);
-        }
+    case KS_VLOAD:
+        for (int i = 0; i < np; i++)
+            LLVMBuildStore(b, load_piece(g, s->buf, index, off[i], len[i], tt), t[i]);
         return;
     case KS_VFMA: {
         /* fused: one rounding, as kir_eval's fma() / fmaf() */

@@ -1540,8 +1540,7 @@ test_layers(void)
 #endif
 
 /* a kernel "tiles" over [0, n) in tiles of `lanes`: src through an f64 tile into dst64, and through
- * an f32 tile into dst32, loaded (VLOAD: + 0, so -0 becomes +0) or, is_fma, summed from -0 as
- * fmaf(1, src, -0) (VFMA) */
+ * an f32 tile into dst32, loaded (VLOAD) or, is_fma, summed from -0 as fmaf(1, src, -0) (VFMA) */
 static void
 tiles_kernel(TestProg *tp, int lanes, int64_t n, int src, int dst64, int dst32, bool is_fma)
 {
@@ -1607,11 +1606,7 @@ test_weights16(void)
             static float want_u[N];
             for (int h = 0; h < N; h++)
                 want_u[h] = isnan(want[h]) ? fmaf(1.0f, want[h], -0.0f) : want[h];
-            /* a tile load adds +0 (kir.h KS_VLOAD): -0 through a tile is +0 */
-            static float want_l[N];
-            for (int h = 0; h < N; h++)
-                want_l[h] = want[h] == 0 ? 0.0f : want[h];
-            float *w[] = {want, want_l, want_u};
+            float *w[] = {want, want, want_u};
             char what[64];
             snprintf(what, sizeof what, "%s weights%s", ktype_name(wt),
                      soft ? " (integer widening)" : "");
@@ -1695,11 +1690,7 @@ test_stores16(void)
             static float want_p[N];
             for (int q = 0; q < N; q++)
                 want_p[q] = want[(int64_t)q * 7919 % N];
-            /* a tile load adds +0 (kir.h KS_VLOAD): -0 through a tile is +0 */
-            static float want_l[N];
-            for (int q = 0; q < N; q++)
-                want_l[q] = X[q] == 0 ? 0.0f : want[q]; /* the value loaded, not the one stored */
-            float *w[] = {want, want_l, want, want_l, want_p};
+            float *w[] = {want, want, want, want, want_p};
             char what[64];
             snprintf(what, sizeof what, "%s stores%s", ktype_name(ht),
                      soft ? " (integer narrowing)" : "");
