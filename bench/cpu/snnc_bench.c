@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "runtime/snn.h"
@@ -127,6 +128,10 @@ main(int argc, char **argv)
         fail("usage", "snnc_bench MODEL.so (--fmnist | --input=X.npy) [--device=DEV] "
                       "[--weights=W.safetensors] [--batch=B] [--limit=N] [--repeats=R] "
                       "[--threads=T] [--latency-runs=L] [--output=OUT.npy]");
+    struct stat si, so; /* the output never replaces an input */
+    if (output && input && stat(input, &si) == 0 && stat(output, &so) == 0 &&
+        si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        fail(output, "is the input file; give --output another path");
 
     char libpath[4096]; /* dlopen searches the library path for a name without a slash */
     snprintf(libpath, sizeof libpath, "%s%s", strchr(lib, '/') ? "" : "./", lib);
