@@ -352,9 +352,7 @@ tile(Gen *g, const KStmt *s)
     fprintf(f, "SNN_UNROLL for (int l_ = 0; l_ < %d; l_++) ", n);
     switch (s->kind) {
     case KS_VSET: fprintf(f, "v%d[l_] = a_;\n", s->var); break;
-    case KS_VLOAD:
-        fprintf(f, "v%d[l_] = (%s)%s(b%d[i_ + l_]);\n", s->var, tt, widen, s->buf);
-        break;
+    case KS_VLOAD: fprintf(f, "v%d[l_] = (%s)%s(b%d[i_ + l_]);\n", s->var, tt, widen, s->buf); break;
     case KS_VFMA:
         fprintf(f, "v%d[l_] = %s(a_, (%s)%s(b%d[i_ + l_]), v%d[l_]);\n", s->var,
                 is_f32 ? "fmaf" : "fma", tt, widen, s->buf, s->var);
