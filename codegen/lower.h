@@ -96,8 +96,11 @@ typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
  *       each weight vector loaded once for the block, the tile's panel packed contiguous (a
  *       transposed panel's rows, a power of two apart, fell into few cache sets). Terms in k
  *       order: the interpreter's sum.
- *     spikes, at most DENSE_SPIKE_TILE outputs: the same blocks with all outputs in one tile,
- *       zero inputs skipped lane-wise (fma_nz, no branch to mispredict on dense spike trains).
+ *     spikes, at most DENSE_SPIKE_TILE outputs: over bits (marked events, packed by pack-spikes),
+ *       a row at a time, all outputs in one tile, each set bit's weight row added as the row's
+ *       words are scanned; over bytes, the same blocks as real inputs with all outputs in one
+ *       tile, every input added (fma_nz: a zero adds 0 * w, which leaves a sum that never holds -0
+ *       as it was, so no test and no branch).
  *     spikes, more outputs: event-driven. 0/1 spikes of a batched or static layer are grouped by
  *       input neuron over a block of EVENT_RB rows (every row of T*B, all steps and samples): one
  *       word per input neuron k says which rows of the block spiked on it; then, per tile of

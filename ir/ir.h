@@ -369,11 +369,14 @@ const char *spike_layout_name(SpikeLayout l); /* "bytes", "bits" */
  * layer) */
 int node_stored_weight(const Module *m, const Node *n);
 /* The CPU sums layer n event by event, from per-row lists of the inputs that spiked: n is marked
- * (Node.is_events), reads spikes, and is a conv, or a dense layer of more than 32 outputs (a
- * narrower one keeps all its outputs in one register tile over every input, zeros skipped
- * lane-wise, which measured faster). The lowering decides by it, and pack-spikes, which packs
- * spikes only for readers that list them. */
+ * (Node.is_events), reads spikes, and is a conv or a dense layer; a narrow one (at most 32
+ * outputs, node_is_narrow_dense) walks the spikes of each row in one register tile, and only
+ * where its input is stored as bits (over bytes it adds every input in that tile, rows in
+ * blocks). The lowering and the schedule decide by it; pack-spikes packs spikes for readers that
+ * are marked and node_can_list_events. */
 bool node_lists_events(const Module *m, const Node *n);
+/* a dense layer of at most 32 outputs (codegen's DENSE_SPIKE_TILE: all of them in one tile) */
+bool node_is_narrow_dense(const Node *n);
 /* The same without the mark: n would list events if marked (what --events=auto measures). */
 bool node_can_list_events(const Module *m, const Node *n);
 /* The layer name that prefixes a node's weights ("fc1"): its name attribute. */

@@ -254,10 +254,13 @@ unhonoured_events(const Module *m, ValueId v, int target)
 {
     if (target == MARK_TARGET_GPU)
         return "the GPU's dense and conv kernels sum every input (a thread per output)";
-    if (!node_lists_events(m, &m->nodes[v]))
-        return "a dense layer of 32 outputs or fewer keeps all its outputs in one register tile "
-               "over every input, zeros skipped lane-wise (measured faster than event lists)";
-    return NULL;
+    const Node *n = &m->nodes[v];
+    if (node_lists_events(m, n)) return NULL;
+    if (node_is_narrow_dense(n))
+        return "a dense layer of 32 outputs or fewer walks spikes stored as bits only; its input "
+               "is stored as bytes here, so it keeps all its outputs in one register tile over "
+               "every input";
+    return "only a dense or conv layer reading spikes lists them";
 }
 
 /* ---- epilogue a ---- */

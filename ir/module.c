@@ -400,10 +400,27 @@ wstore_name(WeightStore s)
     return s == WSTORE_F16 ? "f16" : s == WSTORE_BF16 ? "bf16" : "f32";
 }
 
+/* the value n reads as stored: through flatten views */
+static const Node *
+stored_input(const Module *m, const Node *n)
+{
+    const Node *x = &m->nodes[n->args[0]];
+    for (int depth = 0; x->op == OP_FLATTEN && x->nargs > 0 && depth < 16; depth++)
+        x = &m->nodes[x->args[0]];
+    return x;
+}
+
 bool
 node_lists_events(const Module *m, const Node *n)
 {
-    return n->is_events && node_can_list_events(m, n);
+    if (!n->is_events || !node_can_list_events(m, n)) return false;
+    return !node_is_narrow_dense(n) || stored_input(m, n)->layout == SPIKES_BITS;
+}
+
+bool
+node_is_narrow_dense(const Node *n)
+{
+    return n->op == OP_DENSE && type_numel(&n->type) <= 32;
 }
 
 bool
@@ -412,7 +429,7 @@ node_can_list_events(const Module *m, const Node *n)
     if ((n->op != OP_DENSE && !op_is_conv(n->op)) || n->nargs < 1) return false;
     DType in = m->nodes[n->args[0]].type.dtype;
     if (in != DT_SPIKE && in != DT_I8) return false;
-    return op_is_conv(n->op) || (n->op == OP_DENSE && type_numel(&n->type) > 32);
+    return op_is_conv(n->op) || n->op == OP_DENSE;
 }
 
 const char *

@@ -1,17 +1,16 @@
 /* pack_spikes.c: spike tensors stored as bits. A 0/1 spike value that only event-driven layers read
- * (node_lists_events: conv and wide dense layers marked `events`, directly or through flatten
- * views) is stored 1 bit per spike instead of a byte, `layout v : bits`: lossless, 8 times less
- * memory for the tensor, and the reading layer lists its spiking inputs 64 at a time, skipping
- * words without a spike (lower_layers.c: a count of trailing zeros per spike). Its producer (a
- * neuron scan, a pooled scan, a pooling, a delay) stores 8 neighbouring spikes as one byte from
- * its SIMD lanes. A -1/0/1 value (a neuron with fire down) is stored 2 bits per spike (kir.h
- * KT_BIT2: the low bit of each pair "a spike", the high one its sign), 4 times less memory; its
- * readers list the low bits the same way and load each spike's sign. Any other reader would have
- * to extract single bits (a narrow dense layer's register tile, which reads every input, measured
- * 1.5x slower on bits: the MLP's fc2), so such values stay bytes; so does the GPU, whose threads
- * write one neuron each and would contend for bytes (the statement does not change its kernels).
- * Runs after events, whose marks it reads, and fuse (a value fused into another kernel has no
- * memory to pack). */
+ * (conv and dense layers marked `events`, directly or through flatten views; a narrow dense
+ * layer's register tile then walks each row's spikes) is stored 1 bit per spike instead of a byte,
+ * `layout v : bits`: lossless, 8 times less memory for the tensor, and the reading layer lists its
+ * spiking inputs 64 at a time, skipping words without a spike (lower_layers.c: a count of trailing
+ * zeros per spike). Its producer (a neuron scan, a pooled scan, a pooling, a delay) stores 8
+ * neighbouring spikes as one byte from its SIMD lanes. A -1/0/1 value (a neuron with fire down) is
+ * stored 2 bits per spike (kir.h KT_BIT2: the low bit of each pair "a spike", the high one its
+ * sign), 4 times less memory; its readers list the low bits the same way and load each spike's
+ * sign. Any other reader would have to extract single bits, so such values stay bytes; so does the
+ * GPU, whose threads write one neuron each and would contend for bytes (the statement does not
+ * change its kernels). Runs after events, whose marks it reads, and fuse (a value fused into
+ * another kernel has no memory to pack). */
 #include "passes/pass.h"
 
 /* every reader of v, looking through flatten views, is an event-driven layer */
@@ -27,7 +26,7 @@ read_by_events_only(const Module *m, ValueId v, int depth)
             if (n->op == OP_FLATTEN) {
                 if (n->is_output || depth > 8 || !read_by_events_only(m, u, depth + 1))
                     return false;
-            } else if (!node_lists_events(m, n) || k != 0) {
+            } else if (!n->is_events || !node_can_list_events(m, n) || k != 0) {
                 return false;
             }
         }
