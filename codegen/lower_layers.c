@@ -719,7 +719,7 @@ lower_dense_events(Lower *lw, ValueId v)
     ValueId x = n->args[0];
     int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
     int bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
-    if (O <= DENSE_SPIKE_TILE) { /* narrow, over bits (node_lists_events): a tile a row */
+    if (node_is_narrow_dense(n)) { /* over bits (node_lists_events): a tile a row */
         lower_dense_row_tile(lw, v, bias);
         return;
     }

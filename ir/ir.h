@@ -377,6 +377,9 @@ int node_stored_weight(const Module *m, const Node *n);
 bool node_lists_events(const Module *m, const Node *n);
 /* a dense layer of at most 32 outputs (codegen's DENSE_SPIKE_TILE: all of them in one tile) */
 bool node_is_narrow_dense(const Node *n);
+/* the value v is a view of through flattens (v itself if it is not a flatten): what holds its
+ * memory */
+ValueId through_flattens(const Module *m, ValueId v);
 /* The same without the mark: n would list events if marked (what --events=auto measures). */
 bool node_can_list_events(const Module *m, const Node *n);
 /* The layer name that prefixes a node's weights ("fc1"): its name attribute. */

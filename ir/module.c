@@ -400,21 +400,20 @@ wstore_name(WeightStore s)
     return s == WSTORE_F16 ? "f16" : s == WSTORE_BF16 ? "bf16" : "f32";
 }
 
-/* the value n reads as stored: through flatten views */
-static const Node *
-stored_input(const Module *m, const Node *n)
+ValueId
+through_flattens(const Module *m, ValueId v)
 {
-    const Node *x = &m->nodes[n->args[0]];
-    for (int depth = 0; x->op == OP_FLATTEN && x->nargs > 0 && depth < 16; depth++)
-        x = &m->nodes[x->args[0]];
-    return x;
+    while (m->nodes[v].op == OP_FLATTEN)
+        v = m->nodes[v].args[0];
+    return v;
 }
 
 bool
 node_lists_events(const Module *m, const Node *n)
 {
     if (!n->is_events || !node_can_list_events(m, n)) return false;
-    return !node_is_narrow_dense(n) || stored_input(m, n)->layout == SPIKES_BITS;
+    return !node_is_narrow_dense(n) ||
+           m->nodes[through_flattens(m, n->args[0])].layout == SPIKES_BITS;
 }
 
 bool

@@ -16,10 +16,7 @@
 static bool
 reads_model_input(const Module *m, const Node *n)
 {
-    ValueId x = n->args[0];
-    while (m->nodes[x].op == OP_FLATTEN)
-        x = m->nodes[x].args[0];
-    return m->nodes[x].op == OP_INPUT;
+    return m->nodes[through_flattens(m, n->args[0])].op == OP_INPUT;
 }
 
 /* The input rate from which the dense kernel measured faster than event lists (this machine's
