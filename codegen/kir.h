@@ -71,6 +71,9 @@ typedef struct KBuf {
     int nperm;
     int perm[IR_MAX_RANK + 1];
     int64_t split;
+    /* KB_WEIGHT, 16-bit: stored narrower only because every value was exact there (Node.
+     * wstore_exact), so weights loaded later must be exact too */
+    bool is_exact;
     /* KB_TEMP: every element the run uses is stored before it is loaded, so the binders need not
      * zero it before a run (the kernel IR's temporaries otherwise start at zero) */
     bool is_written_first;

@@ -142,7 +142,9 @@ plan_buffers(Lower *lw)
                   : n->wstore == WSTORE_F16    ? KT_F16
                   : n->wstore == WSTORE_BF16   ? KT_BF16
                                                : KT_F32;
-        add_buf(lw, m->weights[w].name, t, (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
+        int b =
+            add_buf(lw, m->weights[w].name, t, (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
+        p->bufs[b].is_exact = t != KT_F32 && n->wstore_exact;
     }
     for (int k = 0; k < m->ninputs; k++) {
         ValueId v = m->inputs[k];

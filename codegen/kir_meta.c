@@ -58,7 +58,12 @@ kir_describe_buffers(const KProgram *p, const char *prefix)
             b->nperm, (long long)b->split);
         for (int d = 0; d < b->nperm; d++)
             put(&t, " %d", b->perm[d]);
-        put(&t, " %d %d\n", b->is_accumulator ? 2 : b->is_written_first ? 0 : 1, b->slot);
+        put(&t, " %d %d\n",
+            b->is_exact           ? 3
+            : b->is_accumulator   ? 2
+            : b->is_written_first ? 0
+                                  : 1,
+            b->slot);
     }
     return t.s;
 }

@@ -289,6 +289,10 @@ buf_notes(Explain *x, int b)
             notes = join(
                 x, notes,
                 arena_printf(&x->scratch, "spike counts of %s", node_name(x, p->stats[s].value)));
+    if (kb->is_exact)
+        notes = join(x, notes,
+                     arena_printf(&x->scratch, "every value exact in %s (narrow-weights)",
+                                  ktype_name(kb->type)));
     if (kb->is_written_first) notes = join(x, notes, "written-first");
     if (kb->is_accumulator) notes = join(x, notes, "accumulates");
     if (is_zeroed(kb)) notes = join(x, notes, "zeroed each run");

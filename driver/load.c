@@ -244,6 +244,13 @@ bind_weights(Module *m, const Options *o)
     return weights_bind_set(m, &set, o->path);
 }
 
+bool
+binds_for_stores(const Module *m)
+{
+    for (int v = 0; v < m->nnodes; v++)
+        if (m->nodes[v].wstore_auto) return true;
+    return false;
+}
 
 /* "dir/model.snn" → "dir/model.safetensors" (malloc'ed) */
 static char *

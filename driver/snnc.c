@@ -25,6 +25,8 @@
 static bool
 apply_precision(Module *m, const Options *o)
 {
+    for (int v = 0; v < m->nnodes; v++) /* the user's choice, not narrow-weights' */
+        m->nodes[v].wstore_auto = false;
     if (!o->data && !o->ninput_args) {
         precision_set_all(m, o->narrow, o->narrow_weights, o->narrow_activations);
         return true;
@@ -215,6 +217,10 @@ main(int argc, char **argv)
     int rc = 0;
     if (o.explain) {
         bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;
+        if (binds_for_stores(m) && !bind_weights(m, &o)) {
+            release(m, &import, nir_text_path, nir_weights_path);
+            return 1;
+        }
         char err[256];
         Program *prog = compile(m, &(CompileOptions){is_gpu ? KTARGET_GPU : KTARGET_CPU,
                                                      STAGE_LOWERED}, err, sizeof err);

@@ -268,6 +268,11 @@ typedef struct Node {
      * and compiled code keeps and loads 2 bytes per weight */
     WeightStore wstore;
     Loc wstore_loc; /* the `weights` statement (line 0: --precision chose it) */
+    /* the narrow-weights pass: store the weight in 16 bits if every value bound to it is exact
+     * there (weights_round_stored decides when weights are bound, f16 before bf16: the same
+     * numbers in half the bytes); wstore_exact: it did, so the values stay the given ones and
+     * weights loaded at run time must be exact in that type too (the runtime refuses others) */
+    bool wstore_auto, wstore_exact;
     /* how a dense or conv layer's output is stored (printed `activations a : f16`, chosen by
      * --precision): each value the layer computes (its f32 sum) is rounded to that type, in the
      * interpreter as in compiled code, and a buffer holding it keeps 2 bytes per element
@@ -498,9 +503,13 @@ bool weights_bind(Module *m, const char *override_path);
 struct RtReadLimit;
 void weights_read_limit(const Module *m, struct RtReadLimit *lim, char *why, size_t len);
 /* round every weight whose layer stores it narrower (Node.wstore) to that type's values; the
- * binders call it, and whoever changes wstore after binding. A weight past the narrower type's
- * range (f16's 65504) would become infinite: an error naming it (weights_check_store), false. */
+ * binders call it, and whoever changes wstore after binding. First, a layer the narrow-weights
+ * pass marked (Node.wstore_auto) is stored in f16, else bf16, where every bound value is exact
+ * there, else f32. A weight past the narrower type's range (f16's 65504) would become infinite:
+ * an error naming it (weights_check_store), false. */
 bool weights_round_stored(Module *m);
+/* The smallest weight (f32 bytes) the narrow-weights pass marks for lossless 16-bit storage */
+enum { NARROW_EXACT_MIN_BYTES = 2 << 20 };
 /* How many of w's finite values stored in s would not be (their count; *first the first) */
 int64_t weights_overflow(const Weight *w, WeightStore s, int64_t *first);
 /* The weight of layer v stored in s keeps every value finite, else an error at v; false */

@@ -158,10 +158,43 @@ weights_check_store(const Module *m, ValueId v, WeightStore s)
     return false;
 }
 
+/* every value of w is one of s's: stored and read back, the same bits */
+static bool
+is_exact_in(const Weight *w, WeightStore s)
+{
+    for (int64_t i = 0; i < w->numel; i++) {
+        float y = stored(w->data[i], s);
+        if (memcmp(&y, &w->data[i], sizeof y) != 0) return false;
+    }
+    return true;
+}
+
+/* the narrow-weights pass's layers: 16 bits where that loses nothing, chosen again at every
+ * binding (other weights, another choice) */
+static void
+choose_exact_stores(Module *m)
+{
+    for (int v = 0; v < m->nnodes; v++) {
+        Node *n = &m->nodes[v];
+        int wi = node_stored_weight(m, n);
+        if (!n->wstore_auto || wi < 0 || !m->weights[wi].data) continue;
+        if (n->wstore_exact) n->wstore = WSTORE_F32;
+        n->wstore_exact = false;
+        if (n->wstore != WSTORE_F32) continue; /* stated, or --precision's */
+        const Weight *w = &m->weights[wi];
+        WeightStore s = is_exact_in(w, WSTORE_F16)    ? WSTORE_F16
+                        : is_exact_in(w, WSTORE_BF16) ? WSTORE_BF16
+                                                      : WSTORE_F32;
+        n->wstore = s;
+        n->wstore_exact = s != WSTORE_F32;
+    }
+}
+
 bool
 weights_round_stored(Module *m)
 {
     bool ok = true;
+    choose_exact_stores(m);
     for (int v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
         int wi = node_stored_weight(m, n);

@@ -8,7 +8,9 @@
  *   buf NAME KIND TYPE PER_BATCH FIXED IO NPERM PERM... ZERO SLOT   buffer i of the program, in
  *                                      order; ZERO 0: every element is stored before it is loaded;
  *                                      1: zeroed before every run; 2 (cuda_buf only): a spike
- *                                      count that accumulates across runs; SLOT (temporaries) 0:
+ *                                      count that accumulates across runs; 3 (16-bit weights
+ *                                      only): stored narrower because every value was exact
+ *                                      there, so loaded values must be too; SLOT (temporaries) 0:
  *                                      memory of its own, k > 0: the arena region it shares with
  *                                      the other buffers of slot k (runtime/layout.h)
  *   cuda_layer NAME BUF   cuda_buf ...  as layer and buf, for the CUDA program (its own buffers)
@@ -291,9 +293,13 @@ parse_buf(Parser *ps, RtBuf *b)
     for (int d = 0; d < b->nperm; d++)
         b->perm[d] = (int)number(ps);
     int64_t zero = number(ps), slot = number(ps);
-    if (zero < 0 || zero > 2 || slot < 0 || slot > RT_MAX_SLOT) ps->is_bad = true;
+    bool is_16 = b->type == RT_ELEM_F16 || b->type == RT_ELEM_BF16;
+    if (zero < 0 || zero > 3 || slot < 0 || slot > RT_MAX_SLOT ||
+        (zero == 3 && (b->kind != RT_BUF_WEIGHT || !is_16)))
+        ps->is_bad = true;
     b->needs_zero = zero == 1;
     b->is_accumulator = zero == 2;
+    b->is_exact = zero == 3;
     b->slot = (int)slot;
 }
 

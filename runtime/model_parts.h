@@ -39,6 +39,7 @@ typedef struct RtBuf {
     int64_t split;      /* weights: the first dim split into tiles of split first (layout.h) */
     bool needs_zero;    /* temporaries: zeroed before every run */
     bool is_accumulator; /* cuda_buf spike counts (ZERO 2): each run adds; zeroed by the session */
+    bool is_exact;       /* 16-bit weights (ZERO 3): values loaded must be exact in the type */
     int slot;           /* temporaries: 0, memory of its own; k > 0, shared with slot k's others */
 } RtBuf;
 

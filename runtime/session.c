@@ -288,6 +288,14 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
         for (int64_t i = 0; i < t->numel; i++) {
             float y = is_bf16 ? rt_bf16_to_f32(rt_f32_to_bf16(t->data[i]))
                               : rt_f16_to_f32(rt_f32_to_f16(t->data[i]));
+            if (kb->is_exact && memcmp(&y, &t->data[i], sizeof y) != 0)
+                return rt_fail(SNN_ERR_WEIGHTS,
+                               "tensor '%s' in %s: element %lld (%.9g) is not a %s value; the "
+                               "model stores this weight in %s because the weights it was built "
+                               "with all were (lossless), so it cannot hold these; rebuild it with "
+                               "these weights, or with --disable-pass=narrow-weights to store f32",
+                               w->name, what, (long long)i, (double)t->data[i],
+                               is_bf16 ? "bf16" : "f16", is_bf16 ? "bf16" : "f16");
             if (!isinf(y)) continue;
             return rt_fail(SNN_ERR_WEIGHTS,
                            "tensor '%s' in %s: element %lld (%g) is past the range "

@@ -250,7 +250,7 @@ def main():
                               f"--latency-warmup={lat_warmup}"], jax_figures)
 
         def fmnist_flags(key):
-            return ["--fmnist"] + ([f"--weights={peers.conv_weights()[1]}"] if key == "conv" else [])
+            return ["--fmnist"]
 
         if "mlp" in only:
             image_net("mlp", "MLP T=8", MLP(), ROOT / "examples/fmnist_mlp.snn",
@@ -259,7 +259,7 @@ def main():
         if "conv" in only:
             image_net("conv", "conv T=4", Conv(), ROOT / "examples/fmnist_conv.snn",
                       peers.conv_weights()[1], 256 if a.quick else 2048, 64, 16 if a.quick else 32, 3,
-                      ["--no-embed-weights"])
+                      [])  # weights embedded: the example's own file, as a user builds it
         if "lif" in only:
             x = peers.lif_input()
             copy_gbs = res["host_limits"]["copy_gbs_n"]

@@ -46,6 +46,31 @@ fi
 "${run[@]}"
 "$npycmp" --exact '*' out.npz ref.npz
 
+# lossless 16-bit weights (the narrow-weights pass): a 2 MiB dense weight of f16 values is stored
+# in f16; the library refuses weights loaded later that f16 would change
+printf 'model exact {\n  timesteps 3\n  input x : f32[1024]\n  d = dense(x, 512)\n  output r = count(LIF(d, tau = 2.0))\n}\n' > exact.snn
+python3 - <<'PY'
+import json, struct
+n = 512 * 1024
+w = [0.0015 * (1 + ((k * 37) % 11) / 10) for k in range(n)]
+def save(path, dt, vals):
+    body = struct.pack("<%d%s" % (n, "e" if dt == "F16" else "f"), *vals)
+    bias = struct.pack("<512f", *([-0.25] * 512))
+    h = {"d.weight": {"dtype": dt, "shape": [512, 1024], "data_offsets": [0, len(body)]},
+         "d.bias": {"dtype": "F32", "shape": [512], "data_offsets": [len(body), len(body) + len(bias)]}}
+    hb = json.dumps(h).encode()
+    hb += b" " * (-len(hb) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(hb)) + hb + body + bias)
+save("exact16.safetensors", "F16", w)
+w16 = list(struct.unpack("<%de" % n, struct.pack("<%de" % n, *w)))
+w16[5] = 0.0015  # not an f16 value
+save("exact_other.safetensors", "F32", w16)
+PY
+"$snnc" exact.snn --weights=exact16.safetensors --cuda-arch=none -o exact.so
+"$snnc" --explain exact.snn --weights=exact16.safetensors | grep -q 'd.weight .* f16 .*every value exact in f16' ||
+  { echo "FAIL: exact.so does not store d.weight in f16"; exit 1; }
+"$abi_test" --exact ./exact.so exact16.safetensors exact_other.safetensors
+
 # valgrind does not decode every instruction of a recent host: the library under it is built for
 # an older CPU (x86-64-v2)
 if [ -z "$sanitized" ] && command -v valgrind > /dev/null; then

@@ -6,7 +6,9 @@
  * to OUT.npz for the caller to compare with snnc's own run; checks that thread counts, sessions
  * running concurrently and weights reloaded from a file or memory all give the same bits. CUDA.so,
  * the model with CUDA code, run where no GPU can be had: an "auto" session falls back to the CPU
- * and leaves no message. */
+ * and leaves no message.
+ *   abi_test --exact MODEL.so F16.safetensors OTHER.safetensors   (test_exact)
+ */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -423,9 +425,56 @@ test_auto_fallback(const char *path)
     api = saved;
 }
 
+/* abi_test --exact MODEL.so F16.safetensors OTHER.safetensors: MODEL.so (one input, one output)
+ * stores a weight in f16 because the weights it was built with (F16's) all were f16 values
+ * (the narrow-weights pass). Loading F16's again is fine; OTHER's, the same but one value not an
+ * f16 value, is refused naming the tensor and element, and the weights before stay. */
+static int
+test_exact(const char *lib, const char *f16_path, const char *other_path)
+{
+    if (!load_api(&api, lib)) return 1;
+    const snn_model *m = api.snn_model_get();
+    snn_tensor_info in, out;
+    snn_session *s = NULL;
+    if (!m || api.snn_model_input(m, 0, &in) != SNN_OK ||
+        api.snn_model_output(m, 0, &out) != SNN_OK ||
+        api.snn_session_create(m, "cpu", 2, 1, &s) != SNN_OK) {
+        fprintf(stderr, "abi_test: %s\n", api.snn_last_error());
+        return 1;
+    }
+    int64_t nin = 2 * in.numel, nout = 2 * out.numel;
+    float *x = malloc((size_t)nin * sizeof *x), *y0 = calloc((size_t)nout, sizeof *y0),
+          *y = calloc((size_t)nout, sizeof *y);
+    for (int64_t i = 0; x && i < nin; i++)
+        x[i] = (float)(i % 7) * 0.4f;
+    const float *ins[] = {x};
+    float *o0[] = {y0}, *o[] = {y};
+    CHECK(x && y0 && y && api.snn_run(s, 0, 2, ins, o0) == SNN_OK);
+    double total = 0;
+    for (int64_t i = 0; y0 && i < nout; i++)
+        total += y0[i];
+    CHECK(total > 0); /* something fires: the comparisons below can fail */
+    CHECK(api.snn_session_load_weights_file(s, f16_path) == SNN_OK);
+    CHECK(api.snn_run(s, 0, 2, ins, o) == SNN_OK && !memcmp(y, y0, (size_t)nout * sizeof *y));
+    CHECK_ERR(api.snn_session_load_weights_file(s, other_path), SNN_ERR_WEIGHTS,
+              "tensor 'd.weight' in ");
+    CHECK(strstr(api.snn_last_error(), "element 5 (0.00150000001) is not a f16 value") &&
+          strstr(api.snn_last_error(), "--disable-pass=narrow-weights"));
+    memset(y, 0, (size_t)nout * sizeof *y);
+    CHECK(api.snn_run(s, 0, 2, ins, o) == SNN_OK && !memcmp(y, y0, (size_t)nout * sizeof *y));
+    api.snn_session_destroy(s);
+    free(x);
+    free(y0);
+    free(y);
+    dlclose(api.handle);
+    printf("abi_test --exact: %d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
+
 int
 main(int argc, char **argv)
 {
+    if (argc == 5 && !strcmp(argv[1], "--exact")) return test_exact(argv[2], argv[3], argv[4]);
     if (argc != 6 && argc != 7) {
         fprintf(stderr, "usage: abi_test MODEL.so NOWEIGHTS.so WEIGHTS.safetensors INPUTS.npz "
                         "OUT.npz [CUDA.so]\n");

@@ -5,7 +5,8 @@ mkst.py OUT NAME:DTYPE:D1,D2[:X] ... [--fill X] [--spread] [--truncate N] [--hle
         [--offsets NAME=BEGIN,END]
 DTYPE is F32, F16, BF16, I64, ...; every tensor is filled with X (its own, else --fill's, default
 0.1; BF16 truncates it) and laid out in order (other dtypes are zeros);
---spread makes F32 element k of each tensor X * (1 + ((k * 37) % 11) / 10), so neighbours differ.
+--spread makes F32 (F16: rounded to it) element k of each tensor X * (1 + ((k * 37) % 11) / 10),
+so neighbours differ.
 --truncate drops the last N bytes; --hlen writes N as the header length; --offsets overrides one
 tensor's data_offsets in the header."""
 import argparse
@@ -31,8 +32,9 @@ for spec in a.tensors:
     n = 1
     for d in shape:
         n *= d
-    if dt == "F32" and a.spread:
-        body = struct.pack("<%df" % n, *[fill * (1 + ((k * 37) % 11) / 10) for k in range(n)])
+    if dt in ("F32", "F16") and a.spread:
+        body = struct.pack("<%d%s" % (n, "f" if dt == "F32" else "e"),
+                           *[fill * (1 + ((k * 37) % 11) / 10) for k in range(n)])
     elif dt == "F32":
         body = struct.pack("<%df" % n, *([fill] * n))
     elif dt == "F16":

@@ -15,7 +15,8 @@ import re
 import sys
 
 CTYPES = {"f32": "float", "f64": "double", "i64": "long long", "u8": "unsigned char",
-          "bool": "unsigned char", "i8": "signed char"}
+          "bool": "unsigned char", "i8": "signed char", "f16": "unsigned short",
+          "bf16": "unsigned short"}
 problems = []
 
 

@@ -1,0 +1,26 @@
+/* narrow_weights.c: lossless 16-bit weights. A dense or conv layer whose weight is large (at
+ * least NARROW_EXACT_MIN_BYTES as f32: past a core's L2 on common hosts, where reading the
+ * weight is what the layer's time follows) is marked (Node.wstore_auto); when weights are bound
+ * (weights_round_stored) it is stored in f16, else bf16, if every value is exact there: the same
+ * numbers, so every sum and spike is the same, in half the bytes. Weights trained and saved in
+ * 16 bits (the conv example's: its 51 MB f3 matrix then fits a 32 MB L3) take it; others keep
+ * f32. A layer whose storage a `weights` statement gives is left alone, and --precision=fp16,
+ * bf16 or mixed take the choice over (the driver clears the marks). A library built this way
+ * refuses weights loaded at run time that its 16 bits would change (SNN_ERR_WEIGHTS, naming
+ * the tensor and --disable-pass=narrow-weights). */
+#include "passes/pass.h"
+
+bool
+pass_narrow_weights(Module *m, bool *changed)
+{
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        Node *n = &m->nodes[v];
+        int wi = node_stored_weight(m, n);
+        if (wi < 0 || n->wstore_auto || n->wstore != WSTORE_F32 || n->wstore_loc.line > 0 ||
+            m->weights[wi].numel < NARROW_EXACT_MIN_BYTES / 4)
+            continue;
+        n->wstore_auto = true;
+        *changed = true;
+    }
+    return true;
+}
