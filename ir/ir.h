@@ -509,7 +509,7 @@ void weights_read_limit(const Module *m, struct RtReadLimit *lim, char *why, siz
  * an error naming it (weights_check_store), false. */
 bool weights_round_stored(Module *m);
 /* The smallest weight (f32 bytes) the narrow-weights pass marks for lossless 16-bit storage */
-enum { NARROW_EXACT_MIN_BYTES = 2 << 20 };
+enum { NARROW_EXACT_MIN_BYTES = 512 << 10 };
 /* How many of w's finite values stored in s would not be (their count; *first the first) */
 int64_t weights_overflow(const Weight *w, WeightStore s, int64_t *first);
 /* The weight of layer v stored in s keeps every value finite, else an error at v; false */
