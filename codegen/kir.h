@@ -117,7 +117,8 @@ typedef enum {
  *   ...).
  * - KB_MIN/KB_MAX propagate NaN like torch.minimum/maximum: isnan(a) || isnan(b) ? NaN :
  *   (a < b ? a : b) for min (a > b ? a : b for max); -0.0 and +0.0 are not ordered (b wins ties).
- * - KB_DIV and KB_REM on i64 are C's truncating / and %; operands are never negative in lowered code.
+ * - KB_DIV and KB_REM on i64 are C's truncating / and %; operands are never negative in lowered code
+ *   (the CPU backend divides unsigned: a shift and a mask by a power of two).
  * - Comparisons, KB_AND, KB_OR and KU_NOT give KT_BOOL; KB_AND/KB_OR/KU_NOT take bool operands.
  *   KX_CAST from bool gives 0 or 1; to bool means != 0. float → integer truncates toward zero.
  * - KX_SELECT may evaluate both operands (they have no side effects); a load that may be out of

@@ -749,17 +749,16 @@ bin_value(Gen *g, int op, KType t, LLVMValueRef a, LLVMValueRef bv, KType rtype)
     case KB_MUL:
         r = is_f ? LLVMBuildFMul(b, a, bv, "") : LLVMBuildMul(b, a, bv, "");
         break;
-    case KB_DIV:
-        r = is_f   ? LLVMBuildFDiv(b, a, bv, "")
-            : is_u ? LLVMBuildUDiv(b, a, bv, "")
-                   : LLVMBuildSDiv(b, a, bv, "");
+    case KB_DIV: /* integer operands are never negative in lowered code (kir.h): unsigned,
+                  * a shift and a mask for a power of two where signed needs a fix-up of 5 */
+        r = is_f ? LLVMBuildFDiv(b, a, bv, "") : LLVMBuildUDiv(b, a, bv, "");
         break;
     case KB_REM:
         if (is_f) {
             gen_fail(g, "kernel %s: rem on a float", g->k->name);
             return LLVMGetUndef(type_like(g, rtype, a));
         }
-        r = is_u ? LLVMBuildURem(b, a, bv, "") : LLVMBuildSRem(b, a, bv, "");
+        r = LLVMBuildURem(b, a, bv, "");
         break;
     case KB_BITAND:
         if (is_f) {
