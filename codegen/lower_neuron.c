@@ -485,12 +485,15 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
  * stores the reduced value once everything around the loop is in place. */
 static int
 fused_readout(Lower *lw, ValueId v, ValueId ro, int obuf, Cur c, Cur step, KStmt *ft, KExpr *jv,
-              KExpr *value)
+              KExpr *value, bool is_spike)
 {
     KProgram *p = lw->p;
     const Node *rn = &lw->m->nodes[ro];
     int64_t numel = lw->vs[v].numel;
-    KExpr *x = to(lw, KT_F64, to(lw, ktype_of(lw->m->nodes[v].type.dtype), value));
+    /* the spike local only ever holds -1, 0 or 1 (neuron_step), which every element type holds:
+     * through it is the value itself (the LIF scan's f32 spikes: 3 instructions a vector less) */
+    KExpr *x = is_spike ? to(lw, KT_F64, value)
+                        : to(lw, KT_F64, to(lw, ktype_of(lw->m->nodes[v].type.dtype), value));
     KExpr *tv = var(lw, ft->var);
     if (rn->op == OP_SEQUENCE) {
         /* obuf[(b*T + t)*n + i] with b = j / n, i = j % n */
@@ -608,7 +611,7 @@ lower_neuron(Lower *lw, ValueId v, ValueId ro, int obuf)
     if (ro < 0)
         vstore(lw, step, v, &ps, value);
     else
-        acc = fused_readout(lw, v, ro, obuf, c, step, ft, jv, value);
+        acc = fused_readout(lw, v, ro, obuf, c, step, ft, jv, value, !has_output);
     for (int k = 0; k < nprobes; k++)
         vstore(lw, step, probe[k], &ps, var(lw, probe_local[k]));
     if (is_step)
