@@ -416,6 +416,7 @@ parse_options(int argc, char **argv, Options *o)
         case O_PRECISION:
             /* the last --precision wins, whole */
             o->precision_mode = NULL;
+            o->has_precision = false;
             o->narrow = WSTORE_F32;
             is_f64_asked = false;
             if (strcmp(optarg, "f64") == 0) {
@@ -423,9 +424,11 @@ parse_options(int argc, char **argv, Options *o)
                 is_f64_asked = true;
             } else if (strcmp(optarg, "f32") == 0 || strcmp(optarg, "fp32") == 0) {
                 o->precision = INTERP_F32;
+                o->has_precision = true;
             } else if (strcmp(optarg, "fp16") == 0 || strcmp(optarg, "bf16") == 0 ||
                        strcmp(optarg, "mixed") == 0) {
                 o->precision = INTERP_F32;
+                o->has_precision = true;
                 o->precision_mode = optarg;
                 o->narrow = strcmp(optarg, "bf16") == 0 ? WSTORE_BF16 : WSTORE_F16;
             } else {

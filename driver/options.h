@@ -21,6 +21,7 @@ typedef struct Options {
     const char *backend;
     InterpPrecision precision;
     const char *precision_mode; /* fp16, bf16, mixed: dense and conv weights stored narrower */
+    bool has_precision;         /* --precision=fp32 (f32) or a mode: the storage is the user's */
     const char *outputs;        /* --outputs: the outputs to keep, comma-separated; NULL: all */
     WeightStore narrow;         /* WSTORE_F32 unless precision_mode */
     bool narrow_weights, narrow_activations; /* --narrow: what precision_mode narrows */

@@ -25,8 +25,6 @@
 static bool
 apply_precision(Module *m, const Options *o)
 {
-    for (int v = 0; v < m->nnodes; v++) /* the user's choice, not narrow-weights' */
-        m->nodes[v].wstore_auto = false;
     if (!o->data && !o->ninput_args) {
         precision_set_all(m, o->narrow, o->narrow_weights, o->narrow_activations);
         return true;
@@ -200,6 +198,7 @@ main(int argc, char **argv)
         return finish(rc);
     }
     if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
+    if (m) m->is_precision_stated = o.has_precision;
     if (m && o.outputs && !keep_outputs(m, o.outputs, o.path)) {
         module_free(m);
         m = NULL;

@@ -336,6 +336,8 @@ typedef struct Module {
     Schedule schedule;
     MemoryPlan memory;
     Accumulate accumulate;
+    /* the weights' storage is the user's (snnc --precision given): narrow-weights leaves them */
+    bool is_precision_stated;
     const char *weights_path; /* absolute, or NULL: seeded initialisation */
     const char **files;       /* the files read to build it: the main file (unless it came as
                                  text), then its includes; what no output may overwrite */

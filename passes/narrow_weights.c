@@ -6,9 +6,10 @@
  * when weights are bound (weights_round_stored) it is stored in f16, else bf16, if every value is
  * exact there: the same numbers, so every sum and spike is the same, in half the bytes. Weights
  * trained and saved in 16 bits (the conv example's) take it; others keep f32. A layer whose storage
- * a `weights` statement gives is left alone, and --precision=fp16, bf16 or mixed take the choice
- * over (the driver clears the marks). A library built this way refuses weights loaded at run time
- * that its 16 bits would change (SNN_ERR_WEIGHTS, naming the tensor and
+ * a `weights` statement gives is left alone, and so is every layer when --precision is given
+ * (fp32 too: the storage is then the user's; Module.is_precision_stated). A library built this way
+ * refuses weights loaded at run time that its 16 bits would change (SNN_ERR_WEIGHTS, naming the
+ * tensor and
  * --disable-pass=narrow-weights). */
 #include "passes/pass.h"
 
@@ -18,7 +19,7 @@ pass_narrow_weights(Module *m, bool *changed)
     /* exact sums widen every 16-bit weight to f64 per term: the conv SNN 10-35% and the MLP
      * 30-50% slower measured with them (docs/benchmarks.md); float sums widen to f32 (8 lanes a
      * conversion) and gain */
-    if (m->accumulate == ACC_EXACT) return true;
+    if (m->accumulate == ACC_EXACT || m->is_precision_stated) return true;
     for (ValueId v = 0; v < m->nnodes; v++) {
         Node *n = &m->nodes[v];
         int wi = node_stored_weight(m, n);
