@@ -144,7 +144,7 @@ emit_cuda_image(Module *m, const Options *o)
     const char *arch = o->narchs ? o->archs[0] : "sm_90";
     CudaBuild b;
     int rc = 1;
-    if (binds_for_stores(m) && !bind_weights(m, o)) return 1;
+    if (!bind_weights_for_code(m, o)) return 1;
     CudaImage *img = cuda_build_start(m, &b) ? cuda_build_add(&b, arch, is_cubin) : NULL;
     if (img) {
         size_t len = is_cubin ? img->size : img->size - 1; /* PTX files hold no NUL */
@@ -348,7 +348,7 @@ emit_text(Module *m, const Options *o)
     int rc = 0;
     bool is_code = strcmp(o->emit, "kernel") == 0 || strcmp(o->emit, "llvm") == 0 ||
                    strcmp(o->emit, "cuda") == 0;
-    if (is_code && binds_for_stores(m) && !bind_weights(m, o)) return 1;
+    if (is_code && !bind_weights_for_code(m, o)) return 1;
     /* -o: the text is made in memory, then written by the one writer */
     char *text = NULL;
     size_t tlen = 0;

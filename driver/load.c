@@ -245,11 +245,11 @@ bind_weights(Module *m, const Options *o)
 }
 
 bool
-binds_for_stores(const Module *m)
+bind_weights_for_code(Module *m, const Options *o)
 {
     for (int v = 0; v < m->nnodes; v++)
-        if (m->nodes[v].wstore_auto) return true;
-    return false;
+        if (m->nodes[v].wstore_auto) return bind_weights(m, o);
+    return true;
 }
 
 /* "dir/model.snn" → "dir/model.safetensors" (malloc'ed) */

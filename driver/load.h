@@ -22,9 +22,10 @@ bool load_inputs(const Module *m, const Options *o, Data *d);
 void data_free(Data *d);
 /* The weights a model runs with: --weights, else an imported graph's, else the model's own. */
 bool bind_weights(Module *m, const Options *o);
-/* Whether the code made for m follows its weights' values (the narrow-weights pass marked a
- * layer: weights_round_stored): dumps and --explain bind them first, to show what a build makes */
-bool binds_for_stores(const Module *m);
+/* Binds the weights where the code made for m follows their values (the narrow-weights pass
+ * marked a layer: weights_round_stored), so that dumps and --explain show what a build makes;
+ * true where nothing needed binding. False after reporting. */
+bool bind_weights_for_code(Module *m, const Options *o);
 /* a NIR graph imported (nir/) and compiled by the frontend; *text_path the name of its text,
  * *weights_path where --emit=snn writes its weights (or NULL); NULL after reporting */
 Module *load_nir(Options *o, NirImport *im, char **text_path, char **weights_path);

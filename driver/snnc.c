@@ -216,7 +216,7 @@ main(int argc, char **argv)
     int rc = 0;
     if (o.explain) {
         bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;
-        if (binds_for_stores(m) && !bind_weights(m, &o)) {
+        if (!bind_weights_for_code(m, &o)) {
             release(m, &import, nir_text_path, nir_weights_path);
             return 1;
         }
