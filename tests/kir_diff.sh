@@ -6,7 +6,8 @@
 # inputs and requires identical outputs, bit for bit. SNN_DIFF_REQUIRE=cuda: the CUDA backend alone,
 # skipped (77) without a device; SNN_DIFF_WRAP: a command the CUDA runs go through (compute-sanitizer
 # --tool memcheck --error-exitcode 1, on a GPU). Models without an input file get generated inputs
-# (tests/lit/Inputs/mknpy.py); fmnist_conv, slow in both, runs on 2 samples. Batches of 2 make the
+# (tests/lit/Inputs/mknpy.py); fmnist_conv, slow in both, runs on 2 samples. SNN_DIFF_VERBOSE=1 prints
+# each check that passes too (progress for a run that may be cut short). Batches of 2 make the
 # Poisson keys cross batch boundaries (sample_base). Also checks that --emit=kernel prints.
 # Usage: kir_diff.sh SNNC NPYCMP SOURCE_ROOT WORK_DIR
 set -u
@@ -62,6 +63,7 @@ check() { # NAME MODEL INPUT [extra args...]
     if "${wrap[@]}" "$snnc" --run "$model" --input="$input" "${how[@]}" --output="$b" -q "$@" 2>>"$work/$name.log" &&
        "$npycmp" --exact '*' "$b" "$a" >>"$work/$name.log" 2>&1; then
       pass=$((pass + 1))
+      [ -n "${SNN_DIFF_VERBOSE:-}" ] && echo "ok ($be): $name"
     else
       echo "FAIL ($be): $name"; cat "$work/$name.log"; fail=$((fail + 1))
     fi

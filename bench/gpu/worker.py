@@ -19,6 +19,7 @@ Implementations (the same names in peers.py):
                                    mode: 0.0.0.0.14 runs its CuPy kernels only there (in eval mode
                                    its neurons run a TorchScript loop whatever the backend)
   ann                              the same network in plain PyTorch, ReLU for the neurons, no T loop
+  ann-compile                      the same under torch.compile
   snnc                             a model.so through ctypes: a "cuda" session, snn_run_device on
                                    torch tensors' device pointers (no host copies)
 
@@ -556,8 +557,22 @@ class Snnc:
         return s
 
 
+class ANNCompiled(ANN):
+    """The same ANN under torch.compile (inductor, default mode; one compilation per batch shape,
+    done in the warm-up, outside the timing)."""
+
+    def info(self) -> dict:
+        return {"note": "the ANN under torch.compile (inductor, default mode, dynamic=False)"}
+
+    def mlp(self, w):
+        return self.torch.compile(super().mlp(w), dynamic=False)
+
+    def conv(self, w):
+        return self.torch.compile(super().conv(w), dynamic=False)
+
+
 PEERS = {"sj2-triton": SJ2, "sj2-torch": SJ2, "sj2-cuda": SJ2, "sj2-auto": SJ2, "sj014-cupy": SJ014,
-         "ann": ANN}
+         "ann": ANN, "ann-compile": ANNCompiled}
 
 
 def make_peer(torch, spec):

@@ -32,6 +32,8 @@
 #   SNN_DIFF_SEEDS=500   how many seeds          SNN_DIFF_FIRST=1   the first seed
 #   SNN_DIFF_JOBS=N      seeds run in parallel (default: online CPUs, at most 4)
 #   SNN_DIFF_KEEP=1      keep passing seeds' files
+#   SNN_DIFF_REQUIRE=cuda on a GPU: the interpreter against the CUDA backend alone (at two batch sizes
+#                        and -O levels; no CPU backend needed), skipped (77) without a device
 # Exit status: 0 all passed, 1 a failure, 77 (skip) when snnc was built without the CPU backend.
 set -u
 if [ $# -lt 4 ]; then
@@ -55,7 +57,11 @@ limit=120 # seconds for one snnc command: a hang is a failure, not a stuck test
 # builds without LLVM.)
 printf 'model probe {\n  timesteps 1\n  input x : f32[1]\n  output o = IF(x)\n}\n' >"$work/probe.snn"
 "$python" "$root/tests/lit/Inputs/mknpy.py" "$work/probe.npy" --shape 1,1 --fill 1 || exit 1
-if ! "$snnc" --run -q "$work/probe.snn" --input="$work/probe.npy" --backend=cpu >"$work/probe.log" 2>&1; then
+# SNN_DIFF_REQUIRE=cuda (on a GPU): the CUDA backend alone is compared with the interpreter, which
+# needs no CPU backend (a build without LLVM will do); skipped (77) without a device.
+require=${SNN_DIFF_REQUIRE:-}
+if [ "$require" != cuda ] &&
+   ! "$snnc" --run -q "$work/probe.snn" --input="$work/probe.npy" --backend=cpu >"$work/probe.log" 2>&1; then
   if grep -q "not available in this build" "$work/probe.log"; then
     echo "SKIP: $snnc has no cpu backend (built without LLVM): nothing to compare the interpreter with"
     exit 77
@@ -70,6 +76,9 @@ has_cuda=0
 if "$snnc" --run -q --device=cuda "$work/probe.snn" --input="$work/probe.npy" >"$work/probe-cuda.log" 2>&1; then
   has_cuda=1
   echo "cuda: compared too (${SNN_CUDA_DRIVER:-the NVIDIA driver})"
+elif [ "$require" = cuda ]; then
+  echo "SKIP: no CUDA device: $(cat "$work/probe-cuda.log")"
+  exit 77
 fi
 
 # The firing rates of a --report=json line, one "layer": rate per line, sorted (the report lists layers
@@ -182,6 +191,7 @@ one_seed() { # SEED
          "cpu-b$b2|model.snnir|off|--batch=$b2 --threads=$threads"
          "cpu-O0|model.snn|off|-O0 --batch=$b2")
   [ $((seed % 3)) -eq 0 ] && specs+=("cpu-auto|model.snn|off|--events=auto --batch=$b2")
+  [ "$require" = cuda ] && specs=()
   for spec in "${specs[@]}"; do
     IFS='|' read -r label model cache extra <<<"$spec"
     # shellcheck disable=SC2206
@@ -198,6 +208,14 @@ one_seed() { # SEED
     run_snnc "$dir" cuda "$dir/cuda.json" "${cmd[@]}" &&
       compare "$dir" cuda "$dir/cuda.npz" "$dir/cuda.json" \
         "SNN_CACHE_DIR=$cache $snnc ${cmd[*]}  # vs: $snnc ${oracle[*]} --output=interp.npz"
+    # on a GPU alone: also every sample in one batch at the other -O level
+    if [ "$require" = cuda ]; then
+      cmd=(--run -q model.snn "${args[@]}" --device=cuda --report=json "-O$((3 - seed % 2))"
+           --output=cuda-bN.npz)
+      run_snnc "$dir" cuda-bN "$dir/cuda-bN.json" "${cmd[@]}" &&
+        compare "$dir" cuda-bN "$dir/cuda-bN.npz" "$dir/cuda-bN.json" \
+          "SNN_CACHE_DIR=$cache $snnc ${cmd[*]}  # vs: $snnc ${oracle[*]} --output=interp.npz"
+    fi
   fi
   cache=off
   if [ -f "$dir/FAIL" ] && [ -f "$dir/few" ]; then
@@ -216,9 +234,11 @@ localise() { # SEED DIR
   mapfile -t args <"$dir/args"
   local oracle=(--run -q model.snn "${args[@]}" --backend=interp --precision=f32 --report=json)
   run_snnc "$dir" interp "$dir/interp.json" "${oracle[@]}" --output=interp.npz || return
-  local cmd=(--run -q model.snn "${args[@]}" --backend=cpu --report=json --batch=1 --output=cpu-b1.npz)
-  run_snnc "$dir" cpu-b1 "$dir/cpu-b1.json" "${cmd[@]}" &&
-    compare "$dir" cpu-b1 "$dir/cpu-b1.npz" "$dir/cpu-b1.json" "$snnc ${cmd[*]}  # vs: $snnc ${oracle[*]} --output=interp.npz"
+  local be=cpu
+  [ "$require" = cuda ] && be=cuda
+  local cmd=(--run -q model.snn "${args[@]}" --backend=$be --report=json --batch=1 --output=$be-b1.npz)
+  run_snnc "$dir" $be-b1 "$dir/$be-b1.json" "${cmd[@]}" &&
+    compare "$dir" $be-b1 "$dir/$be-b1.npz" "$dir/$be-b1.json" "$snnc ${cmd[*]}  # vs: $snnc ${oracle[*]} --output=interp.npz"
   if [ -f "$dir/FAIL" ]; then
     echo "  the same model with every layer exposed ($dir):"
     cat "$dir/FAIL"
@@ -272,6 +292,6 @@ for seed in $(seq "$first" "$last"); do
     cat "$work/result.$seed" 2>/dev/null || echo "FAIL: seed $seed (no result)"
   fi
 done
-echo "random models, interp (f32) vs cpu$([ "$has_cuda" = 1 ] && echo " and cuda"): seeds $first..$last: $pass passed, $fail failed" \
+echo "random models, interp (f32) vs $([ "$require" = cuda ] && echo "cuda alone" || echo "cpu$([ "$has_cuda" = 1 ] && echo " and cuda")"): seeds $first..$last: $pass passed, $fail failed" \
   "($(($(date +%s) - start)) s, $jobs in parallel; compile cache hits in passing seeds: $hits)"
 [ "$fail" -eq 0 ]
