@@ -512,10 +512,15 @@ kir_lower_for(const Module *m, KTarget target)
         for (int k = 0; k < ngroups; k++) {
             int before = p->nkernels;
             group_lower[groups[k].kind](&lw, &groups[k]);
-            if (p->nkernels != before + 1)
-                die("kir: group %d (%s) made %d kernels", k, kgroup_name(groups[k].kind),
-                    p->nkernels - before);
-            p->kernels[before].group = groups[k].kind;
+            /* one kernel; a GPU layer two, its tiles and their one-thread-per-output twin (only
+             * one of which runs at a given batch: lower_layers.c, "GPU") */
+            int made = p->nkernels - before;
+            bool is_twin = made == 2 && p->target == KTARGET_GPU &&
+                           (groups[k].kind == KG_FLAT || groups[k].kind == KG_EPILOGUE);
+            if (made != 1 && !is_twin)
+                die("kir: group %d (%s) made %d kernels", k, kgroup_name(groups[k].kind), made);
+            for (int i = before; i < p->nkernels; i++)
+                p->kernels[i].group = groups[k].kind;
         }
         if (m->memory == MEMORY_REUSE)
             plan_memory(p);

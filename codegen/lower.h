@@ -125,6 +125,11 @@ typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
  *       +-1), whose f64 sum is exact, so order-free, unless n terms span more than about
  *       2^(29 - log2 n) in magnitude; and even then the f32 result changes only if the last f64
  *       bit moves it across an f32 rounding boundary.
+ *   GPU (KG_FLAT): one thread per output element, summed in the interpreter's order, zeros of
+ *     spikes skipped; outside a step loop also in register tiles (dense GPU_DENSE_MR rows x
+ *     GPU_DENSE_NT outputs, conv GPU_CONV_NP pixels x GPU_CONV_NT channels a thread, the same
+ *     order), a second kernel of the layer that runs instead where it has GPU_FILL_THREADS
+ *     threads (lower_layers.c, "GPU").
  * Block sizes fit AVX2's sixteen 256-bit registers (4 f64 lanes each): a dense block holds
  * DENSE_MR * DENSE_NT / 4 = 12 accumulators, a weight vector and the broadcast inputs; a conv
  * tile 8 accumulators. */
@@ -135,9 +140,18 @@ enum {
     DENSE_SPIKE_TILE = 32, /* most outputs a spike-fed dense layer keeps in one tile */
     SCATTER_NT = 32,       /* lanes per step of the event-driven dense scatter */
     CONV_NT = 32,          /* channels per conv tile */
-    EVENT_RB = 64,         /* rows whose spikes are grouped by input neuron (bits of a word) */
-    EVENT_NT = 32,         /* outputs per tile of the grouped events (f64 lanes) */
-    EVENT_CHUNK = 512,     /* outputs per parallel chunk of the grouped events */
+    /* GPU (KG_FLAT) tiles: what one thread sums in registers (kir.h tiles of float or double) */
+    GPU_DENSE_MR = 4,              /* dense: rows per thread */
+    GPU_DENSE_NT = 4,              /* dense: neighbouring outputs per thread */
+    GPU_DENSE_TILED_MIN = 32,      /* dense: fewer outputs, one thread per output only */
+    GPU_CONV_NP = 4,               /* conv: neighbouring output pixels per thread */
+    GPU_CONV_NT = 8,               /* conv: output channels per thread */
+    GPU_CONV_TILED_MIN_TERMS = 32, /* conv: fewer terms an output, one thread per output only */
+    GPU_FILL_THREADS = 131072, /* tiles run where they have this many threads or more: about what
+                                * an H100/H200 holds at once (132 SMs, 768-2048 threads each) */
+    EVENT_RB = 64,             /* rows whose spikes are grouped by input neuron (bits of a word) */
+    EVENT_NT = 32,             /* outputs per tile of the grouped events (f64 lanes) */
+    EVENT_CHUNK = 512,         /* outputs per parallel chunk of the grouped events */
 };
 
 /* body(o0, lanes) for the tiles of [0, n): a loop over the full tiles of nt lanes, then the
@@ -349,6 +363,8 @@ void for_tiles(Lower *lw, Cur c, int64_t n, int nt, TileBody *fn, const void *ct
 void lower_dense(Lower *lw, ValueId v);
 void dense_sum(Lower *lw, Cur c, ValueId v, const Pos *row, KExpr *o, int t);
 void lower_dense_flat(Lower *lw, ValueId v);
+KExpr *gpu_tiles_on(Lower *lw, KExpr *threads);
+void gpu_twin_kernel(Lower *lw);
 int bits_of(Lower *lw, ValueId v);
 bool is_bits(Lower *lw, ValueId v);
 void for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, KExpr *first, int64_t K,

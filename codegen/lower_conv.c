@@ -54,9 +54,9 @@ conv_taps(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr **kh, KE
     return body(ifw);
 }
 
-/* x at channel (g*Cg + cg), pixel (ih, iw) of the row, as f64 */
+/* x at channel (g*Cg + cg), pixel (ih, iw) of the row, as type */
 static KExpr *
-conv_input(Lower *lw, const Conv *cv, KExpr *cg, KExpr *ih, KExpr *iw)
+conv_input_as(Lower *lw, const Conv *cv, KExpr *cg, KExpr *ih, KExpr *iw, KType type)
 {
     KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv->g, ci(lw, cv->d.Cg)), cg);
     Pos px = cv->ps;
@@ -64,7 +64,14 @@ conv_input(Lower *lw, const Conv *cv, KExpr *cg, KExpr *ih, KExpr *iw)
                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, cv->d.H)), ih),
                    ci(lw, cv->d.W)),
                iw);
-    return to(lw, KT_F64, vload(lw, cv->x, &px));
+    return to(lw, type, vload(lw, cv->x, &px));
+}
+
+/* x at channel (g*Cg + cg), pixel (ih, iw) of the row, as f64 */
+static KExpr *
+conv_input(Lower *lw, const Conv *cv, KExpr *cg, KExpr *ih, KExpr *iw)
+{
+    return conv_input_as(lw, cv, cg, ih, iw, KT_F64);
 }
 
 /* the element of W[o0 + l][cg][kh][kw] in [cg][kh][kw][o] (o0 counts from the group's first) */
@@ -253,17 +260,88 @@ conv_sum(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o, int t
              conv_weight(lw, cv, cg, kh, kw, o), is_spike_value(lw, cv->x));
 }
 
+/* GPU: the outputs of one thread, GPU_CONV_NP neighbouring pixels (in OH*OW order, from pixel p0)
+ * times the channels [o0, o0 + lanes) of group cv->g: one tile per pixel, each summed over (kh,
+ * kw, c), the interpreter's order, its padding taps (and pixels past the last) skipped, then +
+ * bias. Each weight vector loaded serves every pixel and each input every channel. Zeros are
+ * added, not tested for: a sum from +0 never holds -0, so 0 * w (w finite) leaves it as it was,
+ * and the pixels' inputs differ across a warp, where a test would diverge. */
+static void
+conv_gpu_block(Lower *lw, Cur c, Conv *cv, KExpr *p0, KExpr *o0, int lanes)
+{
+    const ConvGeom *d = &cv->d;
+    int64_t HW = d->OH * d->OW;
+    int np = HW < GPU_CONV_NP ? (int)HW : GPU_CONV_NP;
+    int t[GPU_CONV_NP], pv[GPU_CONV_NP], ohv[GPU_CONV_NP], owv[GPU_CONV_NP];
+    int ihv[GPU_CONV_NP], iwv[GPU_CONV_NP];
+    for (int i = 0; i < np; i++) {
+        pv[i] = local(lw, "p", KT_I64);
+        ohv[i] = local(lw, "oh", KT_I64);
+        owv[i] = local(lw, "ow", KT_I64);
+        ihv[i] = local(lw, "ih", KT_I64);
+        iwv[i] = local(lw, "iw", KT_I64);
+        s_assign(lw, c, pv[i], bin(lw, KB_ADD, p0, ci(lw, i)));
+        s_assign(lw, c, ohv[i], bin(lw, KB_DIV, var(lw, pv[i]), ci(lw, d->OW)));
+        s_assign(lw, c, owv[i], bin(lw, KB_REM, var(lw, pv[i]), ci(lw, d->OW)));
+        t[i] = tile(lw, "acc", lanes);
+        s_tile(lw, c, KS_VSET, t[i], -1, NULL, kx_const(lw->p, KT_F64, 0));
+    }
+    KExpr *kh, *kw, *cg;
+    KStmt *fkh = loop(lw, c, "kh", ci(lw, d->KH), false, &kh);
+    KStmt *fkw = loop(lw, body(fkh), "kw", ci(lw, d->KW), false, &kw);
+    Cur tap = body(fkw);
+    KExpr *in[GPU_CONV_NP];
+    for (int i = 0; i < np; i++) {
+        s_assign(
+            lw, tap, ihv[i],
+            bin(lw, KB_ADD,
+                bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, ohv[i]), ci(lw, d->SH)), ci(lw, d->PH)),
+                bin(lw, KB_MUL, kh, ci(lw, d->DH))));
+        s_assign(
+            lw, tap, iwv[i],
+            bin(lw, KB_ADD,
+                bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, owv[i]), ci(lw, d->SW)), ci(lw, d->PW)),
+                bin(lw, KB_MUL, kw, ci(lw, d->DW))));
+        KExpr *ih = var(lw, ihv[i]), *iw = var(lw, iwv[i]);
+        in[i] = bin(
+            lw, KB_AND,
+            bin(lw, KB_AND, bin(lw, KB_LT, var(lw, pv[i]), ci(lw, HW)),
+                bin(lw, KB_AND, bin(lw, KB_GE, ih, ci(lw, 0)), bin(lw, KB_LT, ih, ci(lw, d->H)))),
+            bin(lw, KB_AND, bin(lw, KB_GE, iw, ci(lw, 0)), bin(lw, KB_LT, iw, ci(lw, d->W))));
+    }
+    /* each pixel's input first (0 at a padding tap), then the tiles' terms side by side: one
+     * weight vector for all of them */
+    KStmt *fc = loop(lw, tap, "c", ci(lw, d->Cg), false, &cg);
+    KExpr *wi = conv_weight(lw, cv, cg, kh, kw, o0);
+    int xv[GPU_CONV_NP];
+    for (int i = 0; i < np; i++) {
+        xv[i] = local(lw, "xv", lw->acc);
+        s_assign(lw, body(fc), xv[i], kx_const(lw->p, lw->acc, 0));
+        KStmt *inside = s_if(lw, body(fc), in[i]);
+        s_assign(lw, body(inside), xv[i],
+                 conv_input_as(lw, cv, cg, var(lw, ihv[i]), var(lw, iwv[i]), lw->acc));
+    }
+    for (int i = 0; i < np; i++)
+        tile_fma(lw, body(fc), t[i], var(lw, xv[i]), cv->w, wi, false);
+    for (int i = 0; i < np; i++) {
+        KStmt *is = s_if(lw, c, bin(lw, KB_LT, var(lw, pv[i]), ci(lw, HW)));
+        conv_store(lw, body(is), cv, var(lw, ohv[i]), var(lw, owv[i]), o0, t[i]);
+    }
+}
+
 /* GPU: one thread per output element (row, group, channel, oh, ow), ow fastest so that
  * neighbouring threads read neighbouring inputs and store neighbouring outputs; a one-lane tile
- * summed over (kh, kw, c), the interpreter's order, zeros skipped for spikes, then + bias. */
-void
-lower_conv2d_flat(Lower *lw, ValueId v)
+ * summed over (kh, kw, c), the interpreter's order, zeros skipped for spikes, then + bias. Runs
+ * over [0, rows*per_row * (1 - on)) (on NULL: all of it). */
+static void
+conv_gpu_flat(Lower *lw, ValueId v, KExpr *on)
 {
     Conv cv = conv_geometry(lw, v);
     const ConvGeom *d = &cv.d;
     int64_t per_row = d->G * d->Og * d->OH * d->OW;
-    KExpr *q;
-    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, per_row)), true, &q);
+    KExpr *n = bin(lw, KB_MUL, rows_of(lw, v), ci(lw, per_row)), *q;
+    KStmt *fq = loop(lw, top(lw), "q", on ? bin(lw, KB_MUL, n, bin(lw, KB_SUB, ci(lw, 1), on)) : n,
+                     true, &q);
     Cur c = body(fq);
     int owv = local(lw, "ow", KT_I64), ohv = local(lw, "oh", KT_I64);
     int ov = local(lw, "o", KT_I64), gv = local(lw, "g", KT_I64), rv = local(lw, "r", KT_I64);
@@ -279,6 +357,60 @@ lower_conv2d_flat(Lower *lw, ValueId v)
     int t = tile(lw, "acc", 1);
     conv_sum(lw, c, &cv, var(lw, ohv), var(lw, owv), var(lw, ov), t);
     conv_store(lw, c, &cv, var(lw, ohv), var(lw, owv), var(lw, ov), t);
+}
+
+/* GPU tiles: a thread per (row, group, block of GPU_CONV_NP output pixels, tile of GPU_CONV_NT
+ * channels), the channel tile fastest: a warp's threads load neighbouring weights of
+ * [cg][kh][kw][o] (coalesced) and the same few input pixels (broadcasts). Where they are too few
+ * to fill the GPU, the one-thread-per-output twin runs instead (lower_layers.c, "GPU"). */
+static void
+conv_gpu_tiles(Lower *lw, ValueId v)
+{
+    Conv cv = conv_geometry(lw, v);
+    const ConvGeom *d = &cv.d;
+    int64_t HW = d->OH * d->OW;
+    int np = HW < GPU_CONV_NP ? (int)HW : GPU_CONV_NP;
+    int nt = d->Og < GPU_CONV_NT ? (int)d->Og : GPU_CONV_NT;
+    int64_t nfull = d->Og / nt, tail = d->Og % nt, ntiles = nfull + (tail > 0);
+    int64_t npb = (HW + np - 1) / np, per_row = d->G * npb * ntiles;
+    KExpr *threads = bin(lw, KB_MUL, rows_of(lw, v), ci(lw, per_row));
+    KExpr *on = gpu_tiles_on(lw, threads);
+    KExpr *q;
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, threads, on), true, &q);
+    Cur c = body(fq);
+    int otv = local(lw, "ot", KT_I64), p0v = local(lw, "p0", KT_I64);
+    int gv = local(lw, "g", KT_I64), rv = local(lw, "r", KT_I64);
+    s_assign(lw, c, otv, bin(lw, KB_REM, q, ci(lw, ntiles)));
+    s_assign(lw, c, p0v,
+             bin(lw, KB_MUL, bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, ntiles)), ci(lw, npb)),
+                 ci(lw, np)));
+    s_assign(lw, c, gv, bin(lw, KB_REM, bin(lw, KB_DIV, q, ci(lw, ntiles * npb)), ci(lw, d->G)));
+    s_assign(lw, c, rv, bin(lw, KB_DIV, q, ci(lw, per_row)));
+    cv.ps = row_pos(lw, v, var(lw, rv), NULL);
+    cv.g = var(lw, gv);
+    KExpr *o0 = bin(lw, KB_MUL, var(lw, otv), ci(lw, nt));
+    if (!tail) {
+        conv_gpu_block(lw, c, &cv, var(lw, p0v), o0, nt);
+    } else {
+        KStmt *i = s_if(lw, c, bin(lw, KB_LT, var(lw, otv), ci(lw, nfull)));
+        conv_gpu_block(lw, body(i), &cv, var(lw, p0v), o0, nt);
+        conv_gpu_block(lw, els(i), &cv, var(lw, p0v), ci(lw, nfull * nt), (int)tail);
+    }
+    gpu_twin_kernel(lw);
+    conv_gpu_flat(lw, v, on);
+}
+
+/* GPU: tiles and their one-thread-per-output twin, or one thread per output: for a layer in a
+ * step loop (whose kernels Kernel.sample_iters fuses) and one of few terms an output (the conv
+ * SNN's first layer, 9: tiles measured slower, 158 -> 188 us at batch 256) */
+void
+lower_conv2d_flat(Lower *lw, ValueId v)
+{
+    ConvGeom d = conv_geom(lw->m, &lw->m->nodes[v]);
+    if (ctx_of(lw, v) != CTX_STEP && d.Cg * d.KH * d.KW >= GPU_CONV_TILED_MIN_TERMS)
+        conv_gpu_tiles(lw, v);
+    else
+        conv_gpu_flat(lw, v, NULL);
 }
 
 /* Layer v (dense or conv, LY_SUMMED) at the position ps of the scan that reads it: the one-lane

@@ -300,7 +300,8 @@ typedef struct Dense {
 static void
 dense_micro(Lower *lw, Cur c, const Dense *d, KExpr *r0, int m, KExpr *o0, int lanes)
 {
-    int t[DENSE_MR > SPIKE_MR ? DENSE_MR : SPIKE_MR];
+    _Static_assert(SPIKE_MR <= DENSE_MR, "a block's tiles: the most rows of any block");
+    int t[GPU_DENSE_MR > DENSE_MR ? GPU_DENSE_MR : DENSE_MR];
     for (int i = 0; i < m; i++) {
         t[i] = tile(lw, "acc", lanes);
         tile_init(lw, c, t[i], d->bias, o0);
@@ -397,15 +398,69 @@ dense_sum(Lower *lw, Cur c, ValueId v, const Pos *row, KExpr *o, int t)
              bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, O)), o), is_spike_value(lw, x));
 }
 
-/* GPU: one thread per output element (row, o), a one-lane tile (dense_sum). Consecutive threads
- * take consecutive outputs, so their weight loads from W^T [K][O] coalesce and the input row is
- * one broadcast. */
+/* ---- GPU (KG_FLAT): a layer as two kernels, one of which runs ----
+ * One thread per output element fills the GPU at any batch; register tiles (a thread summing
+ * several rows, pixels or outputs, each weight and input loaded once for all of them) do a third of
+ * the loads but have a tenth of the threads or fewer, too few at small batches (H200, trained conv
+ * SNN, bench/gpu/ab.sh: the conv2d 128->128 layer at batch 256 13.99 -> 4.93 ms with tiles, batch-1
+ * latency of the net 0.54 -> 0.87 ms). So a layer outside a step loop is lowered twice: the tiled
+ * kernel's parallel loop runs over its threads where they number GPU_FILL_THREADS or more, else
+ * over nothing, and the one-thread-per-output kernel after it over the rest. The runtime skips a
+ * kernel whose loop is empty (work 0). Both sum each output's terms in the same order: the same
+ * bits. */
+
+/* 1 where the tiled kernel's threads fill the GPU, else 0: (threads >= F) as an integer, which
+ * the runtime's work expressions have (runtime/cuda_abi.h). (An arithmetic form, n / F + 2^40
+ * over 2^40 + 1, made ptxas spill in the one-thread-per-output conv, 20 bytes a thread.)
+ * SNN_GPU_FILL_THREADS (tests, tuning) sets F: 1 runs tiles at every batch. */
+KExpr *
+gpu_tiles_on(Lower *lw, KExpr *threads)
+{
+    int64_t fill = GPU_FILL_THREADS;
+    const char *env = getenv("SNN_GPU_FILL_THREADS");
+    if (env && *env) {
+        char *end;
+        long long x = strtoll(env, &end, 10);
+        if (*end == '\0' && x >= 1 && x <= ((int64_t)1 << 50)) fill = x;
+    }
+    return to(lw, KT_I64, bin(lw, KB_GE, threads, ci(lw, fill)));
+}
+
+/* ends the tiled kernel and begins its one-thread-per-output twin: the same nodes, description
+ * and context (the caller ends it) */
 void
-lower_dense_flat(Lower *lw, ValueId v)
+gpu_twin_kernel(Lower *lw)
+{
+    Kernel k = lw->k;
+    end_kernel(lw);
+    memset(&lw->k, 0, sizeof lw->k);
+    lw->caplocals = 0;
+    lw->k.name = arena_printf(&lw->p->arena, "%s_flat", k.name);
+    lw->k.what = k.what;
+    lw->k.is_step = k.is_step;
+    lw->k.nodes = arena_alloc(&lw->p->arena, (size_t)k.nnodes * sizeof *lw->k.nodes);
+    memcpy(lw->k.nodes, k.nodes, (size_t)k.nnodes * sizeof *k.nodes);
+    lw->k.nnodes = k.nnodes;
+}
+
+/* a parallel loop over [0, n * on) (on: 0 or 1, or NULL for n) */
+static KStmt *
+gpu_loop(Lower *lw, KExpr *n, KExpr *on, KExpr **q)
+{
+    return loop(lw, top(lw), "q", on ? bin(lw, KB_MUL, n, on) : n, true, q);
+}
+
+/* GPU: one thread per output element (row, o), a one-lane tile (dense_sum), zeros of spikes
+ * skipped (the warp's threads share the row: one test for all). Consecutive threads take
+ * consecutive outputs, so their weight loads from W^T [K][O] coalesce and the input row is one
+ * broadcast. Runs over [0, R*O * (1 - on)). */
+static void
+dense_gpu_flat(Lower *lw, ValueId v, KExpr *on)
 {
     int64_t O = lw->vs[v].numel;
     KExpr *q;
-    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, O)), true, &q);
+    KStmt *fq = gpu_loop(lw, bin(lw, KB_MUL, rows_of(lw, v), ci(lw, O)),
+                         on ? bin(lw, KB_SUB, ci(lw, 1), on) : NULL, &q);
     Cur c = body(fq);
     int ov = local(lw, "o", KT_I64), rv = local(lw, "r", KT_I64);
     s_assign(lw, c, ov, bin(lw, KB_REM, q, ci(lw, O)));
@@ -416,6 +471,65 @@ lower_dense_flat(Lower *lw, ValueId v)
     dense_sum(lw, c, v, &row, o, t);
     Pos py = row_pos(lw, v, r, o);
     tile_store(lw, c, v, &py, 1, t);
+}
+
+/* GPU tiles: a thread per (block of GPU_DENSE_MR rows, tile of GPU_DENSE_NT outputs), the output
+ * tile fastest: a warp's threads load neighbouring weights of W^T [K][O] (coalesced) and the same
+ * input rows (one broadcast each), and each weight loaded serves every row of the block. Every
+ * output summed from its bias in k order; zeros added, not tested for (dense_micro: a sum from +0
+ * never holds -0, so 0 * w leaves it as it was), so the block's terms share one weight load (H200:
+ * the conv SNN's 6272->2048 layer at batch 256, 3.88 -> 2.48 ms). */
+static void
+dense_gpu_tiles(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    Dense d = {v,
+               n->args[0],
+               lw->vs[n->args[0]].numel,
+               lw->vs[v].numel,
+               0,
+               -1,
+               false,
+               GPU_DENSE_MR,
+               NULL,
+               NULL,
+               0};
+    d.bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
+    d.w = wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
+    int nt = GPU_DENSE_NT;
+    int64_t nfull = d.O / nt, tail = d.O % nt, ntiles = nfull + (tail > 0);
+    d.R = rows_of(lw, v);
+    KExpr *nrb = bin(lw, KB_DIV, bin(lw, KB_ADD, d.R, ci(lw, d.mr - 1)), ci(lw, d.mr));
+    KExpr *threads = bin(lw, KB_MUL, nrb, ci(lw, ntiles));
+    KExpr *on = gpu_tiles_on(lw, threads);
+    KExpr *q;
+    KStmt *fq = gpu_loop(lw, threads, on, &q);
+    Cur c = body(fq);
+    int ot = local(lw, "ot", KT_I64), r0 = local(lw, "r0", KT_I64);
+    s_assign(lw, c, ot, bin(lw, KB_REM, q, ci(lw, ntiles)));
+    s_assign(lw, c, r0, bin(lw, KB_MUL, bin(lw, KB_DIV, q, ci(lw, ntiles)), ci(lw, d.mr)));
+    d.r0 = var(lw, r0);
+    KExpr *o0 = bin(lw, KB_MUL, var(lw, ot), ci(lw, nt));
+    if (!tail) {
+        dense_block(lw, c, o0, nt, &d);
+    } else {
+        KStmt *i = s_if(lw, c, bin(lw, KB_LT, var(lw, ot), ci(lw, nfull)));
+        dense_block(lw, body(i), o0, nt, &d);
+        dense_block(lw, els(i), ci(lw, nfull * nt), (int)tail, &d);
+    }
+    gpu_twin_kernel(lw);
+    dense_gpu_flat(lw, v, on);
+}
+
+/* GPU: tiles and their one-thread-per-output twin where tiles can pay (a layer outside a step loop
+ * with GPU_DENSE_TILED_MIN outputs or more), else one thread per output */
+void
+lower_dense_flat(Lower *lw, ValueId v)
+{
+    if (ctx_of(lw, v) != CTX_STEP && lw->vs[v].numel >= GPU_DENSE_TILED_MIN)
+        dense_gpu_tiles(lw, v);
+    else
+        dense_gpu_flat(lw, v, NULL);
 }
 
 typedef struct Scatter {

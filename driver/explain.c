@@ -139,7 +139,13 @@ eval_bound(const KExpr *e, int64_t batch, int64_t *out)
         *out = (int64_t)e->num;
         return e->num >= 0;
     case KX_BATCH: *out = batch; return true;
-    case KX_CAST: return e->a->type == KT_I64 && eval_bound(e->a, batch, out);
+    case KX_CAST:
+        if (e->a->type == KT_BOOL && e->a->kind == KX_BIN && e->a->op == KB_GE) {
+            if (!eval_bound(e->a->a, batch, &a) || !eval_bound(e->a->b, batch, &b)) return false;
+            *out = a >= b;
+            return true;
+        }
+        return e->a->type == KT_I64 && eval_bound(e->a, batch, out);
     case KX_BIN:
         if (!eval_bound(e->a, batch, &a) || !eval_bound(e->b, batch, &b)) return false;
         switch ((KBin)e->op) {
@@ -186,6 +192,8 @@ kernel_parallelism(Explain *x, const Kernel *k, int64_t *trip)
                                         lanes)
                          : arena_printf(&x->scratch, "parallel %lld", (long long)*trip);
         }
+        if (*trip == 0) /* a layer's tiles or their twin (lower_layers.c, "GPU") */
+            return "not launched at this batch";
         int64_t blocks = (*trip + SNN_CUDA_BLOCK - 1) / SNN_CUDA_BLOCK;
         return arena_printf(&x->scratch, "parallel %lld (%s)", (long long)*trip,
                             count_of(x, blocks, "block", "blocks"));

@@ -38,7 +38,8 @@
  *       I the kernel's index in the schedule, STEP 1 for a step kernel, MODE grid|single, NB the
  *       number of buffer parameters and their program buffer indices, then WORK as RPN tokens to
  *       the end of the line: decimal integers, B, and the operators + - * / % (C's int64
- *       arithmetic; / and % truncate; operands never negative). `single` kernels give WORK 1.
+ *       arithmetic; / and % truncate; operands never negative) and >= (1 or 0: a kernel that
+ *       runs only from some batch on). `single` kernels give WORK 1.
  *   cuda_image FORMAT ARCH OFFSET SIZE
  *       FORMAT cubin (for exactly ARCH, e.g. sm_90) or ptx (ARCH compute_80: the driver compiles
  *       it for a newer device at load); the bytes [OFFSET, OFFSET+SIZE) of snnk_cuda_images.

@@ -65,10 +65,11 @@ rt_cuda_work_parse(const char *text, size_t len, RtCudaWork *w, char *err, size_
         if (tlen == 1 && text[i] == 'B') {
             t->op = RT_WORK_B;
             depth++;
-        } else if (tlen == 1 && strchr(ops, text[i])) {
-            t->op = (RtWorkOp)(RT_WORK_ADD + (strchr(ops, text[i]) - ops));
+        } else if ((tlen == 1 && strchr(ops, text[i])) ||
+                   (tlen == 2 && text[i] == '>' && text[i + 1] == '=')) {
+            t->op = tlen == 2 ? RT_WORK_GE : (RtWorkOp)(RT_WORK_ADD + (strchr(ops, text[i]) - ops));
             if (depth < 2) {
-                snprintf(err, errlen, "WORK '%.*s': '%c' has %s", (int)len, text, text[i],
+                snprintf(err, errlen, "WORK '%.*s': '%.*s' has %s", (int)len, text, tlen, text + i,
                          depth ? "one operand" : "no operands");
                 rt_cuda_work_free(w);
                 return false;
@@ -133,6 +134,9 @@ rt_cuda_work_eval(const RtCudaWork *w, int64_t batch, int64_t *out, char *err, s
             }
             is_bad = a == INT64_MIN && b == -1;
             if (!is_bad) r = t->op == RT_WORK_DIV ? a / b : a % b;
+            break;
+        case RT_WORK_GE:
+            r = a >= b;
             break;
         case RT_WORK_NUM:
         case RT_WORK_B: break;

@@ -60,7 +60,7 @@ typedef struct RtModelTensor {
  * checked when it is parsed (every operator has its operands, one value is left, the stack never
  * deeper than RT_WORK_MAX_DEPTH) so that evaluating it can only fail on arithmetic. */
 typedef enum { RT_WORK_NUM, RT_WORK_B, RT_WORK_ADD, RT_WORK_SUB, RT_WORK_MUL, RT_WORK_DIV,
-               RT_WORK_REM } RtWorkOp;
+               RT_WORK_REM, RT_WORK_GE } RtWorkOp;
 typedef struct RtWorkTok {
     RtWorkOp op;
     int64_t num; /* RT_WORK_NUM */

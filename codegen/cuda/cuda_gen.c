@@ -522,7 +522,14 @@ rpn(FILE *f, const KExpr *e)
         if (!rpn(f, e->a) || !rpn(f, e->b)) return false;
         if (f) fprintf(f, " %s", kbin_str((KBin)e->op));
         return true;
-    case KX_CAST: return e->a->type == KT_I64 && rpn(f, e->a);
+    case KX_CAST:
+        /* a comparison as 1 or 0 (>= only: the tiles' switch, lower_layers.c "GPU") */
+        if (e->a->type == KT_BOOL && e->a->kind == KX_BIN && e->a->op == KB_GE) {
+            if (!rpn(f, e->a->a) || !rpn(f, e->a->b)) return false;
+            if (f) fputs(" >=", f);
+            return true;
+        }
+        return e->a->type == KT_I64 && rpn(f, e->a);
     default: return false;
     }
 }
@@ -824,14 +831,24 @@ static const char prelude[] =
     "SNN_FN float snn_logf(float x) { return (float)log((double)x); }\n"
     "SNN_FN float snn_tanhf(float x) { return (float)tanh((double)x); }\n"
     "SNN_FN float snn_powf(float x, float y) { return (float)pow((double)x, (double)y); }\n"
-    "/* 16-bit weights as the floats they stand for, exactly (runtime/f16.h's conversions) */\n"
+    "/* 16-bit weights as the floats they stand for, exactly (runtime/f16.h's conversions;\n"
+    " * f16 on a GPU by its cvt, one instruction for six, exact too: a NaN's payload the one\n"
+    " * freedom) */\n"
     "SNN_FN float snn_bf16_f32(unsigned short h) { return snn_bits_f32((uint32_t)h << 16); }\n"
+    "#ifdef SNN_CUDA_EMULATE\n"
     "SNN_FN float snn_f16_f32(unsigned short h) {\n"
     "    uint32_t a = h & 0x7fffu;\n"
     "    float r = a >= 0x7c00u ? snn_bits_f32((a << 13) | 0x7f800000u)\n"
     "                           : snn_bits_f32(a << 13) * 0x1p112f;\n"
     "    return (h & 0x8000u) ? -r : r;\n"
     "}\n"
+    "#else\n"
+    "SNN_FN float snn_f16_f32(unsigned short h) {\n"
+    "    float r;\n"
+    "    asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(r) : \"h\"(h));\n"
+    "    return r;\n"
+    "}\n"
+    "#endif\n"
     ;
 
 /* the prelude, continued (a string literal stays under C's 4095 characters) */

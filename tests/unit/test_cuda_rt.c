@@ -140,10 +140,23 @@ test_work(void)
         const char *text;
         int64_t batch, want;
     } good[] = {
-        {"B 784 *", 3, 2352},       {"B 256 + 1 - 256 /", 300, 2}, {"7", 9, 7},
-        {"10 3 %", 1, 1},           {"B", 5, 5},                   {" B  2  * ", 4, 8},
-        {"B 1 - 3 *", 1, 0},        {"0", 1, 0},                   {"B 2 / 7 %", 31, 1},
-        {"100 B 3 * -", 33, 1},     {"999999999999999999", 1, 999999999999999999},
+        {"B 784 *", 3, 2352},
+        {"B 256 + 1 - 256 /", 300, 2},
+        {"7", 9, 7},
+        {"10 3 %", 1, 1},
+        {"B", 5, 5},
+        {" B  2  * ", 4, 8},
+        {"B 1 - 3 *", 1, 0},
+        {"0", 1, 0},
+        {"B 2 / 7 %", 31, 1},
+        {"100 B 3 * -", 33, 1},
+        {"999999999999999999", 1, 999999999999999999},
+        /* >=: 1 or 0, a kernel's work from some batch on (GPU tiles) and its twin's below */
+        {"B 784 * B 784 * 131072 >= *", 167, 0},
+        {"B 784 * B 784 * 131072 >= *", 168, 131712},
+        {"B 5 * 1 B 3 >= - *", 2, 10},
+        {"B 5 * 1 B 3 >= - *", 3, 0},
+        {"3 3 >=", 1, 1},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         RtCudaWork w;
@@ -160,10 +173,20 @@ test_work(void)
     static const struct {
         const char *text, *why;
     } bad_texts[] = {
-        {"", "empty"},          {"   ", "empty"},          {"B +", "one operand"},
-        {"+", "no operands"},   {"B 3", "leaves 2 values"}, {"B x *", "'x' is not a number"},
-        {"-3", "'-3' is not"},  {"B 3 **", "'**' is not"},  {"1.5", "'1.5' is not"},
-        {"b 2 *", "'b' is not"}, {"1000000000000000000", "is not a number"},
+        {"", "empty"},
+        {"   ", "empty"},
+        {"B +", "one operand"},
+        {"+", "no operands"},
+        {"B 3", "leaves 2 values"},
+        {"B x *", "'x' is not a number"},
+        {"-3", "'-3' is not"},
+        {"B 3 **", "'**' is not"},
+        {"1.5", "'1.5' is not"},
+        {"b 2 *", "'b' is not"},
+        {"1000000000000000000", "is not a number"},
+        {"B >=", "'>=' has one operand"},
+        {"B 3 =>", "'=>' is not"},
+        {"B 3 >", "'>' is not"},
     };
     for (size_t i = 0; i < sizeof bad_texts / sizeof bad_texts[0]; i++) {
         RtCudaWork w;

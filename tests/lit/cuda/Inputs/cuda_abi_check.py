@@ -7,7 +7,7 @@ cuda_kernel record must have exactly one extern "C" __global__ definition of its
 parameters are its NB buffers (pointers to their cuda_buf element types, in record order; never an
 input or output, whose addresses come through dyn), then
 long long B, long long t, const long long *dyn. Kernel indices run 0..n-1; buffer indices
-increase and name cuda_buf records; WORK is RPN over integers, B and + - * / % leaving one value
+increase and name cuda_buf records; WORK is RPN over integers, B and + - * / % >= leaving one value
 (`single` kernels: WORK 1). Each PTX file must define every kernel as a .visible .entry with
 NB + 3 parameters. Prints "ok: N kernels, M buffers" (and one line per PTX file), else the
 problems, exit status 1."""
@@ -29,7 +29,7 @@ def rpn_ok(toks):
     for t in toks:
         if t == "B" or t.isdigit():
             depth += 1
-        elif t in ("+", "-", "*", "/", "%"):
+        elif t in ("+", "-", "*", "/", "%", ">="):
             if depth < 2:
                 return False
             depth -= 1
