@@ -14,10 +14,13 @@
 # run: every check in parallel, each under a time limit of SECONDS (default 170):
 #   kir_diff      every example and parity fixture: interpreter (float32) = CUDA, bit for bit
 #                 (tests/kir_diff.sh with SNN_DIFF_REQUIRE=cuda)
+#   kir_tiles     the same with the layers' register tiles at every batch (SNN_GPU_FILL_THREADS=1)
 #   random        random models (tests/diff/diff.sh, SNN_DIFF_REQUIRE=cuda; $SNN_GPU_SEEDS seeds,
-#                 default 40): interpreter = CUDA at two batch sizes, -O2 and -O3
+#                 default 40), tiles at every batch: interpreter = CUDA at two batch sizes, -O2
+#                 and -O3
 #   memcheck, racecheck, initcheck, synccheck
 #                 kir_diff's CUDA runs under compute-sanitizer --tool T --error-exitcode 1
+#   memcheck_tiles  memcheck with tiles at every batch
 #   fmnist        the trained MLP and conv SNN over the test set on the GPU (-O2, -O3, exact sums):
 #                 outputs equal the CPU backend's bit for bit, predictions equal the framework's
 # It prints the device, driver, CUDA and NVRTC versions, one line per check (PASS, FAIL or TIME:
@@ -114,14 +117,20 @@ check() { # NAME COMMAND... (its output in $work/NAME.log, its status in $work/N
   (timeout "$limit" "$@" >"$work/$name.log" 2>&1; echo $? >"$work/$name.rc") &
 }
 export SNN_DIFF_REQUIRE=cuda SNN_DIFF_VERBOSE=1
+# the dense and conv layers' register tiles run from a batch that fills the GPU (lower_layers.c,
+# "GPU"), far past these tests' batches: the *_tiles checks run them at every batch
+tiles=(env SNN_GPU_FILL_THREADS=1)
 check kir_diff bash "$root/tests/kir_diff.sh" "$snnc" "$npycmp" "$root" "$work/kir_diff"
-check random env SNN_DIFF_SEEDS="${SNN_GPU_SEEDS:-40}" SNN_DIFF_JOBS=6 \
+check kir_tiles "${tiles[@]}" bash "$root/tests/kir_diff.sh" "$snnc" "$npycmp" "$root" "$work/kir_tiles"
+check random "${tiles[@]}" SNN_DIFF_SEEDS="${SNN_GPU_SEEDS:-40}" SNN_DIFF_JOBS=6 \
   bash "$root/tests/diff/diff.sh" "$snnc" "$npycmp" "$root" "$work/random"
 if [ -n "$san" ]; then
   for tool in memcheck racecheck initcheck synccheck; do
     check "$tool" env SNN_DIFF_WRAP="$san --tool $tool --error-exitcode 1" \
       bash "$root/tests/kir_diff.sh" "$snnc" "$npycmp" "$root" "$work/$tool"
   done
+  check memcheck_tiles "${tiles[@]}" SNN_DIFF_WRAP="$san --tool memcheck --error-exitcode 1" \
+    bash "$root/tests/kir_diff.sh" "$snnc" "$npycmp" "$root" "$work/memcheck_tiles"
 fi
 
 check fmnist bash "$0" fmnist "$work"
@@ -141,8 +150,9 @@ summary() { # NAME: one line
   [ -z "$what" ] && what="$(grep -c '^ok' "$work/$name.log") checks passed, $(grep -c '^FAIL' "$work/$name.log") failed"
   printf '%-10s %-22s %s\n' "$name" "$verdict" "$what"
 }
-for name in kir_diff random memcheck racecheck initcheck synccheck fmnist; do summary "$name"; done
-for name in kir_diff random memcheck racecheck initcheck synccheck fmnist; do
+names=(kir_diff kir_tiles random memcheck memcheck_tiles racecheck initcheck synccheck fmnist)
+for name in "${names[@]}"; do summary "$name"; done
+for name in "${names[@]}"; do
   [ -f "$work/$name.rc" ] && [ "$(cat "$work/$name.rc")" != 0 ] || continue
   echo "== $name: the first failures"
   grep -A12 -E '^FAIL|ERROR SUMMARY: [1-9]|========= (Invalid|Race|Uninit|Barrier)' "$work/$name.log" | head -40

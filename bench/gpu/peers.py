@@ -102,7 +102,9 @@ BN_STATS = ("conv_fc.1.running_mean", "conv_fc.1.running_var", "conv_fc.5.runnin
             "conv_fc.5.running_var")
 MLP_WEIGHTS = ROOT / "examples" / "fmnist_mlp.safetensors"
 
-GOALS = {"lif_floor_pct": 80.0, "lif_vs_cupy": 2.0, "conv_vs_cupy": 2.0}
+# the GPU validation issue's goals: LIF forward at 90% of the fp32 floor and 3x SpikingJelly cupy,
+# the conv SNN 3x SpikingJelly's fastest backend, batch-1 latency half the eager ANN's
+GOALS = {"lif_floor_pct": 90.0, "lif_vs_cupy": 3.0, "conv_vs_sj": 3.0}
 
 
 def log(msg: str):
@@ -787,12 +789,12 @@ def goals(res: dict) -> list[dict]:
     conv = res.get("conv", {}).get("impls", {})
     for b in NET_BATCHES:
         tp = lambda r, b=b: (r.get("throughput", {}).get(str(b)) or {}).get("images_per_s")  # noqa: E731
-        who, ref = best_sj(conv, tp)
+        cands = [(i, tp(conv.get(i, {}))) for i in REFERENCE_ORDER if tp(conv.get(i, {}))]
+        who, ref = max(cands, key=lambda kv: kv[1]) if cands else (None, None)
         mine = tp(conv.get("snnc", {}))
-        ok = None if not (mine and ref) else mine >= GOALS["conv_vs_cupy"] * ref
-        add(f"conv b{b}: snnc throughput >= {GOALS['conv_vs_cupy']:.0f}x SpikingJelly cupy", ok,
-            f"{mine / ref:.2f}x vs {SHORT[who]}" + ("" if who == "sj014-cupy" else " (cupy did not run)")
-            if ok is not None else "a side did not run")
+        ok = None if not (mine and ref) else mine >= GOALS["conv_vs_sj"] * ref
+        add(f"conv b{b}: snnc throughput >= {GOALS['conv_vs_sj']:.0f}x SpikingJelly's fastest", ok,
+            f"{mine / ref:.2f}x vs {SHORT[who]}" if ok is not None else "a side did not run")
     for net in ("mlp", "conv"):
         impls = res.get(net, {}).get("impls", {})
         lat = lambda r: (r.get("latency_b1") or {}).get("median_ms")  # noqa: E731
