@@ -9,12 +9,13 @@
 # file) and the LIF layer N = 2^22, T = 32, for sm_90, CPU code for x86-64-v2. Carry bench/gpu/ab
 # and bench/gpu/prebuilt (snnc_bench, the test set).
 #
-# A version may hold some of the files only (a change that concerns the LIF layer alone).
 # run, per version: snnc_bench --device=cuda (host arrays in and out, the copies included) on the
 # networks at batch 256 and 1024 (4,096 images) and batch-1 latency (200 runs), and Nsight Compute's
 # duration of every kernel of one conv batch of 256 and of the LIF layer (--clock-control none: the
-# card's own clocks; SNN_AB_NCU=0 leaves it out). A table per network and kernel, every version in one column; all outputs of a
-# network must be the same bits in every version (cmp of snnc_bench --output).
+# card's own clocks). A table, every version in one column; every version's network outputs are
+# compared with the first version's (cmp of snnc_bench --output). A version may hold some of the
+# files only (a change that concerns the LIF layer alone). SNN_AB_NCU=0 leaves Nsight Compute out;
+# SNN_AB_IMAGES and SNN_AB_RUNS change the 4,096 images and the 200 latency runs.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
