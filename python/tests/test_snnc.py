@@ -1,0 +1,176 @@
+"""The snnc Python package against the snnc command line: the same model, inputs and weights give
+the same bits through Model.run as through `snnc --run`. Needs $SNNC (CMake's test sets it) or a
+built snnc in the checkout."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import snnc
+
+ROOT = Path(__file__).resolve().parents[2]
+EX = ROOT / "examples"
+
+
+def cli(*args):
+    r = subprocess.run([snnc.find_snnc(), *map(str, args)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def cli_run(model, x, tmp_path, *extra):
+    """`snnc --run` on the CPU backend: outputs by name, and the report's spike counts"""
+    np.save(tmp_path / "x.npy", x)
+    report = cli("--run", "-q", model, f"--input={tmp_path / 'x.npy'}", "--backend=cpu",
+                 f"--output={tmp_path / 'o.npz'}", "--report=json", *extra)
+    with np.load(tmp_path / "o.npz") as z:
+        outs = {k: z[k] for k in z.files}
+    return outs, json.loads(report.strip().splitlines()[-1])["spike_counts"]
+
+
+def mlp_input(n, seed=1):
+    return np.random.default_rng(seed).uniform(0, 1, (n, 1, 28, 28)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    with snnc.compile(EX / "fmnist_mlp.snn", cuda_arch="none", max_batch=64) as m:
+        yield m
+
+
+def test_description(mlp):
+    assert mlp.name == "fmnist_mlp" and mlp.timesteps == 8
+    assert list(mlp.inputs) == ["image"] and mlp.inputs["image"].shape == (1, 28, 28)
+    assert list(mlp.outputs) == ["rate"] and mlp.outputs["rate"].shape == (10,)
+    assert mlp.layers == ["s1", "s2"]
+    assert mlp.device == "cpu" and mlp.devices == ["cpu"]
+    assert set(mlp.weights) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
+    assert mlp.weights["fc1.weight"].shape == (256, 784)
+    assert "fmnist_mlp" in repr(mlp) and "rate[10]" in repr(mlp)
+
+
+def test_run_equals_the_command_line(mlp, tmp_path):
+    x = mlp_input(150)  # three batches of 64, the last short
+    before = mlp.spike_counts()
+    got = mlp.run(x)
+    want, counts = cli_run(EX / "fmnist_mlp.snn", x, tmp_path)
+    assert got["rate"].dtype == np.float32 and got["rate"].shape == (150, 10)
+    assert got["rate"].tobytes() == want["rate"].tobytes()
+    assert (got["rate"] > 0).any()  # the network fires: the comparison is not of zeros
+    after = mlp.spike_counts()
+    assert {k: after[k] - before[k] for k in after} == {k: int(v) for k, v in counts.items()}
+    # __call__: the one output itself; one sample without its batch dimension
+    assert np.array_equal(mlp(x[:5]), got["rate"][:5])
+    assert np.array_equal(mlp.run({"image": x[7]})["rate"][0], got["rate"][7])
+    # a float64, non-contiguous array is converted, not refused
+    assert np.array_equal(mlp(np.asfortranarray(x[:9].astype(np.float64))), got["rate"][:9])
+
+
+def test_stats(mlp):
+    before = mlp.stats()
+    mlp.run(mlp_input(130))
+    after = mlp.stats()
+    assert after["runs"] - before["runs"] == 3 and after["samples"] - before["samples"] == 130
+    assert after["kernel_launches"] > before["kernel_launches"]
+
+
+def test_batching_keeps_the_poisson_keys(tmp_path):
+    """samples split into batches (and a run starting at first_sample) draw the spikes one run
+    over all of them draws"""
+    src = EX / "poisson.snn"
+    with snnc.compile(src, cuda_arch="none", max_batch=4) as m:
+        x = np.random.default_rng(3).uniform(0, 1, (11,) + m.inputs[next(iter(m.inputs))].shape)
+        x = x.astype(np.float32)
+        whole = m.run(x)
+        first, rest = m.run(x[:6]), m.run(x[6:], first_sample=6)
+        want, _ = cli_run(src, x, tmp_path)
+    for k in whole:
+        assert whole[k].tobytes() == want[k].tobytes()
+        assert np.concatenate([first[k], rest[k]]).tobytes() == whole[k].tobytes()
+
+
+def test_load_weights(mlp, tmp_path):
+    """new weights from a dict (written as safetensors in memory) equal `snnc --run --weights`.
+    The example's weights are f16 values, so the library stores its large one in f16
+    (narrow-weights): new weights must be f16 values too, and others are refused."""
+    rng = np.random.default_rng(5)
+    w = {name: (rng.standard_normal(t.shape) * 0.1).astype(np.float16).astype(np.float32)
+         for name, t in mlp.weights.items()}
+    x = mlp_input(20, seed=2)
+    try:
+        mlp.load_weights(w)
+        got = mlp(x)
+        (tmp_path / "w.safetensors").write_bytes(snnc.model._safetensors(w))
+        want, _ = cli_run(EX / "fmnist_mlp.snn", x, tmp_path, f"--weights={tmp_path / 'w.safetensors'}")
+        assert got.tobytes() == want["rate"].tobytes()
+        # a file works too; a wrong shape is refused and the weights stay as they were
+        mlp.load_weights(tmp_path / "w.safetensors")
+        bad = dict(w, **{"fc2.bias": np.zeros(11, np.float32)})
+        with pytest.raises(snnc.SnncError, match="fc2.bias"):
+            mlp.load_weights(bad)
+        inexact = dict(w, **{"fc1.weight": w["fc1.weight"] + np.float32(1e-5)})
+        with pytest.raises(snnc.SnncError, match="fc1.weight.*not a f16 value.*narrow-weights"):
+            mlp.load_weights(inexact)
+        assert mlp(x).tobytes() == got.tobytes()
+    finally:
+        mlp.load_weights(EX / "fmnist_mlp.safetensors")
+
+
+def test_input_errors(mlp):
+    with pytest.raises(ValueError, match=r"image: shape \(3, 783\), expected \[N, 1, 28, 28\]"):
+        mlp.run(np.zeros((3, 783), np.float32))
+    with pytest.raises(ValueError, match="unknown: img; missing: image"):
+        mlp.run({"img": mlp_input(1)})
+    with pytest.raises(ValueError, match="first_sample"):
+        mlp.run(mlp_input(1), first_sample=-1)
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such model.so"):
+        snnc.load(tmp_path / "none.so")
+    (tmp_path / "text.so").write_text("not a library\n")
+    with pytest.raises(snnc.SnncError, match="cannot be loaded as a shared library"):
+        snnc.load(tmp_path / "text.so")
+    with pytest.raises(ValueError, match="max_batch"):
+        snnc.load(tmp_path / "text.so", max_batch=0)
+
+
+def test_compile_errors(tmp_path):
+    bad = tmp_path / "bad.snn"
+    bad.write_text("model m {\n  timesteps 2\n  input x : f32[3]\n  output o = LIF(y)\n}\n")
+    with pytest.raises(snnc.SnncError, match=r"bad\.snn:4:\d+: error: .*'y'"):
+        snnc.compile(bad, cuda_arch="none")
+    with pytest.raises(TypeError, match="takes a path"):
+        snnc.compile(object())
+    with pytest.raises(ValueError, match="expected a .snn"):
+        snnc.compile(tmp_path / "model.txt")
+    old = os.environ.get("SNNC")
+    os.environ["SNNC"] = str(tmp_path / "no-snnc")
+    try:
+        with pytest.raises(snnc.SnncError, match=r"\$SNNC is .* not an executable"):
+            snnc.compile(EX / "fmnist_mlp.snn")
+    finally:
+        if old is None:
+            del os.environ["SNNC"]
+        else:
+            os.environ["SNNC"] = old
+
+
+def test_compile_out_and_close(tmp_path):
+    out = tmp_path / "lif.so"
+    m = snnc.compile(EX / "lif_layer.snn", cuda_arch="none", out=out, max_batch=2)
+    assert out.is_file()
+    m.close()
+    m.close()  # idempotent
+    assert out.is_file()  # a path the caller chose stays
+    with pytest.raises(snnc.SnncError, match="closed"):
+        m.run(np.zeros((1,) + m.inputs[next(iter(m.inputs))].shape, np.float32))
+    # the default: a temporary folder, removed by close()
+    m = snnc.compile(EX / "lif_layer.snn", cuda_arch="none", max_batch=2)
+    where = Path(m.path)
+    assert where.is_file()
+    m.close()
+    assert not where.exists()
