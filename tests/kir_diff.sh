@@ -60,7 +60,12 @@ check() { # NAME MODEL INPUT [extra args...]
     [ "$be" = cuda ] && [ -n "${SNN_DIFF_WRAP:-}" ] && read -r -a wrap <<<"$SNN_DIFF_WRAP"
     local how=(--backend="$be")
     [ "$be" = cpu-O0 ] && how=(--backend=cpu -O0)
-    if "${wrap[@]}" "$snnc" --run "$model" --input="$input" "${how[@]}" --output="$b" -q "$@" 2>>"$work/$name.log" &&
+    # the GPU's register tiles run from a batch that fills a GPU, far past these: the exact-sum
+    # checks run them at every batch (unless the caller chose), the others one thread per output
+    local tiles=()
+    [ "$be" = cuda ] && [ -z "${SNN_GPU_FILL_THREADS:-}" ] && [[ $name == *.exact ]] &&
+      tiles=(env SNN_GPU_FILL_THREADS=1)
+    if "${wrap[@]}" "${tiles[@]}" "$snnc" --run "$model" --input="$input" "${how[@]}" --output="$b" -q "$@" 2>>"$work/$name.log" &&
        "$npycmp" --exact '*' "$b" "$a" >>"$work/$name.log" 2>&1; then
       pass=$((pass + 1))
       [ -n "${SNN_DIFF_VERBOSE:-}" ] && echo "ok ($be): $name"

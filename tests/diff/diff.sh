@@ -11,6 +11,8 @@
 #     from a compile cache private to the test) and at --batch=B2 with --threads=1..4 (run from the
 #     emitted .snnir, so the IR's semantics are checked too);
 #   - the kernel-IR evaluator (--backend=kir) at --batch=B2, which tells lowering bugs from LLVM ones;
+#   - the CUDA backend (a GPU, or the stand-in) at --batch=B2, -O2 or -O3; odd seeds with the GPU's
+#     register tiles at every batch (SNN_GPU_FILL_THREADS=1), even seeds one thread per output;
 #   - every output compared with npycmp --exact '*' and bit for bit (npzdiff.py: also +0 vs -0), and the
 #     firing rates of --report=json compared as text.
 #
@@ -126,7 +128,7 @@ compare() { # DIR LABEL NPZ JSON RUN_COMMAND...
 run_snnc() { # DIR LABEL STDOUT_FILE ARGS...
   local dir=$1 label=$2 out=$3
   shift 3
-  echo "SNN_CACHE_DIR=$cache snnc $*" >>"$dir/commands"
+  echo "${SNN_GPU_FILL_THREADS:+SNN_GPU_FILL_THREADS=$SNN_GPU_FILL_THREADS }SNN_CACHE_DIR=$cache snnc $*" >>"$dir/commands"
   (cd "$dir" && SNN_CACHE_DIR=$cache timeout "$limit" "$snnc" "$@") >"$out" 2>"$dir/$label.err"
   local rc=$?
   if [ $rc -ne 0 ]; then
@@ -137,7 +139,7 @@ run_snnc() { # DIR LABEL STDOUT_FILE ARGS...
       echo "  $label: snnc failed (exit status $rc$why):"
       sed 's/^/    /' "$dir/$label.err" | head -20
       echo "  reproduce (in $dir):"
-      echo "    SNN_CACHE_DIR=$cache $snnc $*"
+      echo "    ${SNN_GPU_FILL_THREADS:+SNN_GPU_FILL_THREADS=$SNN_GPU_FILL_THREADS }SNN_CACHE_DIR=$cache $snnc $*"
     } >>"$dir/FAIL"
     return 1
   fi
@@ -148,6 +150,12 @@ one_seed() { # SEED
   local dir="$work/s$seed"
   rm -rf "$dir"
   mkdir -p "$dir"
+  # the GPU's register tiles run from a batch that fills a GPU, far past these batches: odd seeds
+  # run them at every batch (unless the caller chose), even seeds one thread per output
+  # (lower_layers.c, "GPU"); it changes nothing but the CUDA lowering
+  if [ -z "${SNN_GPU_FILL_THREADS:-}" ] && [ $((seed % 2)) -eq 1 ]; then
+    export SNN_GPU_FILL_THREADS=1
+  fi
   local n=$((3 + seed % 5)) b2="" threads=$((1 + seed % 4))
   for b in $(((seed % 3) + 2)) 2 3 4; do
     if [ $((n % b)) -ne 0 ]; then b2=$b; break; fi
