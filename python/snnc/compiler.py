@@ -41,34 +41,58 @@ def _flag(key: str, value) -> list[str]:
     return [f"{name}={value}"]
 
 
-def compile(src, *, timesteps: int | None = None, device: str = "auto", max_batch: int = 256,
-            threads: int = 0, precision: str | None = None, out: str | os.PathLike | None = None,
-            weights: str | os.PathLike | None = None, **options) -> Model:
-    """Compiles a model source (.snn, .snnir or .nir path) into a model.so and loads it.
+def _is_nir_graph(src) -> bool:
+    return type(src).__name__ == "NIRGraph" and type(src).__module__.split(".")[0] == "nir"
 
-    timesteps, precision and weights are snnc's --timesteps, --precision and --weights; any other
-    keyword is passed as an snnc option (`events="auto"` -> --events=auto, `O=3` -> -O3,
-    `disable_pass="narrow-weights"`, a True value a bare flag). out: where the model.so goes
-    (default: a temporary folder that Model.close() removes). device, max_batch and threads are
-    the session's (Model)."""
-    if not isinstance(src, (str, os.PathLike)):
-        raise TypeError(f"snnc.compile takes a path to a {', '.join(SOURCE_SUFFIXES)} file; got "
-                        f"{type(src).__name__} (NIR graphs and torch modules: export them to a "
-                        ".nir file first, e.g. nir.write)")
-    src = os.fspath(src)
+
+def compile(src, *, timesteps: int | None = None, framework: str | None = None,
+            device: str = "auto", max_batch: int = 256, threads: int = 0,
+            precision: str | None = None, out: str | os.PathLike | None = None,
+            weights: str | os.PathLike | None = None, **options) -> Model:
+    """Compiles a model into a model.so and loads it. src: a .snn, .snnir or .nir path, or a
+    nir.NIRGraph (written to a .nir file with nir.write first; NIR graphs need timesteps, and
+    framework says which framework's neuron semantics to follow: snntorch, norse, sinabs,
+    spikingjelly, spyx).
+
+    timesteps, framework, precision and weights are snnc's --timesteps, --framework, --precision
+    and --weights; any other keyword is passed as an snnc option (`events="auto"` ->
+    --events=auto, `O=3` -> -O3, `disable_pass="narrow-weights"`, `spike_inputs=True` ->
+    --spike-inputs). out: where the model.so goes (default: a temporary folder that Model.close()
+    removes). device, max_batch and threads are the session's (Model)."""
+    owned = tempfile.TemporaryDirectory(prefix="snnc-")
+    try:
+        if _is_nir_graph(src):
+            import nir
+            path = os.path.join(owned.name, "model.nir")
+            nir.write(path, src)
+            src = path
+        elif not isinstance(src, (str, os.PathLike)):
+            raise TypeError(f"snnc.compile takes a path to a {', '.join(SOURCE_SUFFIXES)} file "
+                            f"or a nir.NIRGraph; got {type(src).__name__} (a torch module: export "
+                            "it to NIR first, e.g. with its framework's NIR export)")
+        return _compile_file(os.fspath(src), owned, timesteps, framework, device, max_batch,
+                             threads, precision, out, weights, options)
+    except BaseException:
+        owned.cleanup()
+        raise
+
+
+def _compile_file(src, owned, timesteps, framework, device, max_batch, threads, precision, out,
+                  weights, options):
     if not src.endswith(SOURCE_SUFFIXES):
         raise ValueError(f"{src}: expected a {', '.join(SOURCE_SUFFIXES)} file")
     if not os.path.isfile(src):
         raise FileNotFoundError(f"{src}: no such file")
     snnc = find_snnc()
-    owned = None
-    if out is None:
-        owned = tempfile.TemporaryDirectory(prefix="snnc-")
+    keep = out is None  # the model.so in the temporary folder: the Model removes it at close
+    if keep:
         out = os.path.join(owned.name, Path(src).stem + ".so")
     out = os.fspath(out)
     cmd = [snnc, src, "-o", out, "-q"]
     if timesteps is not None:
         cmd.append(f"--timesteps={int(timesteps)}")
+    if framework is not None:
+        cmd.append(f"--framework={framework}")
     if precision is not None:
         cmd.append(f"--precision={precision}")
     if weights is not None:
@@ -80,13 +104,9 @@ def compile(src, *, timesteps: int | None = None, device: str = "auto", max_batc
             cmd += _flag(key, value)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        if owned is not None:
-            owned.cleanup()
         msg = (r.stderr or r.stdout).strip()
         raise SnncError(f"snnc failed (exit status {r.returncode}):\n{msg}")
-    try:
-        return Model(out, device=device, max_batch=max_batch, threads=threads, _owned=owned)
-    except BaseException:
-        if owned is not None:
-            owned.cleanup()
-        raise
+    if not keep:
+        owned.cleanup()  # a NIR graph's file, if any: the model.so is at the caller's path
+    return Model(out, device=device, max_batch=max_batch, threads=threads,
+                 _owned=owned if keep else None)

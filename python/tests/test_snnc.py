@@ -174,3 +174,66 @@ def test_compile_out_and_close(tmp_path):
     assert where.is_file()
     m.close()
     assert not where.exists()
+
+
+NIR_CASES = sorted(p.parent.name for p in (ROOT / "tests" / "nir").glob("*/model.nir"))
+
+
+def _nir_options(case):
+    """a fixture's snnc arguments (tests/nir/CASE/args) as compile() keywords"""
+    kw = {}
+    for a in (ROOT / "tests" / "nir" / case / "args").read_text().split():
+        key, _, value = a[2:].partition("=")
+        key = key.replace("-", "_")
+        kw[key] = int(value) if key == "timesteps" else (value or True)
+    return kw
+
+
+def _tolerance(case):
+    """npycmp's arguments of tests/nir/CASE/tolerance: outputs compared exactly, rtol, atol"""
+    path = ROOT / "tests" / "nir" / case / "tolerance"
+    if not path.exists():
+        return None, 0.0, 0.0
+    toks, exact, rtol, atol = path.read_text().split(), [], 0.0, 0.0
+    for flag, value in zip(toks[::2], toks[1::2]):
+        if flag == "--exact":
+            exact.append(value)
+        elif flag == "--rtol":
+            rtol = float(value)
+        elif flag == "--atol":
+            atol = float(value)
+    return exact, rtol, atol
+
+
+def _has_nir_support():
+    r = subprocess.run([snnc.find_snnc(), "--emit=ir", str(ROOT / "tests/nir/snntorch_mlp/model.nir"),
+                        "--timesteps=1", "-q", "-o", "/dev/null"], capture_output=True, text=True)
+    return "NIR support is off" not in r.stderr
+
+
+@pytest.mark.parametrize("case", NIR_CASES)
+def test_nir_graph_object(case):
+    """a NIR graph as a Python object (nir.read of a framework's export) compiles and runs to the
+    outputs the framework computed"""
+    nir = pytest.importorskip("nir")  # a test dependency (tools/install-python-deps.sh --tests)
+    if not _has_nir_support():
+        pytest.skip("this snnc was built without NIR support (no libhdf5)")
+    d = ROOT / "tests" / "nir" / case
+    # type_check=False: nir 1.0.8's own check refuses graphs Norse and Sinabs export (a [16]
+    # output into a [1] input: shapes they leave to broadcasting), which snnc imports
+    graph = nir.read(str(d / "model.nir"), type_check=False)
+    with snnc.compile(graph, cuda_arch="none", **_nir_options(case)) as m:
+        got = m.run({name: arr for name, arr in _inputs(m, np.load(d / "input.npy")).items()})
+    exact, rtol, atol = _tolerance(case)
+    with np.load(d / "expected.npz") as want:
+        assert sorted(got) == sorted(want.files)
+        for name in want.files:
+            if exact is None or name in exact:
+                assert got[name].tobytes() == want[name].astype(np.float32).tobytes(), name
+            else:
+                np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol)
+
+
+def _inputs(m, x):
+    assert len(m.inputs) == 1
+    return {next(iter(m.inputs)): x}
