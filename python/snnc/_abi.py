@@ -45,6 +45,7 @@ FUNCTIONS = {
     "snn_session_load_weights_file": (C.c_int, [_P, C.c_char_p]),
     "snn_session_load_weights": (C.c_int, [_P, C.c_void_p, C.c_size_t]),
     "snn_run": (C.c_int, [_P, C.c_int64, C.c_int, C.POINTER(_P), C.POINTER(_P)]),
+    "snn_run_device": (C.c_int, [_P, C.c_int64, C.c_int, C.POINTER(_P), C.POINTER(_P)]),
     "snn_session_spike_counts": (C.c_int, [_P, C.POINTER(C.c_double), C.c_int]),
     "snn_session_stats": (C.c_int, [_P, C.POINTER(Stats)]),
     "snn_session_reset_stats": (C.c_int, [_P]),

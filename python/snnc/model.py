@@ -129,11 +129,19 @@ class Model:
         [N, *shape] of the input's shape (T first for per-step inputs), or [*shape] for a single
         sample; torch CPU tensors work too. Contiguous float32 arrays are read in place; others
         are converted once. Samples run max_batch at a time; first_sample numbers the first one
-        (the Poisson encoder's draws depend on it, so results do not depend on the batching)."""
+        (the Poisson encoder's draws depend on it, so results do not depend on the batching).
+        torch CUDA tensors (every input on one GPU) run on a cuda session in place, through
+        run_device, and give torch CUDA tensors; torch's current stream is synchronised first."""
         session = self._live()
-        arrays, n = self._inputs(x)
         if not isinstance(first_sample, int) or first_sample < 0:
             raise ValueError(f"first_sample must be a non-negative integer, got {first_sample!r}")
+        named = x if isinstance(x, dict) else ({next(iter(self.inputs)): x}
+                                               if len(self.inputs) == 1 else x)
+        if isinstance(named, dict) and named and all(_is_cuda_tensor(a) for a in named.values()):
+            if set(named) != set(self.inputs):
+                raise ValueError(f"{self.name}: inputs {', '.join(self.inputs)} expected")
+            return self._run_cuda_tensors(named, first_sample)
+        arrays, n = self._inputs(x)
         outs = {name: np.empty((n,) + t.shape, np.float32) for name, t in self.outputs.items()}
         in_ptrs = (C.c_void_p * len(arrays))()
         out_ptrs = (C.c_void_p * len(outs))()
@@ -145,6 +153,55 @@ class Model:
                 out_ptrs[i] = o[start:start + b].ctypes.data
             self._check(self._lib.snn_run(session, first_sample + start, b, in_ptrs, out_ptrs),
                         f"samples {first_sample + start}..{first_sample + start + b - 1}")
+        return outs
+
+    def run_device(self, inputs: dict, outputs: dict, batch: int, first_sample: int = 0):
+        """snn_run_device on a cuda session: inputs and outputs are CUDA device addresses (ints,
+        e.g. a torch tensor's data_ptr()), name -> address, each holding `batch` samples of its
+        tensor (float32, contiguous); the kernels read and write them in place, no copy through
+        the host. Returns when the outputs are written."""
+        session = self._live()
+        if set(inputs) != set(self.inputs) or set(outputs) != set(self.outputs):
+            raise ValueError(f"{self.name}: run_device takes every input ({', '.join(self.inputs)}) "
+                             f"and every output ({', '.join(self.outputs)}) by name")
+        if not isinstance(batch, int) or not 1 <= batch <= self.max_batch:
+            raise ValueError(f"batch must be 1..max_batch ({self.max_batch}), got {batch!r}")
+        ins = (C.c_void_p * len(inputs))(*[int(inputs[n]) for n in self.inputs])
+        outs = (C.c_void_p * len(outputs))(*[int(outputs[n]) for n in self.outputs])
+        self._check(self._lib.snn_run_device(session, first_sample, batch, ins, outs),
+                    f"samples {first_sample}..{first_sample + batch - 1} on {self.device}")
+
+    def _run_cuda_tensors(self, tensors: dict, first_sample: int) -> dict:
+        """torch CUDA tensors in, torch CUDA tensors out, through run_device in batches"""
+        import torch
+        dev = next(iter(tensors.values())).device
+        if not self.device.startswith("cuda"):
+            raise ValueError(f"{self.name}: CUDA tensors need a cuda session (this one runs on "
+                             f"{self.device}: load the model with device='cuda')")
+        xs = {}
+        for t in self.inputs.values():
+            a = tensors[t.name]
+            if a.device != dev:
+                raise ValueError(f"{t.name}: on {a.device}, the other inputs on {dev}")
+            a = a.detach().to(torch.float32).contiguous()
+            if tuple(a.shape) == t.shape:
+                a = a[None]
+            if tuple(a.shape[1:]) != t.shape:
+                raise ValueError(f"{t.name}: shape {tuple(a.shape)}, expected [N, "
+                                 f"{', '.join(map(str, t.shape))}]")
+            xs[t.name] = a
+        n = {a.shape[0] for a in xs.values()}
+        if len(n) != 1:
+            raise ValueError(f"{self.name}: inputs of different sample counts {sorted(n)}")
+        n = n.pop()
+        outs = {name: torch.empty((n,) + t.shape, dtype=torch.float32, device=dev)
+                for name, t in self.outputs.items()}
+        torch.cuda.current_stream(dev).synchronize()  # the inputs are written before the run reads
+        for start in range(0, n, self.max_batch):
+            b = min(self.max_batch, n - start)
+            self.run_device({k: a[start].data_ptr() for k, a in xs.items()},
+                            {k: o[start].data_ptr() for k, o in outs.items()}, b,
+                            first_sample + start)
         return outs
 
     def __call__(self, x, first_sample: int = 0):
@@ -169,9 +226,9 @@ class Model:
         for t in specs:
             a = x[t.name]
             if hasattr(a, "detach") and hasattr(a, "numpy"):  # a torch tensor
-                if getattr(a, "device", None) is not None and a.device.type != "cpu":
-                    raise ValueError(f"{t.name}: a tensor on {a.device}; this package runs host "
-                                     "arrays (move it with .cpu())")
+                if _is_cuda_tensor(a):
+                    raise ValueError(f"{t.name}: a CUDA tensor among host inputs: pass every "
+                                     "input on the GPU, or every one on the host")
                 a = a.detach().numpy()
             a = np.ascontiguousarray(a, dtype=np.float32)
             if a.shape == t.shape:
@@ -238,6 +295,11 @@ class Model:
             self.close()
         except Exception:
             pass
+
+
+def _is_cuda_tensor(a) -> bool:
+    dev = getattr(a, "device", None)
+    return hasattr(a, "data_ptr") and getattr(dev, "type", None) == "cuda"
 
 
 def _safetensors(tensors: dict) -> bytes:

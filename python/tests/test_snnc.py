@@ -237,3 +237,42 @@ def test_nir_graph_object(case):
 def _inputs(m, x):
     assert len(m.inputs) == 1
     return {next(iter(m.inputs)): x}
+
+
+def test_run_device_on_the_cuda_stand_in(monkeypatch):
+    """run_device on a cuda session, on tests/cuda_emu's stand-in for libcuda and NVRTC (its
+    device memory is host memory): the outputs a CPU session computes, bit for bit"""
+    import ctypes as C
+    emu = os.environ.get("SNN_CUEMU")
+    if not emu:
+        pytest.skip("no CUDA stand-in named (CTest's python test passes SNN_CUEMU)")
+    x = mlp_input(6, seed=4)
+    with snnc.compile(EX / "fmnist_mlp.snn", cuda_arch="none") as cpu:
+        want = cpu(x)
+    for name, value in (("SNN_NVRTC", emu), ("SNN_CUDA_DRIVER", emu), ("SNN_CACHE_DIR", "off")):
+        monkeypatch.setenv(name, value)
+    cu = C.CDLL(emu)
+    dev, ctx = C.c_int(), C.c_void_p()
+    assert cu.cuInit(0) == 0 and cu.cuDeviceGet(C.byref(dev), 0) == 0
+    assert cu.cuDevicePrimaryCtxRetain(C.byref(ctx), dev) == 0
+    assert cu.cuCtxPushCurrent_v2(ctx) == 0
+    dx, dy = C.c_uint64(), C.c_uint64()
+    assert cu.cuMemAlloc_v2(C.byref(dx), C.c_size_t(x.nbytes)) == 0
+    assert cu.cuMemAlloc_v2(C.byref(dy), C.c_size_t(want.nbytes)) == 0
+    cu.cuCtxPopCurrent_v2(C.byref(C.c_void_p()))
+    C.memmove(dx.value, x.ctypes.data, x.nbytes)
+    C.memset(dy.value, 0xff, want.nbytes)  # NaN: every output must be written
+    with snnc.compile(EX / "fmnist_mlp.snn", cuda_arch="sm_90", device="cuda", max_batch=4) as m:
+        assert m.device == "cuda:0" and "cuda" in m.devices
+        per = x[0].nbytes
+        m.run_device({"image": dx.value}, {"rate": dy.value}, batch=4)
+        m.run_device({"image": dx.value + 4 * per}, {"rate": dy.value + 4 * want[0].nbytes},
+                     batch=2, first_sample=4)
+        with pytest.raises(ValueError, match="every input"):
+            m.run_device({}, {"rate": dy.value}, batch=1)
+        with pytest.raises(ValueError, match="batch must be 1..max_batch"):
+            m.run_device({"image": dx.value}, {"rate": dy.value}, batch=5)
+        got = np.empty_like(want)
+        C.memmove(got.ctypes.data, dy.value, want.nbytes)
+        assert got.tobytes() == want.tobytes()
+        assert m.stats()["graph_launches"] == 2
