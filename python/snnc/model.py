@@ -166,6 +166,8 @@ class Model:
                              f"and every output ({', '.join(self.outputs)}) by name")
         if not isinstance(batch, int) or not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch must be 1..max_batch ({self.max_batch}), got {batch!r}")
+        if not isinstance(first_sample, int) or first_sample < 0:
+            raise ValueError(f"first_sample must be a non-negative integer, got {first_sample!r}")
         ins = (C.c_void_p * len(inputs))(*[int(inputs[n]) for n in self.inputs])
         outs = (C.c_void_p * len(outputs))(*[int(outputs[n]) for n in self.outputs])
         self._check(self._lib.snn_run_device(session, first_sample, batch, ins, outs),
