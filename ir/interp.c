@@ -4,7 +4,7 @@
  * stay obvious: no fusion, no reordering of time, no rounding changed for speed. Its only shortcuts
  * are exact ones (zero spikes skipped, values that are the same at every step computed once) and it
  * does not re-verify. */
-#include "ir/ir.h"
+#include "ir/interp_impl.h"
 #include "runtime/f16.h"
 #include "runtime/philox.h"
 
@@ -13,73 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Samples per pass; a pass holds every node's value for its samples, so this bounds memory. */
-enum { INTERP_CHUNK = 64 };
-
-/* A neuron expression compiled for one layer: every subtree over parameters and numbers only is
- * folded into one NX_NUM (evaluated once in double, rounded to float once in F32 mode, like a
- * Python scalar in PyTorch), so what remains are operations on state, input, spike or locals. */
-typedef struct CExpr CExpr;
-struct CExpr {
-    NxKind kind;
-    int op, idx, nargs;
-    double num;
-    const CExpr *args[3];
-};
-
-typedef struct NeuronRun {
-    const NeuronDef *nd;
-    CExpr *pool;           /* the compiled expressions */
-    const CExpr **stmt_e;  /* one per statement */
-    const CExpr *output_e; /* the (last) output statement's expression, or NULL */
-    double *init;          /* initial state values, one per state */
-    bool has_output, has_refractory;
-    /* per neuron j of the pass ([B][numel] flattened): */
-    double *states; /* [j][nstates] */
-    double *locals; /* [j][nlocals] */
-    double *spike;  /* [j]: 0, +1 or -1 */
-    int32_t *refr;  /* [j]: refractory steps left */
-} NeuronRun;
-
-typedef struct NodeRun {
-    int64_t numel;
-    int hist;    /* steps kept: 1, or steps + 1 when a delay reads this value */
-    double *buf; /* [hist][chunk][numel]; step t lives in slot t % hist */
-    double *acc; /* count/mean/last/max readouts: [chunk][numel] */
-    float *wt;   /* dense: W transposed [in][out]; conv: [C][kh][kw][out/groups] */
-    NeuronRun *neuron;
-    int input_index;     /* OP_INPUT: position in m->inputs */
-    uint32_t stream;     /* OP_POISSON: ordinal among poisson nodes */
-    int state_var;       /* OP_STATE: state index (>= 0) or -1 - local index */
-    bool is_spike_input; /* dense/conv operand is a spike tensor: zero inputs are skipped */
-    bool is_static;      /* the same at every step (a static input and stateless ops over such
-                          * values): computed at t = 0 only, then carried */
-} NodeRun;
-
-typedef struct Interp {
-    const Module *m;
-    bool is_f32;
-    bool is_f32_sums; /* F32 mode of a module that says `accumulate f32` */
-    int T;
-    int64_t batch, sample_base;
-    uint64_t seed;
-    const float *const *inputs;
-    float *const *outputs;
-    int chunk;  /* samples a pass can hold */
-    int nb;     /* samples in this pass */
-    int64_t b0; /* first sample of this pass in the batch */
-    ValueId *order;
-    NodeRun *nodes;
-    double *scratch; /* dense accumulators of one sample, conv ones of one pixel */
-    char *err;
-    size_t errlen;
-    bool failed;
-} Interp;
-
-static void fail(Interp *ip, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void
-fail(Interp *ip, const char *fmt, ...)
+void
+interp_fail(Interp *ip, const char *fmt, ...)
 {
     if (ip->failed)
         return;
@@ -93,40 +28,19 @@ fail(Interp *ip, const char *fmt, ...)
 }
 
 /* calloc of n * size bytes with overflow checked; NULL (and ip failed) on failure */
-static void *
-ip_alloc(Interp *ip, size_t n, size_t size)
+void *
+interp_alloc(Interp *ip, size_t n, size_t size)
 {
     if (n == 0)
         n = 1;
     if (size && n > SIZE_MAX / size) {
-        fail(ip, "interpreter: buffer of %zu x %zu bytes is too large", n, size);
+        interp_fail(ip, "interpreter: buffer of %zu x %zu bytes is too large", n, size);
         return NULL;
     }
     void *p = calloc(n, size);
     if (!p)
-        fail(ip, "interpreter: out of memory (%zu bytes)", n * size);
+        interp_fail(ip, "interpreter: out of memory (%zu bytes)", n * size);
     return p;
-}
-
-static double
-rnd(const Interp *ip, double x)
-{
-    return ip->is_f32 ? (double)(float)x : x;
-}
-
-
-/* The value of node v at step t: [nb][numel] */
-static double *
-val(const Interp *ip, ValueId v, int t)
-{
-    const NodeRun *r = &ip->nodes[v];
-    return r->buf + (size_t)(t % r->hist) * (size_t)ip->chunk * (size_t)r->numel;
-}
-
-static const Weight *
-weight(const Interp *ip, const Node *n, int slot)
-{
-    return &ip->m->weights[n->first_weight + slot];
 }
 
 /* ---- neuron expressions ---- */
@@ -188,15 +102,8 @@ compile_expr(Compiler *c, const NExpr *e)
     return ce;
 }
 
-/* What one neuron sees while its statements run. */
-typedef struct NCtx {
-    double *st, *lc;
-    double input, spike;
-    bool is_f32;
-} NCtx;
-
-static double
-ceval(const CExpr *e, const NCtx *c)
+double
+interp_ceval(const CExpr *e, const NCtx *c)
 {
     double a[3];
     switch (e->kind) {
@@ -206,15 +113,15 @@ ceval(const CExpr *e, const NCtx *c)
     case NX_LOCAL: return c->lc[e->idx];
     case NX_INPUT: return c->input;
     case NX_SPIKE: return c->spike;
-    case NX_NEG: return -ceval(e->args[0], c);
-    case NX_NOT: return ceval(e->args[0], c) == 0;
+    case NX_NEG: return -interp_ceval(e->args[0], c);
+    case NX_NOT: return interp_ceval(e->args[0], c) == 0;
     case NX_BIN:
         /* && and || evaluate both sides: expressions have no side effects */
-        return nexpr_apply_bin((NxBin)e->op, ceval(e->args[0], c), ceval(e->args[1], c), c->is_f32);
-    case NX_COND: return ceval(e->args[0], c) != 0 ? ceval(e->args[1], c) : ceval(e->args[2], c);
+        return nexpr_apply_bin((NxBin)e->op, interp_ceval(e->args[0], c), interp_ceval(e->args[1], c), c->is_f32);
+    case NX_COND: return interp_ceval(e->args[0], c) != 0 ? interp_ceval(e->args[1], c) : interp_ceval(e->args[2], c);
     case NX_CALL:
         for (int i = 0; i < e->nargs; i++)
-            a[i] = ceval(e->args[i], c);
+            a[i] = interp_ceval(e->args[i], c);
         return nexpr_apply_call((NFunc)e->op, a, c->is_f32);
     }
     unreachable();
@@ -227,11 +134,11 @@ setup_neuron(Interp *ip, ValueId v)
     const Node *n = &m->nodes[v];
     NodeRun *r = &ip->nodes[v];
     if (n->neuron < 0 || n->neuron >= m->nneurons) {
-        fail(ip, "interpreter: node %d has no neuron definition", (int)v);
+        interp_fail(ip, "interpreter: node %d has no neuron definition", (int)v);
         return false;
     }
     const NeuronDef *nd = m->neurons[n->neuron];
-    NeuronRun *nr = ip_alloc(ip, 1, sizeof *nr);
+    NeuronRun *nr = interp_alloc(ip, 1, sizeof *nr);
     if (!nr)
         return false;
     r->neuron = nr;
@@ -240,7 +147,7 @@ setup_neuron(Interp *ip, ValueId v)
     double *defaults = NULL;
     const double *params = n->params;
     if (!params) {
-        defaults = ip_alloc(ip, (size_t)nd->nparams, sizeof *defaults);
+        defaults = interp_alloc(ip, (size_t)nd->nparams, sizeof *defaults);
         if (!defaults)
             return false;
         for (int i = 0; i < nd->nparams; i++)
@@ -251,9 +158,9 @@ setup_neuron(Interp *ip, ValueId v)
     int total = 0;
     for (int s = 0; s < nd->nstmts; s++)
         total += count_nexpr(nd->stmts[s].e);
-    nr->pool = ip_alloc(ip, (size_t)total, sizeof *nr->pool);
-    nr->stmt_e = ip_alloc(ip, (size_t)nd->nstmts, sizeof *nr->stmt_e);
-    nr->init = ip_alloc(ip, (size_t)nd->nstates, sizeof *nr->init);
+    nr->pool = interp_alloc(ip, (size_t)total, sizeof *nr->pool);
+    nr->stmt_e = interp_alloc(ip, (size_t)nd->nstmts, sizeof *nr->stmt_e);
+    nr->init = interp_alloc(ip, (size_t)nd->nstates, sizeof *nr->init);
     if (!nr->pool || !nr->stmt_e || !nr->init) {
         free(defaults);
         return false;
@@ -273,20 +180,33 @@ setup_neuron(Interp *ip, ValueId v)
     }
     for (int k = 0; k < nd->nstates; k++) {
         const NExpr *init = nd->states[k].init;
-        nr->init[k] = init ? rnd(ip, nexpr_fold(init, params)) : 0.0;
+        nr->init[k] = init ? ip_rnd(ip, nexpr_fold(init, params)) : 0.0;
     }
     free(defaults);
 
     size_t nj = (size_t)ip->chunk * (size_t)r->numel;
-    nr->states = ip_alloc(ip, nj * (size_t)(nd->nstates ? nd->nstates : 1), sizeof(double));
-    nr->locals = ip_alloc(ip, nj * (size_t)(nd->nlocals ? nd->nlocals : 1), sizeof(double));
-    nr->spike = ip_alloc(ip, nj, sizeof(double));
-    nr->refr = ip_alloc(ip, nj, sizeof(int32_t));
+    nr->states = interp_alloc(ip, nj * (size_t)(nd->nstates ? nd->nstates : 1), sizeof(double));
+    nr->locals = interp_alloc(ip, nj * (size_t)(nd->nlocals ? nd->nlocals : 1), sizeof(double));
+    nr->spike = interp_alloc(ip, nj, sizeof(double));
+    nr->refr = interp_alloc(ip, nj, sizeof(int32_t));
+    if (ip->smooth) {
+        char why[256];
+        if (!neuron_surrogate(nd, &nr->sg, why, sizeof why)) {
+            interp_fail(ip, "layer '%s' (%s): %s", n->name ? n->name : "?", nd->name, why);
+            return false;
+        }
+    }
+    if (ip->keep_all) {
+        size_t ntj = (size_t)ip->T * nj;
+        nr->h_states = interp_alloc(ip, ntj * (size_t)(nd->nstates ? nd->nstates : 1), sizeof(double));
+        nr->h_locals = interp_alloc(ip, ntj * (size_t)(nd->nlocals ? nd->nlocals : 1), sizeof(double));
+        nr->h_spike = interp_alloc(ip, ntj, sizeof(double));
+    }
     return !ip->failed;
 }
 
-static void
-reset_neuron(const Interp *ip, NodeRun *r)
+void
+interp_reset_neuron(const Interp *ip, NodeRun *r)
 {
     NeuronRun *nr = r->neuron;
     int ns = nr->nd->nstates, nl = nr->nd->nlocals;
@@ -319,6 +239,15 @@ refractory_steps(double x)
     return (int32_t)floor(x);
 }
 
+/* the smooth stand-in of `fire a >= b` (or >, <=, <): the surrogate's primitive of a - b (b - a) */
+static double
+smooth_spike(const NeuronRun *nr, const CExpr *e, const NCtx *c)
+{
+    double x = interp_ceval(e->args[0], c), y = interp_ceval(e->args[1], c);
+    bool up = e->op == NB_GE || e->op == NB_GT;
+    return surrogate_primitive(&nr->sg, up ? x - y : y - x);
+}
+
 /* One step of every neuron of the layer (semantics in ir.h and the NeuronDef statement kinds). */
 static void
 eval_neuron(Interp *ip, ValueId v, int t, double *spike_counts)
@@ -327,9 +256,15 @@ eval_neuron(Interp *ip, ValueId v, int t, double *spike_counts)
     NodeRun *r = &ip->nodes[v];
     NeuronRun *nr = r->neuron;
     const NeuronDef *nd = nr->nd;
-    const double *x = val(ip, n->args[0], t);
-    double *y = val(ip, v, t);
+    const double *x = ip_val(ip, n->args[0], t);
+    double *y = ip_val(ip, v, t);
     size_t nj = (size_t)ip->nb * (size_t)r->numel;
+    if (nr->h_states) {
+        size_t ns = (size_t)nd->nstates, nl = (size_t)nd->nlocals, cj = (size_t)ip->chunk * (size_t)r->numel;
+        memcpy(nr->h_states + (size_t)t * cj * ns, nr->states, nj * ns * sizeof(double));
+        memcpy(nr->h_locals + (size_t)t * cj * nl, nr->locals, nj * nl * sizeof(double));
+        memcpy(nr->h_spike + (size_t)t * cj, nr->spike, nj * sizeof(double));
+    }
     double nspikes = 0;
     for (size_t j = 0; j < nj; j++) {
         NCtx c = {nr->states + j * (size_t)nd->nstates, nr->locals + j * (size_t)nd->nlocals, x[j],
@@ -340,32 +275,37 @@ eval_neuron(Interp *ip, ValueId v, int t, double *spike_counts)
             nr->refr[j]--;
             c.spike = 0;
             if (nr->output_e)
-                out = ceval(nr->output_e, &c);
+                out = interp_ceval(nr->output_e, &c);
         } else {
             for (int s = 0; s < nd->nstmts; s++) {
                 const NStmt *st = &nd->stmts[s];
                 const CExpr *e = nr->stmt_e[s];
                 switch (st->kind) {
-                case NS_ASSIGN: *target(&c, st) = ceval(e, &c); break;
-                case NS_FIRE: c.spike = ceval(e, &c) != 0 ? 1.0 : 0.0; break;
+                case NS_ASSIGN: *target(&c, st) = interp_ceval(e, &c); break;
+                case NS_FIRE:
+                    c.spike = ip->smooth ? smooth_spike(nr, e, &c)
+                                         : interp_ceval(e, &c) != 0 ? 1.0 : 0.0;
+                    break;
                 case NS_FIRE_DOWN:
-                    if (c.spike == 0 && ceval(e, &c) != 0)
+                    if (c.spike == 0 && interp_ceval(e, &c) != 0)
                         c.spike = -1.0;
                     break;
                 case NS_RESET_TO:
-                    if (c.spike != 0)
-                        *target(&c, st) = ceval(e, &c);
+                    if (ip->smooth) /* S e + (1 - S) v, as SpikingJelly writes the hard reset */
+                        *target(&c, st) = c.spike * interp_ceval(e, &c) + (1 - c.spike) * *target(&c, st);
+                    else if (c.spike != 0)
+                        *target(&c, st) = interp_ceval(e, &c);
                     break;
                 case NS_RESET_SUB: {
                     double *var = target(&c, st);
-                    *var = rnd(ip, *var - rnd(ip, c.spike * ceval(e, &c)));
+                    *var = ip_rnd(ip, *var - ip_rnd(ip, c.spike * interp_ceval(e, &c)));
                     break;
                 }
                 case NS_REFRACTORY:
                     if (c.spike != 0)
-                        nr->refr[j] = refractory_steps(ceval(e, &c));
+                        nr->refr[j] = refractory_steps(interp_ceval(e, &c));
                     break;
-                case NS_OUTPUT: out = ceval(e, &c); break;
+                case NS_OUTPUT: out = interp_ceval(e, &c); break;
                 }
             }
         }
@@ -402,9 +342,9 @@ eval_dense(Interp *ip, ValueId v, int t)
     const Node *n = &ip->m->nodes[v];
     const NodeRun *r = &ip->nodes[v];
     int64_t in = ip->nodes[n->args[0]].numel, out = r->numel;
-    const float *bias = (int)node_attr_i(n, "bias", 0) ? weight(ip, n, 1)->data : NULL;
-    const double *x = val(ip, n->args[0], t);
-    double *y = val(ip, v, t);
+    const float *bias = (int)node_attr_i(n, "bias", 0) ? ip_weight(ip, n, 1)->data : NULL;
+    const double *x = ip_val(ip, n->args[0], t);
+    double *y = ip_val(ip, v, t);
     double *acc = ip->scratch;
     for (int b = 0; b < ip->nb; b++) {
         const double *xb = x + (size_t)b * (size_t)in;
@@ -418,7 +358,7 @@ eval_dense(Interp *ip, ValueId v, int t)
         }
         double *yb = y + (size_t)b * (size_t)out;
         for (int64_t o = 0; o < out; o++)
-            yb[o] = rnd(ip, acc[o]);
+            yb[o] = ip_rnd(ip, acc[o]);
     }
 }
 
@@ -435,9 +375,9 @@ eval_conv2d(Interp *ip, ValueId v, int t)
     const NodeRun *r = &ip->nodes[v];
     ConvGeom g = conv_geom(ip->m, n);
     int64_t Cg = g.C / g.G, Og = g.O / g.G;
-    const float *bias = (int)node_attr_i(n, "bias", 0) ? weight(ip, n, 1)->data : NULL;
-    const double *x = val(ip, n->args[0], t);
-    double *y = val(ip, v, t);
+    const float *bias = (int)node_attr_i(n, "bias", 0) ? ip_weight(ip, n, 1)->data : NULL;
+    const double *x = ip_val(ip, n->args[0], t);
+    double *y = ip_val(ip, v, t);
     double *acc = ip->scratch;
     size_t npix = (size_t)(g.OH * g.OW);
     for (int b = 0; b < ip->nb; b++) {
@@ -462,7 +402,7 @@ eval_conv2d(Interp *ip, ValueId v, int t)
                 }
                 size_t p = (size_t)(oh * g.OW + ow);
                 for (int64_t o = 0; o < g.O; o++)
-                    yb[(size_t)o * npix + p] = rnd(ip, acc[o] + (bias ? bias[o] : 0.0));
+                    yb[(size_t)o * npix + p] = ip_rnd(ip, acc[o] + (bias ? bias[o] : 0.0));
             }
         }
     }
@@ -483,8 +423,8 @@ eval_pool(Interp *ip, ValueId v, int t)
         SH = KH;
     if (SW == 0)
         SW = KW;
-    const double *x = val(ip, n->args[0], t);
-    double *y = val(ip, v, t);
+    const double *x = ip_val(ip, n->args[0], t);
+    double *y = ip_val(ip, v, t);
     for (int b = 0; b < ip->nb; b++) {
         const double *xb = x + (size_t)b * (size_t)(C * H * W);
         double *yb = y + (size_t)b * (size_t)(C * OH * OW);
@@ -510,7 +450,7 @@ eval_pool(Interp *ip, ValueId v, int t)
                     }
                     if (n->op == OP_AVGPOOL2D)
                         a /= (double)KH * KW; /* count_include_pad=True */
-                    yb[(c * OH + oh) * OW + ow] = rnd(ip, a);
+                    yb[(c * OH + oh) * OW + ow] = ip_rnd(ip, a);
                 }
     }
 }
@@ -523,18 +463,18 @@ eval_batchnorm(Interp *ip, ValueId v, int t)
     const NodeRun *r = &ip->nodes[v];
     int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
     int64_t inner = C ? r->numel / C : 0;
-    const float *w = weight(ip, n, 0)->data, *bias = weight(ip, n, 1)->data;
-    const float *mean = weight(ip, n, 2)->data, *var = weight(ip, n, 3)->data;
+    const float *w = ip_weight(ip, n, 0)->data, *bias = ip_weight(ip, n, 1)->data;
+    const float *mean = ip_weight(ip, n, 2)->data, *var = ip_weight(ip, n, 3)->data;
     double eps = node_attr_f(n, "eps");
-    const double *x = val(ip, n->args[0], t);
-    double *y = val(ip, v, t);
+    const double *x = ip_val(ip, n->args[0], t);
+    double *y = ip_val(ip, v, t);
     for (int b = 0; b < ip->nb; b++)
         for (int64_t c = 0; c < C; c++) {
             double sd = sqrt((double)var[c] + eps);
             size_t base = (size_t)b * (size_t)r->numel + (size_t)(c * inner);
             for (int64_t i = 0; i < inner; i++)
                 y[base + (size_t)i] =
-                    rnd(ip, (x[base + (size_t)i] - mean[c]) / sd * w[c] + bias[c]);
+                    ip_rnd(ip, (x[base + (size_t)i] - mean[c]) / sd * w[c] + bias[c]);
         }
 }
 
@@ -543,12 +483,12 @@ eval_elementwise(Interp *ip, ValueId v, int t)
 {
     const Node *n = &ip->m->nodes[v];
     size_t nj = (size_t)ip->nb * (size_t)ip->nodes[v].numel;
-    const double *a = val(ip, n->args[0], t);
-    const double *b = n->nargs > 1 ? val(ip, n->args[1], t) : NULL;
-    double *y = val(ip, v, t);
+    const double *a = ip_val(ip, n->args[0], t);
+    const double *b = n->nargs > 1 ? ip_val(ip, n->args[1], t) : NULL;
+    double *y = ip_val(ip, v, t);
     /* a constant factor is a Python float in PyTorch: rounded to float32 once, then multiplied */
-    double factor = n->op == OP_SCALE ? rnd(ip, node_attr_f(n, "factor")) : 0;
-    double divisor = n->op == OP_SCALE ? rnd(ip, node_attr_f(n, "divisor")) : 1;
+    double factor = n->op == OP_SCALE ? ip_rnd(ip, node_attr_f(n, "factor")) : 0;
+    double divisor = n->op == OP_SCALE ? ip_rnd(ip, node_attr_f(n, "divisor")) : 1;
     for (size_t j = 0; j < nj; j++) {
         double r;
         switch (n->op) {
@@ -558,11 +498,11 @@ eval_elementwise(Interp *ip, ValueId v, int t)
         case OP_SCALE:
             r = factor == 1 ? a[j] : factor * a[j];
             if (divisor != 1)
-                r = rnd(ip, r) / divisor;
+                r = ip_rnd(ip, r) / divisor;
             break;
         default: unreachable();
         }
-        y[j] = rnd(ip, r);
+        y[j] = ip_rnd(ip, r);
     }
 }
 
@@ -572,7 +512,7 @@ eval_input(Interp *ip, ValueId v, int t)
     const Node *n = &ip->m->nodes[v];
     const NodeRun *r = &ip->nodes[v];
     const float *src = ip->inputs[r->input_index];
-    double *y = val(ip, v, t);
+    double *y = ip_val(ip, v, t);
     size_t numel = (size_t)r->numel;
     for (int b = 0; b < ip->nb; b++) {
         int64_t s = ip->b0 + b; /* sample within the caller's batch */
@@ -592,9 +532,9 @@ eval_poisson(Interp *ip, ValueId v, int t)
     const NodeRun *r = &ip->nodes[v];
     int64_t node_seed = n->attrs[op_attr_index(OP_POISSON, "seed")].i[0];
     uint64_t seed = node_seed >= 0 ? (uint64_t)node_seed : ip->seed;
-    double gain = rnd(ip, node_attr_f(n, "gain"));
-    const double *x = val(ip, n->args[0], t);
-    double *y = val(ip, v, t);
+    double gain = ip_rnd(ip, node_attr_f(n, "gain"));
+    const double *x = ip_val(ip, n->args[0], t);
+    double *y = ip_val(ip, v, t);
     size_t numel = (size_t)r->numel;
     for (int b = 0; b < ip->nb; b++) {
         uint64_t first = (uint64_t)(ip->sample_base + ip->b0 + b) * (uint64_t)numel;
@@ -620,7 +560,7 @@ eval_state(Interp *ip, ValueId v, int t)
     const NodeRun *r = &ip->nodes[v];
     const NeuronRun *nr = ip->nodes[n->args[0]].neuron;
     int ns = nr->nd->nstates, nl = nr->nd->nlocals;
-    double *y = val(ip, v, t);
+    double *y = ip_val(ip, v, t);
     size_t nj = (size_t)ip->nb * (size_t)r->numel;
     for (size_t j = 0; j < nj; j++)
         y[j] = r->state_var >= 0 ? nr->states[j * (size_t)ns + (size_t)r->state_var]
@@ -632,10 +572,10 @@ eval_readout(Interp *ip, ValueId v, int t)
 {
     const Node *n = &ip->m->nodes[v];
     NodeRun *r = &ip->nodes[v];
-    const double *x = val(ip, n->args[0], t);
+    const double *x = ip_val(ip, n->args[0], t);
     size_t nj = (size_t)ip->nb * (size_t)r->numel;
     if (n->op == OP_SEQUENCE) {
-        memcpy(val(ip, v, t), x, nj * sizeof *x);
+        memcpy(ip_val(ip, v, t), x, nj * sizeof *x);
         return;
     }
     for (size_t j = 0; j < nj; j++) {
@@ -661,21 +601,21 @@ round_activations(Interp *ip, ValueId v, int t)
 {
     WeightStore as = ip->m->nodes[v].astore;
     if (as == WSTORE_F32) return;
-    double *y = val(ip, v, t);
+    double *y = ip_val(ip, v, t);
     for (int64_t i = 0, n = (int64_t)ip->nb * ip->nodes[v].numel; i < n; i++)
         y[i] = as == WSTORE_F16 ? rt_f16_to_f32(rt_f32_to_f16((float)y[i]))
                                 : rt_bf16_to_f32(rt_f32_to_bf16((float)y[i]));
 }
 
-static void
-eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
+void
+interp_eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
 {
     const Node *n = &ip->m->nodes[v];
     const NodeRun *r = &ip->nodes[v];
     if (r->is_static && t > 0) {
         /* the value of step 0 is still in its slot when one step is kept; else copy it on */
         if (r->hist > 1)
-            memcpy(val(ip, v, t), val(ip, v, t - 1),
+            memcpy(ip_val(ip, v, t), ip_val(ip, v, t - 1),
                    (size_t)ip->nb * (size_t)r->numel * sizeof(double));
         return;
     }
@@ -695,7 +635,7 @@ eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
     case OP_AVGPOOL2D:
     case OP_SUMPOOL2D: eval_pool(ip, v, t); break;
     case OP_FLATTEN:
-        memcpy(val(ip, v, t), val(ip, n->args[0], t),
+        memcpy(ip_val(ip, v, t), ip_val(ip, n->args[0], t),
                (size_t)ip->nb * (size_t)ip->nodes[v].numel * sizeof(double));
         break;
     case OP_BATCHNORM: eval_batchnorm(ip, v, t); break;
@@ -707,9 +647,9 @@ eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
         int steps = (int)node_attr_i(n, "steps", 0);
         size_t nbytes = (size_t)ip->nb * (size_t)ip->nodes[v].numel * sizeof(double);
         if (t >= steps && steps >= 0)
-            memcpy(val(ip, v, t), val(ip, n->args[0], t - steps), nbytes);
+            memcpy(ip_val(ip, v, t), ip_val(ip, n->args[0], t - steps), nbytes);
         else
-            memset(val(ip, v, t), 0, nbytes);
+            memset(ip_val(ip, v, t), 0, nbytes);
         break;
     }
     case OP_NEURON: eval_neuron(ip, v, t, spike_counts); break;
@@ -730,8 +670,8 @@ is_step_readout(Op op)
 }
 
 /* Outputs with a time axis are written each step ([B][T][numel]); the others once, at the end. */
-static void
-write_step_outputs(Interp *ip, int t)
+void
+interp_write_step_outputs(Interp *ip, int t)
 {
     const Module *m = ip->m;
     for (int k = 0; k < m->noutputs; k++) {
@@ -740,7 +680,7 @@ write_step_outputs(Interp *ip, int t)
         if (is_step_readout(n->op) || !n->type.has_time)
             continue;
         size_t numel = (size_t)ip->nodes[v].numel;
-        const double *y = val(ip, v, t);
+        const double *y = ip_val(ip, v, t);
         for (int b = 0; b < ip->nb; b++) {
             float *o = ip->outputs[k] + ((size_t)(ip->b0 + b) * (size_t)ip->T + (size_t)t) * numel;
             for (size_t i = 0; i < numel; i++)
@@ -749,8 +689,8 @@ write_step_outputs(Interp *ip, int t)
     }
 }
 
-static void
-write_final_outputs(Interp *ip)
+void
+interp_write_final_outputs(Interp *ip)
 {
     const Module *m = ip->m;
     for (int k = 0; k < m->noutputs; k++) {
@@ -760,30 +700,30 @@ write_final_outputs(Interp *ip)
         if (!is_readout && n->type.has_time)
             continue;
         size_t numel = (size_t)ip->nodes[v].numel;
-        const double *y = is_readout ? ip->nodes[v].acc : val(ip, v, ip->T - 1);
+        const double *y = is_readout ? ip->nodes[v].acc : ip_val(ip, v, ip->T - 1);
         for (int b = 0; b < ip->nb; b++) {
             float *o = ip->outputs[k] + (size_t)(ip->b0 + b) * numel;
             for (size_t i = 0; i < numel; i++) {
                 double r = y[(size_t)b * numel + i];
                 if (n->op == OP_MEAN)
                     r /= ip->T;
-                o[i] = (float)rnd(ip, r);
+                o[i] = (float)ip_rnd(ip, r);
             }
         }
     }
 }
 
 /* Per-node buffers, transposed weights and neuron programs; false (err set) on failure. */
-static bool
-setup(Interp *ip)
+bool
+interp_setup(Interp *ip)
 {
     const Module *m = ip->m;
-    ip->order = ip_alloc(ip, (size_t)m->nnodes, sizeof *ip->order);
-    ip->nodes = ip_alloc(ip, (size_t)m->nnodes, sizeof *ip->nodes);
+    ip->order = interp_alloc(ip, (size_t)m->nnodes, sizeof *ip->order);
+    ip->nodes = interp_alloc(ip, (size_t)m->nnodes, sizeof *ip->nodes);
     if (ip->failed)
         return false;
     if (ir_topo_order(m, ip->order) != m->nnodes) {
-        fail(ip, "interpreter: the module's nodes have no topological order");
+        interp_fail(ip, "interpreter: the module's nodes have no topological order");
         return false;
     }
     uint32_t npoisson = 0;
@@ -803,14 +743,18 @@ setup(Interp *ip)
     /* static values (the same at every step) are computed once, at t = 0 */
     bool *is_static = calloc((size_t)m->nnodes + 1, sizeof *is_static);
     if (!is_static) {
-        fail(ip, "interpreter: out of memory");
+        interp_fail(ip, "interpreter: out of memory");
         return false;
     }
     ir_fill_static(m, ip->order, is_static);
     for (ValueId v = 0; v < m->nnodes; v++)
         ip->nodes[v].is_static = is_static[v];
     free(is_static);
-    /* a delay by s steps needs s + 1 steps of its operand (fewer when s >= T: it reads nothing) */
+    /* a delay by s steps needs s + 1 steps of its operand (fewer when s >= T: it reads nothing);
+     * the backward pass needs every step of every node */
+    if (ip->keep_all)
+        for (ValueId v = 0; v < m->nnodes; v++)
+            ip->nodes[v].hist = ip->T;
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
         if (n->op != OP_DELAY)
@@ -835,20 +779,20 @@ setup(Interp *ip)
         const Node *n = &m->nodes[v];
         NodeRun *r = &ip->nodes[v];
         r->buf =
-            ip_alloc(ip, (size_t)r->hist * (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
+            interp_alloc(ip, (size_t)r->hist * (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
         if (is_step_readout(n->op))
-            r->acc = ip_alloc(ip, (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
+            r->acc = interp_alloc(ip, (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
         if (n->op == OP_INPUT && r->input_index < 0)
-            fail(ip, "interpreter: input node %d is not in the module's input list", (int)v);
+            interp_fail(ip, "interpreter: input node %d is not in the module's input list", (int)v);
         if (op_info(n->op)->nweights > 0) {
             int nslots = n->op == OP_BATCHNORM ? 4 : (int)node_attr_i(n, "bias", 0) ? 2 : 1;
             if (n->first_weight < 0 || n->first_weight + nslots > m->nweights) {
-                fail(ip, "interpreter: layer '%s' has no weight slots", node_layer_name(m, n));
+                interp_fail(ip, "interpreter: layer '%s' has no weight slots", node_layer_name(m, n));
                 break;
             }
             for (int s = 0; s < nslots; s++)
-                if (!weight(ip, n, s)->data)
-                    fail(ip, "interpreter: weight '%s' is not bound", weight(ip, n, s)->name);
+                if (!ip_weight(ip, n, s)->data)
+                    interp_fail(ip, "interpreter: weight '%s' is not bound", ip_weight(ip, n, s)->name);
             if (ip->failed)
                 break;
         }
@@ -859,13 +803,13 @@ setup(Interp *ip)
         }
         if (n->op == OP_DENSE) {
             int64_t in = ip->nodes[n->args[0]].numel, out = r->numel;
-            const Weight *w = weight(ip, n, 0);
-            if (w->numel != in * out || ((int)node_attr_i(n, "bias", 0) && weight(ip, n, 1)->numel != out)) {
-                fail(ip, "interpreter: weights of '%s' do not match its shape",
+            const Weight *w = ip_weight(ip, n, 0);
+            if (w->numel != in * out || ((int)node_attr_i(n, "bias", 0) && ip_weight(ip, n, 1)->numel != out)) {
+                interp_fail(ip, "interpreter: weights of '%s' do not match its shape",
                      node_layer_name(m, n));
                 break;
             }
-            r->wt = ip_alloc(ip, (size_t)w->numel, sizeof(float));
+            r->wt = interp_alloc(ip, (size_t)w->numel, sizeof(float));
             if (!r->wt)
                 break;
             for (int64_t o = 0; o < out; o++)
@@ -876,17 +820,17 @@ setup(Interp *ip)
         }
         if (op_is_conv(n->op)) {
             ConvGeom g = conv_geom(ip->m, n);
-            const Weight *w = weight(ip, n, 0);
+            const Weight *w = ip_weight(ip, n, 0);
             bool ok = g.G > 0 && g.C % g.G == 0 && g.O % g.G == 0 && g.SH > 0 && g.SW > 0 &&
                       w->numel == g.O * (g.C / g.G) * g.KH * g.KW &&
-                      (!(int)node_attr_i(n, "bias", 0) || weight(ip, n, 1)->numel == g.O);
+                      (!(int)node_attr_i(n, "bias", 0) || ip_weight(ip, n, 1)->numel == g.O);
             if (!ok) {
-                fail(ip, "interpreter: %s '%s' has inconsistent shapes", op_info(n->op)->name,
+                interp_fail(ip, "interpreter: %s '%s' has inconsistent shapes", op_info(n->op)->name,
                      node_layer_name(m, n));
                 break;
             }
             int64_t Cg = g.C / g.G, Og = g.O / g.G, K = (int64_t)g.KH * g.KW;
-            r->wt = ip_alloc(ip, (size_t)w->numel, sizeof(float));
+            r->wt = interp_alloc(ip, (size_t)w->numel, sizeof(float));
             if (!r->wt)
                 break;
             for (int64_t o = 0; o < g.O; o++)
@@ -900,8 +844,8 @@ setup(Interp *ip)
         if (n->op == OP_BATCHNORM) {
             int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
             for (int s = 0; s < 4; s++)
-                if (weight(ip, n, s)->numel != C)
-                    fail(ip, "interpreter: batchnorm '%s' weights do not match its channels",
+                if (ip_weight(ip, n, s)->numel != C)
+                    interp_fail(ip, "interpreter: batchnorm '%s' weights do not match its channels",
                          node_layer_name(m, n));
         }
         if (n->op == OP_NEURON)
@@ -920,16 +864,16 @@ setup(Interp *ip)
                         r->state_var = -1 - k;
             }
             if (r->state_var == INT32_MIN)
-                fail(ip, "interpreter: state probe %d names no state of its neuron", (int)v);
+                interp_fail(ip, "interpreter: state probe %d names no state of its neuron", (int)v);
         }
     }
     if (!ip->failed)
-        ip->scratch = ip_alloc(ip, scratch, sizeof(double));
+        ip->scratch = interp_alloc(ip, scratch, sizeof(double));
     return !ip->failed;
 }
 
-static void
-teardown(Interp *ip)
+void
+interp_teardown(Interp *ip)
 {
     if (ip->nodes)
         for (ValueId v = 0; v < ip->m->nnodes; v++) {
@@ -946,6 +890,9 @@ teardown(Interp *ip)
                 free(nr->locals);
                 free(nr->spike);
                 free(nr->refr);
+                free(nr->h_states);
+                free(nr->h_locals);
+                free(nr->h_spike);
                 free(nr);
             }
         }
@@ -954,42 +901,50 @@ teardown(Interp *ip)
     free(ip->scratch);
 }
 
+void
+interp_init(Interp *ip, const Module *m, const InterpOptions *opt, int batch, int64_t sample_base,
+            const float *const *inputs, float *const *outputs, char *err, size_t errlen)
+{
+    memset(ip, 0, sizeof *ip);
+    ip->m = m;
+    ip->is_f32 = opt && opt->precision == INTERP_F32;
+    ip->is_f32_sums = ip->is_f32 && m->accumulate == ACC_F32;
+    ip->T = m->timesteps;
+    ip->batch = batch;
+    ip->sample_base = sample_base;
+    ip->seed = (uint64_t)(opt && opt->seed >= 0 ? opt->seed : m->seed);
+    ip->smooth = opt && opt->smooth_spikes;
+    ip->inputs = inputs;
+    ip->outputs = outputs;
+    ip->err = err;
+    ip->errlen = errlen;
+    if (err && errlen)
+        err[0] = 0;
+}
+
 bool
 interp_run(const Module *m, const InterpOptions *opt, int batch, int64_t sample_base,
            const float *const *inputs, float *const *outputs, double *spike_counts, char *err,
            size_t errlen)
 {
     Interp ip;
-    memset(&ip, 0, sizeof ip);
-    ip.m = m;
-    ip.is_f32 = opt && opt->precision == INTERP_F32;
-    ip.is_f32_sums = ip.is_f32 && m->accumulate == ACC_F32;
-    ip.T = m->timesteps;
-    ip.batch = batch;
-    ip.sample_base = sample_base;
-    ip.seed = (uint64_t)(opt && opt->seed >= 0 ? opt->seed : m->seed);
-    ip.inputs = inputs;
-    ip.outputs = outputs;
-    ip.err = err;
-    ip.errlen = errlen;
-    if (err && errlen)
-        err[0] = 0;
+    interp_init(&ip, m, opt, batch, sample_base, inputs, outputs, err, errlen);
     if (batch <= 0 || ip.T <= 0)
         return true;
-    if (setup(&ip)) {
+    if (interp_setup(&ip)) {
         for (ip.b0 = 0; ip.b0 < batch; ip.b0 += ip.chunk) {
             ip.nb = (int)(batch - ip.b0 < ip.chunk ? batch - ip.b0 : ip.chunk);
             for (ValueId v = 0; v < m->nnodes; v++)
                 if (ip.nodes[v].neuron)
-                    reset_neuron(&ip, &ip.nodes[v]);
+                    interp_reset_neuron(&ip, &ip.nodes[v]);
             for (int t = 0; t < ip.T; t++) {
                 for (int k = 0; k < m->nnodes; k++)
-                    eval_node(&ip, ip.order[k], t, spike_counts);
-                write_step_outputs(&ip, t);
+                    interp_eval_node(&ip, ip.order[k], t, spike_counts);
+                interp_write_step_outputs(&ip, t);
             }
-            write_final_outputs(&ip);
+            interp_write_final_outputs(&ip);
         }
     }
-    teardown(&ip);
+    interp_teardown(&ip);
     return !ip.failed;
 }

@@ -221,6 +221,35 @@ typedef struct NeuronDef {
     bool reset_is_next;  /* a reset statement sits before fire: it uses the previous step's spike */
 } NeuronDef;
 
+/* surrogate.c: the surrogate gradients of `fire` (surrogates.def), for training */
+typedef enum {
+#define SURROGATE(id, name, params, fw, deriv) SG_##id,
+#include "ir/surrogates.def"
+#undef SURROGATE
+    SG_COUNT_
+} SurrogateId;
+typedef struct SurrogateFn {
+    SurrogateId id;
+    double args[3];    /* the row's params, in its order, defaults filled in */
+    bool detach_reset; /* no gradient through the spike where a reset uses it */
+} SurrogateFn;
+/* A neuron's surrogate statement resolved against the table; false with the reason in err (no
+ * surrogate, an unknown name or argument) */
+bool surrogate_resolve(const Surrogate *s, SurrogateFn *out, char *err, size_t errlen);
+const char *surrogate_name(SurrogateId id);
+const char *surrogate_known(void); /* "known: sigmoid, atan, ..." */
+void surrogates_help(FILE *f);     /* one line per surrogate: signature, framework, derivative */
+/* d spike / du times grad, u = the fired comparison's left side minus its right (H - threshold),
+ * rounded like float32 PyTorch per operation when is_f32 */
+double surrogate_grad(const SurrogateFn *s, double grad, double u, bool is_f32);
+/* the smooth function whose derivative surrogate_grad is (in double): the spike's stand-in when a
+ * network is made smooth to check gradients by finite differences */
+double surrogate_primitive(const SurrogateFn *s, double u);
+/* The surrogate a neuron's `fire` is differentiated with (sg->id SG_STRAIGHT and unused when it
+ * never fires), or false with why it cannot be differentiated in err: a refractory period, -1
+ * spikes, a fire condition that is not one comparison, no or an unknown surrogate. */
+bool neuron_surrogate(const NeuronDef *nd, SurrogateFn *sg, char *err, size_t errlen);
+
 /* ---- nodes and the module ---- */
 typedef int32_t ValueId; /* index into Module.nodes; -1 = none */
 #define IR_MAX_ARGS 3
@@ -538,6 +567,10 @@ typedef struct InterpRun InterpRun;
 typedef struct InterpOptions {
     InterpPrecision precision;
     int64_t seed;            /* -1: the module's seed */
+    /* every `fire` gives the surrogate's primitive of its comparison instead of 0 or 1, and a
+     * reset to a value mixes as S e + (1 - S) v: a smooth network whose true gradient is the
+     * surrogate gradient (the finite-difference checks of interp_grad; f64) */
+    bool smooth_spikes;
 } InterpOptions;
 /* One batch: inputs[i] holds B samples of input i in the file layout (sample-major: [B, (T,) ...]);
  * outputs[j] receives B samples of output j ([B, ...] or [B, T, ...] for sequence).
@@ -547,5 +580,24 @@ typedef struct InterpOptions {
 bool interp_run(const Module *m, const InterpOptions *opt, int batch, int64_t sample_base,
                 const float *const *inputs, float *const *outputs, double *spike_counts, char *err,
                 size_t errlen);
+
+/* interp_grad.c: the reference backward pass, surrogate-gradient backpropagation through time:
+ * the oracle gradient every training backend is checked against. It runs the forward pass as
+ * interp_run does (outputs written the same), keeping every step; after each pass over a group
+ * of samples, out_grad(ctx, first, nb, og) fills og[k] with dLoss/d(output k) for samples
+ * first..first+nb-1 of the batch (output k's layout, zeroed before the call; their outputs are
+ * already written), and the pass runs backwards: reverse time, reverse topological order, each
+ * neuron layer differentiated by reverse mode over its own program with `fire` through its
+ * surrogate (surrogates.def). input_grads[i] (NULL entries or array: skipped) receives the
+ * gradient of input i in its file layout, summed over steps for a static input;
+ * weight_grads[w] (one per m->weights, PyTorch's layout) has the batch's gradient ADDED to it.
+ * Sums are in double; with INTERP_F32 every value is rounded to float32 as PyTorch's float32
+ * autograd rounds it. False with the reason in err (a neuron that cannot be differentiated: no
+ * surrogate, a refractory period, -1 spikes). */
+typedef void (*InterpOutGradFn)(void *ctx, int64_t first, int nb, float **og);
+bool interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample_base,
+                 const float *const *inputs, float *const *outputs, InterpOutGradFn out_grad,
+                 void *ctx, double *const *input_grads, double *const *weight_grads, char *err,
+                 size_t errlen);
 
 #endif

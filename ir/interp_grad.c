@@ -1,0 +1,718 @@
+/* The reference backward pass: surrogate-gradient backpropagation through time over the
+ * interpreter's forward pass (interp.c, run with every step kept). It mirrors the forward's order
+ * exactly reversed (for t from T - 1 down to 0, nodes in reverse topological order), so recurrence
+ * through delays, state probes and static values need nothing special: a static value's gradient
+ * collects every step's into one slot and its own backward runs once, at t = 0. A neuron layer is
+ * differentiated by reverse mode over its program: the step is run again from the state kept before
+ * it, each statement's inputs noted, then the statements are walked backwards with an adjoint per
+ * state, local, the spike and the input; `fire` goes through the neuron's surrogate. Like the
+ * forward it must stay obvious: the oracle gradient every training backend is checked against. */
+#include "ir/interp_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Grad {
+    Interp ip;
+    double **g;  /* per node with a time axis: [T or 1 (static)][chunk][numel], dLoss/dvalue */
+    double **rg; /* per step readout: [chunk][numel] */
+    double *const *input_grads, *const *weight_grads;
+    double *scratch; /* [max numel] */
+} Grad;
+
+/* the gradient slot of value v at step t (a static value keeps one for every step) */
+static double *
+gslot(const Grad *G, ValueId v, int t)
+{
+    const NodeRun *r = &G->ip.nodes[v];
+    int s = r->is_static ? 0 : t;
+    return G->g[v] + (size_t)s * (size_t)G->ip.chunk * (size_t)r->numel;
+}
+
+static void
+acc(const Interp *ip, double *dst, double x)
+{
+    *dst = ip_rnd(ip, *dst + x);
+}
+
+/* ---- neuron layers ---- */
+
+typedef struct Adj {
+    double *st, *lc; /* per state and local */
+    double sp, in;   /* the spike variable, the input */
+} Adj;
+
+/* adds a * d(e)/d(each variable) into A, e evaluated in context c */
+static void
+backprop(const Interp *ip, const CExpr *e, const NCtx *c, double a, Adj *A)
+{
+    if (a == 0 && !isnan(a))
+        return; /* nothing flows; an exact zero cannot change a sum */
+    double x, y, z;
+    switch (e->kind) {
+    case NX_NUM:
+    case NX_PARAM: return;
+    case NX_STATE: acc(ip, &A->st[e->idx], a); return;
+    case NX_LOCAL: acc(ip, &A->lc[e->idx], a); return;
+    case NX_INPUT: acc(ip, &A->in, a); return;
+    case NX_SPIKE: acc(ip, &A->sp, a); return;
+    case NX_NEG: backprop(ip, e->args[0], c, -a, A); return;
+    case NX_NOT: return;
+    case NX_BIN:
+        switch ((NxBin)e->op) {
+        case NB_ADD:
+            backprop(ip, e->args[0], c, a, A);
+            backprop(ip, e->args[1], c, a, A);
+            return;
+        case NB_SUB:
+            backprop(ip, e->args[0], c, a, A);
+            backprop(ip, e->args[1], c, -a, A);
+            return;
+        case NB_MUL: /* PyTorch: grad * other */
+            x = interp_ceval(e->args[0], c);
+            y = interp_ceval(e->args[1], c);
+            backprop(ip, e->args[0], c, ip_rnd(ip, a * y), A);
+            backprop(ip, e->args[1], c, ip_rnd(ip, a * x), A);
+            return;
+        case NB_DIV: /* PyTorch: grad / other; -grad * self / (other * other) */
+            x = interp_ceval(e->args[0], c);
+            y = interp_ceval(e->args[1], c);
+            backprop(ip, e->args[0], c, ip_rnd(ip, a / y), A);
+            if (e->args[1]->kind != NX_NUM)
+                backprop(ip, e->args[1], c,
+                         ip_rnd(ip, ip_rnd(ip, -a * x) / ip_rnd(ip, y * y)), A);
+            return;
+        default: return; /* comparisons and logic: piecewise constant */
+        }
+    case NX_COND:
+        backprop(ip, e->args[interp_ceval(e->args[0], c) != 0 ? 1 : 2], c, a, A);
+        return;
+    case NX_CALL: {
+        x = interp_ceval(e->args[0], c);
+        switch ((NFunc)e->op) {
+        case NF_EXP:
+            backprop(ip, e->args[0], c, ip_rnd(ip, a * interp_ceval(e, c)), A);
+            return;
+        case NF_LOG: backprop(ip, e->args[0], c, ip_rnd(ip, a / x), A); return;
+        case NF_SQRT:
+            backprop(ip, e->args[0], c, ip_rnd(ip, a / ip_rnd(ip, 2 * interp_ceval(e, c))), A);
+            return;
+        case NF_TANH:
+            z = interp_ceval(e, c);
+            backprop(ip, e->args[0], c, ip_rnd(ip, a * ip_rnd(ip, 1 - ip_rnd(ip, z * z))), A);
+            return;
+        case NF_SIGMOID:
+            z = interp_ceval(e, c);
+            backprop(ip, e->args[0], c, ip_rnd(ip, ip_rnd(ip, a * ip_rnd(ip, 1 - z)) * z), A);
+            return;
+        case NF_ABS:
+            backprop(ip, e->args[0], c, x > 0 ? a : x < 0 ? -a : 0, A);
+            return;
+        case NF_FLOOR: return;
+        case NF_MIN:
+        case NF_MAX: {
+            y = interp_ceval(e->args[1], c);
+            bool first = e->op == NF_MIN ? x <= y : x >= y;
+            backprop(ip, e->args[first ? 0 : 1], c, a, A);
+            return;
+        }
+        case NF_POW: {
+            y = interp_ceval(e->args[1], c);
+            backprop(ip, e->args[0], c, ip_rnd(ip, a * ip_rnd(ip, y * pow(x, y - 1))), A);
+            if (e->args[1]->kind != NX_NUM)
+                backprop(ip, e->args[1], c, ip_rnd(ip, a * ip_rnd(ip, interp_ceval(e, c) * log(x))), A);
+            return;
+        }
+        case NF_CLAMP: { /* the gradient passes on the closed interval, as torch.clamp's */
+            y = interp_ceval(e->args[1], c);
+            z = interp_ceval(e->args[2], c);
+            if (x >= y && x <= z)
+                backprop(ip, e->args[0], c, a, A);
+            return;
+        }
+        case NF_SELECT:
+            backprop(ip, e->args[x != 0 ? 1 : 2], c, a, A);
+            return;
+        case NF_FLOAT32: backprop(ip, e->args[0], c, a, A); return;
+        case NF_COUNT_: break;
+        }
+        unreachable();
+    }
+    }
+    unreachable();
+}
+
+/* the variable a statement writes, and its adjoint */
+static double *
+var_of(double *st, double *lc, const NStmt *s)
+{
+    return s->is_local ? &lc[s->var] : &st[s->var];
+}
+
+/* Step t of neuron layer v backwards. carry[j] holds, per neuron, the adjoints of its states,
+ * locals and spike after step t (in: from step t + 1) and leaves them before step t (out). */
+static void
+neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
+{
+    Interp *ip = &G->ip;
+    const Module *m = ip->m;
+    const Node *n = &m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    const NeuronRun *nr = r->neuron;
+    const NeuronDef *nd = nr->nd;
+    int ns = nd->nstates, nl = nd->nlocals, nv = ns + nl + 1, nst = nd->nstmts;
+    size_t nj = (size_t)ip->nb * (size_t)r->numel, cj = (size_t)ip->chunk * (size_t)r->numel;
+    const double *x = ip_val(ip, n->args[0], t);
+    double *gx = gslot(G, n->args[0], t);
+    const double *gy = gslot(G, v, t);
+    /* the state probes of this layer: their gradients are the states' after the step */
+    ValueId probes[16];
+    int nprobes = 0;
+    for (ValueId p = 0; p < m->nnodes && nprobes < 16; p++)
+        if (m->nodes[p].op == OP_STATE && m->nodes[p].args[0] == v)
+            probes[nprobes++] = p;
+    for (size_t j = 0; j < nj; j++) {
+        double *cv = carry + j * (size_t)nv;
+        /* the step again, from what it started with, each statement's inputs noted */
+        double *st = snap + (size_t)nst * (size_t)nv, *lc = st + ns;
+        memcpy(st, nr->h_states + ((size_t)t * cj + j) * (size_t)ns, (size_t)ns * sizeof *st);
+        memcpy(lc, nr->h_locals + ((size_t)t * cj + j) * (size_t)nl, (size_t)nl * sizeof *lc);
+        double spike = nr->h_spike[(size_t)t * cj + j];
+        NCtx c = {st, lc, x[j], spike, ip->is_f32};
+        for (int s = 0; s < nst; s++) {
+            double *sn = snap + (size_t)s * (size_t)nv;
+            memcpy(sn, st, (size_t)(ns + nl) * sizeof *sn);
+            sn[ns + nl] = c.spike;
+            const NStmt *stm = &nd->stmts[s];
+            const CExpr *e = nr->stmt_e[s];
+            switch (stm->kind) {
+            case NS_ASSIGN: *var_of(st, lc, stm) = interp_ceval(e, &c); break;
+            case NS_FIRE:
+                if (ip->smooth) {
+                    double a = interp_ceval(e->args[0], &c), b = interp_ceval(e->args[1], &c);
+                    bool up = e->op == NB_GE || e->op == NB_GT;
+                    c.spike = surrogate_primitive(&nr->sg, up ? a - b : b - a);
+                } else {
+                    c.spike = interp_ceval(e, &c) != 0 ? 1.0 : 0.0;
+                }
+                break;
+            case NS_RESET_TO:
+                if (ip->smooth)
+                    *var_of(st, lc, stm) =
+                        c.spike * interp_ceval(e, &c) + (1 - c.spike) * *var_of(st, lc, stm);
+                else if (c.spike != 0)
+                    *var_of(st, lc, stm) = interp_ceval(e, &c);
+                break;
+            case NS_RESET_SUB: {
+                double *var = var_of(st, lc, stm);
+                *var = ip_rnd(ip, *var - ip_rnd(ip, c.spike * interp_ceval(e, &c)));
+                break;
+            }
+            case NS_OUTPUT:
+            case NS_REFRACTORY:
+            case NS_FIRE_DOWN: break;
+            }
+        }
+        /* the adjoints after the step: carried from step t + 1, plus what readers of this step's
+         * output (the spike, or the output expression) and of its state probes give */
+        Adj A = {cv, cv + ns, cv[ns + nl], 0};
+        double a_out = 0;
+        if (nr->has_output)
+            a_out = gy[j];
+        else
+            acc(ip, &A.sp, gy[j]);
+        for (int k = 0; k < nprobes; k++) {
+            ValueId p = probes[k];
+            int sv = ip->nodes[p].state_var;
+            double gp = gslot(G, p, t)[j];
+            if (sv >= 0)
+                acc(ip, &A.st[sv], gp);
+            else
+                acc(ip, &A.lc[-1 - sv], gp);
+        }
+        for (int s = nst - 1; s >= 0; s--) {
+            const double *sn = snap + (size_t)s * (size_t)nv;
+            NCtx cs = {(double *)sn, (double *)sn + ns, x[j], sn[ns + nl], ip->is_f32};
+            const NStmt *stm = &nd->stmts[s];
+            const CExpr *e = nr->stmt_e[s];
+            double *av = stm->kind == NS_FIRE || stm->kind == NS_OUTPUT ? NULL
+                                                                         : var_of(A.st, A.lc, stm);
+            switch (stm->kind) {
+            case NS_ASSIGN: {
+                double a = *av;
+                *av = 0; /* overwritten: its old value reaches the result only through e */
+                backprop(ip, e, &cs, a, &A);
+                break;
+            }
+            case NS_FIRE: {
+                double a = A.sp;
+                A.sp = 0;
+                double u = ip_rnd(ip, interp_ceval(e->args[0], &cs) - interp_ceval(e->args[1], &cs));
+                bool up = e->op == NB_GE || e->op == NB_GT;
+                if (!up)
+                    u = -u;
+                double gu = surrogate_grad(&nr->sg, a, u, ip->is_f32);
+                backprop(ip, e->args[0], &cs, up ? gu : -gu, &A);
+                backprop(ip, e->args[1], &cs, up ? -gu : gu, &A);
+                break;
+            }
+            case NS_RESET_TO: {
+                /* V = S e + (1 - S) H: dH = a (1 - S), de = a S, dS = a e - a H */
+                double a = *av, S = cs.spike, H = *var_of(cs.st, cs.lc, stm);
+                double ev = interp_ceval(e, &cs);
+                *av = ip_rnd(ip, a * ip_rnd(ip, 1 - S));
+                backprop(ip, e, &cs, ip_rnd(ip, a * S), &A);
+                if (!nr->sg.detach_reset)
+                    acc(ip, &A.sp, ip_rnd(ip, ip_rnd(ip, a * ev) - ip_rnd(ip, a * H)));
+                break;
+            }
+            case NS_RESET_SUB: {
+                /* V = H - S e: dH = a, dS = -a e, de = -a S */
+                double a = *av, S = cs.spike;
+                if (!nr->sg.detach_reset)
+                    acc(ip, &A.sp, ip_rnd(ip, -a * interp_ceval(e, &cs)));
+                backprop(ip, e, &cs, ip_rnd(ip, -a * S), &A);
+                break;
+            }
+            case NS_OUTPUT: {
+                double a = a_out;
+                a_out = 0;
+                backprop(ip, e, &cs, a, &A);
+                break;
+            }
+            case NS_REFRACTORY:
+            case NS_FIRE_DOWN: break;
+            }
+        }
+        cv[ns + nl] = A.sp; /* the spike before the step: the previous step's */
+        acc(ip, &gx[j], A.in);
+    }
+}
+
+/* ---- layers ---- */
+
+static void
+dense_backward(Grad *G, ValueId v, int t)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    ValueId a = n->args[0];
+    int64_t in = ip->nodes[a].numel, out = ip->nodes[v].numel;
+    const float *w = ip_weight(ip, n, 0)->data;
+    double *dw = G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
+    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0) ? G->weight_grads[n->first_weight + 1] : NULL;
+    const double *x = ip_val(ip, a, t), *gy = gslot(G, v, t);
+    double *gx = gslot(G, a, t);
+    for (int b = 0; b < ip->nb; b++) {
+        const double *gyb = gy + (size_t)b * (size_t)out, *xb = x + (size_t)b * (size_t)in;
+        double *gxb = gx + (size_t)b * (size_t)in;
+        for (int64_t i = 0; i < in; i++) {
+            double s = 0;
+            for (int64_t o = 0; o < out; o++)
+                s += gyb[o] * w[o * in + i];
+            acc(ip, &gxb[i], s);
+        }
+        for (int64_t o = 0; o < out; o++) {
+            if (gyb[o] == 0)
+                continue;
+            if (db)
+                db[o] += gyb[o];
+            if (dw)
+                for (int64_t i = 0; i < in; i++)
+                    dw[o * in + i] += gyb[o] * xb[i];
+        }
+    }
+}
+
+static void
+conv_backward(Grad *G, ValueId v, int t)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    ValueId a = n->args[0];
+    ConvGeom g = conv_geom(ip->m, n);
+    const float *w = ip_weight(ip, n, 0)->data;
+    double *dw = G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
+    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0) ? G->weight_grads[n->first_weight + 1] : NULL;
+    const double *x = ip_val(ip, a, t), *gy = gslot(G, v, t);
+    double *gx = gslot(G, a, t), *s = G->scratch;
+    int64_t npix = g.OH * g.OW, nin = g.C * g.H * g.W;
+    for (int b = 0; b < ip->nb; b++) {
+        const double *xb = x + (size_t)b * (size_t)nin, *gyb = gy + (size_t)b * (size_t)(g.O * npix);
+        memset(s, 0, (size_t)nin * sizeof *s);
+        for (int64_t o = 0; o < g.O; o++) {
+            int64_t c0 = (o / g.Og) * g.Cg;
+            for (int64_t oh = 0; oh < g.OH; oh++)
+                for (int64_t ow = 0; ow < g.OW; ow++) {
+                    double gv = gyb[o * npix + oh * g.OW + ow];
+                    if (gv == 0)
+                        continue;
+                    if (db)
+                        db[o] += gv;
+                    for (int64_t cg = 0; cg < g.Cg; cg++)
+                        for (int64_t kh = 0; kh < g.KH; kh++) {
+                            int64_t ih = oh * g.SH - g.PH + kh * g.DH;
+                            if (ih < 0 || ih >= g.H) continue;
+                            for (int64_t kw = 0; kw < g.KW; kw++) {
+                                int64_t iw = ow * g.SW - g.PW + kw * g.DW;
+                                if (iw < 0 || iw >= g.W) continue;
+                                int64_t wi = ((o * g.Cg + cg) * g.KH + kh) * g.KW + kw;
+                                int64_t xi = ((c0 + cg) * g.H + ih) * g.W + iw;
+                                s[xi] += gv * w[wi];
+                                if (dw)
+                                    dw[wi] += gv * xb[xi];
+                            }
+                        }
+                }
+        }
+        double *gxb = gx + (size_t)b * (size_t)nin;
+        for (int64_t i = 0; i < nin; i++)
+            acc(ip, &gxb[i], s[i]);
+    }
+}
+
+static void
+pool_backward(Grad *G, ValueId v, int t)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    ValueId a = n->args[0];
+    const Type *xt = &ip->m->nodes[a].type;
+    int64_t C = xt->dims[0], H = xt->dims[1], W = xt->dims[2];
+    int64_t OH = n->type.dims[1], OW = n->type.dims[2];
+    int KH = (int)node_attr_i(n, "kernel", 0), KW = (int)node_attr_i(n, "kernel", 1);
+    int SH = (int)node_attr_i(n, "stride", 0), SW = (int)node_attr_i(n, "stride", 1);
+    int PH = (int)node_attr_i(n, "pad", 0), PW = (int)node_attr_i(n, "pad", 1);
+    if (SH == 0) SH = KH;
+    if (SW == 0) SW = KW;
+    const double *x = ip_val(ip, a, t), *gy = gslot(G, v, t);
+    double *gx = gslot(G, a, t);
+    for (int b = 0; b < ip->nb; b++) {
+        const double *xb = x + (size_t)b * (size_t)(C * H * W);
+        double *gxb = gx + (size_t)b * (size_t)(C * H * W);
+        const double *gyb = gy + (size_t)b * (size_t)(C * OH * OW);
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double gv = gyb[(c * OH + oh) * OW + ow];
+                    if (n->op == OP_AVGPOOL2D)
+                        gv = ip_rnd(ip, gv / ((double)KH * KW));
+                    double best = -INFINITY;
+                    int64_t arg = -1;
+                    for (int kh = 0; kh < KH; kh++) {
+                        int64_t ih = oh * SH - PH + kh;
+                        if (ih < 0 || ih >= H) continue;
+                        for (int kw = 0; kw < KW; kw++) {
+                            int64_t iw = ow * SW - PW + kw;
+                            if (iw < 0 || iw >= W) continue;
+                            int64_t xi = (c * H + ih) * W + iw;
+                            if (n->op != OP_MAXPOOL2D)
+                                acc(ip, &gxb[xi], gv);
+                            else if (arg < 0 || xb[xi] > best || (isnan(xb[xi]) && !isnan(best))) {
+                                best = xb[xi]; /* the first maximum, as the forward and PyTorch */
+                                arg = xi;
+                            }
+                        }
+                    }
+                    if (n->op == OP_MAXPOOL2D && arg >= 0)
+                        acc(ip, &gxb[arg], gv);
+                }
+    }
+}
+
+/* inference batch norm: y = (x - mean) / sd * w + b */
+static void
+batchnorm_backward(Grad *G, ValueId v, int t)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    ValueId a = n->args[0];
+    int64_t numel = ip->nodes[v].numel, C = n->type.rank > 0 ? n->type.dims[0] : 1;
+    int64_t inner = C ? numel / C : 0;
+    const float *w = ip_weight(ip, n, 0)->data, *mean = ip_weight(ip, n, 2)->data;
+    const float *var = ip_weight(ip, n, 3)->data;
+    double *dw = G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
+    double *db = G->weight_grads ? G->weight_grads[n->first_weight + 1] : NULL;
+    double eps = node_attr_f(n, "eps");
+    const double *x = ip_val(ip, a, t), *gy = gslot(G, v, t);
+    double *gx = gslot(G, a, t);
+    for (int b = 0; b < ip->nb; b++)
+        for (int64_t c = 0; c < C; c++) {
+            double sd = sqrt((double)var[c] + eps);
+            size_t base = (size_t)b * (size_t)numel + (size_t)(c * inner);
+            for (int64_t i = 0; i < inner; i++) {
+                double gv = gy[base + (size_t)i];
+                acc(ip, &gx[base + (size_t)i], ip_rnd(ip, gv * w[c] / sd));
+                if (dw) dw[c] += gv * ((x[base + (size_t)i] - mean[c]) / sd);
+                if (db) db[c] += gv;
+            }
+        }
+}
+
+static void
+elementwise_backward(Grad *G, ValueId v, int t)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    size_t nj = (size_t)ip->nb * (size_t)ip->nodes[v].numel;
+    const double *gy = gslot(G, v, t);
+    double *ga = gslot(G, n->args[0], t), *gb = n->nargs > 1 ? gslot(G, n->args[1], t) : NULL;
+    const double *a = ip_val(ip, n->args[0], t), *b = n->nargs > 1 ? ip_val(ip, n->args[1], t) : NULL;
+    double factor = n->op == OP_SCALE ? ip_rnd(ip, node_attr_f(n, "factor")) : 0;
+    double divisor = n->op == OP_SCALE ? ip_rnd(ip, node_attr_f(n, "divisor")) : 1;
+    for (size_t j = 0; j < nj; j++) {
+        double g = gy[j];
+        switch (n->op) {
+        case OP_ADD: acc(ip, &ga[j], g); acc(ip, &gb[j], g); break;
+        case OP_SUB: acc(ip, &ga[j], g); acc(ip, &gb[j], -g); break;
+        case OP_MUL:
+            acc(ip, &ga[j], ip_rnd(ip, g * b[j]));
+            acc(ip, &gb[j], ip_rnd(ip, g * a[j]));
+            break;
+        case OP_SCALE:
+            if (divisor != 1) g = ip_rnd(ip, g / divisor);
+            if (factor != 1) g = ip_rnd(ip, g * factor);
+            acc(ip, &ga[j], g);
+            break;
+        default: unreachable();
+        }
+    }
+}
+
+static void
+readout_backward(Grad *G, ValueId v, int t)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    ValueId a = n->args[0];
+    size_t nj = (size_t)ip->nb * (size_t)ip->nodes[v].numel;
+    double *gx = gslot(G, a, t);
+    if (n->op == OP_SEQUENCE) {
+        const double *gy = gslot(G, v, t);
+        for (size_t j = 0; j < nj; j++) acc(ip, &gx[j], gy[j]);
+        return;
+    }
+    const double *gy = G->rg[v];
+    for (size_t j = 0; j < nj; j++) {
+        switch (n->op) {
+        case OP_COUNT: acc(ip, &gx[j], gy[j]); break;
+        case OP_MEAN: acc(ip, &gx[j], ip_rnd(ip, gy[j] / ip->T)); break;
+        case OP_LAST:
+            if (t == ip->T - 1) acc(ip, &gx[j], gy[j]);
+            break;
+        case OP_MAX: { /* to the first step holding the maximum, as torch.max's index */
+            int best = 0;
+            for (int s = 1; s < ip->T; s++) {
+                double xs = ip_val(ip, a, s)[j], xb = ip_val(ip, a, best)[j];
+                if (xs > xb || (isnan(xs) && !isnan(xb))) best = s;
+            }
+            if (best == t) acc(ip, &gx[j], gy[j]);
+            break;
+        }
+        default: unreachable();
+        }
+    }
+}
+
+static void
+input_backward(Grad *G, ValueId v, int t)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    double *dst = G->input_grads ? G->input_grads[r->input_index] : NULL;
+    if (!dst)
+        return;
+    const double *gy = gslot(G, v, t);
+    size_t numel = (size_t)r->numel;
+    for (int b = 0; b < ip->nb; b++) {
+        int64_t s = ip->b0 + b;
+        double *p = n->is_per_step_input ? dst + ((size_t)s * (size_t)ip->T + (size_t)t) * numel
+                                         : dst + (size_t)s * numel;
+        for (size_t i = 0; i < numel; i++)
+            p[i] = gy[(size_t)b * numel + i];
+    }
+}
+
+static void
+node_backward(Grad *G, ValueId v, int t, double **carry, double *snap)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    if (ip->nodes[v].is_static && t > 0)
+        return; /* its slot collects every step's gradient; it runs once, at t = 0 */
+    switch (n->op) {
+    case OP_INPUT: input_backward(G, v, t); break;
+    case OP_POISSON: break; /* sampling: no gradient to the rates */
+    case OP_DENSE: dense_backward(G, v, t); break;
+    case OP_CONV2D:
+    case OP_CONV1D: conv_backward(G, v, t); break;
+    case OP_MAXPOOL2D:
+    case OP_AVGPOOL2D:
+    case OP_SUMPOOL2D: pool_backward(G, v, t); break;
+    case OP_FLATTEN: {
+        const double *gy = gslot(G, v, t);
+        double *gx = gslot(G, n->args[0], t);
+        for (size_t j = 0, nj = (size_t)ip->nb * (size_t)ip->nodes[v].numel; j < nj; j++)
+            acc(ip, &gx[j], gy[j]);
+        break;
+    }
+    case OP_BATCHNORM: batchnorm_backward(G, v, t); break;
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_SCALE: elementwise_backward(G, v, t); break;
+    case OP_DELAY: {
+        int steps = (int)node_attr_i(n, "steps", 0);
+        if (t < steps || steps < 0) break;
+        const double *gy = gslot(G, v, t);
+        double *gx = gslot(G, n->args[0], t - steps);
+        for (size_t j = 0, nj = (size_t)ip->nb * (size_t)ip->nodes[v].numel; j < nj; j++)
+            acc(ip, &gx[j], gy[j]);
+        break;
+    }
+    case OP_NEURON: neuron_backward(G, v, t, carry[v], snap); break;
+    case OP_STATE: break; /* its neuron reads its gradient */
+    case OP_COUNT:
+    case OP_MEAN:
+    case OP_LAST:
+    case OP_MAX:
+    case OP_SEQUENCE: readout_backward(G, v, t); break;
+    case OP_COUNT_: unreachable();
+    }
+}
+
+static bool
+is_step_readout(Op op)
+{
+    return op == OP_COUNT || op == OP_MEAN || op == OP_LAST || op == OP_MAX;
+}
+
+bool
+interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample_base,
+            const float *const *inputs, float *const *outputs, InterpOutGradFn out_grad, void *ctx,
+            double *const *input_grads, double *const *weight_grads, char *err, size_t errlen)
+{
+    Grad G;
+    memset(&G, 0, sizeof G);
+    Interp *ip = &G.ip;
+    interp_init(ip, m, opt, batch, sample_base, inputs, outputs, err, errlen);
+    ip->keep_all = true;
+    G.input_grads = input_grads;
+    G.weight_grads = weight_grads;
+    if (batch <= 0 || ip->T <= 0)
+        return true;
+    /* every neuron layer must be differentiable before anything runs */
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        const Node *n = &m->nodes[v];
+        SurrogateFn sg;
+        char why[256];
+        if (n->op == OP_NEURON && !neuron_surrogate(m->neurons[n->neuron], &sg, why, sizeof why)) {
+            interp_fail(ip, "layer '%s' (%s) cannot be trained: %s", n->name ? n->name : "?",
+                        m->neurons[n->neuron]->name, why);
+            return false;
+        }
+    }
+    double **carry = NULL, *snap = NULL;
+    float **og = NULL;
+    bool ok = interp_setup(ip);
+    if (ok) {
+        G.g = interp_alloc(ip, (size_t)m->nnodes, sizeof *G.g);
+        G.rg = interp_alloc(ip, (size_t)m->nnodes, sizeof *G.rg);
+        carry = interp_alloc(ip, (size_t)m->nnodes, sizeof *carry);
+        og = interp_alloc(ip, (size_t)m->noutputs, sizeof *og);
+        size_t maxnumel = 1, maxsnap = 1;
+        for (ValueId v = 0; v < m->nnodes && !ip->failed; v++) {
+            const Node *n = &m->nodes[v];
+            const NodeRun *r = &ip->nodes[v];
+            size_t cj = (size_t)ip->chunk * (size_t)r->numel;
+            if (is_step_readout(n->op))
+                G.rg[v] = interp_alloc(ip, cj, sizeof(double));
+            else
+                G.g[v] = interp_alloc(ip, (size_t)(r->is_static ? 1 : ip->T) * cj, sizeof(double));
+            if ((size_t)r->numel > maxnumel) maxnumel = (size_t)r->numel;
+            if (n->op == OP_NEURON) {
+                const NeuronDef *nd = r->neuron->nd;
+                size_t nv = (size_t)(nd->nstates + nd->nlocals + 1);
+                carry[v] = interp_alloc(ip, cj * nv, sizeof(double));
+                char why[8];
+                neuron_surrogate(r->neuron->nd, &r->neuron->sg, why, sizeof why);
+                if ((size_t)(nd->nstmts + 1) * nv > maxsnap) maxsnap = (size_t)(nd->nstmts + 1) * nv;
+            }
+        }
+        for (int k = 0; k < m->noutputs && !ip->failed; k++) {
+            const Node *n = &m->nodes[m->outputs[k]];
+            size_t per = (size_t)ip->nodes[m->outputs[k]].numel * (size_t)(n->type.has_time ? ip->T : 1);
+            og[k] = interp_alloc(ip, (size_t)ip->chunk * per, sizeof(float));
+        }
+        G.scratch = interp_alloc(ip, maxnumel, sizeof(double));
+        snap = interp_alloc(ip, maxsnap, sizeof(double));
+        ok = !ip->failed;
+    }
+    for (ip->b0 = 0; ok && ip->b0 < batch; ip->b0 += ip->chunk) {
+        ip->nb = (int)(batch - ip->b0 < ip->chunk ? batch - ip->b0 : ip->chunk);
+        for (ValueId v = 0; v < m->nnodes; v++)
+            if (ip->nodes[v].neuron)
+                interp_reset_neuron(ip, &ip->nodes[v]);
+        for (int t = 0; t < ip->T; t++) {
+            for (int k = 0; k < m->nnodes; k++)
+                interp_eval_node(ip, ip->order[k], t, NULL);
+            interp_write_step_outputs(ip, t);
+        }
+        interp_write_final_outputs(ip);
+        /* the gradients of this pass's outputs */
+        for (int k = 0; k < m->noutputs; k++) {
+            const Node *n = &m->nodes[m->outputs[k]];
+            size_t per = (size_t)ip->nodes[m->outputs[k]].numel * (size_t)(n->type.has_time ? ip->T : 1);
+            memset(og[k], 0, (size_t)ip->nb * per * sizeof(float));
+        }
+        out_grad(ctx, ip->b0, ip->nb, og);
+        for (ValueId v = 0; v < m->nnodes; v++) {
+            const NodeRun *r = &ip->nodes[v];
+            size_t cj = (size_t)ip->chunk * (size_t)r->numel;
+            if (G.g[v])
+                memset(G.g[v], 0, (size_t)(r->is_static ? 1 : ip->T) * cj * sizeof(double));
+            if (G.rg[v])
+                memset(G.rg[v], 0, cj * sizeof(double));
+            if (carry[v]) {
+                const NeuronDef *nd = r->neuron->nd;
+                memset(carry[v], 0, cj * (size_t)(nd->nstates + nd->nlocals + 1) * sizeof(double));
+            }
+        }
+        for (int k = 0; k < m->noutputs; k++) {
+            ValueId v = m->outputs[k];
+            size_t numel = (size_t)ip->nodes[v].numel;
+            for (int b = 0; b < ip->nb; b++)
+                for (size_t i = 0; i < numel; i++) {
+                    if (is_step_readout(m->nodes[v].op)) {
+                        G.rg[v][(size_t)b * numel + i] += og[k][(size_t)b * numel + i];
+                        continue;
+                    }
+                    for (int t = 0; t < ip->T; t++)
+                        gslot(&G, v, t)[(size_t)b * numel + i] +=
+                            og[k][((size_t)b * (size_t)ip->T + (size_t)t) * numel + i];
+                }
+        }
+        for (int t = ip->T - 1; t >= 0; t--)
+            for (int k = m->nnodes - 1; k >= 0; k--)
+                node_backward(&G, ip->order[k], t, carry, snap);
+    }
+    if (G.g)
+        for (ValueId v = 0; v < m->nnodes; v++) {
+            free(G.g[v]);
+            free(G.rg[v]);
+            free(carry[v]);
+        }
+    if (og)
+        for (int k = 0; k < m->noutputs; k++)
+            free(og[k]);
+    free(og);
+    free(G.g);
+    free(G.rg);
+    free(carry);
+    free(snap);
+    free(G.scratch);
+    interp_teardown(ip);
+    return !ip->failed;
+}
