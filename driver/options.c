@@ -5,6 +5,7 @@
 
 #include "codegen/cuda/nvrtc.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/train.h"
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
 #endif
@@ -212,6 +213,17 @@ usage_error(const char *fmt, ...)
 }
 
 
+static double
+parse_real(const char *opt, const char *s, double lo)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo)
+        usage_error("%s expects a number of at least %g, got '%s'", opt, lo, s);
+    return v;
+}
+
 static int64_t
 parse_int(const char *opt, const char *s, int64_t lo, int64_t hi)
 {
@@ -369,8 +381,12 @@ parse_options(int argc, char **argv, Options *o)
     o->narrow_weights = o->narrow_activations = true;
     o->limit = -1;
     o->seed = -1;
+    o->epochs = 1;
+    o->optimizer = RT_OPT_ADAM;
+    o->loss = RT_LOSS_MSE;
+    o->test_limit = -1;
     o->backend = NULL; /* chosen after the options: see below */
-    bool is_f64_asked = false;
+    bool is_f64_asked = false, backend_given = false;
     /* the NIR options given, a bit each in the order of nir_option_names */
     static const char *const nir_option_names[] = {"--dt", "--impulses", "--integrator", "--reset",
                                                    "--reset-step", "--timesteps", "--spike-inputs",
@@ -404,7 +420,7 @@ parse_options(int argc, char **argv, Options *o)
                 usage_error("-O expects a level from 0 to 3, got '-O%s'", optarg);
             o->opt_level = optarg[0] - '0';
             break;
-        case O_JIT: o->backend = "cpu"; break;
+        case O_JIT: o->backend = "cpu"; backend_given = true; break;
         case O_OUT: o->out = optarg; break;
         case O_RUN: o->run = true; break;
         case O_BACKEND:
@@ -412,6 +428,7 @@ parse_options(int argc, char **argv, Options *o)
                 usage_error("backend '%s' is not available in this build (available: interp%s, cuda)",
                             optarg, has_backend("cpu") ? ", cpu" : "");
             o->backend = optarg;
+            backend_given = true;
             break;
         case O_PRECISION:
             /* the last --precision wins, whole */
@@ -470,6 +487,36 @@ parse_options(int argc, char **argv, Options *o)
             break;
         }
         case O_DATA: o->data = optarg; break;
+        case O_TRAIN: o->train = true; break;
+        case O_EPOCHS: o->epochs = parse_int("--epochs", optarg, 1, 1 << 20); break;
+        case O_LOSS:
+            if (strcmp(optarg, "mse") == 0) o->loss = RT_LOSS_MSE;
+            else if (strcmp(optarg, "ce") == 0) o->loss = RT_LOSS_CE;
+            else usage_error("--loss expects mse or ce, got '%s'", optarg);
+            break;
+        case O_OPTIMIZER:
+            if (strcmp(optarg, "sgd") == 0) o->optimizer = RT_OPT_SGD;
+            else if (strcmp(optarg, "adam") == 0) o->optimizer = RT_OPT_ADAM;
+            else if (strcmp(optarg, "adamw") == 0) o->optimizer = RT_OPT_ADAMW;
+            else usage_error("--optimizer expects sgd, adam or adamw, got '%s'", optarg);
+            break;
+        case O_LR: o->lr = parse_real("--lr", optarg, 0); o->has_lr = true; break;
+        case O_MOMENTUM: o->momentum = parse_real("--momentum", optarg, 0); o->has_momentum = true; break;
+        case O_WEIGHT_DECAY:
+            o->weight_decay = parse_real("--weight-decay", optarg, 0);
+            o->has_weight_decay = true;
+            break;
+        case O_NESTEROV: o->nesterov = true; break;
+        case O_SCHEDULE:
+            if (strcmp(optarg, "cosine") == 0) o->cosine = true;
+            else if (strcmp(optarg, "constant") != 0)
+                usage_error("--schedule expects constant or cosine, got '%s'", optarg);
+            break;
+        case O_LABELS: o->labels = optarg; break;
+        case O_NO_SHUFFLE: o->no_shuffle = true; break;
+        case O_INIT: o->init = true; break;
+        case O_GRADS: o->grads = optarg; break;
+        case O_TEST_LIMIT: o->test_limit = parse_int("--test-limit", optarg, 0, INT64_MAX / 2); break;
         case O_INPUT:
             if (o->ninput_args == MAX_INPUT_ARGS)
                 usage_error("too many --input options");
@@ -655,8 +702,37 @@ parse_options(int argc, char **argv, Options *o)
                     "prints its canonical form");
     if (o->is_nir && o->model)
         usage_error("--model picks one model of a .snn file; a NIR graph is one model");
+    if (o->train) {
+        if (o->run || o->emit || o->explain)
+            usage_error("--train trains and writes weights: not with --run, --emit or --explain");
+        if (!o->out)
+            usage_error("--train needs -o FILE.safetensors for the trained weights");
+        if (!o->data && !o->ninput_args)
+            usage_error("--train needs data: --data=fashion-mnist, or --input=FILE.npy with "
+                        "--labels=FILE.npy");
+        if (o->ninput_args && !o->labels)
+            usage_error("--train --input needs --labels=FILE.npy (the class of each sample)");
+        if (o->nesterov && (o->optimizer != RT_OPT_SGD || !(o->momentum > 0)))
+            usage_error("--nesterov is SGD with momentum: give --optimizer=sgd and --momentum");
+        if (o->has_momentum && o->optimizer != RT_OPT_SGD)
+            usage_error("--momentum is for --optimizer=sgd");
+        if (o->is_nir)
+            usage_error("--train takes a .snn model for now (--emit=snn translates a NIR graph)");
+        if ((backend_given && strcmp(o->backend, "interp") != 0) || o->device)
+            usage_error("--train runs on the reference interpreter for now (--backend=interp)");
+        o->backend = "interp";
+        o->precision = is_f64_asked ? INTERP_F64 : INTERP_F32;
+    } else {
+        const char *given = o->has_lr ? "--lr" : o->has_momentum ? "--momentum"
+                          : o->has_weight_decay ? "--weight-decay" : o->labels ? "--labels"
+                          : o->no_shuffle ? "--no-shuffle" : o->test_limit >= 0 ? "--test-limit"
+                          : o->nesterov ? "--nesterov" : o->cosine ? "--schedule" : o->init ? "--init"
+                          : o->grads ? "--grads" : NULL;
+        if (given)
+            usage_error("%s is a training setting: give --train", given);
+    }
     if (!o->emit && !o->run && !o->out && !o->explain)
-        usage_error("nothing to do: give --run, --emit=ir, --explain or -o MODEL.so");
+        usage_error("nothing to do: give --run, --train, --emit=ir, --explain or -o MODEL.so");
     if (o->out && !o->emit && !has_backend("cpu"))
         usage_error("building a shared library needs the CPU backend, not in this build");
     if (o->emit && find_emit(o->emit)->needs_out && !o->out)
@@ -669,9 +745,9 @@ parse_options(int argc, char **argv, Options *o)
     if (o->report_json && !o->run && !is_build(o))
         usage_error("--report=json reports a run (--run) or a build (-o MODEL.so, --emit=obj, "
                     "--emit=ptx, --emit=cubin)");
-    if (!o->run && (o->output || o->limit >= 0))
-        usage_error("--output and --limit need --run");
-    if (!o->run && !o->precision_mode && !o->events_auto && (o->data || o->ninput_args))
+    if (!o->run && (o->output || (o->limit >= 0 && !o->train)))
+        usage_error("--output and --limit need --run (--limit: or --train)");
+    if (!o->run && !o->train && !o->precision_mode && !o->events_auto && (o->data || o->ninput_args))
         usage_error("--data and --input need --run (or --precision=fp16|bf16|mixed or "
                     "--events=auto, which calibrate on them)");
     if (o->events_auto && !o->data && !o->ninput_args)

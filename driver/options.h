@@ -57,6 +57,19 @@ typedef struct Options {
     bool is_nir;           /* the model file is a NIR graph (.nir) */
     NirImportOptions nir;  /* --dt, --integrator, --reset, --reset-step, --timesteps */
     const NirImport *import; /* the imported graph's text and weights (is_nir) */
+    /* --train and its settings */
+    bool train;
+    int64_t epochs;
+    int loss;      /* RtLoss */
+    int optimizer; /* RtOptimizer */
+    double lr, momentum, weight_decay;
+    bool nesterov, has_momentum, has_weight_decay, has_lr;
+    bool cosine;
+    const char *labels;
+    bool no_shuffle;
+    int64_t test_limit; /* -1: all */
+    bool init;          /* --init: seeded default initialisation */
+    const char *grads;  /* --grads: the first batch's gradients */
 } Options;
 
 

@@ -10,6 +10,7 @@
 #include "driver/load.h"
 #include "driver/options.h"
 #include "driver/run.h"
+#include "driver/train.h"
 #include "frontend/frontend.h"
 #include "runtime/tensor_io.h"
 
@@ -146,16 +147,19 @@ check_files(const Options *o, const Module *m, const char *snn_weights_path)
     if (o->data && !strncmp(o->data, "fashion-mnist", 13)) {
         const char *dir = o->data[13] == ':' && o->data[14] ? o->data + 14 : NULL;
         char img[4200], lbl[4200], err[1200];
-        if (!rt_fmnist_find(dir, 0, img, lbl, sizeof img, err, sizeof err)) {
-            files_input(l, img, "the Fashion-MNIST images");
-            files_input(l, lbl, "the Fashion-MNIST labels");
-        }
+        for (int split = 0; split <= (o->train ? 1 : 0); split++)
+            if (!rt_fmnist_find(dir, split, img, lbl, sizeof img, err, sizeof err)) {
+                files_input(l, img, "the Fashion-MNIST images");
+                files_input(l, lbl, "the Fashion-MNIST labels");
+            }
     }
+    if (o->labels) files_input(l, o->labels, "--labels");
     const char *ov = getenv("SNN_KERNEL_OVERRIDE");
     if (ov && *ov) files_input(l, ov, "SNN_KERNEL_OVERRIDE");
     if (o->out && !o->explain) files_output(l, o->out, "-o");
     if (snn_weights_path) files_output(l, snn_weights_path, "the weights written beside -o");
     if (o->output) files_output(l, o->output, "--output");
+    if (o->grads) files_output(l, o->grads, "--grads");
     char dump[4200];
     for (int i = 0; passes_tree_path(&o->passes, i, dump, sizeof dump); i++)
         files_output(l, dump, "a --print-ir-tree-dir dump");
@@ -198,6 +202,11 @@ main(int argc, char **argv)
         return finish(rc);
     }
     if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
+    if (m && o.train) { /* the reference interpreter runs the module as written: no passes */
+        int rc = train(m, &o);
+        release(m, &import, nir_text_path, nir_weights_path);
+        return finish(rc);
+    }
     if (m) m->is_precision_stated = o.has_precision;
     if (m && o.outputs && !keep_outputs(m, o.outputs, o.path)) {
         module_free(m);

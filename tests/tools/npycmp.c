@@ -1,5 +1,6 @@
-/* npycmp: compares arrays written by snnc (.npy/.npz) with expected ones, for tests. Spikes exactly,
- * other values within |a - b| <= atol + rtol * |b|; or, with --argmax, the argmax of score rows against
+/* npycmp: compares arrays written by snnc (.npy/.npz/.safetensors) with expected ones, for tests. Spikes exactly,
+ * other values within |a - b| <= atol + rtol * |b| + mtol * max |b| (over the array); with
+ * --minus BASE, the differences a - base and b - base of same-named arrays (a step's update); or, with --argmax, the argmax of score rows against
  * predicted labels (the first N of them, for N rows: a run over the first N images). Mismatches are reported by name and index ([sample, step, neuron] for sequences). */
 #include "runtime/tensor_io.h"
 
@@ -12,7 +13,7 @@
 typedef struct Opts {
     const char *exact[16];
     int nexact;
-    double rtol, atol;
+    double rtol, atol, mtol;
     double min_agree; /* --argmax */
     bool argmax;
 } Opts;
@@ -24,6 +25,9 @@ load(const char *path, RtTensorSet *set)
     size_t n = strlen(path);
     if (n > 4 && strcmp(path + n - 4, ".npz") == 0) {
         if (rt_npz_read(path, NULL, set, err, sizeof err) == 0)
+            return 0;
+    } else if (n > 12 && strcmp(path + n - 12, ".safetensors") == 0) {
+        if (rt_safetensors_read(path, NULL, set, err, sizeof err) == 0)
             return 0;
     } else {
         set->tensors = calloc(1, sizeof *set->tensors);
@@ -72,11 +76,15 @@ compare(const Opts *o, const RtTensor *a, const RtTensor *b, const char *name)
     }
     bool exact = is_exact(o, name);
     int64_t bad = 0;
+    double scale = 0;
+    for (int64_t i = 0; i < b->numel; i++)
+        if (fabs(b->data[i]) > scale) scale = fabs(b->data[i]);
+    double atol = o->atol + o->mtol * scale;
     double max_abs = 0;
     for (int64_t i = 0; i < a->numel; i++) {
         double x = a->data[i], y = b->data[i];
         double diff = fabs(x - y);
-        bool ok = x == y || (isnan(x) && isnan(y)) || (!exact && diff <= o->atol + o->rtol * fabs(y));
+        bool ok = x == y || (isnan(x) && isnan(y)) || (!exact && diff <= atol + o->rtol * fabs(y));
         if (diff > max_abs)
             max_abs = diff;
         if (!ok) {
@@ -119,7 +127,7 @@ int
 main(int argc, char **argv)
 {
     Opts o = {.rtol = 1e-6, .atol = 1e-6};
-    const char *files[2];
+    const char *files[2], *minus = NULL;
     int nfiles = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--exact") == 0 && i + 1 < argc && o.nexact < 16)
@@ -128,13 +136,17 @@ main(int argc, char **argv)
             o.rtol = atof(argv[++i]);
         else if (strcmp(argv[i], "--atol") == 0 && i + 1 < argc)
             o.atol = atof(argv[++i]);
+        else if (strcmp(argv[i], "--minus") == 0 && i + 1 < argc)
+            minus = argv[++i];
+        else if (strcmp(argv[i], "--mtol") == 0 && i + 1 < argc)
+            o.mtol = atof(argv[++i]);
         else if (strcmp(argv[i], "--argmax") == 0 && i + 1 < argc) {
             o.argmax = true;
             o.min_agree = atof(argv[++i]);
         } else if (argv[i][0] != '-' && nfiles < 2)
             files[nfiles++] = argv[i];
         else {
-            fprintf(stderr, "usage: npycmp [--exact NAME]... [--rtol R] [--atol A] [--argmax MIN] "
+            fprintf(stderr, "usage: npycmp [--exact NAME]... [--rtol R] [--atol A] [--mtol M] [--minus BASE] [--argmax MIN] "
                             "ACTUAL EXPECTED\n");
             return 2;
         }
@@ -143,8 +155,18 @@ main(int argc, char **argv)
         fprintf(stderr, "npycmp: two files expected\n");
         return 2;
     }
-    RtTensorSet a = {0}, b = {0};
-    int rc = load(files[0], &a) || load(files[1], &b);
+    RtTensorSet a = {0}, b = {0}, c = {0};
+    int rc = load(files[0], &a) || load(files[1], &b) || (minus && load(minus, &c));
+    for (int i = 0; !rc && minus && i < c.ntensors; i++) /* subtract the base from both */
+        for (RtTensorSet *s = &a; s; s = s == &a ? &b : NULL)
+            for (int j = 0; j < s->ntensors; j++) {
+                RtTensor *t = &s->tensors[j];
+                if (!t->name || !c.tensors[i].name || strcmp(t->name, c.tensors[i].name) ||
+                    t->numel != c.tensors[i].numel)
+                    continue;
+                for (int64_t k = 0; k < t->numel; k++)
+                    t->data[k] -= c.tensors[i].data[k];
+            }
     if (!rc && o.argmax)
         rc = argmax_agree(&o, &a.tensors[0], &b.tensors[0]);
     else if (!rc) {
@@ -165,5 +187,6 @@ main(int argc, char **argv)
     }
     rt_tensorset_free(&a);
     rt_tensorset_free(&b);
+    rt_tensorset_free(&c);
     return rc;
 }

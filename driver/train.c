@@ -1,0 +1,423 @@
+/* train.c: snnc --train. Surrogate-gradient BPTT on the reference interpreter (ir/interp_grad.c):
+ * batches drawn in an order keyed by --seed and the epoch, the loss on the model's first output
+ * (runtime/train.c, as PyTorch), one optimiser step per batch, the test set after each epoch, and
+ * the weights written (whole, or the old file left as it was) after every epoch, so a run cut
+ * short keeps what its finished epochs trained. */
+#include "driver/train.h"
+
+#include "driver/build.h"
+#include "driver/load.h"
+#include "runtime/clock.h"
+#include "runtime/philox.h"
+#include "runtime/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+typedef struct Batch {
+    const Module *m;
+    RtLoss loss;
+    const float *labels; /* this batch's */
+    float **outputs;
+    int64_t k;           /* classes: the first output's numel */
+    int64_t batch;
+    double loss_sum;
+    int64_t correct;
+    bool bad_label;
+} Batch;
+
+static void
+loss_grad(void *ctx, int64_t first, int nb, float **og)
+{
+    Batch *b = ctx;
+    double l = rt_loss(b->loss, b->outputs[0] + first * b->k, b->labels + first, nb, b->k, b->batch,
+                       og[0], &b->correct);
+    if (isnan(l))
+        b->bad_label = true;
+    b->loss_sum += l;
+}
+
+/* The model can be trained: every neuron layer differentiable, no batchnorm (PyTorch trains it
+ * with batch statistics), a first output of class scores [B, K]. False after reporting. */
+static bool
+check_trainable(const Module *m, const Options *o)
+{
+    bool ok = true;
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        const Node *n = &m->nodes[v];
+        char why[512];
+        SurrogateFn sg;
+        if (n->op == OP_NEURON && !neuron_surrogate(m->neurons[n->neuron], &sg, why, sizeof why)) {
+            diag_error(n->loc, "layer '%s' (%s) cannot be trained: %s", n->name ? n->name : "?",
+                       m->neurons[n->neuron]->name, why);
+            ok = false;
+        }
+        if (n->op == OP_BATCHNORM) {
+            diag_error(n->loc, "batchnorm '%s': training it needs batch statistics, which --train "
+                               "does not compute yet (fold it into the layer before it, or train "
+                               "without it)",
+                       node_layer_name(m, n));
+            ok = false;
+        }
+    }
+    if (m->noutputs == 0) {
+        diag_error(m->loc, "model '%s' has no output to train on", m->name ? m->name : "?");
+        return false;
+    }
+    const Node *out = &m->nodes[m->outputs[0]];
+    if (out->type.has_time || type_numel(&out->type) < 2) {
+        diag_error(out->loc, "--train --loss=%s reads class scores [B, K] from the first output; "
+                             "'%s' is %s (a count, mean, max or last readout gives them)",
+                   o->loss == RT_LOSS_CE ? "ce" : "mse", out->name ? out->name : "?",
+                   out->type.has_time ? "a sequence" : "a single value");
+        return false;
+    }
+    return ok;
+}
+
+/* the training and test samples: --data's two splits, or --input with --labels */
+typedef struct Sets {
+    Data train;
+    RtTensor img, lab, timg, tlab, labels_file;
+    int64_t ntest;
+    const float *test_images, *test_labels;
+} Sets;
+
+static bool
+load_sets(const Module *m, const Options *o, Sets *s)
+{
+    char err[1200];
+    memset(s, 0, sizeof *s);
+    if (!o->data) {
+        if (!load_inputs(m, o, &s->train))
+            return false;
+        RtReadLimit lim = {0, o->limit > 0 ? o->limit : 0, NULL};
+        if (rt_npy_read(o->labels, &lim, &s->labels_file, err, sizeof err)) {
+            diag_reader_error(o->labels, err);
+            return false;
+        }
+        if (s->labels_file.numel != s->train.n) {
+            diag_file_error(o->labels, "has %lld labels for %lld samples",
+                            (long long)s->labels_file.numel, (long long)s->train.n);
+            return false;
+        }
+        s->train.labels = s->labels_file.data;
+        return true;
+    }
+    const char *dir = NULL;
+    if (strncmp(o->data, "fashion-mnist", 13) == 0 && (o->data[13] == 0 || o->data[13] == ':'))
+        dir = o->data[13] == ':' && o->data[14] ? o->data + 14 : NULL;
+    else
+        usage_error("unknown data set '%s' (available: fashion-mnist[:DIR])", o->data);
+    const Node *n = &m->nodes[m->inputs[0]];
+    if (m->ninputs != 1 || n->is_per_step_input || type_numel(&n->type) != 784) {
+        diag_error(n->loc, "--data fashion-mnist needs a model with one static input of 784 values "
+                           "(e.g. input image : f32[1, 28, 28])");
+        return false;
+    }
+    if (rt_fmnist_load(dir, 1, &s->img, &s->lab, err, sizeof err) ||
+        rt_fmnist_load(dir, 0, &s->timg, &s->tlab, err, sizeof err)) {
+        diag_reader_error(NULL, err);
+        return false;
+    }
+    Data *d = &s->train;
+    d->n = s->img.dims[0];
+    if (o->limit > 0 && o->limit < d->n)
+        d->n = o->limit;
+    d->ninputs = 1;
+    d->inputs = xcalloc(1, sizeof *d->inputs);
+    d->numel = xcalloc(1, sizeof *d->numel);
+    d->inputs[0] = s->img.data;
+    d->numel[0] = 784;
+    d->labels = s->lab.data;
+    s->ntest = s->timg.dims[0];
+    if (o->test_limit >= 0 && o->test_limit < s->ntest)
+        s->ntest = o->test_limit;
+    s->test_images = s->timg.data;
+    s->test_labels = s->tlab.data;
+    return true;
+}
+
+static void
+free_sets(Sets *s)
+{
+    if (s->img.data) { /* --data: the arrays are the tensors' */
+        free(s->train.inputs);
+        free(s->train.numel);
+    } else {
+        data_free(&s->train);
+    }
+    free(s->img.data);
+    free(s->lab.data);
+    free(s->timg.data);
+    free(s->tlab.data);
+    free(s->labels_file.data);
+}
+
+/* the order of epoch e: 0..n-1, or a Fisher-Yates shuffle keyed by (seed, epoch) */
+static void
+epoch_order(int64_t *order, int64_t n, uint64_t seed, int64_t e, bool shuffle)
+{
+    for (int64_t i = 0; i < n; i++)
+        order[i] = i;
+    if (!shuffle)
+        return;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(rt_uniform(seed, 0x5348u, (uint32_t)e, (uint64_t)i) * (double)(i + 1));
+        if (j > i) j = i;
+        int64_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+static int64_t
+argmax(const float *row, int64_t k)
+{
+    int64_t best = 0;
+    for (int64_t j = 1; j < k; j++)
+        if (row[j] > row[best]) best = j;
+    return best;
+}
+
+/* test accuracy in batches of o->batch, or -1 with no test set */
+static double
+test_accuracy(const Module *m, const Options *o, const Sets *s, char *err, size_t errlen)
+{
+    if (s->ntest <= 0)
+        return -1;
+    InterpOptions io = {o->precision, o->seed, false};
+    int64_t k = type_numel(&m->nodes[m->outputs[0]].type), correct = 0;
+    float **outs = xcalloc((size_t)m->noutputs, sizeof *outs);
+    for (int j = 0; j < m->noutputs; j++) {
+        const Node *n = &m->nodes[m->outputs[j]];
+        outs[j] = xmalloc((size_t)o->batch * (size_t)type_numel(&n->type) *
+                          (size_t)(n->type.has_time ? m->timesteps : 1) * sizeof(float));
+    }
+    bool ok = true;
+    for (int64_t first = 0; first < s->ntest && ok; first += o->batch) {
+        int nb = (int)(s->ntest - first < o->batch ? s->ntest - first : o->batch);
+        const float *in[1] = {s->test_images + first * 784};
+        ok = interp_run(m, &io, nb, first, in, outs, NULL, err, errlen);
+        for (int i = 0; ok && i < nb; i++)
+            correct += (double)argmax(outs[0] + i * k, k) == s->test_labels[first + i];
+    }
+    for (int j = 0; j < m->noutputs; j++)
+        free(outs[j]);
+    free(outs);
+    return ok ? (double)correct / (double)s->ntest : NAN;
+}
+
+/* the gradients gd (one per weight) as f32 safetensors under the weights' names */
+static bool
+write_grads(const Module *m, double *const *gd, const char *path)
+{
+    RtTensor *ts = weights_as_tensors(m);
+    float **data = xcalloc((size_t)m->nweights, sizeof *data);
+    for (int w = 0; w < m->nweights; w++) {
+        data[w] = xmalloc((size_t)(ts[w].numel ? ts[w].numel : 1) * sizeof(float));
+        for (int64_t i = 0; i < ts[w].numel; i++)
+            data[w][i] = (float)gd[w][i];
+        ts[w].data = data[w];
+    }
+    char msg[512];
+    bool ok = rt_safetensors_write(path, ts, m->nweights, RT_F32, msg, sizeof msg) == 0;
+    if (!ok)
+        diag_reader_error(path, msg);
+    for (int w = 0; w < m->nweights; w++)
+        free(data[w]);
+    free(data);
+    free(ts);
+    return ok;
+}
+
+static double
+peak_rss_mb(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0;
+}
+
+int
+train(Module *m, const Options *o)
+{
+    module_clear_marks(m); /* the weights train in f32, whatever storage the model states */
+    if (o->init) {
+        m->weights_path = NULL;
+        if (o->seed >= 0) m->seed = o->seed;
+    }
+    if (!check_trainable(m, o) || !(o->init ? weights_bind(m, NULL) : bind_weights(m, o)))
+        return 1;
+    Sets sets;
+    if (!load_sets(m, o, &sets)) {
+        free_sets(&sets);
+        return 1;
+    }
+    Data *d = &sets.train;
+    int64_t N = d->n, k = type_numel(&m->nodes[m->outputs[0]].type);
+    RtOptConfig cfg = rt_opt_defaults((RtOptimizer)o->optimizer);
+    if (o->has_lr) cfg.lr = o->lr;
+    cfg.momentum = o->momentum;
+    cfg.nesterov = o->nesterov;
+    if (o->has_weight_decay) cfg.weight_decay = o->weight_decay;
+    uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : m->seed);
+    InterpOptions io = {o->precision, o->seed, false};
+
+    /* per weight: its gradient (double, summed by interp_grad), the float gradient the optimiser
+     * reads, and the optimiser's state; batchnorm statistics are not trained */
+    int nw = m->nweights;
+    double **gd = xcalloc((size_t)nw, sizeof *gd);
+    float **gf = xcalloc((size_t)nw, sizeof *gf), **state = xcalloc((size_t)nw, sizeof *state);
+    for (int w = 0; w < nw; w++) {
+        size_t n = (size_t)m->weights[w].numel;
+        gd[w] = xcalloc(n ? n : 1, sizeof(double));
+        gf[w] = xcalloc(n ? n : 1, sizeof(float));
+        state[w] = xcalloc(2 * (n ? n : 1), sizeof(float));
+    }
+    float **bin = xcalloc((size_t)d->ninputs, sizeof *bin), **outs = xcalloc((size_t)m->noutputs, sizeof *outs);
+    for (int i = 0; i < d->ninputs; i++)
+        bin[i] = xmalloc((size_t)o->batch * (size_t)d->numel[i] * sizeof(float));
+    for (int j = 0; j < m->noutputs; j++) {
+        const Node *n = &m->nodes[m->outputs[j]];
+        outs[j] = xmalloc((size_t)o->batch * (size_t)type_numel(&n->type) *
+                          (size_t)(n->type.has_time ? m->timesteps : 1) * sizeof(float));
+    }
+    float *blabels = xmalloc((size_t)o->batch * sizeof(float));
+    int64_t *order = xmalloc((size_t)(N ? N : 1) * sizeof *order);
+    bool tty = isatty(2) && !o->quiet;
+    int rc = 0;
+    int64_t step = 0;
+    char err[512];
+    if (!o->quiet)
+        printf("training %s on %lld samples: %lld epoch%s, batch %d, %s, lr %g, loss %s, T = %d "
+               "(reference interpreter, %s)\n",
+               m->name ? m->name : "the model", (long long)N, (long long)o->epochs,
+               o->epochs == 1 ? "" : "s", o->batch,
+               cfg.kind == RT_OPT_SGD ? "sgd" : cfg.kind == RT_OPT_ADAM ? "adam" : "adamw", cfg.lr,
+               o->loss == RT_LOSS_CE ? "ce" : "mse", m->timesteps,
+               o->precision == INTERP_F32 ? "float32" : "double");
+    /* --report=json: one object, the last line of stdout, built up epoch by epoch */
+    char *json = NULL;
+    size_t json_len = 0;
+    FILE *js = o->report_json ? open_memstream(&json, &json_len) : NULL;
+    if (o->report_json && !js)
+        die("out of memory");
+    for (int64_t e = 0; e < o->epochs && rc == 0; e++) {
+        RtOptConfig ecfg = cfg;
+        if (o->cosine) ecfg.lr = rt_cosine_lr(cfg.lr, e, o->epochs);
+        epoch_order(order, N, seed, e, !o->no_shuffle);
+        double t0 = rt_now_seconds(), loss_sum = 0;
+        int64_t correct = 0, done = 0;
+        for (int64_t first = 0; first < N && rc == 0; first += o->batch) {
+            int nb = (int)(N - first < o->batch ? N - first : o->batch);
+            for (int b = 0; b < nb; b++) {
+                int64_t s = order[first + b];
+                for (int i = 0; i < d->ninputs; i++)
+                    memcpy(bin[i] + (size_t)b * (size_t)d->numel[i],
+                           d->inputs[i] + (size_t)s * (size_t)d->numel[i],
+                           (size_t)d->numel[i] * sizeof(float));
+                blabels[b] = d->labels[s];
+            }
+            Batch bt = {m, (RtLoss)o->loss, blabels, outs, k, nb, 0, 0, false};
+            /* Poisson draws keyed by the epoch and position: fresh noise every epoch */
+            if (!interp_grad(m, &io, nb, e * N + first, (const float *const *)bin, outs, loss_grad,
+                             &bt, NULL, gd, err, sizeof err)) {
+                fprintf(stderr, "snnc: error: %s\n", err);
+                rc = 1;
+                break;
+            }
+            if (bt.bad_label) {
+                fprintf(stderr, "snnc: error: a label in batch at sample %lld is not a class of "
+                                "0..%lld\n", (long long)first, (long long)(k - 1));
+                rc = 1;
+                break;
+            }
+            step++;
+            if (step == 1 && o->grads && !write_grads(m, gd, o->grads)) {
+                rc = 1;
+                break;
+            }
+            for (int w = 0; w < nw; w++) {
+                Weight *wt = &m->weights[w];
+                const char *slot = op_info(m->nodes[wt->node].op)->weights[wt->slot];
+                if (strncmp(slot, "running_", 8) == 0)
+                    continue;
+                for (int64_t i = 0; i < wt->numel; i++) {
+                    gf[w][i] = (float)gd[w][i];
+                    gd[w][i] = 0;
+                }
+                rt_opt_step(&ecfg, step, wt->data, gf[w], state[w], wt->numel);
+            }
+            loss_sum += bt.loss_sum * nb;
+            correct += bt.correct;
+            done += nb;
+            if (tty) {
+                double el = rt_now_seconds() - t0;
+                fprintf(stderr, "\repoch %lld/%lld  %lld/%lld  loss %.4f  accuracy %.4f  %.0f images/s ",
+                        (long long)e + 1, (long long)o->epochs, (long long)done, (long long)N,
+                        loss_sum / (double)done, (double)correct / (double)done,
+                        el > 0 ? (double)done / el : 0);
+            }
+        }
+        if (tty)
+            fputc('\n', stderr);
+        if (rc)
+            break;
+        double secs = rt_now_seconds() - t0;
+        double acc = test_accuracy(m, o, &sets, err, sizeof err);
+        if (isnan(acc)) {
+            fprintf(stderr, "snnc: error: testing: %s\n", err);
+            rc = 1;
+            break;
+        }
+        if (write_weights(m, o->out) != 0) {
+            rc = 1;
+            break;
+        }
+        double train_loss = loss_sum / (double)(done ? done : 1);
+        double train_acc = (double)correct / (double)(done ? done : 1);
+        if (!o->quiet) {
+            printf("epoch %lld/%lld: loss %.6f, train accuracy %.4f", (long long)e + 1,
+                   (long long)o->epochs, train_loss, train_acc);
+            if (acc >= 0)
+                printf(", test accuracy %.4f (%lld images)", acc, (long long)sets.ntest);
+            printf(", %.0f images/s, %.1f s, lr %g; weights written to %s\n",
+                   secs > 0 ? (double)done / secs : 0, secs, ecfg.lr, o->out);
+            fflush(stdout);
+        }
+        if (js)
+            fprintf(js, "%s{\"epoch\": %lld, \"loss\": %.9g, \"train_accuracy\": %.6f, "
+                   "\"test_accuracy\": %.6f, \"images_per_s\": %.1f, \"seconds\": %.3f, "
+                   "\"lr\": %.9g, \"peak_rss_mb\": %.1f}",
+                   e ? ", " : "", (long long)e + 1, train_loss, train_acc, acc, done / (secs > 0 ? secs : 1),
+                   secs, ecfg.lr, peak_rss_mb());
+    }
+    if (js) {
+        fclose(js);
+        printf("{\"epochs\": [%s], \"samples\": %lld, \"ok\": %s}\n", json, (long long)N,
+               rc == 0 ? "true" : "false");
+        free(json);
+    }
+    for (int w = 0; w < nw; w++) {
+        free(gd[w]);
+        free(gf[w]);
+        free(state[w]);
+    }
+    free(gd);
+    free(gf);
+    free(state);
+    for (int i = 0; i < d->ninputs; i++)
+        free(bin[i]);
+    free(bin);
+    for (int j = 0; j < m->noutputs; j++)
+        free(outs[j]);
+    free(outs);
+    free(blabels);
+    free(order);
+    free_sets(&sets);
+    return rc;
+}

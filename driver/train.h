@@ -1,0 +1,11 @@
+/* train.h: --train (driver/train.c). */
+#ifndef SNN_DRIVER_TRAIN_H
+#define SNN_DRIVER_TRAIN_H
+
+#include "driver/options.h"
+
+/* trains m's weights on the data of o and writes them to o->out after every epoch; an exit
+ * status */
+int train(Module *m, const Options *o);
+
+#endif

@@ -1,0 +1,110 @@
+/* train.c: losses and optimiser updates as PyTorch computes them (runtime/train.h). The order of
+ * float operations follows torch.nn.functional and torch.optim's single-tensor loops; where
+ * ATen's vectorised CPU kernels fuse a multiply and an add (add with alpha, lerp), fmaf does the
+ * same. */
+#include "runtime/train.h"
+
+#include <math.h>
+
+double
+rt_loss(RtLoss kind, const float *out, const float *labels, int64_t n, int64_t k, int64_t batch,
+        float *grad, int64_t *correct)
+{
+    double total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *z = out + i * k;
+        float *g = grad + i * k;
+        double lf = labels[i];
+        int64_t y = lf >= 0 && lf < (double)k && lf == floor(lf) ? (int64_t)lf : -1;
+        if (y < 0)
+            return NAN;
+        int64_t best = 0;
+        for (int64_t j = 1; j < k; j++)
+            if (z[j] > z[best])
+                best = j;
+        *correct += best == y;
+        if (kind == RT_LOSS_MSE) {
+            /* mean((z - onehot)^2) over batch * k; backward (z - y) * (2 / numel) */
+            float norm = (float)(2.0 / ((double)batch * (double)k));
+            for (int64_t j = 0; j < k; j++) {
+                float d = z[j] - (j == y ? 1.0f : 0.0f);
+                total += (double)d * d / ((double)batch * (double)k);
+                g[j] = d * norm;
+            }
+        } else {
+            /* log_softmax then nll, mean over the batch: (softmax - onehot) / batch */
+            double mx = z[best], s = 0;
+            for (int64_t j = 0; j < k; j++)
+                s += exp((double)z[j] - mx);
+            double lse = mx + log(s);
+            total += (lse - z[y]) / (double)batch;
+            for (int64_t j = 0; j < k; j++) {
+                float p = (float)exp((double)z[j] - lse);
+                g[j] = (p - (j == y ? 1.0f : 0.0f)) / (float)batch;
+            }
+        }
+    }
+    return total;
+}
+
+RtOptConfig
+rt_opt_defaults(RtOptimizer kind)
+{
+    RtOptConfig c = {kind, 1e-3, 0, 0, false, 0.9, 0.999, 1e-8, kind == RT_OPT_ADAMW ? 1e-2 : 0};
+    return c;
+}
+
+void
+rt_opt_step(const RtOptConfig *c, int64_t step, float *p, const float *g, float *state, int64_t n)
+{
+    float lr = (float)c->lr, wd = (float)c->weight_decay;
+    if (c->kind == RT_OPT_SGD) {
+        float mom = (float)c->momentum, damp1 = (float)(1 - c->dampening);
+        for (int64_t i = 0; i < n; i++) {
+            float d = g[i];
+            if (c->weight_decay != 0)
+                d = fmaf(p[i], wd, d); /* grad.add(param, alpha=wd) */
+            if (c->momentum != 0) {
+                float *buf = &state[i];
+                *buf = step == 1 ? d : fmaf(d, damp1, *buf * mom);
+                d = c->nesterov ? fmaf(*buf, mom, d) : *buf;
+            }
+            p[i] = fmaf(d, -lr, p[i]); /* param.add_(grad, alpha=-lr) */
+        }
+        return;
+    }
+    float *m = state, *v = state + n;
+    double bc1 = 1 - pow(c->beta1, (double)step), bc2 = 1 - pow(c->beta2, (double)step);
+    float step_size = (float)(c->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    float w1 = (float)(1 - c->beta1), b2 = (float)c->beta2, w2 = (float)(1 - c->beta2);
+    float eps = (float)c->eps;
+    if (c->kind == RT_OPT_ADAMW && c->weight_decay != 0) {
+        float keep = (float)(1 - c->lr * c->weight_decay);
+        for (int64_t i = 0; i < n; i++)
+            p[i] *= keep;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i];
+        if (c->kind == RT_OPT_ADAM && c->weight_decay != 0)
+            d = fmaf(p[i], wd, d);
+        m[i] = fmaf(w1, d - m[i], m[i]); /* exp_avg.lerp_(grad, 1 - beta1) */
+        v[i] = v[i] * b2 + w2 * d * d;   /* exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2) */
+        float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+        p[i] = p[i] + -step_size * m[i] / denom; /* param.addcdiv_(exp_avg, denom, -step_size) */
+    }
+}
+
+double
+rt_cosine_lr(double lr0, int64_t e, int64_t E)
+{
+    double lr = lr0;
+    if (E <= 0)
+        return lr0;
+    for (int64_t t = 1; t <= e; t++) {
+        if ((t - 1 - E) % (2 * E) == 0)
+            lr = lr + lr0 * (1 - cos(M_PI / (double)E)) / 2;
+        else
+            lr = (1 + cos(M_PI * (double)t / (double)E)) / (1 + cos(M_PI * (double)(t - 1) / (double)E)) * lr;
+    }
+    return lr;
+}

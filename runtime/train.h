@@ -1,0 +1,51 @@
+/* train.h: the arithmetic of training that is not the network: losses with their gradients, and
+ * optimiser updates, each computed as PyTorch computes it in float32 on the CPU (the same
+ * operations in the same order; a Python float meeting a float32 tensor is rounded to float32
+ * first). Pure functions over caller-owned arrays: nothing here allocates, prints or exits. */
+#ifndef SNN_RUNTIME_TRAIN_H
+#define SNN_RUNTIME_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    RT_LOSS_MSE, /* F.mse_loss(out, one_hot(label)), mean over batch x classes (SpikingJelly's,
+                    on firing rates) */
+    RT_LOSS_CE,  /* F.cross_entropy(out, label), mean over the batch (logits: counts, membranes) */
+} RtLoss;
+
+/* The loss of rows out[0..n) ([n][k] scores, labels[i] in 0..k-1) of a batch of `batch` rows:
+ * returns the sum over these rows of their share of the batch's mean loss (so the shares of a
+ * batch's groups of rows add up to its loss), writes dLoss/dout into grad ([n][k]) and adds the
+ * rows whose first maximum is the label to *correct. A label outside 0..k-1 gives NaN. */
+double rt_loss(RtLoss kind, const float *out, const float *labels, int64_t n, int64_t k,
+               int64_t batch, float *grad, int64_t *correct);
+
+typedef enum { RT_OPT_SGD, RT_OPT_ADAM, RT_OPT_ADAMW } RtOptimizer;
+
+typedef struct RtOptConfig {
+    RtOptimizer kind;
+    double lr;
+    double momentum, dampening; /* SGD */
+    bool nesterov;              /* SGD: needs momentum > 0 and dampening 0 */
+    double beta1, beta2, eps;   /* Adam, AdamW */
+    double weight_decay;        /* L2 (SGD, Adam) or decoupled (AdamW) */
+} RtOptConfig;
+
+/* PyTorch's defaults for kind (SGD lr 1e-3; Adam lr 1e-3, betas 0.9/0.999, eps 1e-8; AdamW the
+ * same with weight decay 1e-2) */
+RtOptConfig rt_opt_defaults(RtOptimizer kind);
+
+/* One update of n parameters p with gradients g. state: 2 n floats per parameter tensor (SGD's
+ * momentum buffer; Adam's exp_avg then exp_avg_sq), zeroed before the first step; step: the
+ * update's number, from 1 (the same for every tensor of a step). Like torch.optim's
+ * single-tensor (for-loop) implementation. */
+void rt_opt_step(const RtOptConfig *c, int64_t step, float *p, const float *g, float *state,
+                 int64_t n);
+
+/* The learning rate of epoch e (from 0) of E under a cosine schedule (CosineAnnealingLR with
+ * T_max = E, eta_min 0, stepped per epoch), computed as PyTorch's recursive form does */
+double rt_cosine_lr(double lr0, int64_t e, int64_t E);
+
+#endif
