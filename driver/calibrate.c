@@ -129,7 +129,7 @@ set_weights(Cal *c, const WeightStore *store, const WeightStore *astore)
 static bool
 run_all(Cal *c, bool is_base, Diff *d)
 {
-    InterpOptions io = {INTERP_F32, -1, false};
+    InterpOptions io = {INTERP_F32, -1, false, false};
     const float **in = xmalloc(((size_t)c->cm->ninputs + 1) * sizeof *in);
     float **out = xmalloc(((size_t)c->cm->noutputs + 1) * sizeof *out);
     memset(d, 0, sizeof *d);

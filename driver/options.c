@@ -703,6 +703,10 @@ parse_options(int argc, char **argv, Options *o)
     if (o->is_nir && o->model)
         usage_error("--model picks one model of a .snn file; a NIR graph is one model");
     if (o->train) {
+        if (o->nesterov && (o->optimizer != RT_OPT_SGD || !(o->momentum > 0)))
+            usage_error("--nesterov is SGD with momentum: give --optimizer=sgd and --momentum");
+        if (o->has_momentum && o->optimizer != RT_OPT_SGD)
+            usage_error("--momentum is for --optimizer=sgd");
         if (o->run || o->emit || o->explain)
             usage_error("--train trains and writes weights: not with --run, --emit or --explain");
         if (!o->out)
@@ -712,10 +716,6 @@ parse_options(int argc, char **argv, Options *o)
                         "--labels=FILE.npy");
         if (o->ninput_args && !o->labels)
             usage_error("--train --input needs --labels=FILE.npy (the class of each sample)");
-        if (o->nesterov && (o->optimizer != RT_OPT_SGD || !(o->momentum > 0)))
-            usage_error("--nesterov is SGD with momentum: give --optimizer=sgd and --momentum");
-        if (o->has_momentum && o->optimizer != RT_OPT_SGD)
-            usage_error("--momentum is for --optimizer=sgd");
         if (o->is_nir)
             usage_error("--train takes a .snn model for now (--emit=snn translates a NIR graph)");
         if ((backend_given && strcmp(o->backend, "interp") != 0) || o->device)
@@ -745,8 +745,10 @@ parse_options(int argc, char **argv, Options *o)
     if (o->report_json && !o->run && !is_build(o))
         usage_error("--report=json reports a run (--run) or a build (-o MODEL.so, --emit=obj, "
                     "--emit=ptx, --emit=cubin)");
-    if (!o->run && (o->output || (o->limit >= 0 && !o->train)))
-        usage_error("--output and --limit need --run (--limit: or --train)");
+    if (!o->run && o->output)
+        usage_error("--output needs --run");
+    if (!o->run && !o->train && o->limit >= 0)
+        usage_error("--limit needs --run or --train");
     if (!o->run && !o->train && !o->precision_mode && !o->events_auto && (o->data || o->ninput_args))
         usage_error("--data and --input need --run (or --precision=fp16|bf16|mixed or "
                     "--events=auto, which calibrate on them)");

@@ -366,7 +366,7 @@ run(Module *m, const Options *o)
     const Node *out0 = &m->nodes[m->outputs[0]];
     bool scores = !out0->type.has_time && out0->type.rank == 1;
     int64_t correct = 0;
-    InterpOptions io = {o->precision, o->seed, false};
+    InterpOptions io = {o->precision, o->seed, false, false};
     char err[512];
     const Backend *be = find_backend(o->backend);
     if (be->is_compiled && o->seed >= 0)

@@ -41,8 +41,8 @@ loss_grad(void *ctx, int64_t first, int nb, float **og)
     b->loss_sum += l;
 }
 
-/* The model can be trained: every neuron layer differentiable, no batchnorm (PyTorch trains it
- * with batch statistics), a first output of class scores [B, K]. False after reporting. */
+/* The model can be trained: every neuron layer differentiable, a first output of class scores
+ * [B, K]. False after reporting. */
 static bool
 check_trainable(const Module *m, const Options *o)
 {
@@ -54,13 +54,6 @@ check_trainable(const Module *m, const Options *o)
         if (n->op == OP_NEURON && !neuron_surrogate(m->neurons[n->neuron], &sg, why, sizeof why)) {
             diag_error(n->loc, "layer '%s' (%s) cannot be trained: %s", n->name ? n->name : "?",
                        m->neurons[n->neuron]->name, why);
-            ok = false;
-        }
-        if (n->op == OP_BATCHNORM) {
-            diag_error(n->loc, "batchnorm '%s': training it needs batch statistics, which --train "
-                               "does not compute yet (fold it into the layer before it, or train "
-                               "without it)",
-                       node_layer_name(m, n));
             ok = false;
         }
     }
@@ -190,7 +183,7 @@ test_accuracy(const Module *m, const Options *o, const Sets *s, char *err, size_
 {
     if (s->ntest <= 0)
         return -1;
-    InterpOptions io = {o->precision, o->seed, false};
+    InterpOptions io = {o->precision, o->seed, false, false};
     int64_t k = type_numel(&m->nodes[m->outputs[0]].type), correct = 0;
     float **outs = xcalloc((size_t)m->noutputs, sizeof *outs);
     for (int j = 0; j < m->noutputs; j++) {
@@ -265,7 +258,8 @@ train(Module *m, const Options *o)
     cfg.nesterov = o->nesterov;
     if (o->has_weight_decay) cfg.weight_decay = o->weight_decay;
     uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : m->seed);
-    InterpOptions io = {o->precision, o->seed, false};
+    /* batchnorm trains on the batch's statistics and keeps running ones for testing */
+    InterpOptions io = {o->precision, o->seed, false, true};
 
     /* per weight: its gradient (double, summed by interp_grad), the float gradient the optimiser
      * reads, and the optimiser's state; batchnorm statistics are not trained */

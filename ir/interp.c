@@ -455,6 +455,40 @@ eval_pool(Interp *ip, ValueId v, int t)
     }
 }
 
+/* A batchnorm's statistics over its whole input (every step: the backward pass runs layer by
+ * layer, so they are all there; a static value's one), per channel, in double as PyTorch's CPU
+ * kernels accumulate them: the mean, the biased variance and 1 / sqrt(var + eps) */
+static void
+batch_statistics(Interp *ip, ValueId v)
+{
+    const Node *n = &ip->m->nodes[v];
+    NodeRun *r = &ip->nodes[v];
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1, inner = C ? r->numel / C : 0;
+    int steps = r->is_static ? 1 : ip->T;
+    double cnt = (double)steps * ip->nb * (double)inner, eps = node_attr_f(n, "eps");
+    for (int64_t c = 0; c < C; c++) {
+        double sum = 0, sq = 0;
+        for (int t = 0; t < steps; t++) {
+            const double *x = ip_val(ip, n->args[0], t);
+            for (int b = 0; b < ip->nb; b++)
+                for (int64_t i = 0; i < inner; i++)
+                    sum += x[(size_t)b * (size_t)r->numel + (size_t)(c * inner + i)];
+        }
+        double mean = sum / cnt;
+        for (int t = 0; t < steps; t++) {
+            const double *x = ip_val(ip, n->args[0], t);
+            for (int b = 0; b < ip->nb; b++)
+                for (int64_t i = 0; i < inner; i++) {
+                    double d = x[(size_t)b * (size_t)r->numel + (size_t)(c * inner + i)] - mean;
+                    sq += d * d;
+                }
+        }
+        r->bn_mean[c] = ip_rnd(ip, mean);
+        r->bn_var[c] = sq / cnt;
+        r->bn_invstd[c] = ip_rnd(ip, 1.0 / sqrt(sq / cnt + eps));
+    }
+}
+
 /* inference batch norm over the first sample dimension */
 static void
 eval_batchnorm(Interp *ip, ValueId v, int t)
@@ -468,6 +502,20 @@ eval_batchnorm(Interp *ip, ValueId v, int t)
     double eps = node_attr_f(n, "eps");
     const double *x = ip_val(ip, n->args[0], t);
     double *y = ip_val(ip, v, t);
+    if (ip->batch_stats) {
+        if (t == 0 || !r->is_static) {
+            if (t == 0)
+                batch_statistics(ip, v);
+            for (int b = 0; b < ip->nb; b++)
+                for (int64_t c = 0; c < C; c++) {
+                    size_t base = (size_t)b * (size_t)r->numel + (size_t)(c * inner);
+                    for (int64_t i = 0; i < inner; i++)
+                        y[base + (size_t)i] = ip_rnd(ip, ip_rnd(ip, (x[base + (size_t)i] - r->bn_mean[c]) *
+                                                             r->bn_invstd[c]) * w[c] + bias[c]);
+                }
+        }
+        return;
+    }
     for (int b = 0; b < ip->nb; b++)
         for (int64_t c = 0; c < C; c++) {
             double sd = sqrt((double)var[c] + eps);
@@ -752,9 +800,9 @@ interp_setup(Interp *ip)
     free(is_static);
     /* a delay by s steps needs s + 1 steps of its operand (fewer when s >= T: it reads nothing);
      * the backward pass needs every step of every node */
-    if (ip->keep_all)
+    if (ip->keep_all) /* a static value is the same at every step: one slot */
         for (ValueId v = 0; v < m->nnodes; v++)
-            ip->nodes[v].hist = ip->T;
+            ip->nodes[v].hist = ip->nodes[v].is_static ? 1 : ip->T;
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
         if (n->op != OP_DELAY)
@@ -773,6 +821,19 @@ interp_setup(Interp *ip)
     ip->chunk = fit < 1 ? 1 : fit > INTERP_CHUNK ? INTERP_CHUNK : (int)fit;
     if (ip->chunk > ip->batch)
         ip->chunk = (int)ip->batch;
+    bool has_bn = false;
+    for (ValueId v = 0; v < m->nnodes; v++)
+        has_bn |= m->nodes[v].op == OP_BATCHNORM;
+    if (ip->batch_stats && has_bn && ip->chunk < ip->batch) {
+        /* the statistics are the whole batch's: one pass, if it fits in 16 GiB */
+        if (per_sample * (double)ip->batch > 16.0 * 1024 * 1024 * 1024) {
+            interp_fail(ip, "interpreter: a batch of %lld needs %.1f GiB to compute batchnorm's "
+                            "batch statistics; give a smaller batch",
+                        (long long)ip->batch, per_sample * (double)ip->batch / (1 << 30));
+            return false;
+        }
+        ip->chunk = (int)ip->batch;
+    }
 
     size_t scratch = 1;
     for (ValueId v = 0; v < m->nnodes && !ip->failed; v++) {
@@ -843,6 +904,11 @@ interp_setup(Interp *ip)
         }
         if (n->op == OP_BATCHNORM) {
             int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+            if (ip->batch_stats) {
+                r->bn_mean = interp_alloc(ip, (size_t)C, sizeof(double));
+                r->bn_invstd = interp_alloc(ip, (size_t)C, sizeof(double));
+                r->bn_var = interp_alloc(ip, (size_t)C, sizeof(double));
+            }
             for (int s = 0; s < 4; s++)
                 if (ip_weight(ip, n, s)->numel != C)
                     interp_fail(ip, "interpreter: batchnorm '%s' weights do not match its channels",
@@ -881,6 +947,9 @@ interp_teardown(Interp *ip)
             free(r->buf);
             free(r->acc);
             free(r->wt);
+            free(r->bn_mean);
+            free(r->bn_invstd);
+            free(r->bn_var);
             if (r->neuron) {
                 NeuronRun *nr = r->neuron;
                 free(nr->pool);
@@ -914,6 +983,7 @@ interp_init(Interp *ip, const Module *m, const InterpOptions *opt, int batch, in
     ip->sample_base = sample_base;
     ip->seed = (uint64_t)(opt && opt->seed >= 0 ? opt->seed : m->seed);
     ip->smooth = opt && opt->smooth_spikes;
+    ip->batch_stats = opt && opt->batch_stats;
     ip->inputs = inputs;
     ip->outputs = outputs;
     ip->err = err;
@@ -931,6 +1001,10 @@ interp_run(const Module *m, const InterpOptions *opt, int batch, int64_t sample_
     interp_init(&ip, m, opt, batch, sample_base, inputs, outputs, err, errlen);
     if (batch <= 0 || ip.T <= 0)
         return true;
+    if (ip.batch_stats) {
+        interp_fail(&ip, "interpreter: batch statistics are for training (interp_grad)");
+        return false;
+    }
     if (interp_setup(&ip)) {
         for (ip.b0 = 0; ip.b0 < batch; ip.b0 += ip.chunk) {
             ip.nb = (int)(batch - ip.b0 < ip.chunk ? batch - ip.b0 : ip.chunk);

@@ -421,11 +421,81 @@ pool_backward(Grad *G, ValueId v, int t)
     }
 }
 
+/* training batch norm (Interp.batch_stats): y = xh w + b with xh = (x - mean) invstd over the set
+ * S of every step, sample and position (a static value counts T times); once, at its first call
+ * (t = T - 1, or t = 0 for a static value), for every step:
+ * dx = w invstd (dy - mean_S(dy) - xh mean_S(dy xh)), dw = sum_S dy xh, db = sum_S dy */
+static void
+batchnorm_backward_batch(Grad *G, ValueId v, int t)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    if (!r->is_static && t != ip->T - 1)
+        return;
+    ValueId a = n->args[0];
+    int64_t numel = r->numel, C = n->type.rank > 0 ? n->type.dims[0] : 1, inner = C ? numel / C : 0;
+    int steps = r->is_static ? 1 : ip->T;
+    double copies = r->is_static ? ip->T : 1; /* a static value stands for T equal steps */
+    double cnt = copies * steps * ip->nb * (double)inner;
+    const float *w = ip_weight(ip, n, 0)->data;
+    double *dw = G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
+    double *db = G->weight_grads ? G->weight_grads[n->first_weight + 1] : NULL;
+    for (int64_t c = 0; c < C; c++) {
+        double sg = 0, sgx = 0, mean = r->bn_mean[c], is = r->bn_invstd[c];
+        for (int s = 0; s < steps; s++) {
+            const double *x = ip_val(ip, a, s), *gy = gslot(G, v, s);
+            for (int b = 0; b < ip->nb; b++)
+                for (int64_t i = 0; i < inner; i++) {
+                    size_t j = (size_t)b * (size_t)numel + (size_t)(c * inner + i);
+                    sg += gy[j];
+                    sgx += gy[j] * (x[j] - mean) * is;
+                }
+        }
+        if (dw) dw[c] += sgx;
+        if (db) db[c] += sg;
+        double mg = copies * sg / cnt, mgx = copies * sgx / cnt;
+        for (int s = 0; s < steps; s++) {
+            const double *x = ip_val(ip, a, s), *gy = gslot(G, v, s);
+            double *gx = gslot(G, a, s);
+            for (int b = 0; b < ip->nb; b++)
+                for (int64_t i = 0; i < inner; i++) {
+                    size_t j = (size_t)b * (size_t)numel + (size_t)(c * inner + i);
+                    double xh = (x[j] - mean) * is;
+                    acc(ip, &gx[j], ip_rnd(ip, w[c] * is * (gy[j] - mg - xh * mgx)));
+                }
+        }
+    }
+}
+
+/* PyTorch's running statistics after a training batch: momentum 0.1, the variance unbiased
+ * (n / (n - 1), n every step, sample and position, a static value T times), in double, stored
+ * to float */
+static void
+batchnorm_update_running(Grad *G, ValueId v)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    const NodeRun *r = &ip->nodes[v];
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1, inner = C ? r->numel / C : 0;
+    double cnt = (double)ip->T * ip->nb * (double)inner;
+    float *rm = ip_weight(ip, n, 2)->data, *rv = ip_weight(ip, n, 3)->data;
+    for (int64_t c = 0; c < C; c++) {
+        double unbiased = cnt > 1 ? r->bn_var[c] * cnt / (cnt - 1) : r->bn_var[c];
+        rm[c] = (float)(0.1 * r->bn_mean[c] + 0.9 * (double)rm[c]);
+        rv[c] = (float)(0.1 * unbiased + 0.9 * (double)rv[c]);
+    }
+}
+
 /* inference batch norm: y = (x - mean) / sd * w + b */
 static void
 batchnorm_backward(Grad *G, ValueId v, int t)
 {
     Interp *ip = &G->ip;
+    if (ip->batch_stats) {
+        batchnorm_backward_batch(G, v, t);
+        return;
+    }
     const Node *n = &ip->m->nodes[v];
     ValueId a = n->args[0];
     int64_t numel = ip->nodes[v].numel, C = n->type.rank > 0 ? n->type.dims[0] : 1;
@@ -614,6 +684,19 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
             return false;
         }
     }
+    /* Without delays every value depends only on values before it in the topological order,
+     * so the passes may run layer by layer (each node all its steps): what batch statistics
+     * need; with a delay, step by step (forward) and reverse step by step (backward). */
+    bool layer_major = true, has_bn = false;
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        layer_major &= m->nodes[v].op != OP_DELAY;
+        has_bn |= m->nodes[v].op == OP_BATCHNORM;
+    }
+    if (ip->batch_stats && has_bn && !layer_major) {
+        interp_fail(ip, "batchnorm's batch statistics in a recurrent model (prev/delay) are not "
+                        "supported");
+        return false;
+    }
     double **carry = NULL, *snap = NULL;
     float **og = NULL;
     bool ok = interp_setup(ip);
@@ -655,12 +738,24 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
         for (ValueId v = 0; v < m->nnodes; v++)
             if (ip->nodes[v].neuron)
                 interp_reset_neuron(ip, &ip->nodes[v]);
-        for (int t = 0; t < ip->T; t++) {
+        if (layer_major) {
             for (int k = 0; k < m->nnodes; k++)
-                interp_eval_node(ip, ip->order[k], t, NULL);
-            interp_write_step_outputs(ip, t);
+                for (int t = 0; t < ip->T; t++)
+                    interp_eval_node(ip, ip->order[k], t, NULL);
+            for (int t = 0; t < ip->T; t++)
+                interp_write_step_outputs(ip, t);
+        } else {
+            for (int t = 0; t < ip->T; t++) {
+                for (int k = 0; k < m->nnodes; k++)
+                    interp_eval_node(ip, ip->order[k], t, NULL);
+                interp_write_step_outputs(ip, t);
+            }
         }
         interp_write_final_outputs(ip);
+        if (ip->batch_stats)
+            for (ValueId v = 0; v < m->nnodes; v++)
+                if (m->nodes[v].op == OP_BATCHNORM)
+                    batchnorm_update_running(&G, v);
         /* the gradients of this pass's outputs */
         for (int k = 0; k < m->noutputs; k++) {
             const Node *n = &m->nodes[m->outputs[k]];
@@ -694,9 +789,15 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
                             og[k][((size_t)b * (size_t)ip->T + (size_t)t) * numel + i];
                 }
         }
-        for (int t = ip->T - 1; t >= 0; t--)
+        if (layer_major) {
             for (int k = m->nnodes - 1; k >= 0; k--)
-                node_backward(&G, ip->order[k], t, carry, snap);
+                for (int t = ip->T - 1; t >= 0; t--)
+                    node_backward(&G, ip->order[k], t, carry, snap);
+        } else {
+            for (int t = ip->T - 1; t >= 0; t--)
+                for (int k = m->nnodes - 1; k >= 0; k--)
+                    node_backward(&G, ip->order[k], t, carry, snap);
+        }
     }
     if (G.g)
         for (ValueId v = 0; v < m->nnodes; v++) {

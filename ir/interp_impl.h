@@ -48,6 +48,8 @@ typedef struct NodeRun {
     uint32_t stream;     /* OP_POISSON: ordinal among poisson nodes */
     int state_var;       /* OP_STATE: state index (>= 0) or -1 - local index */
     bool is_spike_input; /* dense/conv operand is a spike tensor: zero inputs are skipped */
+    double *bn_mean, *bn_invstd, *bn_var; /* Interp.batch_stats: a batchnorm's batch statistics
+                                           * per channel */
     bool is_static;      /* the same at every step (a static input and stateless ops over such
                           * values): computed at t = 0 only, then carried */
 } NodeRun;
@@ -74,6 +76,7 @@ typedef struct Interp {
      * forward pass); otherwise a node keeps the steps its readers need */
     bool keep_all;
     bool smooth; /* InterpOptions.smooth_spikes */
+    bool batch_stats; /* InterpOptions.batch_stats */
 } Interp;
 
 /* What one neuron sees while its statements run. */

@@ -571,6 +571,11 @@ typedef struct InterpOptions {
      * reset to a value mixes as S e + (1 - S) v: a smooth network whose true gradient is the
      * surrogate gradient (the finite-difference checks of interp_grad; f64) */
     bool smooth_spikes;
+    /* batchnorm normalises with the batch's own statistics, per channel over every step, sample
+     * and position (PyTorch's training mode over SpikingJelly's [T*B, C, ...]; a static value
+     * counts T times), and interp_grad updates running_mean and running_var in place (momentum
+     * 0.1, the variance unbiased) once per call; the batch is then one pass (all of it in memory) */
+    bool batch_stats;
 } InterpOptions;
 /* One batch: inputs[i] holds B samples of input i in the file layout (sample-major: [B, (T,) ...]);
  * outputs[j] receives B samples of output j ([B, ...] or [B, T, ...] for sequence).

@@ -96,6 +96,7 @@ loss(Case *c, const InterpOptions *o)
     Interp ip;
     const Module *m = c->m;
     interp_init(&ip, m, o, BATCH, 0, (const float *const *)c->in, c->out, err, sizeof err);
+    ip.keep_all = o->batch_stats; /* layer by layer: every step of every value kept */
     if (!interp_setup(&ip) || ip.chunk < BATCH) {
         fprintf(stderr, "interpreter: %s\n", err);
         exit(1);
@@ -105,8 +106,12 @@ loss(Case *c, const InterpOptions *o)
     for (ValueId v = 0; v < m->nnodes; v++)
         if (ip.nodes[v].neuron) interp_reset_neuron(&ip, &ip.nodes[v]);
     double l = 0;
+    if (o->batch_stats) /* batch statistics need every step of a layer's input: layer by layer */
+        for (int k = 0; k < m->nnodes; k++)
+            for (int t = 0; t < ip.T; t++) interp_eval_node(&ip, ip.order[k], t, NULL);
     for (int t = 0; t < ip.T; t++) {
-        for (int k = 0; k < m->nnodes; k++) interp_eval_node(&ip, ip.order[k], t, NULL);
+        if (!o->batch_stats)
+            for (int k = 0; k < m->nnodes; k++) interp_eval_node(&ip, ip.order[k], t, NULL);
         for (int k = 0; k < m->noutputs; k++) {
             ValueId v = m->outputs[k];
             if (m->nodes[v].op != OP_SEQUENCE) continue;
@@ -172,10 +177,10 @@ agree(const char *model, const char *what, size_t i, double got, double want, do
 }
 
 static void
-check_case(const char *name, const char *text)
+check_case_stats(const char *name, const char *text, bool batch_stats)
 {
     Case c = make_case(text);
-    InterpOptions o = {INTERP_F64, -1, true};
+    InterpOptions o = {INTERP_F64, -1, true, batch_stats};
     Module *m = c.m;
     double *wg[64] = {0}, *ig[4] = {0};
     for (int w = 0; w < m->nweights; w++) wg[w] = calloc((size_t)m->weights[w].numel, sizeof(double));
@@ -210,6 +215,12 @@ check_case(const char *name, const char *text)
 }
 
 static void
+check_case(const char *name, const char *text)
+{
+    check_case_stats(name, text, false);
+}
+
+static void
 test_finite_differences(void)
 {
     /* two LIF layers on a per-step input, a mean and a count readout */
@@ -241,6 +252,15 @@ test_finite_differences(void)
                              " s1 = LIF(dense(x, 4), decay_input = 0, v_reset = -0.25)\n"
                              " s2 = LIFBox(dense(x, 4), tau_mem_inv = 500.0)\n"
                              " output a = count(s1)\n output b = count(s2)\n}\n");
+    /* batchnorm in training mode: the batch's statistics over every step, on a static conv
+     * output (counted T times) and on a per-step dense output */
+    check_case_stats("batchnorm-static", "model bn {\n timesteps 3\n input img : f32[2, 5, 5]\n"
+                     " c = conv2d(img, 3, 3, pad = 1)\n s = IF(batchnorm(c))\n"
+                     " output a = count(s)\n}\n", true);
+    check_case_stats("batchnorm-steps", "model bn {\n timesteps 3\n"
+                     " input x : f32[T, 4]\n"
+                     " d = batchnorm(dense(x, 5))\n r = LIF(d, tau = 2.0)\n"
+                     " output b = mean(r)\n}\n", true);
     fprintf(stderr, "finite differences: %d gradient elements, worst relative error %.3g\n",
             nchecked, worst);
 }
@@ -278,7 +298,7 @@ test_refused(void)
                        "model r {\n timesteps 2\n input x : f32[T, 2]\n s = R(dense(x, 2))\n"
                        " output c = count(s)\n}\n";
     Case c = make_case(text);
-    InterpOptions o = {INTERP_F32, -1, false};
+    InterpOptions o = {INTERP_F32, -1, false, false};
     char err[256];
     CHECK(!interp_grad(c.m, &o, BATCH, 0, (const float *const *)c.in, c.out, coef_grad, &c, NULL,
                        NULL, err, sizeof err));
@@ -307,7 +327,7 @@ test_detach(void)
         c.coef[0][1] = 1; /* dL/ds[1] = 1 for sample 0 */
         double gx[2 * BATCH] = {0};
         double *ig[1] = {gx};
-        InterpOptions o = {INTERP_F64, -1, false};
+        InterpOptions o = {INTERP_F64, -1, false, false};
         char err[256];
         CHECK(interp_grad(c.m, &o, BATCH, 0, (const float *const *)c.in, c.out, coef_grad, &c, ig,
                           NULL, err, sizeof err));

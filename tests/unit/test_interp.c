@@ -297,7 +297,7 @@ static bool
 run(const Module *m, InterpPrecision p, int batch, int64_t base, const float *const *in,
     float *const *out, double *counts)
 {
-    InterpOptions opt = {p, -1, false};
+    InterpOptions opt = {p, -1, false, false};
     char err[256];
     bool ok = interp_run(m, &opt, batch, base, in, out, counts, err, sizeof err);
     if (!ok)
@@ -1023,7 +1023,7 @@ test_poisson(void)
     CHECK(memcmp(a1, b1, sizeof a1) != 0);
 
     /* the run's seed overrides the module's, a node's seed overrides both */
-    InterpOptions opt = {INTERP_F64, 99, false};
+    InterpOptions opt = {INTERP_F64, 99, false, false};
     char err[128];
     CHECK(interp_run(m, &opt, B, 0, ins, outs, NULL, err, sizeof err));
     CHECK(poisson_expected(99, 0, 0.8, T, B, 0, N, xin, a1));
@@ -1135,7 +1135,7 @@ test_failures(void)
     const float *ins[] = {xin};
     float *outs[] = {y};
     char err[128];
-    InterpOptions opt = {INTERP_F64, -1, false};
+    InterpOptions opt = {INTERP_F64, -1, false, false};
     CHECK(!interp_run(m, &opt, 1, 0, ins, outs, NULL, err, sizeof err));
     CHECK(strstr(err, "fc.bias") && strstr(err, "not bound"));
     CHECK(interp_run(m, &opt, 0, 0, ins, outs, NULL, err, sizeof err)); /* nothing to do */

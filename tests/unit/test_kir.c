@@ -168,7 +168,7 @@ same_on_target(const char *text, int batch, int64_t sample_base, char **printed,
         for (int64_t i = 0; i < n; i++)
             b[k][i] = NAN; /* every element must be written */
     }
-    InterpOptions io = {INTERP_F32, -1, false};
+    InterpOptions io = {INTERP_F32, -1, false, false};
     char err[256];
     /* spike counts too: they start at 1 to check that both add to what is there */
     double *ca = malloc((size_t)m->nnodes * sizeof *ca), *cb = malloc((size_t)m->nnodes * sizeof *cb);

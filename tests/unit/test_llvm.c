@@ -1383,7 +1383,7 @@ test_model(void)
         got[i] = calloc(n_out[i], sizeof(float));
         ref[i] = calloc(n_out[i], sizeof(float));
     }
-    InterpOptions opt = {INTERP_F32, -1, false};
+    InterpOptions opt = {INTERP_F32, -1, false, false};
     double *cref = calloc((size_t)m->nnodes, sizeof *cref), *cgot = calloc((size_t)m->nnodes, sizeof *cgot);
     CHECK(interp_run(m, &opt, BATCH, sb, (const float *const *)in, ref, cref, err, sizeof err));
     if (cg) {
@@ -1493,7 +1493,7 @@ test_layers(void)
                 got[i] = calloc(n_out[i], sizeof(float));
                 ref[i] = calloc(n_out[i], sizeof(float));
             }
-            InterpOptions opt = {INTERP_F32, -1, false};
+            InterpOptions opt = {INTERP_F32, -1, false, false};
             double *cref = calloc((size_t)m->nnodes, sizeof *cref);
             double *cgot = calloc((size_t)m->nnodes, sizeof *cgot);
             CHECK(interp_run(m, &opt, batch, 0, (const float *const *)in, ref, cref, err,
