@@ -569,6 +569,11 @@ parse_options(int argc, char **argv, Options *o)
         case O_VERIFY_EACH: o->passes.verify_each = true; break;
         case O_HELP_PASSES: passes_print_help(stdout); exit(0);
         case O_HELP_MARKS: marks_help(stdout); exit(0);
+        case O_HELP_SURROGATES:
+            fputs("surrogate NAME(args) in a neuron: how --train differentiates its fire (forward: "
+                  "the step); every one also takes detach_reset = 0|1\n", stdout);
+            surrogates_help(stdout);
+            exit(0);
         case O_EXPLAIN: o->explain = true; break;
         case O_ACCUMULATE:
             if (strcmp(optarg, "exact") == 0)
