@@ -288,6 +288,23 @@ const char *kir_value_name(const KProgram *p, ValueId v, char *buf, size_t n);
 KProgram *kir_lower(const Module *m); /* for KTARGET_CPU */
 KProgram *kir_lower_for(const Module *m, KTarget target);
 void kir_free(KProgram *p);
+/* A training step in kernel IR (codegen/lower_grad.c): the forward lowered with every value in a
+ * buffer of its own (the module must be in the layer-by-layer schedule, without fusion, event
+ * lists, packed spikes or a memory plan: passes "time-batch" alone), then the backward:
+ * kernels [0, nforward) compute the outputs; the caller writes dLoss/d(output k) into buffer
+ * out_grad[k] (f32, the output's layout for the batch), and kernels [nforward, nkernels) leave
+ * each trained weight's gradient in buffer weight_grad[w] (f32, the weight's own layout; -1: no
+ * gradient). The sums run in an order the interpreter's float32 backward (interp_grad) follows,
+ * so the two give the same bits. */
+typedef struct KTrain {
+    int nforward;
+    int *out_grad;
+    int *weight_grad;
+} KTrain;
+/* NULL with the reason in err (grad_problem's, naming the layer) */
+KProgram *kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen);
+/* the same check alone: NULL when m can be trained by compiled code, else why (at *where) */
+const char *kir_train_problem(const Module *m, ValueId *where);
 int64_t ksize_eval(KSize s, int64_t batch);
 /* Whether the step loop of kernels [first, end) may run sample by sample (every kernel has
  * sample_iters): each block of samples through all steps in turn, the blocks independent. The CPU
@@ -320,6 +337,13 @@ typedef struct KBinding {
 KBinding *kir_bind(const KProgram *p, int batch, const float *const *inputs,
                    float *const *outputs, char *err, size_t errlen);
 void kir_unbind(KBinding *b);
+/* kernels [first, end) of p on a binding already made (kir_eval is kir_bind, all of them, and
+ * kir_unbind): what a trainer runs in two halves, its loss gradient written in between */
+bool kir_eval_bound(const KProgram *p, KBinding *bd, int batch, int64_t sample_base, int first,
+                    int end, double *spike_counts, char *err, size_t errlen);
+/* packs again the weights a binding holds packed copies of (after the module's weights changed:
+ * an optimiser step); the others are the module's data itself. False with a message. */
+bool kir_rebind_weights(const KProgram *p, KBinding *bd, char *err, size_t errlen);
 /* Add the spikes of the program's stats buffers (p->stats; mem[i] the memory of buffer i, of a batch
  * of `batch`) to spike_counts[value]: each buffer summed as integers, then added as a double (exact:
  * counts are integers). Shared by kir_eval and the compiled backends so that they count alike. */

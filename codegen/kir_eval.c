@@ -646,6 +646,22 @@ kir_unbind(KBinding *bd)
 }
 
 bool
+kir_rebind_weights(const KProgram *p, KBinding *bd, char *err, size_t errlen)
+{
+    for (int b = 0; b < p->nbufs; b++) {
+        if (p->bufs[b].kind != KB_WEIGHT || !bd->owned[b])
+            continue; /* the module's own data (unpacked f32) is bound as it is */
+        void *packed;
+        const void *m = kir_bind_weight(p, b, &packed, err, errlen);
+        if (!m)
+            return false;
+        free(bd->mem[b]);
+        bd->mem[b] = packed;
+    }
+    return true;
+}
+
+bool
 kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *inputs,
          float *const *outputs, double *spike_counts, char *err, size_t errlen)
 {
@@ -659,6 +675,19 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
         if (err && errlen) snprintf(err, errlen, "%s", msg);
         return false;
     }
+    bool ok = kir_eval_bound(p, bd, batch, sample_base, 0, p->nkernels, spike_counts, err, errlen);
+    kir_unbind(bd);
+    return ok;
+}
+
+bool
+kir_eval_bound(const KProgram *p, KBinding *bd, int batch, int64_t sample_base, int first,
+               int end, double *spike_counts, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (batch <= 0 || p->timesteps <= 0)
+        return true;
     /* on the heap: what changes between setjmp and longjmp must not live in this frame */
     Eval *ev = xcalloc(1, sizeof *ev);
     ev->p = p;
@@ -672,14 +701,14 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
         ev->len[b] = ksize_eval(p->bufs[b].size, batch);
     bool ok = true;
     if (setjmp(ev->fail) == 0) {
-        for (int i = 0; i < p->nkernels;) {
+        for (int i = first; i < end;) {
             if (!p->kernels[i].is_step) {
                 ev->step = 0;
                 run_kernel(ev, &p->kernels[i++]);
                 continue;
             }
             int j = i;
-            while (j < p->nkernels && p->kernels[j].is_step)
+            while (j < end && p->kernels[j].is_step)
                 j++;
             if (kir_by_sample(p, i, j)) {
                 /* each sample through every step, the last sample first: a kernel that read
@@ -706,7 +735,6 @@ kir_eval(const KProgram *p, int batch, int64_t sample_base, const float *const *
         ok = false;
         free_kernel_state(ev, ev->nlocals);
     }
-    kir_unbind(bd);
     free(ev->len);
     free(ev);
     return ok;

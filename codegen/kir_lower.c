@@ -463,8 +463,51 @@ kir_lower(const Module *m)
     return kir_lower_for(m, KTARGET_CPU);
 }
 
+static KProgram *lower_program(const Module *m, KTarget target, KTrain *tr);
+
 KProgram *
 kir_lower_for(const Module *m, KTarget target)
+{
+    return lower_program(m, target, NULL);
+}
+
+const char *
+kir_train_problem(const Module *m, ValueId *where)
+{
+    *where = -1;
+    if (m->schedule != SCHEDULE_LAYER || m->memory != MEMORY_SEPARATE)
+        return "the training program needs the layer-by-layer schedule and no memory plan";
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        const Node *n = &m->nodes[v];
+        if (n->fused_into >= 0 || n->is_events || n->layout != SPIKES_BYTES || n->is_scan_epilogue) {
+            *where = v;
+            return "the training program needs every value in a buffer of its own (no fuse, "
+                   "events, packed spikes or epilogue marks)";
+        }
+    }
+    return grad_problem(m, where);
+}
+
+KProgram *
+kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen)
+{
+    ValueId where;
+    const char *why = kir_train_problem(m, &where);
+    if (why) {
+        diag_format(err, errlen, "%s%s%s%s", where >= 0 ? "layer '" : "",
+                    where >= 0 ? node_layer_name(m, &m->nodes[where]) : "",
+                    where >= 0 ? "': " : "", why);
+        return NULL;
+    }
+    memset(tr, 0, sizeof *tr);
+    KProgram *p = lower_program(m, KTARGET_CPU, tr);
+    if (!p)
+        diag_format(err, errlen, "the training program could not be lowered");
+    return p;
+}
+
+static KProgram *
+lower_program(const Module *m, KTarget target, KTrain *tr)
 {
     KProgram *p = xcalloc(1, sizeof *p);
     p->m = m;
@@ -521,6 +564,10 @@ kir_lower_for(const Module *m, KTarget target)
                 die("kir: group %d (%s) made %d kernels", k, kgroup_name(groups[k].kind), made);
             for (int i = before; i < p->nkernels; i++)
                 p->kernels[i].group = groups[k].kind;
+        }
+        if (tr) {
+            tr->nforward = p->nkernels;
+            lower_grad(&lw, topo, tr);
         }
         if (m->memory == MEMORY_REUSE)
             plan_memory(p);

@@ -382,12 +382,42 @@ KExpr *summed_value(Lower *lw, ValueId v, Pos *ps);
 void lower_conv2d_events(Lower *lw, ValueId v);
 
 /* lower_neuron.c */
+/* what a neuron program's names are in the kernel */
+typedef struct NLower {
+    const NeuronDef *nd;
+    const double *params;
+    int *state; /* locals */
+    int *let;
+    int spike, input, out, refr;
+} NLower;
+/* One copy of a neuron program's locals (a pooled scan keeps one per window element; suffix
+ * tells them apart in the kernel IR), the locals that carry from step to step and their initial
+ * values: states, lets, spike, refractory counter. */
+typedef struct NCopy {
+    NLower nl;
+    int ncarry;
+    int *carry;
+    KExpr **init;
+    bool has_output;
+} NCopy;
+void neuron_copy(Lower *lw, const Node *n, const char *suffix, NCopy *cp);
+/* NExpr -> f32 (or bool) KExpr with the interpreter's float32 rounding, parameters folded */
+KExpr *nexpr(Lower *lw, const NLower *nl, const NExpr *e);
+/* one step of the neuron program (the interpreter's eval_neuron for one neuron) */
+void neuron_step(Lower *lw, Cur c, const NLower *nl);
 void lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool);
 void lower_neuron(Lower *lw, ValueId v, ValueId ro, int obuf);
 int neuron_ncarry(const NeuronDef *nd, bool *has_refractory);
 bool is_step_readout(Op op);
 void lower_readout(Lower *lw, ValueId v, int obuf);
 void lower_sequence(Lower *lw, ValueId x, int obuf, bool has_time);
+
+/* lower_grad.c */
+/* Why compiled training cannot run module m yet (an op or neuron it does not differentiate), at
+ * node *where; NULL when it can */
+const char *grad_problem(const Module *m, ValueId *where);
+/* the backward kernels of the forward lowered in lw, appended to its program; tr filled */
+void lower_grad(Lower *lw, const ValueId *topo, KTrain *tr);
 
 /* kir_memory.c */
 void plan_memory(KProgram *p);

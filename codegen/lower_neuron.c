@@ -9,14 +9,6 @@
 
 /* ---- neurons ---- */
 
-/* what a neuron program's names are in the kernel */
-typedef struct NLower {
-    const NeuronDef *nd;
-    const double *params;
-    int *state; /* locals */
-    int *let;
-    int spike, input, out, refr;
-} NLower;
 
 typedef struct NT {
     KExpr *e;
@@ -115,7 +107,7 @@ nlower(Lower *lw, const NLower *nl, const NExpr *e)
     return (NT){r, false};
 }
 
-static KExpr *
+KExpr *
 nexpr(Lower *lw, const NLower *nl, const NExpr *e)
 {
     return nlower(lw, nl, e).e;
@@ -137,7 +129,7 @@ refractory_steps(Lower *lw, KExpr *x)
 }
 
 /* One step of the neuron program (the interpreter's eval_neuron for one neuron). */
-static void
+void
 neuron_step(Lower *lw, Cur c, const NLower *nl)
 {
     const NeuronDef *nd = nl->nd;
@@ -322,18 +314,7 @@ count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr 
     s_count(lw, c, buf, jv, to(lw, KT_I64, var(lw, cnt)));
 }
 
-/* One copy of a neuron program's locals (a pooled scan keeps one per window element; suffix
- * tells them apart in the kernel IR), the locals that carry from step to step and their initial
- * values: states, lets, spike, refractory counter. */
-typedef struct NCopy {
-    NLower nl;
-    int ncarry;
-    int *carry;
-    KExpr **init;
-    bool has_output;
-} NCopy;
-
-static void
+void
 neuron_copy(Lower *lw, const Node *n, const char *suffix, NCopy *cp)
 {
     KProgram *p = lw->p;

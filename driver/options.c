@@ -723,9 +723,12 @@ parse_options(int argc, char **argv, Options *o)
             usage_error("--train --input needs --labels=FILE.npy (the class of each sample)");
         if (o->is_nir)
             usage_error("--train takes a .snn model for now (--emit=snn translates a NIR graph)");
-        if ((backend_given && strcmp(o->backend, "interp") != 0) || o->device)
-            usage_error("--train runs on the reference interpreter for now (--backend=interp)");
-        o->backend = "interp";
+        if (o->device || (backend_given && strcmp(o->backend, "interp") != 0 &&
+                          strcmp(o->backend, "kir") != 0 && strcmp(o->backend, "cpu") != 0))
+            usage_error("--train runs on the CPU (--backend=cpu, compiled) or the reference "
+                        "interpreter (--backend=interp) for now");
+        if (!backend_given || is_f64_asked)
+            o->backend = has_backend("cpu") && !is_f64_asked ? "cpu" : "interp";
         o->precision = is_f64_asked ? INTERP_F64 : INTERP_F32;
     } else {
         const char *given = o->has_lr ? "--lr" : o->has_momentum ? "--momentum"

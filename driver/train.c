@@ -5,8 +5,13 @@
  * short keeps what its finished epochs trained. */
 #include "driver/train.h"
 
+#include "codegen/kir.h"
 #include "driver/build.h"
 #include "driver/load.h"
+#include "runtime/pool.h"
+#ifdef SNN_HAVE_LLVM
+#include "codegen/llvm/cg_llvm.h"
+#endif
 #include "runtime/clock.h"
 #include "runtime/philox.h"
 #include "runtime/train.h"
@@ -177,33 +182,6 @@ argmax(const float *row, int64_t k)
     return best;
 }
 
-/* test accuracy in batches of o->batch, or -1 with no test set */
-static double
-test_accuracy(const Module *m, const Options *o, const Sets *s, char *err, size_t errlen)
-{
-    if (s->ntest <= 0)
-        return -1;
-    InterpOptions io = {o->precision, o->seed, false, false};
-    int64_t k = type_numel(&m->nodes[m->outputs[0]].type), correct = 0;
-    float **outs = xcalloc((size_t)m->noutputs, sizeof *outs);
-    for (int j = 0; j < m->noutputs; j++) {
-        const Node *n = &m->nodes[m->outputs[j]];
-        outs[j] = xmalloc((size_t)o->batch * (size_t)type_numel(&n->type) *
-                          (size_t)(n->type.has_time ? m->timesteps : 1) * sizeof(float));
-    }
-    bool ok = true;
-    for (int64_t first = 0; first < s->ntest && ok; first += o->batch) {
-        int nb = (int)(s->ntest - first < o->batch ? s->ntest - first : o->batch);
-        const float *in[1] = {s->test_images + first * 784};
-        ok = interp_run(m, &io, nb, first, in, outs, NULL, err, errlen);
-        for (int i = 0; ok && i < nb; i++)
-            correct += (double)argmax(outs[0] + i * k, k) == s->test_labels[first + i];
-    }
-    for (int j = 0; j < m->noutputs; j++)
-        free(outs[j]);
-    free(outs);
-    return ok ? (double)correct / (double)s->ntest : NAN;
-}
 
 /* the gradients gd (one per weight) as f32 safetensors under the weights' names */
 static bool
@@ -233,6 +211,162 @@ peak_rss_mb(void)
 {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0;
+}
+
+/* ---- the engine: the interpreter, or the compiled training step ---- */
+
+/* What runs a training step: interp_grad, or the program kir_lower_train makes, evaluated
+ * (--backend=kir, the check of its lowering) or compiled by LLVM (--backend=cpu): its forward
+ * kernels, the loss gradient written into its buffers, its backward kernels, on one binding made
+ * for the largest batch and kept (the batch arrays' addresses never change). */
+typedef struct Engine {
+    bool is_interp, is_llvm;
+    KProgram *p;
+    KTrain tr;
+    KProgram fwd, bwd; /* views of p: its forward and backward kernels */
+    KBinding *bd;
+    RtPool *pool;
+#ifdef SNN_HAVE_LLVM
+    CgLlvm *cf, *cb;
+#endif
+} Engine;
+
+static bool
+engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
+{
+    memset(e, 0, sizeof *e);
+    e->is_interp = strcmp(o->backend, "interp") == 0;
+    if (e->is_interp)
+        return true;
+    char err[512];
+    m->schedule = SCHEDULE_LAYER; /* every layer over all its steps, each value in its buffer */
+    m->memory = MEMORY_SEPARATE;
+    e->p = kir_lower_train(m, &e->tr, err, sizeof err);
+    if (!e->p) {
+        fprintf(stderr, "snnc: error: --backend=%s: %s; --backend=interp trains it\n", o->backend,
+                err);
+        return false;
+    }
+    e->fwd = *e->p;
+    e->fwd.nkernels = e->tr.nforward;
+    e->bwd = *e->p;
+    e->bwd.kernels = e->p->kernels + e->tr.nforward;
+    e->bwd.nkernels = e->p->nkernels - e->tr.nforward;
+    e->bd = kir_bind(e->p, o->batch, (const float *const *)bin, outs, err, sizeof err);
+    if (!e->bd) {
+        fprintf(stderr, "snnc: error: %s\n", err);
+        return false;
+    }
+    if (strcmp(o->backend, "cpu") == 0) {
+#ifdef SNN_HAVE_LLVM
+        e->is_llvm = true;
+        e->pool = rt_pool_new(o->threads, err, sizeof err);
+        if (e->pool)
+            e->cf = cg_llvm_compile(&e->fwd, err, sizeof err);
+        if (e->cf)
+            e->cb = cg_llvm_compile(&e->bwd, err, sizeof err);
+        if (!e->cb) {
+            fprintf(stderr, "snnc: error: compiling the training step: %s\n", err);
+            return false;
+        }
+#endif
+    }
+    return true;
+}
+
+static void
+engine_close(Engine *e)
+{
+#ifdef SNN_HAVE_LLVM
+    cg_llvm_free(e->cf);
+    cg_llvm_free(e->cb);
+#endif
+    rt_pool_free(e->pool);
+    kir_unbind(e->bd);
+    kir_free(e->p);
+}
+
+/* kernels of view v on the binding */
+static bool
+engine_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t errlen)
+{
+#ifdef SNN_HAVE_LLVM
+    if (e->is_llvm) {
+        SnnkEntryFn entry = (SnnkEntryFn)(uintptr_t)cg_llvm_entry(v == &e->fwd ? e->cf : e->cb);
+        entry(e->bd->mem, nb, base, rt_pool_rt(e->pool));
+        return true;
+    }
+#endif
+    int first = v == &e->fwd ? 0 : e->tr.nforward;
+    return kir_eval_bound(e->p, e->bd, nb, base, first, first + v->nkernels, NULL, err, errlen);
+}
+
+/* The forward alone (testing): the outputs of nb samples */
+static bool
+engine_forward(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t base,
+               float **bin, float **outs, char *err, size_t errlen)
+{
+    if (e->is_interp) {
+        InterpOptions ti = *io;
+        ti.batch_stats = false; /* testing: batchnorm's running statistics */
+        return interp_run(m, &ti, nb, base, (const float *const *)bin, outs, NULL, err, errlen);
+    }
+    return engine_run(e, &e->fwd, nb, base, err, errlen);
+}
+
+/* test accuracy in batches of o->batch (the batch arrays reused), or -1 with no test set */
+static double
+test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions *io,
+              const Sets *s, float **bin, float **outs, char *err, size_t errlen)
+{
+    if (s->ntest <= 0)
+        return -1;
+    int64_t k = type_numel(&m->nodes[m->outputs[0]].type), correct = 0;
+    bool ok = true;
+    for (int64_t first = 0; first < s->ntest && ok; first += o->batch) {
+        int nb = (int)(s->ntest - first < o->batch ? s->ntest - first : o->batch);
+        memcpy(bin[0], s->test_images + first * 784, (size_t)nb * 784 * sizeof(float));
+        ok = engine_forward(e, m, io, nb, first, bin, outs, err, errlen);
+        for (int i = 0; ok && i < nb; i++)
+            correct += (double)argmax(outs[0] + i * k, k) == s->test_labels[first + i];
+    }
+    return ok ? (double)correct / (double)s->ntest : NAN;
+}
+
+/* One step's gradients added to gd (per weight): forward, loss gradient (b's), backward */
+static bool
+engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t base,
+            float **bin, float **outs, Batch *b, double **gd, char *err, size_t errlen)
+{
+    if (e->is_interp)
+        return interp_grad(m, io, nb, base, (const float *const *)bin, outs, loss_grad, b, NULL,
+                           gd, err, errlen);
+    if (!engine_run(e, &e->fwd, nb, base, err, errlen))
+        return false;
+    float **og = xcalloc((size_t)m->noutputs, sizeof *og);
+    for (int k = 0; k < m->noutputs; k++) {
+        og[k] = e->bd->mem[e->tr.out_grad[k]];
+        memset(og[k], 0, (size_t)nb * (size_t)type_numel(&m->nodes[m->outputs[k]].type) * sizeof(float));
+    }
+    loss_grad(b, 0, nb, og);
+    free(og);
+    if (!engine_run(e, &e->bwd, nb, base, err, errlen))
+        return false;
+    for (int w = 0; w < m->nweights; w++) {
+        if (e->tr.weight_grad[w] < 0)
+            continue;
+        const float *g = e->bd->mem[e->tr.weight_grad[w]];
+        for (int64_t i = 0; i < m->weights[w].numel; i++)
+            gd[w][i] += g[i];
+    }
+    return true;
+}
+
+/* after the optimiser changed the weights: the binding's packed copies follow */
+static bool
+engine_weights_changed(Engine *e, char *err, size_t errlen)
+{
+    return e->is_interp || kir_rebind_weights(e->p, e->bd, err, errlen);
 }
 
 int
@@ -284,15 +418,20 @@ train(Module *m, const Options *o)
     int64_t *order = xmalloc((size_t)(N ? N : 1) * sizeof *order);
     bool tty = isatty(2) && !o->quiet;
     int rc = 0;
+    Engine eng;
+    if (!engine_open(&eng, m, o, bin, outs))
+        rc = 1;
     int64_t step = 0;
     char err[512];
-    if (!o->quiet)
+    if (!o->quiet && rc == 0)
         printf("training %s on %lld samples: %lld epoch%s, batch %d, %s, lr %g, loss %s, T = %d "
-               "(reference interpreter, %s)\n",
+               "(%s, %s)\n",
                m->name ? m->name : "the model", (long long)N, (long long)o->epochs,
                o->epochs == 1 ? "" : "s", o->batch,
                cfg.kind == RT_OPT_SGD ? "sgd" : cfg.kind == RT_OPT_ADAM ? "adam" : "adamw", cfg.lr,
                o->loss == RT_LOSS_CE ? "ce" : "mse", m->timesteps,
+               eng.is_interp ? "reference interpreter" : eng.is_llvm ? "compiled for this CPU"
+                                                                     : "kernel-IR evaluator",
                o->precision == INTERP_F32 ? "float32" : "double");
     /* --report=json: one object, the last line of stdout, built up epoch by epoch */
     char *json = NULL;
@@ -318,8 +457,7 @@ train(Module *m, const Options *o)
             }
             Batch bt = {m, (RtLoss)o->loss, blabels, outs, k, nb, 0, 0, false};
             /* Poisson draws keyed by the epoch and position: fresh noise every epoch */
-            if (!interp_grad(m, &io, nb, e * N + first, (const float *const *)bin, outs, loss_grad,
-                             &bt, NULL, gd, err, sizeof err)) {
+            if (!engine_step(&eng, m, &io, nb, e * N + first, bin, outs, &bt, gd, err, sizeof err)) {
                 fprintf(stderr, "snnc: error: %s\n", err);
                 rc = 1;
                 break;
@@ -346,6 +484,11 @@ train(Module *m, const Options *o)
                 }
                 rt_opt_step(&ecfg, step, wt->data, gf[w], state[w], wt->numel);
             }
+            if (!engine_weights_changed(&eng, err, sizeof err)) {
+                fprintf(stderr, "snnc: error: %s\n", err);
+                rc = 1;
+                break;
+            }
             loss_sum += bt.loss_sum * nb;
             correct += bt.correct;
             done += nb;
@@ -362,7 +505,7 @@ train(Module *m, const Options *o)
         if (rc)
             break;
         double secs = rt_now_seconds() - t0;
-        double acc = test_accuracy(m, o, &sets, err, sizeof err);
+        double acc = test_accuracy(&eng, m, o, &io, &sets, bin, outs, err, sizeof err);
         if (isnan(acc)) {
             fprintf(stderr, "snnc: error: testing: %s\n", err);
             rc = 1;
@@ -412,6 +555,7 @@ train(Module *m, const Options *o)
     free(outs);
     free(blabels);
     free(order);
+    engine_close(&eng);
     free_sets(&sets);
     return rc;
 }

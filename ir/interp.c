@@ -824,11 +824,12 @@ interp_setup(Interp *ip)
     bool has_bn = false;
     for (ValueId v = 0; v < m->nnodes; v++)
         has_bn |= m->nodes[v].op == OP_BATCHNORM;
-    if (ip->batch_stats && has_bn && ip->chunk < ip->batch) {
-        /* the statistics are the whole batch's: one pass, if it fits in 16 GiB */
+    if (((ip->batch_stats && has_bn) || ip->one_pass) && ip->chunk < ip->batch) {
+        /* the statistics are the whole batch's (and interp_grad's float32 sums run over all its
+         * rows in order): one pass, if it fits in 16 GiB */
         if (per_sample * (double)ip->batch > 16.0 * 1024 * 1024 * 1024) {
-            interp_fail(ip, "interpreter: a batch of %lld needs %.1f GiB to compute batchnorm's "
-                            "batch statistics; give a smaller batch",
+            interp_fail(ip, "interpreter: a batch of %lld needs %.1f GiB in one pass (batchnorm's "
+                            "batch statistics, float32 gradient sums in order); give a smaller batch",
                         (long long)ip->batch, per_sample * (double)ip->batch / (1 << 30));
             return false;
         }

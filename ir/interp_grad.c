@@ -19,6 +19,9 @@ typedef struct Grad {
     double **rg; /* per step readout: [chunk][numel] */
     double *const *input_grads, *const *weight_grads;
     double *scratch; /* [max numel] */
+    /* float32 sums under `accumulate f32`, layer by layer: the dense backward in the compiled
+     * trainer's order (dense_backward_f32), the batch in one pass */
+    bool compiled_order;
 } Grad;
 
 /* the gradient slot of value v at step t (a static value keeps one for every step) */
@@ -47,8 +50,6 @@ typedef struct Adj {
 static void
 backprop(const Interp *ip, const CExpr *e, const NCtx *c, double a, Adj *A)
 {
-    if (a == 0 && !isnan(a))
-        return; /* nothing flows; an exact zero cannot change a sum */
     double x, y, z;
     switch (e->kind) {
     case NX_NUM:
@@ -106,8 +107,9 @@ backprop(const Interp *ip, const CExpr *e, const NCtx *c, double a, Adj *A)
             z = interp_ceval(e, c);
             backprop(ip, e->args[0], c, ip_rnd(ip, ip_rnd(ip, a * ip_rnd(ip, 1 - z)) * z), A);
             return;
-        case NF_ABS:
-            backprop(ip, e->args[0], c, x > 0 ? a : x < 0 ? -a : 0, A);
+        case NF_ABS: /* nothing flows at 0 */
+            if (x != 0)
+                backprop(ip, e->args[0], c, x > 0 ? a : -a, A);
             return;
         case NF_FLOOR: return;
         case NF_MIN:
@@ -117,11 +119,16 @@ backprop(const Interp *ip, const CExpr *e, const NCtx *c, double a, Adj *A)
             backprop(ip, e->args[first ? 0 : 1], c, a, A);
             return;
         }
-        case NF_POW: {
+        case NF_POW: { /* y x^(y - 1); x^y log x: pow and log as the float32 mode computes them */
             y = interp_ceval(e->args[1], c);
-            backprop(ip, e->args[0], c, ip_rnd(ip, a * ip_rnd(ip, y * pow(x, y - 1))), A);
+            double xy[2] = {x, ip_rnd(ip, y - 1)};
+            backprop(ip, e->args[0], c,
+                     ip_rnd(ip, a * ip_rnd(ip, y * nexpr_apply_call(NF_POW, xy, ip->is_f32))), A);
             if (e->args[1]->kind != NX_NUM)
-                backprop(ip, e->args[1], c, ip_rnd(ip, a * ip_rnd(ip, interp_ceval(e, c) * log(x))), A);
+                backprop(ip, e->args[1], c,
+                         ip_rnd(ip, a * ip_rnd(ip, interp_ceval(e, c) *
+                                                       nexpr_apply_call(NF_LOG, &x, ip->is_f32))),
+                         A);
             return;
         }
         case NF_CLAMP: { /* the gradient passes on the closed interval, as torch.clamp's */
@@ -292,10 +299,65 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
 
 /* ---- layers ---- */
 
+/* Dense backward under `accumulate f32` in float32 mode: the compiled trainer's sums, in its
+ * order (codegen/lower_grad.c), once for every step at the node's first backward call (the
+ * passes go layer by layer, so dL/dy is complete; the batch is one pass): rows r = t*B + b (a
+ * static layer's B rows), dL/dx[r, i] = fmaf over outputs o in order from what it holds,
+ * dW[o, i] = fmaf over rows in order from +0, db[o] = the rows' float sum. */
+static void
+dense_backward_f32(Grad *G, ValueId v)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    ValueId a = n->args[0];
+    const NodeRun *r = &ip->nodes[v];
+    int64_t in = ip->nodes[a].numel, out = r->numel;
+    int steps = r->is_static ? 1 : ip->T;
+    int64_t rows = (int64_t)steps * ip->nb;
+    const float *w = ip_weight(ip, n, 0)->data;
+    double *dw = G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
+    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0) ? G->weight_grads[n->first_weight + 1] : NULL;
+    /* row q is sample q % nb of step q / nb */
+    for (int64_t q = 0; q < rows; q++) {
+        int t = (int)(q / ip->nb);
+        const double *gy = gslot(G, v, t) + (size_t)(q % ip->nb) * (size_t)out;
+        double *gx = gslot(G, a, t) + (size_t)(q % ip->nb) * (size_t)in;
+        for (int64_t i = 0; i < in; i++) {
+            float s = (float)gx[i];
+            for (int64_t o = 0; o < out; o++)
+                s = fmaf((float)gy[o], w[o * in + i], s);
+            gx[i] = s;
+        }
+    }
+    for (int64_t o = 0; o < out && (dw || db); o++) {
+        for (int64_t i = 0; i < in && dw; i++) {
+            float s = 0;
+            for (int64_t q = 0; q < rows; q++) {
+                int t = (int)(q / ip->nb);
+                float xv = (float)ip_val(ip, a, t)[(size_t)(q % ip->nb) * (size_t)in + (size_t)i];
+                if (xv != 0)
+                    s = fmaf(xv, (float)gslot(G, v, t)[(size_t)(q % ip->nb) * (size_t)out + (size_t)o], s);
+            }
+            dw[o * in + i] += s;
+        }
+        if (db) {
+            float s = 0;
+            for (int64_t q = 0; q < rows; q++)
+                s += (float)gslot(G, v, (int)(q / ip->nb))[(size_t)(q % ip->nb) * (size_t)out + (size_t)o];
+            db[o] += s;
+        }
+    }
+}
+
 static void
 dense_backward(Grad *G, ValueId v, int t)
 {
     Interp *ip = &G->ip;
+    if (G->compiled_order) {
+        if (t == (ip->nodes[v].is_static ? 0 : ip->T - 1))
+            dense_backward_f32(G, v);
+        return;
+    }
     const Node *n = &ip->m->nodes[v];
     ValueId a = n->args[0];
     int64_t in = ip->nodes[a].numel, out = ip->nodes[v].numel;
@@ -692,6 +754,8 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
         layer_major &= m->nodes[v].op != OP_DELAY;
         has_bn |= m->nodes[v].op == OP_BATCHNORM;
     }
+    G.compiled_order = ip->is_f32_sums && layer_major;
+    ip->one_pass = G.compiled_order;
     if (ip->batch_stats && has_bn && !layer_major) {
         interp_fail(ip, "batchnorm's batch statistics in a recurrent model (prev/delay) are not "
                         "supported");

@@ -77,6 +77,7 @@ typedef struct Interp {
     bool keep_all;
     bool smooth; /* InterpOptions.smooth_spikes */
     bool batch_stats; /* InterpOptions.batch_stats */
+    bool one_pass;    /* the whole batch in one pass (interp_grad's float32 order) */
 } Interp;
 
 /* What one neuron sees while its statements run. */
