@@ -286,10 +286,17 @@ engine_close(Engine *e)
     kir_free(e->p);
 }
 
-/* kernels of view v on the binding */
+/* kernels of view v on the binding; before the forward, the temporaries that are not always
+ * stored before loaded start at zero, as every run of a session's (runtime/session.c) */
 static bool
 engine_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t errlen)
 {
+    if (v == &e->fwd)
+        for (int b = 0; b < e->p->nbufs; b++) {
+            const KBuf *kb = &e->p->bufs[b];
+            if (kb->kind == KB_TEMP && !kb->is_written_first)
+                memset(e->bd->mem[b], 0, (size_t)kbytes(kb->type, ksize_eval(kb->size, nb)));
+        }
 #ifdef SNN_HAVE_LLVM
     if (e->is_llvm) {
         SnnkEntryFn entry = (SnnkEntryFn)(uintptr_t)cg_llvm_entry(v == &e->fwd ? e->cf : e->cb);

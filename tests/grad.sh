@@ -8,19 +8,21 @@
 # reset or detach differs in the first), and for the network cases the update of one SGD step
 # (momentum, weight decay) and of one Adam step, new weights minus initial ones, within the same
 # tolerance (Adam's: 1e-3 of its largest, about lr: a first Adam step is lr g / (|g| + eps), so an
-# element whose gradient is near eps moves by as much as its gradient's last digits do).
+# element whose gradient is near eps moves by as much as its gradient's last digits do). Where the
+# compiled trainer (--backend=cpu) differentiates every layer, its gradients and weights must equal
+# the interpreter's bit for bit; where it does not, it must say so.
 # Usage: grad.sh SNNC NPYCMP GRAD_DIR WORK_DIR
 set -u
 snnc=$1 npycmp=$2 dir=$3 work=$4
 mkdir -p "$work"
-pass=0 fail=0
+pass=0 fail=0 compiled=0
 report() { echo "FAIL: $1"; cat "$2" 2>/dev/null; fail=$((fail + 1)); }
 for case in "$dir"/*/; do
   name=$(basename "$case")
   [ -f "$case/model.snn" ] || continue
   log="$work/$name.log"
   read -r -a args < "$case/args"
-  if ! (cd "$case" && "$snnc" --train model.snn --input=input.npy --labels=labels.npy "${args[@]}" \
+  if ! (cd "$case" && "$snnc" --train --backend=interp model.snn --input=input.npy --labels=labels.npy "${args[@]}" \
           --no-shuffle --grads="$work/$name.grads.safetensors" -o "$work/$name.w.safetensors" \
           --report=json -q) >"$log" 2>&1; then
     report "$name (snnc --train)" "$log"; continue
@@ -36,13 +38,25 @@ for case in "$dir"/*/; do
        >>"$log" 2>&1; then
     report "$name (gradients)" "$log"; continue
   fi
+  # the compiled trainer, where it differentiates every layer: the same bits as the interpreter
+  if (cd "$case" && "$snnc" --train --backend=cpu model.snn --input=input.npy --labels=labels.npy \
+        "${args[@]}" --no-shuffle --grads="$work/$name.grads.cpu.safetensors" \
+        -o "$work/$name.w.cpu.safetensors" -q) >>"$log" 2>&1; then
+    if ! cmp "$work/$name.grads.cpu.safetensors" "$work/$name.grads.safetensors" >>"$log" 2>&1 ||
+       ! cmp "$work/$name.w.cpu.safetensors" "$work/$name.w.safetensors" >>"$log" 2>&1; then
+      report "$name (--backend=cpu differs from --backend=interp)" "$log"; continue
+    fi
+    compiled=$((compiled + 1))
+  elif ! grep -q "does not differentiate" "$log"; then
+    report "$name (--backend=cpu)" "$log"; continue
+  fi
   ok=1
   for opt in sgd adam; do
     [ -f "$case/$opt.args" ] || continue
     mtol=1e-4
     [ "$opt" = adam ] && mtol=1e-3
     read -r -a oargs < "$case/$opt.args"
-    if ! (cd "$case" && "$snnc" --train model.snn --input=input.npy --labels=labels.npy \
+    if ! (cd "$case" && "$snnc" --train --backend=interp model.snn --input=input.npy --labels=labels.npy \
             "${args[@]}" "${oargs[@]}" --no-shuffle -o "$work/$name.$opt.safetensors" -q) >>"$log" 2>&1 ||
        ! "$npycmp" --minus "$case/init.safetensors" --rtol 1e-4 --mtol "$mtol" --atol 0 \
          "$work/$name.$opt.safetensors" "$case/$opt.safetensors" \
@@ -52,5 +66,5 @@ for case in "$dir"/*/; do
   done
   [ "$ok" = 1 ] && pass=$((pass + 1))
 done
-echo "training parity: $pass passed, $fail failed"
+echo "training parity: $pass passed ($compiled of them also compiled, equal to the interpreter bit for bit), $fail failed"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
