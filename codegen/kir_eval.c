@@ -649,8 +649,18 @@ bool
 kir_rebind_weights(const KProgram *p, KBinding *bd, char *err, size_t errlen)
 {
     for (int b = 0; b < p->nbufs; b++) {
-        if (p->bufs[b].kind != KB_WEIGHT || !bd->owned[b])
+        const KBuf *kb = &p->bufs[b];
+        if (kb->kind != KB_WEIGHT || !bd->owned[b])
             continue; /* the module's own data (unpacked f32) is bound as it is */
+        const Weight *w = &p->m->weights[kb->io];
+        if (kb->type == KT_F32 && kb->nperm && w->data) {
+            /* packed again where it is (no allocation: a fresh copy of a large weight is fresh
+             * pages every step) */
+            int64_t dims[IR_MAX_RANK + 1];
+            int rank = rt_split_dims(w->rank, w->dims, kb->split, dims);
+            rt_transpose_f32(w->data, rank, dims, kb->perm, bd->mem[b]);
+            continue;
+        }
         void *packed;
         const void *m = kir_bind_weight(p, b, &packed, err, errlen);
         if (!m)

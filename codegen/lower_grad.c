@@ -2,9 +2,9 @@
  * the forward the rest of the lowering made, whose every value has a buffer of its own holding all
  * its steps. Nodes in reverse topological order, each one kernel (a dense layer up to three):
  *   readout    dL/dx[t] from the output's gradient (the caller's buffer out_grad[k]);
- *   neuron     parallel over neurons, the steps in reverse: each step's states recomputed from the
- *              layer's input (the forward again from the start: T^2/2 neuron steps, no state kept),
- *              then the step run once more with every statement's inputs in locals, then its
+ *   neuron     parallel over neurons: the forward again from the layer's input, each step's states
+ *              kept in a scratch buffer; then the steps in reverse, each run once more from its
+ *              kept states with every statement's inputs in locals, then its
  *              statements walked backwards emitting the adjoint arithmetic: reverse mode over the
  *              neuron's own program, `fire` through its surrogate (ir/surrogates.def), the
  *              interpreter's interp_grad operation for operation;
@@ -394,8 +394,9 @@ grad_neuron(G *g, ValueId v)
     SurrogateFn sg;
     char why[8];
     neuron_surrogate(nd, &sg, why, sizeof why);
-    begin_kernel(lw, v, describe(lw, v, "backward: the steps in reverse, each recomputed from the "
-                                        "layer's input, reverse mode over the neuron's program"),
+    begin_kernel(lw, v, describe(lw, v, "backward: the forward again from the layer's input (states "
+                                        "kept), then the steps in reverse, reverse mode over the "
+                                        "neuron's program"),
                  false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
     KExpr *jv, *uv;
@@ -429,21 +430,39 @@ grad_neuron(G *g, ValueId v)
         gsum = local(lw, "d_x", KT_F32);
         s_assign(lw, c, gsum, first ? zero(lw) : gload(g, x, &ps));
     }
+    /* the forward once more, each step's states kept before it runs: [T][ncarry][B*numel] (a
+     * neuron's values side by side in memory, as its SIMD lanes load them) */
+    KExpr *BN = bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel));
+    int hist = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.states", value_name(lw, v)), KT_F32,
+                                 (KSize){(int64_t)lw->T * cp.ncarry * numel, 0});
+    for (int k = 0; k < cp.ncarry; k++)
+        s_assign(lw, c, cp.carry[k], cp.init[k]);
+    KExpr *sv;
+    KStmt *fs = loop(lw, c, "s", ci(lw, lw->T), false, &sv);
+    for (int k = 0; k < cp.ncarry; k++)
+        s_store(lw, body(fs), hist,
+                bin(lw, KB_ADD,
+                    bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, sv, ci(lw, cp.ncarry)), ci(lw, k)), BN),
+                    jv),
+                var(lw, cp.carry[k]));
+    Pos pss = ps;
+    pss.t = sv;
+    s_assign(lw, body(fs), nl.input, to(lw, KT_F32, vload(lw, x, &pss)));
+    neuron_step(lw, body(fs), &nl);
     /* steps t = T-1 .. 0 */
     KStmt *fu = loop(lw, c, "u", ci(lw, lw->T), false, &uv);
     Cur cu = body(fu);
     int tl = local(lw, "t", KT_I64);
     s_assign(lw, cu, tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), uv));
     KExpr *tv = var(lw, tl);
-    /* the states before step t: the forward from the start */
+    /* the states before step t, as the forward pass left them (kept by the first loop) */
     for (int k = 0; k < cp.ncarry; k++)
-        s_assign(lw, cu, cp.carry[k], cp.init[k]);
-    KExpr *sv;
-    KStmt *fs = loop(lw, cu, "s", tv, false, &sv);
-    Pos pss = ps;
-    pss.t = sv;
-    s_assign(lw, body(fs), nl.input, to(lw, KT_F32, vload(lw, x, &pss)));
-    neuron_step(lw, body(fs), &nl);
+        s_assign(lw, cu, cp.carry[k],
+                 kx_load(p, hist, bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD,
+                                                                      bin(lw, KB_MUL, tv, ci(lw, cp.ncarry)),
+                                                                      ci(lw, k)),
+                                                          BN),
+                                      jv)));
     /* step t, each statement's inputs kept */
     Pos pt = ps;
     pt.t = tv;

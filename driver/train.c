@@ -183,25 +183,17 @@ argmax(const float *row, int64_t k)
 }
 
 
-/* the gradients gd (one per weight) as f32 safetensors under the weights' names */
+/* the gradients g (one float array per weight) as f32 safetensors under the weights' names */
 static bool
-write_grads(const Module *m, double *const *gd, const char *path)
+write_grads(const Module *m, float *const *g, const char *path)
 {
     RtTensor *ts = weights_as_tensors(m);
-    float **data = xcalloc((size_t)m->nweights, sizeof *data);
-    for (int w = 0; w < m->nweights; w++) {
-        data[w] = xmalloc((size_t)(ts[w].numel ? ts[w].numel : 1) * sizeof(float));
-        for (int64_t i = 0; i < ts[w].numel; i++)
-            data[w][i] = (float)gd[w][i];
-        ts[w].data = data[w];
-    }
+    for (int w = 0; w < m->nweights; w++)
+        ts[w].data = g[w];
     char msg[512];
     bool ok = rt_safetensors_write(path, ts, m->nweights, RT_F32, msg, sizeof msg) == 0;
     if (!ok)
         diag_reader_error(path, msg);
-    for (int w = 0; w < m->nweights; w++)
-        free(data[w]);
-    free(data);
     free(ts);
     return ok;
 }
@@ -213,6 +205,38 @@ peak_rss_mb(void)
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0;
 }
 
+/* ---- the optimiser over the pool's threads ---- */
+
+typedef struct OptJob {
+    const RtOptConfig *c;
+    int64_t step;
+    float *p, *m, *v;
+    const float *g;
+} OptJob;
+
+static void
+opt_chunk(void **bufs, int64_t batch, int64_t step, int64_t sample_base, int64_t lo, int64_t hi)
+{
+    (void)batch, (void)step, (void)sample_base;
+    const OptJob *j = bufs[0];
+    rt_opt_step(j->c, j->step, j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo);
+}
+
+/* rt_opt_step split over the pool's threads (elementwise: the same bits however split) */
+static void
+opt_parallel(RtPool *pool, const RtOptConfig *c, int64_t step, float *p, const float *g,
+             float *m, float *v, int64_t n)
+{
+    if (!pool || n < 65536) {
+        rt_opt_step(c, step, p, g, m, v, n);
+        return;
+    }
+    OptJob j = {c, step, p, m, v, g};
+    void *bufs[1] = {&j};
+    SnnkRt *rt = rt_pool_rt(pool);
+    rt->parallel_for(rt, opt_chunk, bufs, 0, 0, 0, 0, n);
+}
+
 /* ---- the engine: the interpreter, or the compiled training step ---- */
 
 /* What runs a training step: interp_grad, or the program kir_lower_train makes, evaluated
@@ -221,6 +245,7 @@ peak_rss_mb(void)
  * for the largest batch and kept (the batch arrays' addresses never change). */
 typedef struct Engine {
     bool is_interp, is_llvm;
+    double t_forward, t_loss, t_backward; /* seconds this epoch (--report=json "phases") */
     KProgram *p;
     KTrain tr;
     KProgram fwd, bwd; /* views of p: its forward and backward kernels */
@@ -236,9 +261,14 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
 {
     memset(e, 0, sizeof *e);
     e->is_interp = strcmp(o->backend, "interp") == 0;
+    char err[512];
+    e->pool = rt_pool_new(o->threads, err, sizeof err); /* the optimiser's, and the CPU code's */
+    if (!e->pool) {
+        fprintf(stderr, "snnc: error: %s\n", err);
+        return false;
+    }
     if (e->is_interp)
         return true;
-    char err[512];
     m->schedule = SCHEDULE_LAYER; /* every layer over all its steps, each value in its buffer */
     m->memory = MEMORY_SEPARATE;
     e->p = kir_lower_train(m, &e->tr, err, sizeof err);
@@ -260,9 +290,7 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
     if (strcmp(o->backend, "cpu") == 0) {
 #ifdef SNN_HAVE_LLVM
         e->is_llvm = true;
-        e->pool = rt_pool_new(o->threads, err, sizeof err);
-        if (e->pool)
-            e->cf = cg_llvm_compile(&e->fwd, err, sizeof err);
+        e->cf = cg_llvm_compile(&e->fwd, err, sizeof err);
         if (e->cf)
             e->cb = cg_llvm_compile(&e->bwd, err, sizeof err);
         if (!e->cb) {
@@ -340,16 +368,32 @@ test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions 
     return ok ? (double)correct / (double)s->ntest : NAN;
 }
 
-/* One step's gradients added to gd (per weight): forward, loss gradient (b's), backward */
+/* One step: forward, loss gradient (b's), backward; g[w] then points at weight w's float32
+ * gradient (the interpreter's double sums rounded into gf, or the compiled program's buffer;
+ * zeros where none flows); gd, per weight, is the interpreter's (zeroed here after use) */
 static bool
 engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t base,
-            float **bin, float **outs, Batch *b, double **gd, char *err, size_t errlen)
+            float **bin, float **outs, Batch *b, double **gd, float **gf, float **g, char *err,
+            size_t errlen)
 {
-    if (e->is_interp)
-        return interp_grad(m, io, nb, base, (const float *const *)bin, outs, loss_grad, b, NULL,
-                           gd, err, errlen);
+    if (e->is_interp) {
+        double t0 = rt_now_seconds();
+        bool ok = interp_grad(m, io, nb, base, (const float *const *)bin, outs, loss_grad, b, NULL,
+                              gd, err, errlen);
+        e->t_backward += rt_now_seconds() - t0; /* the interpreter's forward and backward */
+        for (int w = 0; w < m->nweights; w++) {
+            for (int64_t i = 0; i < m->weights[w].numel; i++) {
+                gf[w][i] = (float)gd[w][i];
+                gd[w][i] = 0;
+            }
+            g[w] = gf[w];
+        }
+        return ok;
+    }
+    double t0 = rt_now_seconds();
     if (!engine_run(e, &e->fwd, nb, base, err, errlen))
         return false;
+    double t1 = rt_now_seconds();
     float **og = xcalloc((size_t)m->noutputs, sizeof *og);
     for (int k = 0; k < m->noutputs; k++) {
         og[k] = e->bd->mem[e->tr.out_grad[k]];
@@ -357,15 +401,15 @@ engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t
     }
     loss_grad(b, 0, nb, og);
     free(og);
+    double t2 = rt_now_seconds();
     if (!engine_run(e, &e->bwd, nb, base, err, errlen))
         return false;
-    for (int w = 0; w < m->nweights; w++) {
-        if (e->tr.weight_grad[w] < 0)
-            continue;
-        const float *g = e->bd->mem[e->tr.weight_grad[w]];
-        for (int64_t i = 0; i < m->weights[w].numel; i++)
-            gd[w][i] += g[i];
-    }
+    double t3 = rt_now_seconds();
+    e->t_forward += t1 - t0;
+    e->t_loss += t2 - t1;
+    e->t_backward += t3 - t2;
+    for (int w = 0; w < m->nweights; w++)
+        g[w] = e->tr.weight_grad[w] >= 0 ? e->bd->mem[e->tr.weight_grad[w]] : gf[w];
     return true;
 }
 
@@ -402,10 +446,12 @@ train(Module *m, const Options *o)
     /* batchnorm trains on the batch's statistics and keeps running ones for testing */
     InterpOptions io = {o->precision, o->seed, false, true};
 
-    /* per weight: its gradient (double, summed by interp_grad), the float gradient the optimiser
-     * reads, and the optimiser's state; batchnorm statistics are not trained */
+    /* per weight: the interpreter's gradient (double sums), the float gradient the optimiser reads
+     * (the interpreter's rounded, or zeros where none flows), and the optimiser's state;
+     * batchnorm statistics are not trained */
     int nw = m->nweights;
     double **gd = xcalloc((size_t)nw, sizeof *gd);
+    float **gsrc = xcalloc((size_t)nw, sizeof *gsrc); /* this step's gradient of each weight */
     float **gf = xcalloc((size_t)nw, sizeof *gf), **state = xcalloc((size_t)nw, sizeof *state);
     for (int w = 0; w < nw; w++) {
         size_t n = (size_t)m->weights[w].numel;
@@ -450,7 +496,8 @@ train(Module *m, const Options *o)
         RtOptConfig ecfg = cfg;
         if (o->cosine) ecfg.lr = rt_cosine_lr(cfg.lr, e, o->epochs);
         epoch_order(order, N, seed, e, !o->no_shuffle);
-        double t0 = rt_now_seconds(), loss_sum = 0;
+        double t0 = rt_now_seconds(), loss_sum = 0, t_opt = 0, t_rebind = 0;
+        eng.t_forward = eng.t_loss = eng.t_backward = 0;
         int64_t correct = 0, done = 0;
         for (int64_t first = 0; first < N && rc == 0; first += o->batch) {
             int nb = (int)(N - first < o->batch ? N - first : o->batch);
@@ -464,7 +511,8 @@ train(Module *m, const Options *o)
             }
             Batch bt = {m, (RtLoss)o->loss, blabels, outs, k, nb, 0, 0, false};
             /* Poisson draws keyed by the epoch and position: fresh noise every epoch */
-            if (!engine_step(&eng, m, &io, nb, e * N + first, bin, outs, &bt, gd, err, sizeof err)) {
+            if (!engine_step(&eng, m, &io, nb, e * N + first, bin, outs, &bt, gd, gf, gsrc, err,
+                             sizeof err)) {
                 fprintf(stderr, "snnc: error: %s\n", err);
                 rc = 1;
                 break;
@@ -476,22 +524,24 @@ train(Module *m, const Options *o)
                 break;
             }
             step++;
-            if (step == 1 && o->grads && !write_grads(m, gd, o->grads)) {
+            if (step == 1 && o->grads && !write_grads(m, gsrc, o->grads)) {
                 rc = 1;
                 break;
             }
+            double to0 = rt_now_seconds();
             for (int w = 0; w < nw; w++) {
                 Weight *wt = &m->weights[w];
                 const char *slot = op_info(m->nodes[wt->node].op)->weights[wt->slot];
                 if (strncmp(slot, "running_", 8) == 0)
                     continue;
-                for (int64_t i = 0; i < wt->numel; i++) {
-                    gf[w][i] = (float)gd[w][i];
-                    gd[w][i] = 0;
-                }
-                rt_opt_step(&ecfg, step, wt->data, gf[w], state[w], wt->numel);
+                opt_parallel(eng.pool, &ecfg, step, wt->data, gsrc[w], state[w],
+                             state[w] + wt->numel, wt->numel);
             }
-            if (!engine_weights_changed(&eng, err, sizeof err)) {
+            double to1 = rt_now_seconds();
+            t_opt += to1 - to0;
+            bool rebound = engine_weights_changed(&eng, err, sizeof err);
+            t_rebind += rt_now_seconds() - to1;
+            if (!rebound) {
                 fprintf(stderr, "snnc: error: %s\n", err);
                 rc = 1;
                 break;
@@ -536,9 +586,11 @@ train(Module *m, const Options *o)
         if (js)
             fprintf(js, "%s{\"epoch\": %lld, \"loss\": %.9g, \"train_accuracy\": %.6f, "
                    "\"test_accuracy\": %.6f, \"images_per_s\": %.1f, \"seconds\": %.3f, "
-                   "\"lr\": %.9g, \"peak_rss_mb\": %.1f}",
+                   "\"lr\": %.9g, \"peak_rss_mb\": %.1f, \"phases\": {\"forward\": %.3f, "
+                   "\"loss\": %.3f, \"backward\": %.3f, \"optimiser\": %.3f, \"weights\": %.3f}}",
                    e ? ", " : "", (long long)e + 1, train_loss, train_acc, acc, done / (secs > 0 ? secs : 1),
-                   secs, ecfg.lr, peak_rss_mb());
+                   secs, ecfg.lr, peak_rss_mb(), eng.t_forward, eng.t_loss, eng.t_backward, t_opt,
+                   t_rebind);
     }
     if (js) {
         fclose(js);
@@ -552,6 +604,7 @@ train(Module *m, const Options *o)
         free(state[w]);
     }
     free(gd);
+    free(gsrc);
     free(gf);
     free(state);
     for (int i = 0; i < d->ninputs; i++)

@@ -35,6 +35,28 @@ rt_transpose_f32(const float *src, int rank, const int64_t *dims, const int *per
         ostride[d] = stride[perm[d]]; /* the source stride of output dimension d */
     }
     if (numel == 0) return;
+    /* the last two dimensions swapped, the others kept (a dense weight [O][K] -> [K][O], or
+     * split in tiles [O/nt][nt][K] -> [O/nt][K][nt]): 2-D transposes in blocks that stay in
+     * cache, both sides touched a cache line at a time */
+    bool is_swap2 = rank >= 2 && perm[rank - 1] == rank - 2 && perm[rank - 2] == rank - 1;
+    for (int d = 0; d < rank - 2 && is_swap2; d++)
+        is_swap2 = perm[d] == d;
+    if (is_swap2) {
+        int64_t R = dims[rank - 2], C = dims[rank - 1], outer = numel / (R * C);
+        enum { BLK = 16 };
+        for (int64_t a = 0; a < outer; a++) {
+            const float *s = src + a * R * C;
+            float *t = dst + a * R * C;
+            for (int64_t r0 = 0; r0 < R; r0 += BLK)
+                for (int64_t c0 = 0; c0 < C; c0 += BLK) {
+                    int64_t r1 = r0 + BLK < R ? r0 + BLK : R, c1 = c0 + BLK < C ? c0 + BLK : C;
+                    for (int64_t c = c0; c < c1; c++)
+                        for (int64_t r = r0; r < r1; r++)
+                            t[c * R + r] = s[r * C + c];
+                }
+        }
+        return;
+    }
     /* walk dst in order, the source offset following an odometer over the output dims */
     int64_t off = 0;
     for (int64_t i = 0; i < numel; i++) {

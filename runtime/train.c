@@ -5,6 +5,7 @@
 #include "runtime/train.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 double
 rt_loss(RtLoss kind, const float *out, const float *labels, int64_t n, int64_t k, int64_t batch,
@@ -54,44 +55,84 @@ rt_opt_defaults(RtOptimizer kind)
     return c;
 }
 
-void
-rt_opt_step(const RtOptConfig *c, int64_t step, float *p, const float *g, float *state, int64_t n)
+/* The update, twice: compiled for the baseline ISA, where fmaf is a library call, and for
+ * AVX2+FMA, where it is one instruction the loops vectorise; the same bits either way (fmaf is
+ * exact), chosen at run time. */
+#define OPT_STEP_BODY                                                                              \
+    float lr = (float)c->lr, wd = (float)c->weight_decay;                                          \
+    if (c->kind == RT_OPT_SGD) {                                                                   \
+        float mom = (float)c->momentum, damp1 = (float)(1 - c->dampening);                         \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            float d = g[i];                                                                        \
+            if (c->weight_decay != 0)                                                              \
+                d = fmaf(p[i], wd, d); /* grad.add(param, alpha=wd) */                             \
+            if (c->momentum != 0) {                                                                \
+                float *buf = &state[i];                                                            \
+                *buf = step == 1 ? d : fmaf(d, damp1, *buf * mom);                                 \
+                d = c->nesterov ? fmaf(*buf, mom, d) : *buf;                                       \
+            }                                                                                      \
+            p[i] = fmaf(d, -lr, p[i]); /* param.add_(grad, alpha=-lr) */                           \
+        }                                                                                          \
+        return;                                                                                    \
+    }                                                                                              \
+    float *restrict m = state, *restrict v = state2;                                               \
+    double bc1 = 1 - pow(c->beta1, (double)step), bc2 = 1 - pow(c->beta2, (double)step);           \
+    float step_size = (float)(c->lr / bc1), bc2_sqrt = (float)sqrt(bc2);                           \
+    float w1 = (float)(1 - c->beta1), b2 = (float)c->beta2, w2 = (float)(1 - c->beta2);            \
+    float eps = (float)c->eps;                                                                     \
+    if (c->kind == RT_OPT_ADAMW && c->weight_decay != 0) {                                         \
+        float keep = (float)(1 - c->lr * c->weight_decay);                                         \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            p[i] *= keep;                                                                          \
+    }                                                                                              \
+    bool l2 = c->kind == RT_OPT_ADAM && c->weight_decay != 0;                                      \
+    float wd2 = l2 ? wd : 0; /* + 0 * p: the same bits as no decay (g + 0 is g unless g is -0) */  \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+        float d = l2 ? fmaf(p[i], wd2, g[i]) : g[i];                                               \
+        m[i] = fmaf(w1, d - m[i], m[i]); /* exp_avg.lerp_(grad, 1 - beta1) */                      \
+        float vi = v[i] * b2;                                                                      \
+        float dd = w2 * d;                                                                         \
+        v[i] = vi + dd * d; /* exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2) */           \
+        float denom = sqrtf(v[i]) / bc2_sqrt + eps;                                                \
+        float upd = -step_size * m[i];                                                             \
+        p[i] = p[i] + upd / denom; /* param.addcdiv_(exp_avg, denom, -step_size) */                \
+    }
+
+static void
+opt_step_base(const RtOptConfig *c, int64_t step, float *restrict p, const float *restrict g,
+              float *restrict state, float *restrict state2, int64_t n)
 {
-    float lr = (float)c->lr, wd = (float)c->weight_decay;
-    if (c->kind == RT_OPT_SGD) {
-        float mom = (float)c->momentum, damp1 = (float)(1 - c->dampening);
-        for (int64_t i = 0; i < n; i++) {
-            float d = g[i];
-            if (c->weight_decay != 0)
-                d = fmaf(p[i], wd, d); /* grad.add(param, alpha=wd) */
-            if (c->momentum != 0) {
-                float *buf = &state[i];
-                *buf = step == 1 ? d : fmaf(d, damp1, *buf * mom);
-                d = c->nesterov ? fmaf(*buf, mom, d) : *buf;
-            }
-            p[i] = fmaf(d, -lr, p[i]); /* param.add_(grad, alpha=-lr) */
-        }
+    OPT_STEP_BODY
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* fp-contract off: a multiply and an add stay two roundings, as in the baseline version */
+__attribute__((target("avx2,fma"), optimize("O3", "fp-contract=off"))) static void
+opt_step_fma(const RtOptConfig *c, int64_t step, float *restrict p, const float *restrict g,
+             float *restrict state, float *restrict state2, int64_t n)
+{
+    OPT_STEP_BODY
+}
+#endif
+
+void
+rt_opt_step(const RtOptConfig *c, int64_t step, float *p, const float *g, float *m, float *v,
+            int64_t n)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        opt_step_fma(c, step, p, g, m, v, n);
         return;
     }
-    float *m = state, *v = state + n;
-    double bc1 = 1 - pow(c->beta1, (double)step), bc2 = 1 - pow(c->beta2, (double)step);
-    float step_size = (float)(c->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-    float w1 = (float)(1 - c->beta1), b2 = (float)c->beta2, w2 = (float)(1 - c->beta2);
-    float eps = (float)c->eps;
-    if (c->kind == RT_OPT_ADAMW && c->weight_decay != 0) {
-        float keep = (float)(1 - c->lr * c->weight_decay);
-        for (int64_t i = 0; i < n; i++)
-            p[i] *= keep;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        float d = g[i];
-        if (c->kind == RT_OPT_ADAM && c->weight_decay != 0)
-            d = fmaf(p[i], wd, d);
-        m[i] = fmaf(w1, d - m[i], m[i]); /* exp_avg.lerp_(grad, 1 - beta1) */
-        v[i] = v[i] * b2 + w2 * d * d;   /* exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2) */
-        float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-        p[i] = p[i] + -step_size * m[i] / denom; /* param.addcdiv_(exp_avg, denom, -step_size) */
-    }
+#endif
+    opt_step_base(c, step, p, g, m, v, n);
+}
+
+void
+rt_opt_step_baseline(const RtOptConfig *c, int64_t step, float *p, const float *g, float *m,
+                     float *v, int64_t n)
+{
+    opt_step_base(c, step, p, g, m, v, n);
 }
 
 double

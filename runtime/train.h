@@ -37,12 +37,16 @@ typedef struct RtOptConfig {
  * same with weight decay 1e-2) */
 RtOptConfig rt_opt_defaults(RtOptimizer kind);
 
-/* One update of n parameters p with gradients g. state: 2 n floats per parameter tensor (SGD's
- * momentum buffer; Adam's exp_avg then exp_avg_sq), zeroed before the first step; step: the
- * update's number, from 1 (the same for every tensor of a step). Like torch.optim's
- * single-tensor (for-loop) implementation. */
-void rt_opt_step(const RtOptConfig *c, int64_t step, float *p, const float *g, float *state,
+/* One update of n parameters p with gradients g: m and v the optimiser's state for them (SGD's
+ * momentum buffer in m, v unused; Adam's exp_avg and exp_avg_sq), zeroed before the first step;
+ * step: the update's number, from 1 (the same for every tensor of a step). Like torch.optim's
+ * single-tensor (for-loop) implementation. Elementwise: any split of [0, n) into calls (threads)
+ * gives the same bits. Vectorised for AVX2+FMA where the CPU has it, the same bits as
+ * rt_opt_step_baseline (the code for the baseline ISA; tests compare them). */
+void rt_opt_step(const RtOptConfig *c, int64_t step, float *p, const float *g, float *m, float *v,
                  int64_t n);
+void rt_opt_step_baseline(const RtOptConfig *c, int64_t step, float *p, const float *g, float *m,
+                          float *v, int64_t n);
 
 /* The learning rate of epoch e (from 0) of E under a cosine schedule (CosineAnnealingLR with
  * T_max = E, eta_min 0, stepped per epoch), computed as PyTorch's recursive form does */

@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Training on the CPU against the peers, one command, same machine, same threads, same data:
+
+    python3 bench/cpu/train.py [--images N] [--epochs E] [--threads 2] [--only snnc,sj,...]
+                               [--json bench/cpu/train.json]
+
+The Fashion-MNIST MLP (784-256-10, SpikingJelly's LIFNode: tau 2, decay_input, hard reset to 0,
+the Sigmoid(alpha=4) surrogate; T = 8; the image fed unchanged at every step), MSE between the
+output firing rate and the one-hot label, Adam lr 1e-3, batch 128, from PyTorch's default
+initialisation, the first N training images in order (no shuffle), trained by:
+
+  snnc          snnc --train --backend=cpu (compiled; its figure is its own report's)
+  sj            SpikingJelly 2.0, multi-step mode (step_mode='m', its torch backend: the fastest
+                it has on a CPU), the example's loop (the image repeated T times, reset_net)
+  hand          the same network written by hand in PyTorch: fc1 of the static image once, the
+                LIF scan in tensor ops with the surrogate as an autograd.Function, fc2 over all
+                T*B rows at once; eager
+  hand-compile  the same under torch.compile (inductor; its compile is the first batch, reported
+                and not timed)
+  snntorch      snnTorch 1.0's tutorial loop: snn.Leaky(beta=0.5) layers stepped in Python, the
+                same loss (its neuron differs: subtract reset, atan surrogate; a framework-native
+                row, not the same network)
+
+Each runs in a subprocess of its own (its peak RSS is its own), torch held to --threads threads.
+Reported: images/s over the timed batches (every batch after the first), the test accuracy after
+training (10,000 test images), peak RSS. Prints a table, writes the JSON with the host and
+versions."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+SNNC = ROOT / "build" / "driver" / "snnc"
+T, BATCH, LR = 8, 128, 1e-3
+
+
+def fmnist():
+    """(train images [N, 1, 28, 28] f32 in [0, 1], labels), the same for the test set"""
+    import gzip
+    import numpy as np
+    d = Path(os.environ.get("SNN_DATA_DIR", "/usr/share/datasets/fashion-mnist"))
+
+    def load(split):
+        arrays = []
+        for n, off in ((f"{split}-images-idx3-ubyte", 16), (f"{split}-labels-idx1-ubyte", 8)):
+            p = d / n
+            raw = p.read_bytes() if p.exists() else gzip.open(str(p) + ".gz").read()
+            arrays.append(np.frombuffer(raw, np.uint8, offset=off))
+        return arrays[0].reshape(-1, 1, 28, 28).astype(np.float32) / 255.0, arrays[1].astype(np.int64)
+    return load("train"), load("t10k")
+
+
+# ---- the peers (run in a child: python3 train.py --child NAME) ----------------------------------
+
+def child(name, images, epochs, threads):
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    (xtr, ytr), (xte, yte) = fmnist()
+    xtr, ytr = torch.tensor(xtr[:images]), torch.tensor(ytr[:images])
+    xte, yte = torch.tensor(xte), torch.tensor(yte)
+
+    class SigmoidSpike(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return (x >= 0).to(x.dtype)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            s = torch.sigmoid(x * 4.0)
+            return g * (1.0 - s) * s * 4.0
+
+    def lif(x_seq):
+        v = torch.zeros_like(x_seq[0])
+        out = []
+        for t in range(x_seq.shape[0]):
+            h = v + (x_seq[t] - v) / 2.0
+            s = SigmoidSpike.apply(h - 1.0)
+            v = s * 0.0 + (1.0 - s) * h
+            out.append(s)
+        return torch.stack(out)
+
+    if name == "sj":
+        from spikingjelly.activation_based import functional, layer, neuron
+        net = nn.Sequential(layer.Flatten(), layer.Linear(784, 256), neuron.LIFNode(tau=2.0),
+                            layer.Linear(256, 10), neuron.LIFNode(tau=2.0))
+        functional.set_step_mode(net, "m")
+
+        def forward(x):
+            functional.reset_net(net)
+            return net(x.unsqueeze(0).repeat(T, 1, 1, 1, 1)).mean(0)
+        params = net.parameters()
+    elif name in ("hand", "hand-compile"):
+        fc1, fc2 = nn.Linear(784, 256), nn.Linear(256, 10)
+
+        def fwd(x):
+            h = fc1(x.flatten(1))                       # the static image: once
+            s1 = lif(h.unsqueeze(0).expand(T, -1, -1))
+            s2 = lif(fc2(s1))                           # over all T*B rows at once
+            return s2.mean(0)
+        forward = torch.compile(fwd) if name == "hand-compile" else fwd
+        params = list(fc1.parameters()) + list(fc2.parameters())
+    elif name == "snntorch":
+        import snntorch as snn
+        fc1, fc2 = nn.Linear(784, 256), nn.Linear(256, 10)
+        l1, l2 = snn.Leaky(beta=0.5), snn.Leaky(beta=0.5)
+
+        def forward(x):
+            m1, m2 = l1.init_leaky(), l2.init_leaky()
+            xf, rec = x.flatten(1), []
+            for _ in range(T):
+                s1, m1 = l1(fc1(xf), m1)
+                s2, m2 = l2(fc2(s1), m2)
+                rec.append(s2)
+            return torch.stack(rec).mean(0)
+        params = list(fc1.parameters()) + list(fc2.parameters()) + list(l1.parameters()) + \
+            list(l2.parameters())
+    else:
+        raise SystemExit(f"unknown peer {name}")
+    opt = torch.optim.Adam(params, lr=LR)
+    timed_images, timed = 0, 0.0
+    first_batch = None
+    for e in range(epochs):
+        for i in range(0, images, BATCH):
+            x, y = xtr[i:i + BATCH], ytr[i:i + BATCH]
+            t0 = time.perf_counter()
+            out = forward(x)
+            loss = F.mse_loss(out, F.one_hot(y, 10).float())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            dt = time.perf_counter() - t0
+            if first_batch is None:
+                first_batch = dt
+            else:
+                timed += dt
+                timed_images += x.shape[0]
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, xte.shape[0], 1000):
+            correct += int((forward(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum())
+    print(json.dumps({"images_per_s": timed_images / timed if timed else 0.0,
+                      "first_batch_s": first_batch, "test_accuracy": correct / xte.shape[0],
+                      "loss": float(loss),
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}))
+
+
+# ---- the parent -------------------------------------------------------------------------------
+
+def run_child(cmd, env=None):
+    """the child's last stdout line as JSON (each reports its own peak RSS), its wall time"""
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        return {"error": (p.stderr or p.stdout).strip()[-600:]}
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out["wall_s"] = wall
+    return out
+
+
+def run_snnc(images, epochs, threads):
+    cmd = [str(SNNC), "--train", "--backend=cpu", str(ROOT / "examples" / "fmnist_mlp.snn"),
+           "--init", "--data=fashion-mnist", f"--limit={images}", f"--epochs={epochs}",
+           f"--batch={BATCH}", "--optimizer=adam", f"--lr={LR}", "--loss=mse", "--no-shuffle",
+           f"--threads={threads}", "-o", "/tmp/snnc-bench-train.safetensors", "--report=json",
+           "-q"]
+    r = run_child(cmd)
+    if "error" in r:
+        return r
+    ep = r["epochs"]
+    return {"images_per_s": sum(e["images_per_s"] for e in ep) / len(ep),
+            "test_accuracy": ep[-1]["test_accuracy"], "loss": ep[-1]["loss"],
+            "peak_rss_mb": ep[-1]["peak_rss_mb"], "wall_s": r["wall_s"], "command": " ".join(cmd)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--images", type=int, default=60000)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", default="snnc,sj,hand,hand-compile,snntorch")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--child", default=None)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.images, a.epochs, a.threads)
+        return
+    import torch
+    vers = {"python": platform.python_version(), "torch": torch.__version__}
+    for pkg in ("spikingjelly", "snntorch"):
+        try:
+            import importlib.metadata as md
+            vers[pkg] = md.version(pkg)
+        except Exception:
+            pass
+    cpu = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
+    res = {"date": datetime.date.today().isoformat(), "host": cpu.group(1) if cpu else "?",
+           "cpus": os.cpu_count(), "threads": a.threads, "images": a.images, "epochs": a.epochs,
+           "batch": BATCH, "T": T, "versions": vers, "rows": {}}
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    for name in a.only.split(","):
+        if name == "snnc":
+            r = run_snnc(a.images, a.epochs, a.threads)
+        else:
+            r = run_child([sys.executable, __file__, "--child", name, "--images", str(a.images),
+                           "--epochs", str(a.epochs), "--threads", str(a.threads)], env)
+        res["rows"][name] = r
+        print(f"{name:14s} " + (r["error"] if "error" in r else
+              f"{r['images_per_s']:10.0f} images/s  test accuracy {r['test_accuracy']:.4f}  "
+              f"peak RSS {r['peak_rss_mb']:.0f} MB"), flush=True)
+    rows = res["rows"]
+    if "snnc" in rows and "images_per_s" in rows["snnc"]:
+        s = rows["snnc"]["images_per_s"]
+        for k, r in rows.items():
+            if k != "snnc" and "images_per_s" in r and r["images_per_s"] > 0:
+                print(f"snnc / {k}: {s / r['images_per_s']:.2f}x images/s")
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
