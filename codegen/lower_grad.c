@@ -593,8 +593,13 @@ grad_neuron(G *g, ValueId v)
 
 /* ---- dense layers ---- */
 
+/* the weight gradient's register block: inputs side by side, each a tile of DW_LANES outputs
+ * (f32: 4 x 2 AVX2 registers of accumulators, the row's dy vector and the inputs' broadcasts) */
+enum { DW_INPUTS = 4, DW_LANES = 16 };
+
 typedef struct DenseGrad {
     G *g;
+    int ni; /* inputs per block */
     ValueId v, x;
     int64_t K, O;
     int wrows; /* the weight as stored, [O][K] */
@@ -628,24 +633,34 @@ dense_data_tile(Lower *lw, Cur c, KExpr *i0, int lanes, const void *ctx)
     st->stride = 1;
 }
 
-/* dW[o0 .. o0 + lanes, i] = sum over rows of x[row, i] dy[row, o] (zero inputs skipped) */
+/* dW[o0 .. o0 + lanes, i .. i + ni) = sum over rows of x[row, i] dy[row, o] (zero inputs
+ * skipped): ni inputs side by side, so that each row's dy vector, loaded once, feeds ni tiles */
 static void
 dense_weight_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
 {
     const DenseGrad *d = ctx;
     G *g = d->g;
-    int t = tile(lw, "dw", lanes);
-    s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    int ni = d->ni, t[DW_INPUTS];
+    for (int k = 0; k < ni; k++) {
+        t[k] = tile(lw, "dw", lanes);
+        s_tile(lw, c, KS_VSET, t[k], -1, NULL, kx_const(lw->p, KT_F64, 0));
+    }
     KExpr *rv;
     KStmt *fr = loop(lw, c, "r", d->rows, false, &rv);
-    Pos px = row_pos(lw, d->x, rv, d->row.i);
     Pos py = row_pos(lw, d->v, rv, o0);
     ValueId rvv = root(lw, d->v);
-    tile_fma(lw, body(fr), t, to(lw, KT_F32, vload(lw, d->x, &px)), g->gbuf[rvv],
-             vindex(lw, rvv, &py), d->is_sparse);
-    KStmt *st = s_tile(lw, c, KS_VSTORE, t, d->dw,
-                       bin(lw, KB_ADD, bin(lw, KB_MUL, o0, ci(lw, d->K)), d->row.i), NULL);
-    st->stride = d->K;
+    KExpr *gi = vindex(lw, rvv, &py);
+    for (int k = 0; k < ni; k++) {
+        Pos px = row_pos(lw, d->x, rv, bin(lw, KB_ADD, d->row.i, ci(lw, k)));
+        tile_fma(lw, body(fr), t[k], to(lw, KT_F32, vload(lw, d->x, &px)), g->gbuf[rvv], gi,
+                 d->is_sparse);
+    }
+    for (int k = 0; k < ni; k++) {
+        KExpr *i = bin(lw, KB_ADD, d->row.i, ci(lw, k));
+        KStmt *st = s_tile(lw, c, KS_VSTORE, t[k], d->dw,
+                           bin(lw, KB_ADD, bin(lw, KB_MUL, o0, ci(lw, d->K)), i), NULL);
+        st->stride = d->K;
+    }
 }
 
 static void
@@ -656,7 +671,7 @@ grad_dense(G *g, ValueId v)
     const Module *m = lw->m;
     const Node *n = &m->nodes[v];
     ValueId x = n->args[0];
-    DenseGrad d = {g, v, x, lw->vs[root(lw, x)].numel, lw->vs[v].numel, -1, {0}, NULL, false,
+    DenseGrad d = {g, 1, v, x, lw->vs[root(lw, x)].numel, lw->vs[v].numel, -1, {0}, NULL, false,
                    is_spike_value(lw, x), -1};
     int w = n->first_weight;
     d.wrows = add_buf(lw, arena_printf(&p->arena, "%s.rows", m->weights[w].name), KT_F32,
@@ -681,17 +696,28 @@ grad_dense(G *g, ValueId v)
                    (KSize){0, m->weights[w].numel}, KB_TEMP, -1, -1);
     p->bufs[d.dw].is_written_first = true;
     g->tr->weight_grad[w] = d.dw;
-    begin_kernel(lw, v, describe(lw, v, "backward: dW = dL/dy^T x, inputs in parallel, rows in order"
-                                        "; zero inputs skipped"),
-                 false);
-    lw->k.name = arena_printf(&p->arena, "grad_w_%s", name);
-    KExpr *iv;
-    KStmt *fi = loop(lw, top(lw), "i", ci(lw, d.K), true, &iv);
-    d.rows = rows_of(lw, v);
-    memset(&d.row, 0, sizeof d.row);
-    d.row.i = iv;
-    for_tiles(lw, body(fi), d.O, nt, dense_weight_tile, &d);
-    end_kernel(lw);
+    /* blocks of DW_INPUTS inputs in parallel, then the inputs left over one at a time */
+    int64_t nblocks = d.K / DW_INPUTS, done = nblocks * DW_INPUTS;
+    int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
+    for (int part = 0; part < 2; part++) {
+        int64_t n_iter = part == 0 ? nblocks : d.K - done;
+        if (n_iter == 0)
+            continue;
+        begin_kernel(lw, v, describe(lw, v, part == 0 ? "backward: dW = dL/dy^T x, blocks of inputs "
+                                                        "in parallel, rows in order; zero inputs "
+                                                        "skipped"
+                                                      : "backward: dW, the inputs left over"),
+                     false);
+        lw->k.name = arena_printf(&p->arena, "grad_w%s_%s", part ? "_tail" : "", name);
+        KExpr *iv;
+        KStmt *fi = loop(lw, top(lw), "ib", ci(lw, n_iter), true, &iv);
+        d.rows = rows_of(lw, v);
+        memset(&d.row, 0, sizeof d.row);
+        d.ni = part == 0 ? DW_INPUTS : 1;
+        d.row.i = part == 0 ? bin(lw, KB_MUL, iv, ci(lw, DW_INPUTS)) : bin(lw, KB_ADD, iv, ci(lw, done));
+        for_tiles(lw, body(fi), d.O, wl, dense_weight_tile, &d);
+        end_kernel(lw);
+    }
     /* db: the rows' sum per output */
     if (has_bias(n)) {
         int db = add_buf(lw, arena_printf(&p->arena, "%s.grad", m->weights[w + 1].name), KT_F32,
