@@ -165,8 +165,8 @@ typedef enum {
     KS_IF,     /* if a: body else els */
     /* Tile statements: var is a tile local (KLocal.lanes = n > 0), l runs over [0, n). */
     KS_VSET,     /* var[l] = a (f64) */
-    KS_VLOAD,    /* var[l] = f64(buf[index + l]) (buf f32 or f64) */
-    KS_VFMA,     /* var[l] = fma(a, f64(buf[index + l]), var[l]) (a f64; buf f32 or f64);
+    KS_VLOAD,    /* var[l] = f64(buf[index + l]) (buf f32, f64, f16, bf16, or spikes: u8, i8) */
+    KS_VFMA,     /* var[l] = fma(a, f64(buf[index + l]), var[l]) (a f64; buf as KS_VLOAD's);
                   * is_sparse: var is left as it is where a == 0 (spike inputs skip zeros). Where
                   * var is not -0, the element finite and a an integer value, skipping and adding
                   * a zero term give the same bits (acc + 0*w == acc; integer times float is exact,

@@ -309,6 +309,8 @@ load_f64(Eval *ev, int buf, int64_t i)
     case KT_F64: return ((const double *)ev->mem[buf])[i];
     case KT_F16: return rt_f16_to_f32(((const uint16_t *)ev->mem[buf])[i]);
     case KT_BF16: return rt_bf16_to_f32(((const uint16_t *)ev->mem[buf])[i]);
+    case KT_U8: return ((const uint8_t *)ev->mem[buf])[i]; /* spikes 0/1 (loads only) */
+    case KT_I8: return ((const int8_t *)ev->mem[buf])[i];  /* spikes -1/0/1 */
     default:
         efail(ev, "kernel IR: tile access to %s buffer '%s'", ktype_name(ev->p->bufs[buf].type),
               ev->p->bufs[buf].name);

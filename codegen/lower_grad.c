@@ -663,6 +663,37 @@ dense_weight_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     }
 }
 
+/* The same sums with inputs as lanes, for spike inputs: dW[o .. o + ni, i0 .. i0 + lanes) = sum
+ * over rows of dy[row, o] x[row, i] (the spikes' bytes widened in the tile loads): each row's
+ * input vector, loaded once, feeds ni outputs' tiles; the dW rows are stored whole. Each
+ * element's terms in the same order as dense_weight_tile's (a zero input adds +-0 to a sum that
+ * is never -0: the same bits as skipping it). */
+static void
+dense_weight_tile_inputs(Lower *lw, Cur c, KExpr *i0, int lanes, const void *ctx)
+{
+    const DenseGrad *d = ctx;
+    G *g = d->g;
+    int ni = d->ni, t[DW_INPUTS];
+    for (int k = 0; k < ni; k++) {
+        t[k] = tile(lw, "dw", lanes);
+        s_tile(lw, c, KS_VSET, t[k], -1, NULL, kx_const(lw->p, KT_F64, 0));
+    }
+    KExpr *rv;
+    KStmt *fr = loop(lw, c, "r", d->rows, false, &rv);
+    Pos px = row_pos(lw, d->x, rv, i0);
+    ValueId rx = root(lw, d->x);
+    KExpr *xi = vindex(lw, rx, &px);
+    for (int k = 0; k < ni; k++) {
+        Pos py = row_pos(lw, d->v, rv, bin(lw, KB_ADD, d->row.i, ci(lw, k)));
+        tile_fma(lw, body(fr), t[k], gload(g, d->v, &py), lw->vs[rx].buf, xi, false);
+    }
+    for (int k = 0; k < ni; k++) {
+        KExpr *o = bin(lw, KB_ADD, d->row.i, ci(lw, k));
+        s_tile(lw, c, KS_VSTORE, t[k], d->dw, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, d->K)), i0),
+               NULL);
+    }
+}
+
 static void
 grad_dense(G *g, ValueId v)
 {
@@ -696,11 +727,14 @@ grad_dense(G *g, ValueId v)
                    (KSize){0, m->weights[w].numel}, KB_TEMP, -1, -1);
     p->bufs[d.dw].is_written_first = true;
     g->tr->weight_grad[w] = d.dw;
-    /* blocks of DW_INPUTS inputs in parallel, then the inputs left over one at a time */
-    int64_t nblocks = d.K / DW_INPUTS, done = nblocks * DW_INPUTS;
+    /* blocks of DW_INPUTS inputs (outputs, over spikes) in parallel, then those left over one at
+     * a time */
+    bool by_inputs = d.is_sparse && lw->vs[root(lw, x)].layout != LY_NONE;
+    int64_t nout = by_inputs ? d.O : d.K; /* what the parallel loop runs over */
+    int64_t nblocks = nout / DW_INPUTS, done = nblocks * DW_INPUTS;
     int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
     for (int part = 0; part < 2; part++) {
-        int64_t n_iter = part == 0 ? nblocks : d.K - done;
+        int64_t n_iter = part == 0 ? nblocks : nout - done;
         if (n_iter == 0)
             continue;
         begin_kernel(lw, v, describe(lw, v, part == 0 ? "backward: dW = dL/dy^T x, blocks of inputs "
@@ -715,7 +749,10 @@ grad_dense(G *g, ValueId v)
         memset(&d.row, 0, sizeof d.row);
         d.ni = part == 0 ? DW_INPUTS : 1;
         d.row.i = part == 0 ? bin(lw, KB_MUL, iv, ci(lw, DW_INPUTS)) : bin(lw, KB_ADD, iv, ci(lw, done));
-        for_tiles(lw, body(fi), d.O, wl, dense_weight_tile, &d);
+        if (by_inputs) /* d.row.i is then the block's first output */
+            for_tiles(lw, body(fi), d.K, wl, dense_weight_tile_inputs, &d);
+        else
+            for_tiles(lw, body(fi), d.O, wl, dense_weight_tile, &d);
         end_kernel(lw);
     }
     /* db: the rows' sum per output */

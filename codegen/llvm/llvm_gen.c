@@ -330,7 +330,7 @@ convert(Gen *g, LLVMValueRef v, KType from, KType to)
                             to);
         return wrap_int(g, LLVMBuildFPToSI(b, v, shaped(g->t_i64, v), ""), to);
     }
-    if (from == KT_BOOL)
+    if (from == KT_BOOL || (from == KT_U8 && is_float(to)))
         return is_float(to) ? LLVMBuildUIToFP(b, v, type_like(g, to, v), "")
                             : LLVMBuildZExt(b, v, shaped(g->t_i64, v), "");
     if (is_float(to)) return LLVMBuildSIToFP(b, v, type_like(g, to, v), "");
@@ -1039,7 +1039,8 @@ is_tile_buffer(Gen *g, const KStmt *s, bool is_store)
     }
     const KBuf *kb = &g->p->bufs[s->buf];
     bool is_16 = kb->type == KT_F16 || kb->type == KT_BF16;
-    if (kb->type != KT_F32 && kb->type != KT_F64 && !is_16) {
+    bool is_spikes = !is_store && (kb->type == KT_U8 || kb->type == KT_I8); /* kir.h: loads */
+    if (kb->type != KT_F32 && kb->type != KT_F64 && !is_16 && !is_spikes) {
         gen_fail(g, "kernel %s: tile access to %s buffer '%s'", g->k->name, ktype_name(kb->type),
                  kb->name);
         return false;
