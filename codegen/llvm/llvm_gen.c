@@ -16,6 +16,7 @@
 
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/llvm/llvm_gen.h"
+#include "ir/fmath.h"
 #include "runtime/philox.h"
 
 typedef struct Gen {
@@ -399,6 +400,61 @@ call_intrinsic(Gen *g, const char *base, KType t, LLVMValueRef a)
     return LLVMBuildCall2(g->b, fty, f, &a, 1, "");
 }
 
+/* llvm.NAME over values of a's shape (scalar or vector) of type t, n operands */
+static LLVMValueRef
+call_intrinsic_n(Gen *g, const char *base, KType t, LLVMValueRef *args, unsigned n)
+{
+    char name[64];
+    LLVMValueRef a = args[0];
+    if (is_vector(a))
+        snprintf(name, sizeof name, "llvm.%s.v%u%s", base, LLVMGetVectorSize(LLVMTypeOf(a)),
+                 t == KT_F32 ? "f32" : "f64");
+    else
+        snprintf(name, sizeof name, "llvm.%s.%s", base, t == KT_F32 ? "f32" : "f64");
+    LLVMTypeRef ty = LLVMTypeOf(a), pt[3] = {ty, ty, ty};
+    LLVMTypeRef fty = LLVMFunctionType(ty, pt, n, 0);
+    LLVMValueRef f = LLVMGetNamedFunction(g->mod, name);
+    if (!f) f = LLVMAddFunction(g->mod, name, fty);
+    return LLVMBuildCall2(g->b, fty, f, args, n, "");
+}
+
+/* An f32 exp, (float)exp((double)x), as ir/fmath.h's f32_exp_poly computes it (the same
+ * operations, so the same bits, which are f32_exp's for every float): in SIMD lanes it is a few
+ * vector instructions where the C library is one call per lane (the sigmoid surrogate's exp was
+ * three quarters of a LIF layer's backward). */
+static LLVMValueRef
+exp_f32(Gen *g, LLVMValueRef a)
+{
+    LLVMBuilderRef b = g->b;
+    static const double coeffs[] = {F32_EXP_COEFFS};
+#define D(v) const_like(g, KT_F64, (v), a)
+    LLVMValueRef d = LLVMBuildFPExt(b, a, type_like(g, KT_F64, a), "");
+    LLVMValueRef mm[2] = {d, D(-104.0)};
+    mm[0] = call_intrinsic_n(g, "maxnum", KT_F64, mm, 2);
+    mm[1] = D(89.0);
+    LLVMValueRef xc = call_intrinsic_n(g, "minnum", KT_F64, mm, 2);
+    LLVMValueRef k = call_intrinsic(g, "rint", KT_F64, LLVMBuildFMul(b, xc, D(F32_EXP_LOG2E), ""));
+    LLVMValueRef nk = LLVMBuildFNeg(b, k, "");
+    LLVMValueRef f3[3] = {nk, D(F32_EXP_LN2HI), xc};
+    LLVMValueRef r = call_intrinsic_n(g, "fma", KT_F64, f3, 3);
+    f3[1] = D(F32_EXP_LN2LO);
+    f3[2] = r;
+    r = call_intrinsic_n(g, "fma", KT_F64, f3, 3);
+    LLVMValueRef p = D(coeffs[0]);
+    for (size_t i = 1; i < sizeof coeffs / sizeof coeffs[0]; i++) {
+        LLVMValueRef h[3] = {p, r, D(coeffs[i])};
+        p = call_intrinsic_n(g, "fma", KT_F64, h, 3);
+    }
+    LLVMTypeRef it = shaped(g->t_i64, a);
+    LLVMValueRef ki = LLVMBuildFPToSI(b, k, it, "");
+    LLVMValueRef bits = LLVMBuildShl(b, LLVMBuildAdd(b, ki, const_splat(LLVMConstInt(g->t_i64, 1023, 0), a), ""),
+                                     const_splat(LLVMConstInt(g->t_i64, 52, 0), a), "");
+    LLVMValueRef scale = LLVMBuildBitCast(b, bits, type_like(g, KT_F64, a), "");
+    LLVMValueRef f = LLVMBuildFPTrunc(b, LLVMBuildFMul(b, p, scale, ""), type_like(g, KT_F32, a), "");
+#undef D
+    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, a, a, ""), a, f, "exp");
+}
+
 /* mulhi/mullo of a 32x32 → 64 product */
 static void
 mul_wide(Gen *g, uint32_t m, LLVMValueRef c, LLVMValueRef *hi, LLVMValueRef *lo)
@@ -668,7 +724,7 @@ un_value(Gen *g, int op, KType t, LLVMValueRef a, KType rt)
     LLVMValueRef r;
     switch ((KUn)op) {
     case KU_EXP:
-        r = call_libm(g, "exp", t, &a, 1);
+        r = t == KT_F32 ? exp_f32(g, a) : call_libm(g, "exp", t, &a, 1);
         break;
     case KU_LOG:
         r = call_libm(g, "log", t, &a, 1);
@@ -690,7 +746,7 @@ un_value(Gen *g, int op, KType t, LLVMValueRef a, KType rt)
     case KU_SIGMOID: {
         /* 1 / (1 + exp(-x)), in that order, in t */
         LLVMValueRef na = LLVMBuildFNeg(b, a, "");
-        LLVMValueRef ex = call_libm(g, "exp", t, &na, 1);
+        LLVMValueRef ex = t == KT_F32 ? exp_f32(g, na) : call_libm(g, "exp", t, &na, 1);
         LLVMValueRef one = const_like(g, t, 1.0, a);
         r = LLVMBuildFDiv(b, one, LLVMBuildFAdd(b, one, ex, ""), "sigmoid");
         break;
