@@ -10,7 +10,8 @@
  *              interpreter's interp_grad operation for operation;
  *   dense      dL/dx = dL/dy W (tiles over inputs, outputs summed in order), dW = dy^T x (tiles over
  *              outputs, rows summed in order, zero inputs skipped: a spike-fed layer's weight
- *              gradient is event-driven), db = the rows' sum.
+ *              gradient is event-driven), db = the rows' sum;
+ *   add, sub, mul, scale   elementwise, as the interpreter's.
  * A value's gradient buffer has the value's layout (f32); its first contribution stores
  * (+0 + the contribution, as the interpreter's zeroed buffer adds), later ones load and add. */
 #include "codegen/lower.h"
@@ -40,7 +41,11 @@ is_supported_op(Op op)
     case OP_NEURON:
     case OP_MEAN:
     case OP_COUNT:
-    case OP_LAST: return true;
+    case OP_LAST:
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_SCALE: return true;
     default: return false;
     }
 }
@@ -54,8 +59,8 @@ grad_problem(const Module *m, ValueId *where)
         if (!is_supported_op(n->op))
             return arena_printf((Arena *)&m->arena,
                                 "compiled training does not differentiate %s yet (dense, neuron "
-                                "layers, flatten, mean, count and last readouts; --backend=interp "
-                                "trains every layer)",
+                                "layers, add, sub, mul, scale, flatten, mean, count and last "
+                                "readouts; --backend=interp trains every layer)",
                                 node_op_name(m, n));
         if (n->op == OP_NEURON) {
             SurrogateFn sg;
@@ -775,6 +780,59 @@ grad_dense(G *g, ValueId v)
     }
 }
 
+/* ---- elementwise ---- */
+
+static void
+grad_elementwise(G *g, ValueId v)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Node *n = &lw->m->nodes[v];
+    ValueId a = n->args[0], bb = n->nargs > 1 ? n->args[1] : -1;
+    bool na = g->needs[a], nb = bb >= 0 && g->needs[bb];
+    if (!na && !nb)
+        return;
+    begin_kernel(lw, v, describe(lw, v, "backward: elementwise"), false);
+    lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
+    int64_t numel = lw->vs[v].numel;
+    KExpr *jv;
+    KStmt *fj = loop(lw, top(lw), "j",
+                     bin(lw, KB_MUL, rows_of(lw, v), ci(lw, numel)), true, &jv);
+    fj->is_lanes = true;
+    Cur c = body(fj);
+    Pos ps = row_pos(lw, v, bin(lw, KB_DIV, jv, ci(lw, numel)), bin(lw, KB_REM, jv, ci(lw, numel)));
+    KExpr *gy = gload(g, v, &ps);
+    /* claims in the interpreter's order: a before b (add(x, x) adds twice) */
+    bool fa = na ? claim(g, a) : false;
+    bool fb = nb ? claim(g, bb) : false;
+    switch (n->op) {
+    case OP_ADD:
+        if (na) gadd(g, c, a, &ps, gy, fa);
+        if (nb) gadd(g, c, bb, &ps, gy, fb && !(na && root(lw, a) == root(lw, bb)));
+        break;
+    case OP_SUB:
+        if (na) gadd(g, c, a, &ps, gy, fa);
+        if (nb) gadd(g, c, bb, &ps, kx_un(p, KU_NEG, gy), fb && !(na && root(lw, a) == root(lw, bb)));
+        break;
+    case OP_MUL: {
+        KExpr *va = to(lw, KT_F32, vload(lw, a, &ps)), *vb = to(lw, KT_F32, vload(lw, bb, &ps));
+        if (na) gadd(g, c, a, &ps, bin(lw, KB_MUL, gy, vb), fa);
+        if (nb) gadd(g, c, bb, &ps, bin(lw, KB_MUL, gy, va), fb && !(na && root(lw, a) == root(lw, bb)));
+        break;
+    }
+    case OP_SCALE: {
+        double factor = (double)(float)node_attr_f(n, "factor"), divisor = (double)(float)node_attr_f(n, "divisor");
+        KExpr *e = gy;
+        if (divisor != 1) e = bin(lw, KB_DIV, e, kx_const(p, KT_F32, divisor));
+        if (factor != 1) e = bin(lw, KB_MUL, e, kx_const(p, KT_F32, factor));
+        gadd(g, c, a, &ps, e, fa);
+        break;
+    }
+    default: unreachable();
+    }
+    end_kernel(lw);
+}
+
 /* ---- the pass ---- */
 
 void
@@ -845,6 +903,10 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
             break;
         case OP_NEURON: grad_neuron(&g, v); break;
         case OP_DENSE: grad_dense(&g, v); break;
+        case OP_ADD:
+        case OP_SUB:
+        case OP_MUL:
+        case OP_SCALE: grad_elementwise(&g, v); break;
         default: break; /* flatten (a view), inputs */
         }
     }
