@@ -206,9 +206,10 @@ def main():
     if a.child:
         child(a.child, a.images, a.epochs, a.threads)
         return
-    import torch
-    vers = {"python": platform.python_version(), "torch": torch.__version__}
-    for pkg in ("spikingjelly", "snntorch"):
+    # the parent imports no torch: a child's peak RSS (ru_maxrss) keeps the parent's high-water
+    # mark across fork and exec, so the parent stays small
+    vers = {"python": platform.python_version()}
+    for pkg in ("torch", "spikingjelly", "snntorch"):
         try:
             import importlib.metadata as md
             vers[pkg] = md.version(pkg)
