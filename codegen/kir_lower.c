@@ -479,7 +479,8 @@ kir_train_problem(const Module *m, ValueId *where)
         return "the training program needs the layer-by-layer schedule and no memory plan";
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
-        if (n->fused_into >= 0 || n->is_events || n->layout != SPIKES_BYTES || n->is_scan_epilogue) {
+        if (n->fused_into >= 0 || n->is_events || n->layout != SPIKES_BYTES ||
+            n->is_scan_epilogue) {
             *where = v;
             return "the training program needs every value in a buffer of its own (no fuse, "
                    "events, packed spikes or epilogue marks)";
@@ -494,15 +495,14 @@ kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen)
     ValueId where;
     const char *why = kir_train_problem(m, &where);
     if (why) {
-        diag_format(err, errlen, "%s%s%s%s", where >= 0 ? "layer '" : "",
-                    where >= 0 ? node_layer_name(m, &m->nodes[where]) : "",
-                    where >= 0 ? "': " : "", why);
+        const Node *n = where >= 0 ? &m->nodes[where] : NULL;
+        const char *name = !n ? "" : n->name ? n->name : node_layer_name(m, n);
+        diag_format(err, errlen, "%s%s%s%s", n ? "layer '" : "", name, n ? "': " : "", why);
         return NULL;
     }
     memset(tr, 0, sizeof *tr);
     KProgram *p = lower_program(m, KTARGET_CPU, tr);
-    if (!p)
-        diag_format(err, errlen, "the training program could not be lowered");
+    if (!p) diag_format(err, errlen, "the training program could not be lowered");
     return p;
 }
 

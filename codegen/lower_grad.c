@@ -8,11 +8,10 @@
  *              statements walked backwards emitting the adjoint arithmetic: reverse mode over the
  *              neuron's own program, `fire` through its surrogate (ir/surrogates.def), the
  *              interpreter's interp_grad operation for operation;
- *   dense      dL/dx = dL/dy W (tiles over inputs, outputs summed in order), dW = dy^T x (tiles over
- *              outputs, rows summed in order, zero inputs skipped: a spike-fed layer's weight
- *              gradient is event-driven), db = the rows' sum;
- *   add, sub, mul, scale   elementwise, as the interpreter's.
- * A value's gradient buffer has the value's layout (f32); its first contribution stores
+ *   dense      dL/dx = dL/dy W (tiles over inputs, outputs summed in order), dW = dy^T x (tiles
+ * over outputs, rows summed in order, zero inputs skipped: a spike-fed layer's weight gradient is
+ * event-driven), db = the rows' sum; add, sub, mul, scale   elementwise, as the interpreter's. A
+ * value's gradient buffer has the value's layout (f32); its first contribution stores
  * (+0 + the contribution, as the interpreter's zeroed buffer adds), later ones load and add. */
 #include "codegen/lower.h"
 
@@ -45,8 +44,10 @@ is_supported_op(Op op)
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:
-    case OP_SCALE: return true;
-    default: return false;
+    case OP_SCALE:
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -138,7 +139,8 @@ grad_readout(G *g, ValueId v, int k)
                  false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
     KExpr *jv, *tv;
-    KStmt *fj = loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
+    KStmt *fj =
+        loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
     fj->is_lanes = true;
     KExpr *og = kx_load(p, g->tr->out_grad[k], jv);
     KStmt *ft = loop(lw, body(fj), "t", ci(lw, lw->T), false, &tv);
@@ -148,8 +150,12 @@ grad_readout(G *g, ValueId v, int k)
     ps.t = tv;
     Cur c = body(ft);
     switch (n->op) {
-    case OP_COUNT: gadd(g, c, x, &ps, og, first); break;
-    case OP_MEAN: gadd(g, c, x, &ps, bin(lw, KB_DIV, og, kx_const(p, KT_F32, lw->T)), first); break;
+    case OP_COUNT:
+        gadd(g, c, x, &ps, og, first);
+        break;
+    case OP_MEAN:
+        gadd(g, c, x, &ps, bin(lw, KB_DIV, og, kx_const(p, KT_F32, lw->T)), first);
+        break;
     case OP_LAST: {
         KStmt *i = s_if(lw, c, bin(lw, KB_EQ, tv, ci(lw, lw->T - 1)));
         gadd(g, body(i), x, &ps, og, first);
@@ -157,7 +163,8 @@ grad_readout(G *g, ValueId v, int k)
             gadd(g, els(i), x, &ps, zero(lw), true);
         break;
     }
-    default: unreachable();
+    default:
+        unreachable();
     }
     end_kernel(lw);
 }
@@ -183,12 +190,15 @@ is_param_only(const NExpr *e)
 {
     switch (e->kind) {
     case NX_NUM:
-    case NX_PARAM: return true;
+    case NX_PARAM:
+        return true;
     case NX_STATE:
     case NX_LOCAL:
     case NX_INPUT:
-    case NX_SPIKE: return false;
-    default: break;
+    case NX_SPIKE:
+        return false;
+    default:
+        break;
     }
     for (int i = 0; i < nexpr_arity(e); i++)
         if (!is_param_only(e->args[i])) return false;
@@ -201,18 +211,28 @@ static void
 backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj *A)
 {
     KProgram *p = lw->p;
-    if (is_param_only(e))
-        return;
+    if (is_param_only(e)) return;
     const NExpr *x0 = nexpr_arity(e) > 0 ? e->args[0] : NULL;
     const NExpr *x1 = nexpr_arity(e) > 1 ? e->args[1] : NULL;
     KExpr *f32one = kx_const(p, KT_F32, 1);
     switch (e->kind) {
-    case NX_STATE: adj_add(lw, c, A->st[e->idx], a); return;
-    case NX_LOCAL: adj_add(lw, c, A->lc[e->idx], a); return;
-    case NX_INPUT: adj_add(lw, c, A->in, a); return;
-    case NX_SPIKE: adj_add(lw, c, A->sp, a); return;
-    case NX_NEG: backprop(lw, c, nl, x0, kx_un(p, KU_NEG, a), A); return;
-    case NX_NOT: return;
+    case NX_STATE:
+        adj_add(lw, c, A->st[e->idx], a);
+        return;
+    case NX_LOCAL:
+        adj_add(lw, c, A->lc[e->idx], a);
+        return;
+    case NX_INPUT:
+        adj_add(lw, c, A->in, a);
+        return;
+    case NX_SPIKE:
+        adj_add(lw, c, A->sp, a);
+        return;
+    case NX_NEG:
+        backprop(lw, c, nl, x0, kx_un(p, KU_NEG, a), A);
+        return;
+    case NX_NOT:
+        return;
     case NX_BIN:
         switch ((NxBin)e->op) {
         case NB_ADD:
@@ -237,7 +257,8 @@ backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj
                          A);
             return;
         }
-        default: return; /* comparisons and logic: piecewise constant */
+        default:
+            return; /* comparisons and logic: piecewise constant */
         }
     case NX_COND: {
         if (is_param_only(x0)) {
@@ -252,21 +273,26 @@ backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj
     case NX_CALL: {
         KExpr *x = to(lw, KT_F32, nexpr(lw, nl, x0)), *z;
         switch ((NFunc)e->op) {
-        case NF_EXP: backprop(lw, c, nl, x0, bin(lw, KB_MUL, a, nexpr(lw, nl, e)), A); return;
-        case NF_LOG: backprop(lw, c, nl, x0, bin(lw, KB_DIV, a, x), A); return;
+        case NF_EXP:
+            backprop(lw, c, nl, x0, bin(lw, KB_MUL, a, nexpr(lw, nl, e)), A);
+            return;
+        case NF_LOG:
+            backprop(lw, c, nl, x0, bin(lw, KB_DIV, a, x), A);
+            return;
         case NF_SQRT:
             backprop(lw, c, nl, x0,
-                     bin(lw, KB_DIV, a, bin(lw, KB_MUL, kx_const(p, KT_F32, 2), nexpr(lw, nl, e))), A);
+                     bin(lw, KB_DIV, a, bin(lw, KB_MUL, kx_const(p, KT_F32, 2), nexpr(lw, nl, e))),
+                     A);
             return;
         case NF_TANH:
             z = nexpr(lw, nl, e);
-            backprop(lw, c, nl, x0, bin(lw, KB_MUL, a, bin(lw, KB_SUB, f32one, bin(lw, KB_MUL, z, z))),
-                     A);
+            backprop(lw, c, nl, x0,
+                     bin(lw, KB_MUL, a, bin(lw, KB_SUB, f32one, bin(lw, KB_MUL, z, z))), A);
             return;
         case NF_SIGMOID:
             z = nexpr(lw, nl, e);
-            backprop(lw, c, nl, x0, bin(lw, KB_MUL, bin(lw, KB_MUL, a, bin(lw, KB_SUB, f32one, z)), z),
-                     A);
+            backprop(lw, c, nl, x0,
+                     bin(lw, KB_MUL, bin(lw, KB_MUL, a, bin(lw, KB_SUB, f32one, z)), z), A);
             return;
         case NF_ABS: {
             KStmt *pos = s_if(lw, c, bin(lw, KB_GT, x, zero(lw)));
@@ -275,7 +301,8 @@ backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj
             backprop(lw, body(neg), nl, x0, kx_un(p, KU_NEG, a), A);
             return;
         }
-        case NF_FLOOR: return;
+        case NF_FLOOR:
+            return;
         case NF_MIN:
         case NF_MAX: {
             KExpr *y = to(lw, KT_F32, nexpr(lw, nl, x1));
@@ -287,11 +314,13 @@ backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj
         case NF_POW: {
             KExpr *y = to(lw, KT_F32, nexpr(lw, nl, x1));
             backprop(lw, c, nl, x0,
-                     bin(lw, KB_MUL, a, bin(lw, KB_MUL, y, bin(lw, KB_POW, x, bin(lw, KB_SUB, y, f32one)))),
+                     bin(lw, KB_MUL, a,
+                         bin(lw, KB_MUL, y, bin(lw, KB_POW, x, bin(lw, KB_SUB, y, f32one)))),
                      A);
             if (!is_param_only(x1))
                 backprop(lw, c, nl, x1,
-                         bin(lw, KB_MUL, a, bin(lw, KB_MUL, nexpr(lw, nl, e), kx_un(p, KU_LOG, x))), A);
+                         bin(lw, KB_MUL, a, bin(lw, KB_MUL, nexpr(lw, nl, e), kx_un(p, KU_LOG, x))),
+                         A);
             return;
         }
         case NF_CLAMP: {
@@ -311,12 +340,16 @@ backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj
             backprop(lw, els(i), nl, e->args[2], a, A);
             return;
         }
-        case NF_FLOAT32: backprop(lw, c, nl, x0, a, A); return;
-        case NF_COUNT_: break;
+        case NF_FLOAT32:
+            backprop(lw, c, nl, x0, a, A);
+            return;
+        case NF_COUNT_:
+            break;
         }
         unreachable();
     }
-    default: unreachable();
+    default:
+        unreachable();
     }
 }
 
@@ -362,8 +395,10 @@ surrogate_expr(Lower *lw, const SurrogateFn *s, KExpr *grad, KExpr *u)
     case SG_SUPERSPIKE:
         q = ADD(au, one);
         return DIV(grad, MUL(q, q));
-    case SG_STRAIGHT: return grad;
-    case SG_COUNT_: break;
+    case SG_STRAIGHT:
+        return grad;
+    case SG_COUNT_:
+        break;
     }
 #undef F
 #undef MUL
@@ -399,13 +434,16 @@ grad_neuron(G *g, ValueId v)
     SurrogateFn sg;
     char why[8];
     neuron_surrogate(nd, &sg, why, sizeof why);
-    begin_kernel(lw, v, describe(lw, v, "backward: the forward again from the layer's input (states "
-                                        "kept), then the steps in reverse, reverse mode over the "
-                                        "neuron's program"),
+    begin_kernel(lw, v,
+                 describe(lw, v,
+                          "backward: the forward again from the layer's input (states "
+                          "kept), then the steps in reverse, reverse mode over the "
+                          "neuron's program"),
                  false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
     KExpr *jv, *uv;
-    KStmt *fj = loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
+    KStmt *fj =
+        loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
     fj->is_lanes = true;
     Cur c = body(fj);
     NCopy cp;
@@ -438,8 +476,8 @@ grad_neuron(G *g, ValueId v)
     /* the forward once more, each step's states kept before it runs: [T][ncarry][B*numel] (a
      * neuron's values side by side in memory, as its SIMD lanes load them) */
     KExpr *BN = bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel));
-    int hist = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.states", value_name(lw, v)), KT_F32,
-                                 (KSize){(int64_t)lw->T * cp.ncarry * numel, 0});
+    int hist = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.states", value_name(lw, v)),
+                                 KT_F32, (KSize){(int64_t)lw->T * cp.ncarry * numel, 0});
     for (int k = 0; k < cp.ncarry; k++)
         s_assign(lw, c, cp.carry[k], cp.init[k]);
     KExpr *sv;
@@ -447,7 +485,8 @@ grad_neuron(G *g, ValueId v)
     for (int k = 0; k < cp.ncarry; k++)
         s_store(lw, body(fs), hist,
                 bin(lw, KB_ADD,
-                    bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, sv, ci(lw, cp.ncarry)), ci(lw, k)), BN),
+                    bin(lw, KB_MUL,
+                        bin(lw, KB_ADD, bin(lw, KB_MUL, sv, ci(lw, cp.ncarry)), ci(lw, k)), BN),
                     jv),
                 var(lw, cp.carry[k]));
     Pos pss = ps;
@@ -462,12 +501,13 @@ grad_neuron(G *g, ValueId v)
     KExpr *tv = var(lw, tl);
     /* the states before step t, as the forward pass left them (kept by the first loop) */
     for (int k = 0; k < cp.ncarry; k++)
-        s_assign(lw, cu, cp.carry[k],
-                 kx_load(p, hist, bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD,
-                                                                      bin(lw, KB_MUL, tv, ci(lw, cp.ncarry)),
-                                                                      ci(lw, k)),
-                                                          BN),
-                                      jv)));
+        s_assign(
+            lw, cu, cp.carry[k],
+            kx_load(p, hist,
+                    bin(lw, KB_ADD,
+                        bin(lw, KB_MUL,
+                            bin(lw, KB_ADD, bin(lw, KB_MUL, tv, ci(lw, cp.ncarry)), ci(lw, k)), BN),
+                        jv)));
     /* step t, each statement's inputs kept */
     Pos pt = ps;
     pt.t = tv;
@@ -491,7 +531,9 @@ grad_neuron(G *g, ValueId v)
         const NStmt *stm = &nd->stmts[s];
         int target = stm->is_local ? nl.let[stm->var] : nl.state[stm->var];
         switch (stm->kind) {
-        case NS_ASSIGN: s_assign(lw, cu, target, nexpr(lw, &nl, stm->e)); break;
+        case NS_ASSIGN:
+            s_assign(lw, cu, target, nexpr(lw, &nl, stm->e));
+            break;
         case NS_FIRE:
             s_assign(lw, cu, nl.spike,
                      kx_select(p, to(lw, KT_BOOL, nexpr(lw, &nl, stm->e)), kx_const(p, KT_F32, 1),
@@ -503,13 +545,15 @@ grad_neuron(G *g, ValueId v)
             break;
         }
         case NS_RESET_SUB:
-            s_assign(lw, cu, target,
-                     bin(lw, KB_SUB, var(lw, target),
-                         bin(lw, KB_MUL, var(lw, nl.spike), to(lw, KT_F32, nexpr(lw, &nl, stm->e)))));
+            s_assign(
+                lw, cu, target,
+                bin(lw, KB_SUB, var(lw, target),
+                    bin(lw, KB_MUL, var(lw, nl.spike), to(lw, KT_F32, nexpr(lw, &nl, stm->e)))));
             break;
         case NS_OUTPUT:
         case NS_REFRACTORY:
-        case NS_FIRE_DOWN: break;
+        case NS_FIRE_DOWN:
+            break;
         }
     }
     /* the adjoints after the step: the layer's output gradient (the spike's, or the output
@@ -555,11 +599,13 @@ grad_neuron(G *g, ValueId v)
             KExpr *S = var(lw, sn->spike);
             KExpr *H = var(lw, stm->is_local ? sn->let[stm->var] : sn->state[stm->var]);
             KExpr *ev = to(lw, KT_F32, nexpr(lw, sn, stm->e));
-            s_assign(lw, cu, av, bin(lw, KB_MUL, var(lw, a), bin(lw, KB_SUB, kx_const(p, KT_F32, 1), S)));
+            s_assign(lw, cu, av,
+                     bin(lw, KB_MUL, var(lw, a), bin(lw, KB_SUB, kx_const(p, KT_F32, 1), S)));
             backprop(lw, cu, sn, stm->e, bin(lw, KB_MUL, var(lw, a), S), &A);
             if (!sg.detach_reset)
                 adj_add(lw, cu, A.sp,
-                        bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, a), ev), bin(lw, KB_MUL, var(lw, a), H)));
+                        bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, a), ev),
+                            bin(lw, KB_MUL, var(lw, a), H)));
             break;
         }
         case NS_RESET_SUB: {
@@ -580,7 +626,8 @@ grad_neuron(G *g, ValueId v)
             break;
         }
         case NS_REFRACTORY:
-        case NS_FIRE_DOWN: break;
+        case NS_FIRE_DOWN:
+            break;
         }
     }
     if (needs_x) {
@@ -707,8 +754,8 @@ grad_dense(G *g, ValueId v)
     const Module *m = lw->m;
     const Node *n = &m->nodes[v];
     ValueId x = n->args[0];
-    DenseGrad d = {g, 1, v, x, lw->vs[root(lw, x)].numel, lw->vs[v].numel, -1, {0}, NULL, false,
-                   is_spike_value(lw, x), -1};
+    DenseGrad d = {g,  1,   v,    x,     lw->vs[root(lw, x)].numel, lw->vs[v].numel,
+                   -1, {0}, NULL, false, is_spike_value(lw, x),     -1};
     int w = n->first_weight;
     d.wrows = add_buf(lw, arena_printf(&p->arena, "%s.rows", m->weights[w].name), KT_F32,
                       (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
@@ -740,12 +787,13 @@ grad_dense(G *g, ValueId v)
     int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
     for (int part = 0; part < 2; part++) {
         int64_t n_iter = part == 0 ? nblocks : nout - done;
-        if (n_iter == 0)
-            continue;
-        begin_kernel(lw, v, describe(lw, v, part == 0 ? "backward: dW = dL/dy^T x, blocks of inputs "
-                                                        "in parallel, rows in order; zero inputs "
-                                                        "skipped"
-                                                      : "backward: dW, the inputs left over"),
+        if (n_iter == 0) continue;
+        begin_kernel(lw, v,
+                     describe(lw, v,
+                              part == 0 ? "backward: dW = dL/dy^T x, blocks of inputs "
+                                          "in parallel, rows in order; zero inputs "
+                                          "skipped"
+                                        : "backward: dW, the inputs left over"),
                      false);
         lw->k.name = arena_printf(&p->arena, "grad_w%s_%s", part ? "_tail" : "", name);
         KExpr *iv;
@@ -753,7 +801,8 @@ grad_dense(G *g, ValueId v)
         d.rows = rows_of(lw, v);
         memset(&d.row, 0, sizeof d.row);
         d.ni = part == 0 ? DW_INPUTS : 1;
-        d.row.i = part == 0 ? bin(lw, KB_MUL, iv, ci(lw, DW_INPUTS)) : bin(lw, KB_ADD, iv, ci(lw, done));
+        d.row.i =
+            part == 0 ? bin(lw, KB_MUL, iv, ci(lw, DW_INPUTS)) : bin(lw, KB_ADD, iv, ci(lw, done));
         if (by_inputs) /* d.row.i is then the block's first output */
             for_tiles(lw, body(fi), d.K, wl, dense_weight_tile_inputs, &d);
         else
@@ -790,14 +839,12 @@ grad_elementwise(G *g, ValueId v)
     const Node *n = &lw->m->nodes[v];
     ValueId a = n->args[0], bb = n->nargs > 1 ? n->args[1] : -1;
     bool na = g->needs[a], nb = bb >= 0 && g->needs[bb];
-    if (!na && !nb)
-        return;
+    if (!na && !nb) return;
     begin_kernel(lw, v, describe(lw, v, "backward: elementwise"), false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
     int64_t numel = lw->vs[v].numel;
     KExpr *jv;
-    KStmt *fj = loop(lw, top(lw), "j",
-                     bin(lw, KB_MUL, rows_of(lw, v), ci(lw, numel)), true, &jv);
+    KStmt *fj = loop(lw, top(lw), "j", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, numel)), true, &jv);
     fj->is_lanes = true;
     Cur c = body(fj);
     Pos ps = row_pos(lw, v, bin(lw, KB_DIV, jv, ci(lw, numel)), bin(lw, KB_REM, jv, ci(lw, numel)));
@@ -812,23 +859,28 @@ grad_elementwise(G *g, ValueId v)
         break;
     case OP_SUB:
         if (na) gadd(g, c, a, &ps, gy, fa);
-        if (nb) gadd(g, c, bb, &ps, kx_un(p, KU_NEG, gy), fb && !(na && root(lw, a) == root(lw, bb)));
+        if (nb)
+            gadd(g, c, bb, &ps, kx_un(p, KU_NEG, gy), fb && !(na && root(lw, a) == root(lw, bb)));
         break;
     case OP_MUL: {
         KExpr *va = to(lw, KT_F32, vload(lw, a, &ps)), *vb = to(lw, KT_F32, vload(lw, bb, &ps));
         if (na) gadd(g, c, a, &ps, bin(lw, KB_MUL, gy, vb), fa);
-        if (nb) gadd(g, c, bb, &ps, bin(lw, KB_MUL, gy, va), fb && !(na && root(lw, a) == root(lw, bb)));
+        if (nb)
+            gadd(g, c, bb, &ps, bin(lw, KB_MUL, gy, va),
+                 fb && !(na && root(lw, a) == root(lw, bb)));
         break;
     }
     case OP_SCALE: {
-        double factor = (double)(float)node_attr_f(n, "factor"), divisor = (double)(float)node_attr_f(n, "divisor");
+        double factor = (double)(float)node_attr_f(n, "factor"),
+               divisor = (double)(float)node_attr_f(n, "divisor");
         KExpr *e = gy;
         if (divisor != 1) e = bin(lw, KB_DIV, e, kx_const(p, KT_F32, divisor));
         if (factor != 1) e = bin(lw, KB_MUL, e, kx_const(p, KT_F32, factor));
         gadd(g, c, a, &ps, e, fa);
         break;
     }
-    default: unreachable();
+    default:
+        unreachable();
     }
     end_kernel(lw);
 }
@@ -860,8 +912,7 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
     /* gradient buffers: the value's layout, f32 */
     for (ValueId v = 0; v < n; v++) {
         const Node *nd = &m->nodes[v];
-        if (!g.needs[v] || nd->op == OP_FLATTEN || is_step_readout(nd->op))
-            continue;
+        if (!g.needs[v] || nd->op == OP_FLATTEN || is_step_readout(nd->op)) continue;
         const VStore *vs = &lw->vs[v];
         if (vs->layout != LY_FULL && vs->layout != LY_STATIC)
             die("kir: value %d needs a gradient but has no buffer of its own", (int)v);
@@ -880,8 +931,7 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
     for (int k = n - 1; k >= 0; k--) {
         ValueId v = topo[k];
         const Node *nd = &m->nodes[v];
-        if (!g.needs[v])
-            continue;
+        if (!g.needs[v]) continue;
         if (g.gbuf[v] >= 0 && !g.written[v]) {
             /* nothing reads it: its gradient is zero (a buffer written whole) */
             begin_kernel(lw, v, describe(lw, v, "backward: no reader, a zero gradient"), false);
@@ -898,16 +948,22 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
         case OP_COUNT:
         case OP_LAST:
             for (int o = 0; o < m->noutputs; o++)
-                if (m->outputs[o] == v)
-                    grad_readout(&g, v, o);
+                if (m->outputs[o] == v) grad_readout(&g, v, o);
             break;
-        case OP_NEURON: grad_neuron(&g, v); break;
-        case OP_DENSE: grad_dense(&g, v); break;
+        case OP_NEURON:
+            grad_neuron(&g, v);
+            break;
+        case OP_DENSE:
+            grad_dense(&g, v);
+            break;
         case OP_ADD:
         case OP_SUB:
         case OP_MUL:
-        case OP_SCALE: grad_elementwise(&g, v); break;
-        default: break; /* flatten (a view), inputs */
+        case OP_SCALE:
+            grad_elementwise(&g, v);
+            break;
+        default:
+            break; /* flatten (a view), inputs */
         }
     }
 }

@@ -9,7 +9,6 @@
 
 /* ---- neurons ---- */
 
-
 typedef struct NT {
     KExpr *e;
     bool is_folded; /* a parameter-only subtree, folded (the interpreter's NX_NUM) */

@@ -501,7 +501,10 @@ parse_options(int argc, char **argv, Options *o)
             else usage_error("--optimizer expects sgd, adam or adamw, got '%s'", optarg);
             break;
         case O_LR: o->lr = parse_real("--lr", optarg, 0); o->has_lr = true; break;
-        case O_MOMENTUM: o->momentum = parse_real("--momentum", optarg, 0); o->has_momentum = true; break;
+        case O_MOMENTUM:
+            o->momentum = parse_real("--momentum", optarg, 0);
+            o->has_momentum = true;
+            break;
         case O_WEIGHT_DECAY:
             o->weight_decay = parse_real("--weight-decay", optarg, 0);
             o->has_weight_decay = true;
@@ -516,7 +519,9 @@ parse_options(int argc, char **argv, Options *o)
         case O_NO_SHUFFLE: o->no_shuffle = true; break;
         case O_INIT: o->init = true; break;
         case O_GRADS: o->grads = optarg; break;
-        case O_TEST_LIMIT: o->test_limit = parse_int("--test-limit", optarg, 0, INT64_MAX / 2); break;
+        case O_TEST_LIMIT:
+            o->test_limit = parse_int("--test-limit", optarg, 0, INT64_MAX / 2);
+            break;
         case O_INPUT:
             if (o->ninput_args == MAX_INPUT_ARGS)
                 usage_error("too many --input options");
@@ -731,11 +736,17 @@ parse_options(int argc, char **argv, Options *o)
             o->backend = has_backend("cpu") && !is_f64_asked ? "cpu" : "interp";
         o->precision = is_f64_asked ? INTERP_F64 : INTERP_F32;
     } else {
-        const char *given = o->has_lr ? "--lr" : o->has_momentum ? "--momentum"
-                          : o->has_weight_decay ? "--weight-decay" : o->labels ? "--labels"
-                          : o->no_shuffle ? "--no-shuffle" : o->test_limit >= 0 ? "--test-limit"
-                          : o->nesterov ? "--nesterov" : o->cosine ? "--schedule" : o->init ? "--init"
-                          : o->grads ? "--grads" : NULL;
+        const char *given = o->has_lr              ? "--lr"
+                            : o->has_momentum      ? "--momentum"
+                            : o->has_weight_decay  ? "--weight-decay"
+                            : o->labels            ? "--labels"
+                            : o->no_shuffle        ? "--no-shuffle"
+                            : o->test_limit >= 0   ? "--test-limit"
+                            : o->nesterov          ? "--nesterov"
+                            : o->cosine            ? "--schedule"
+                            : o->init              ? "--init"
+                            : o->grads             ? "--grads"
+                                                   : NULL;
         if (given)
             usage_error("%s is a training setting: give --train", given);
     }
@@ -757,7 +768,8 @@ parse_options(int argc, char **argv, Options *o)
         usage_error("--output needs --run");
     if (!o->run && !o->train && o->limit >= 0)
         usage_error("--limit needs --run or --train");
-    if (!o->run && !o->train && !o->precision_mode && !o->events_auto && (o->data || o->ninput_args))
+    if (!o->run && !o->train && !o->precision_mode && !o->events_auto &&
+        (o->data || o->ninput_args))
         usage_error("--data and --input need --run (or --precision=fp16|bf16|mixed or "
                     "--events=auto, which calibrate on them)");
     if (o->events_auto && !o->data && !o->ninput_args)

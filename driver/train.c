@@ -28,7 +28,7 @@ typedef struct Batch {
     RtLoss loss;
     const float *labels; /* this batch's */
     float **outputs;
-    int64_t k;           /* classes: the first output's numel */
+    int64_t k; /* classes: the first output's numel */
     int64_t batch;
     double loss_sum;
     int64_t correct;
@@ -41,8 +41,7 @@ loss_grad(void *ctx, int64_t first, int nb, float **og)
     Batch *b = ctx;
     double l = rt_loss(b->loss, b->outputs[0] + first * b->k, b->labels + first, nb, b->k, b->batch,
                        og[0], &b->correct);
-    if (isnan(l))
-        b->bad_label = true;
+    if (isnan(l)) b->bad_label = true;
     b->loss_sum += l;
 }
 
@@ -68,8 +67,9 @@ check_trainable(const Module *m, const Options *o)
     }
     const Node *out = &m->nodes[m->outputs[0]];
     if (out->type.has_time || type_numel(&out->type) < 2) {
-        diag_error(out->loc, "--train --loss=%s reads class scores [B, K] from the first output; "
-                             "'%s' is %s (a count, mean, max or last readout gives them)",
+        diag_error(out->loc,
+                   "--train --loss=%s reads class scores [B, K] from the first output; "
+                   "'%s' is %s (a count, mean, max or last readout gives them)",
                    o->loss == RT_LOSS_CE ? "ce" : "mse", out->name ? out->name : "?",
                    out->type.has_time ? "a sequence" : "a single value");
         return false;
@@ -97,8 +97,7 @@ load_sets(const Module *m, const Options *o, Sets *s)
     char err[1200];
     memset(s, 0, sizeof *s);
     if (!o->data) {
-        if (!load_inputs(m, o, &s->train))
-            return false;
+        if (!load_inputs(m, o, &s->train)) return false;
         RtReadLimit lim = {0, o->limit > 0 ? o->limit : 0, NULL};
         if (rt_npy_read(o->labels, &lim, &s->labels_file, err, sizeof err)) {
             diag_reader_error(o->labels, err);
@@ -131,16 +130,14 @@ load_sets(const Module *m, const Options *o, Sets *s)
     Data *d = &s->train;
     s->is_fmnist = true;
     d->n = s->img.dims[0];
-    if (o->limit > 0 && o->limit < d->n)
-        d->n = o->limit;
+    if (o->limit > 0 && o->limit < d->n) d->n = o->limit;
     d->ninputs = 1;
     d->inputs = xcalloc(1, sizeof *d->inputs);
     d->numel = xcalloc(1, sizeof *d->numel);
     d->numel[0] = 784;
     d->labels = s->lab.data;
     s->ntest = s->timg.dims[0];
-    if (o->test_limit >= 0 && o->test_limit < s->ntest)
-        s->ntest = o->test_limit;
+    if (o->test_limit >= 0 && o->test_limit < s->ntest) s->ntest = o->test_limit;
     s->test_labels = s->tlab.data;
     s->bytes = to_bytes(&s->img);
     s->tbytes = to_bytes(&s->timg);
@@ -202,10 +199,10 @@ epoch_order(int64_t *order, int64_t n, uint64_t seed, int64_t e, bool shuffle)
 {
     for (int64_t i = 0; i < n; i++)
         order[i] = i;
-    if (!shuffle)
-        return;
+    if (!shuffle) return;
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rt_uniform(seed, 0x5348u, (uint32_t)e, (uint64_t)i) * (double)(i + 1));
+        int64_t j =
+            (int64_t)(rt_uniform(seed, 0x5348u, (uint32_t)e, (uint64_t)i) * (double)(i + 1));
         if (j > i) j = i;
         int64_t t = order[i];
         order[i] = order[j];
@@ -222,7 +219,6 @@ argmax(const float *row, int64_t k)
     return best;
 }
 
-
 /* the gradients g (one float array per weight) as f32 safetensors under the weights' names */
 static bool
 write_grads(const Module *m, float *const *g, const char *path)
@@ -232,8 +228,7 @@ write_grads(const Module *m, float *const *g, const char *path)
         ts[w].data = g[w];
     char msg[512];
     bool ok = rt_safetensors_write(path, ts, m->nweights, RT_F32, msg, sizeof msg) == 0;
-    if (!ok)
-        diag_reader_error(path, msg);
+    if (!ok) diag_reader_error(path, msg);
     free(ts);
     return ok;
 }
@@ -264,8 +259,8 @@ opt_chunk(void **bufs, int64_t batch, int64_t step, int64_t sample_base, int64_t
 
 /* rt_opt_step split over the pool's threads (elementwise: the same bits however split) */
 static void
-opt_parallel(RtPool *pool, const RtOptConfig *c, int64_t step, float *p, const float *g,
-             float *m, float *v, int64_t n)
+opt_parallel(RtPool *pool, const RtOptConfig *c, int64_t step, float *p, const float *g, float *m,
+             float *v, int64_t n)
 {
     if (!pool || n < 65536) {
         rt_opt_step(c, step, p, g, m, v, n);
@@ -307,8 +302,7 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
         fprintf(stderr, "snnc: error: %s\n", err);
         return false;
     }
-    if (e->is_interp)
-        return true;
+    if (e->is_interp) return true;
     m->schedule = SCHEDULE_LAYER; /* every layer over all its steps, each value in its buffer */
     m->memory = MEMORY_SEPARATE;
     e->p = kir_lower_train(m, &e->tr, err, sizeof err);
@@ -331,8 +325,7 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
 #ifdef SNN_HAVE_LLVM
         e->is_llvm = true;
         e->cf = cg_llvm_compile(&e->fwd, err, sizeof err);
-        if (e->cf)
-            e->cb = cg_llvm_compile(&e->bwd, err, sizeof err);
+        if (e->cf) e->cb = cg_llvm_compile(&e->bwd, err, sizeof err);
         if (!e->cb) {
             fprintf(stderr, "snnc: error: compiling the training step: %s\n", err);
             return false;
@@ -391,11 +384,10 @@ engine_forward(Engine *e, const Module *m, const InterpOptions *io, int nb, int6
 
 /* test accuracy in batches of o->batch (the batch arrays reused), or -1 with no test set */
 static double
-test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions *io,
-              const Sets *s, float **bin, float **outs, char *err, size_t errlen)
+test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions *io, const Sets *s,
+              float **bin, float **outs, char *err, size_t errlen)
 {
-    if (s->ntest <= 0)
-        return -1;
+    if (s->ntest <= 0) return -1;
     int64_t k = type_numel(&m->nodes[m->outputs[0]].type), correct = 0;
     bool ok = true;
     for (int64_t first = 0; first < s->ntest && ok; first += o->batch) {
@@ -413,9 +405,8 @@ test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions 
  * gradient (the interpreter's double sums rounded into gf, or the compiled program's buffer;
  * zeros where none flows); gd, per weight, is the interpreter's (zeroed here after use) */
 static bool
-engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t base,
-            float **bin, float **outs, Batch *b, double **gd, float **gf, float **g, char *err,
-            size_t errlen)
+engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t base, float **bin,
+            float **outs, Batch *b, double **gd, float **gf, float **g, char *err, size_t errlen)
 {
     if (e->is_interp) {
         double t0 = rt_now_seconds();
@@ -432,19 +423,18 @@ engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t
         return ok;
     }
     double t0 = rt_now_seconds();
-    if (!engine_run(e, &e->fwd, nb, base, err, errlen))
-        return false;
+    if (!engine_run(e, &e->fwd, nb, base, err, errlen)) return false;
     double t1 = rt_now_seconds();
     float **og = xcalloc((size_t)m->noutputs, sizeof *og);
     for (int k = 0; k < m->noutputs; k++) {
         og[k] = e->bd->mem[e->tr.out_grad[k]];
-        memset(og[k], 0, (size_t)nb * (size_t)type_numel(&m->nodes[m->outputs[k]].type) * sizeof(float));
+        memset(og[k], 0,
+               (size_t)nb * (size_t)type_numel(&m->nodes[m->outputs[k]].type) * sizeof(float));
     }
     loss_grad(b, 0, nb, og);
     free(og);
     double t2 = rt_now_seconds();
-    if (!engine_run(e, &e->bwd, nb, base, err, errlen))
-        return false;
+    if (!engine_run(e, &e->bwd, nb, base, err, errlen)) return false;
     double t3 = rt_now_seconds();
     e->t_forward += t1 - t0;
     e->t_loss += t2 - t1;
@@ -469,8 +459,7 @@ train(Module *m, const Options *o)
         m->weights_path = NULL;
         if (o->seed >= 0) m->seed = o->seed;
     }
-    if (!check_trainable(m, o) || !(o->init ? weights_bind(m, NULL) : bind_weights(m, o)))
-        return 1;
+    if (!check_trainable(m, o) || !(o->init ? weights_bind(m, NULL) : bind_weights(m, o))) return 1;
     Sets sets;
     if (!load_sets(m, o, &sets)) {
         free_sets(&sets);
@@ -500,7 +489,8 @@ train(Module *m, const Options *o)
         gf[w] = xcalloc(n ? n : 1, sizeof(float));
         state[w] = xcalloc(2 * (n ? n : 1), sizeof(float));
     }
-    float **bin = xcalloc((size_t)d->ninputs, sizeof *bin), **outs = xcalloc((size_t)m->noutputs, sizeof *outs);
+    float **bin = xcalloc((size_t)d->ninputs, sizeof *bin),
+          **outs = xcalloc((size_t)m->noutputs, sizeof *outs);
     for (int i = 0; i < d->ninputs; i++)
         bin[i] = xmalloc((size_t)o->batch * (size_t)d->numel[i] * sizeof(float));
     for (int j = 0; j < m->noutputs; j++) {
@@ -513,8 +503,7 @@ train(Module *m, const Options *o)
     bool tty = isatty(2) && !o->quiet;
     int rc = 0;
     Engine eng;
-    if (!engine_open(&eng, m, o, bin, outs))
-        rc = 1;
+    if (!engine_open(&eng, m, o, bin, outs)) rc = 1;
     int64_t step = 0;
     char err[512];
     if (!o->quiet && rc == 0)
@@ -522,17 +511,19 @@ train(Module *m, const Options *o)
                "(%s, %s)\n",
                m->name ? m->name : "the model", (long long)N, (long long)o->epochs,
                o->epochs == 1 ? "" : "s", o->batch,
-               cfg.kind == RT_OPT_SGD ? "sgd" : cfg.kind == RT_OPT_ADAM ? "adam" : "adamw", cfg.lr,
-               o->loss == RT_LOSS_CE ? "ce" : "mse", m->timesteps,
-               eng.is_interp ? "reference interpreter" : eng.is_llvm ? "compiled for this CPU"
-                                                                     : "kernel-IR evaluator",
+               cfg.kind == RT_OPT_SGD    ? "sgd"
+               : cfg.kind == RT_OPT_ADAM ? "adam"
+                                         : "adamw",
+               cfg.lr, o->loss == RT_LOSS_CE ? "ce" : "mse", m->timesteps,
+               eng.is_interp ? "reference interpreter"
+               : eng.is_llvm ? "compiled for this CPU"
+                             : "kernel-IR evaluator",
                o->precision == INTERP_F32 ? "float32" : "double");
     /* --report=json: one object, the last line of stdout, built up epoch by epoch */
     char *json = NULL;
     size_t json_len = 0;
     FILE *js = o->report_json ? open_memstream(&json, &json_len) : NULL;
-    if (o->report_json && !js)
-        die("out of memory");
+    if (o->report_json && !js) die("out of memory");
     for (int64_t e = 0; e < o->epochs && rc == 0; e++) {
         RtOptConfig ecfg = cfg;
         if (o->cosine) ecfg.lr = rt_cosine_lr(cfg.lr, e, o->epochs);
@@ -557,8 +548,10 @@ train(Module *m, const Options *o)
                 break;
             }
             if (bt.bad_label) {
-                fprintf(stderr, "snnc: error: a label in batch at sample %lld is not a class of "
-                                "0..%lld\n", (long long)first, (long long)(k - 1));
+                fprintf(stderr,
+                        "snnc: error: a label in batch at sample %lld is not a class of "
+                        "0..%lld\n",
+                        (long long)first, (long long)(k - 1));
                 rc = 1;
                 break;
             }
@@ -571,8 +564,7 @@ train(Module *m, const Options *o)
             for (int w = 0; w < nw; w++) {
                 Weight *wt = &m->weights[w];
                 const char *slot = op_info(m->nodes[wt->node].op)->weights[wt->slot];
-                if (strncmp(slot, "running_", 8) == 0)
-                    continue;
+                if (strncmp(slot, "running_", 8) == 0) continue;
                 opt_parallel(eng.pool, &ecfg, step, wt->data, gsrc[w], state[w],
                              state[w] + wt->numel, wt->numel);
             }
@@ -590,16 +582,15 @@ train(Module *m, const Options *o)
             done += nb;
             if (tty) {
                 double el = rt_now_seconds() - t0;
-                fprintf(stderr, "\repoch %lld/%lld  %lld/%lld  loss %.4f  accuracy %.4f  %.0f images/s ",
+                fprintf(stderr,
+                        "\repoch %lld/%lld  %lld/%lld  loss %.4f  accuracy %.4f  %.0f images/s ",
                         (long long)e + 1, (long long)o->epochs, (long long)done, (long long)N,
                         loss_sum / (double)done, (double)correct / (double)done,
                         el > 0 ? (double)done / el : 0);
             }
         }
-        if (tty)
-            fputc('\n', stderr);
-        if (rc)
-            break;
+        if (tty) fputc('\n', stderr);
+        if (rc) break;
         double secs = rt_now_seconds() - t0;
         double acc = test_accuracy(&eng, m, o, &io, &sets, bin, outs, err, sizeof err);
         if (isnan(acc)) {
@@ -616,20 +607,20 @@ train(Module *m, const Options *o)
         if (!o->quiet) {
             printf("epoch %lld/%lld: loss %.6f, train accuracy %.4f", (long long)e + 1,
                    (long long)o->epochs, train_loss, train_acc);
-            if (acc >= 0)
-                printf(", test accuracy %.4f (%lld images)", acc, (long long)sets.ntest);
+            if (acc >= 0) printf(", test accuracy %.4f (%lld images)", acc, (long long)sets.ntest);
             printf(", %.0f images/s, %.1f s, lr %g; weights written to %s\n",
                    secs > 0 ? (double)done / secs : 0, secs, ecfg.lr, o->out);
             fflush(stdout);
         }
         if (js)
-            fprintf(js, "%s{\"epoch\": %lld, \"loss\": %.9g, \"train_accuracy\": %.6f, "
-                   "\"test_accuracy\": %.6f, \"images_per_s\": %.1f, \"seconds\": %.3f, "
-                   "\"lr\": %.9g, \"peak_rss_mb\": %.1f, \"phases\": {\"forward\": %.3f, "
-                   "\"loss\": %.3f, \"backward\": %.3f, \"optimiser\": %.3f, \"weights\": %.3f}}",
-                   e ? ", " : "", (long long)e + 1, train_loss, train_acc, acc, done / (secs > 0 ? secs : 1),
-                   secs, ecfg.lr, peak_rss_mb(), eng.t_forward, eng.t_loss, eng.t_backward, t_opt,
-                   t_rebind);
+            fprintf(js,
+                    "%s{\"epoch\": %lld, \"loss\": %.9g, \"train_accuracy\": %.6f, "
+                    "\"test_accuracy\": %.6f, \"images_per_s\": %.1f, \"seconds\": %.3f, "
+                    "\"lr\": %.9g, \"peak_rss_mb\": %.1f, \"phases\": {\"forward\": %.3f, "
+                    "\"loss\": %.3f, \"backward\": %.3f, \"optimiser\": %.3f, \"weights\": %.3f}}",
+                    e ? ", " : "", (long long)e + 1, train_loss, train_acc, acc,
+                    done / (secs > 0 ? secs : 1), secs, ecfg.lr, peak_rss_mb(), eng.t_forward,
+                    eng.t_loss, eng.t_backward, t_opt, t_rebind);
     }
     if (js) {
         fclose(js);

@@ -29,8 +29,9 @@ static inline float f32_sigmoid(float x) { return 1.0f / (1.0f + f32_exp(-x)); }
 #define F32_EXP_LN2LO 0x1.abc9e3b39803fp-56
 /* the Taylor coefficients, highest first: 1/13!, 1/12!, ..., 1/2!, 1, 1 */
 #define F32_EXP_COEFFS                                                                             \
-    1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,    \
-        1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0
+    1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,      \
+        1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0,    \
+        1.0
 static inline float
 f32_exp_poly(float x)
 {
@@ -43,7 +44,10 @@ f32_exp_poly(float x)
     double p = c[0];
     for (int i = 1; i < (int)(sizeof c / sizeof c[0]); i++)
         p = fma(p, r, c[i]);
-    union { unsigned long long u; double d; } s = {(unsigned long long)((long long)k + 1023) << 52};
+    union {
+        unsigned long long u;
+        double d;
+    } s = {(unsigned long long)((long long)k + 1023) << 52};
     return (float)(p * s.d);
 }
 

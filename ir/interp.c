@@ -117,8 +117,11 @@ interp_ceval(const CExpr *e, const NCtx *c)
     case NX_NOT: return interp_ceval(e->args[0], c) == 0;
     case NX_BIN:
         /* && and || evaluate both sides: expressions have no side effects */
-        return nexpr_apply_bin((NxBin)e->op, interp_ceval(e->args[0], c), interp_ceval(e->args[1], c), c->is_f32);
-    case NX_COND: return interp_ceval(e->args[0], c) != 0 ? interp_ceval(e->args[1], c) : interp_ceval(e->args[2], c);
+        return nexpr_apply_bin((NxBin)e->op, interp_ceval(e->args[0], c),
+                               interp_ceval(e->args[1], c), c->is_f32);
+    case NX_COND:
+        return interp_ceval(e->args[0], c) != 0 ? interp_ceval(e->args[1], c)
+                                                : interp_ceval(e->args[2], c);
     case NX_CALL:
         for (int i = 0; i < e->nargs; i++)
             a[i] = interp_ceval(e->args[i], c);
@@ -198,8 +201,10 @@ setup_neuron(Interp *ip, ValueId v)
     }
     if (ip->keep_all) {
         size_t ntj = (size_t)ip->T * nj;
-        nr->h_states = interp_alloc(ip, ntj * (size_t)(nd->nstates ? nd->nstates : 1), sizeof(double));
-        nr->h_locals = interp_alloc(ip, ntj * (size_t)(nd->nlocals ? nd->nlocals : 1), sizeof(double));
+        nr->h_states =
+            interp_alloc(ip, ntj * (size_t)(nd->nstates ? nd->nstates : 1), sizeof(double));
+        nr->h_locals =
+            interp_alloc(ip, ntj * (size_t)(nd->nlocals ? nd->nlocals : 1), sizeof(double));
         nr->h_spike = interp_alloc(ip, ntj, sizeof(double));
     }
     return !ip->failed;
@@ -260,7 +265,8 @@ eval_neuron(Interp *ip, ValueId v, int t, double *spike_counts)
     double *y = ip_val(ip, v, t);
     size_t nj = (size_t)ip->nb * (size_t)r->numel;
     if (nr->h_states) {
-        size_t ns = (size_t)nd->nstates, nl = (size_t)nd->nlocals, cj = (size_t)ip->chunk * (size_t)r->numel;
+        size_t ns = (size_t)nd->nstates, nl = (size_t)nd->nlocals,
+               cj = (size_t)ip->chunk * (size_t)r->numel;
         memcpy(nr->h_states + (size_t)t * cj * ns, nr->states, nj * ns * sizeof(double));
         memcpy(nr->h_locals + (size_t)t * cj * nl, nr->locals, nj * nl * sizeof(double));
         memcpy(nr->h_spike + (size_t)t * cj, nr->spike, nj * sizeof(double));
@@ -292,7 +298,8 @@ eval_neuron(Interp *ip, ValueId v, int t, double *spike_counts)
                     break;
                 case NS_RESET_TO:
                     if (ip->smooth) /* S e + (1 - S) v, as SpikingJelly writes the hard reset */
-                        *target(&c, st) = c.spike * interp_ceval(e, &c) + (1 - c.spike) * *target(&c, st);
+                        *target(&c, st) =
+                            c.spike * interp_ceval(e, &c) + (1 - c.spike) * *target(&c, st);
                     else if (c.spike != 0)
                         *target(&c, st) = interp_ceval(e, &c);
                     break;
@@ -510,8 +517,11 @@ eval_batchnorm(Interp *ip, ValueId v, int t)
                 for (int64_t c = 0; c < C; c++) {
                     size_t base = (size_t)b * (size_t)r->numel + (size_t)(c * inner);
                     for (int64_t i = 0; i < inner; i++)
-                        y[base + (size_t)i] = ip_rnd(ip, ip_rnd(ip, (x[base + (size_t)i] - r->bn_mean[c]) *
-                                                             r->bn_invstd[c]) * w[c] + bias[c]);
+                        y[base + (size_t)i] =
+                            ip_rnd(ip, ip_rnd(ip, (x[base + (size_t)i] - r->bn_mean[c]) *
+                                                      r->bn_invstd[c]) *
+                                               w[c] +
+                                           bias[c]);
                 }
         }
         return;
@@ -828,8 +838,9 @@ interp_setup(Interp *ip)
         /* the statistics are the whole batch's (and interp_grad's float32 sums run over all its
          * rows in order): one pass, if it fits in 16 GiB */
         if (per_sample * (double)ip->batch > 16.0 * 1024 * 1024 * 1024) {
-            interp_fail(ip, "interpreter: a batch of %lld needs %.1f GiB in one pass (batchnorm's "
-                            "batch statistics, float32 gradient sums in order); give a smaller batch",
+            interp_fail(ip,
+                        "interpreter: a batch of %lld needs %.1f GiB in one pass (batchnorm's "
+                        "batch statistics, float32 gradient sums in order); give a smaller batch",
                         (long long)ip->batch, per_sample * (double)ip->batch / (1 << 30));
             return false;
         }
@@ -840,8 +851,8 @@ interp_setup(Interp *ip)
     for (ValueId v = 0; v < m->nnodes && !ip->failed; v++) {
         const Node *n = &m->nodes[v];
         NodeRun *r = &ip->nodes[v];
-        r->buf =
-            interp_alloc(ip, (size_t)r->hist * (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
+        r->buf = interp_alloc(ip, (size_t)r->hist * (size_t)ip->chunk * (size_t)r->numel,
+                              sizeof(double));
         if (is_step_readout(n->op))
             r->acc = interp_alloc(ip, (size_t)ip->chunk * (size_t)r->numel, sizeof(double));
         if (n->op == OP_INPUT && r->input_index < 0)
@@ -849,12 +860,14 @@ interp_setup(Interp *ip)
         if (op_info(n->op)->nweights > 0) {
             int nslots = n->op == OP_BATCHNORM ? 4 : (int)node_attr_i(n, "bias", 0) ? 2 : 1;
             if (n->first_weight < 0 || n->first_weight + nslots > m->nweights) {
-                interp_fail(ip, "interpreter: layer '%s' has no weight slots", node_layer_name(m, n));
+                interp_fail(ip, "interpreter: layer '%s' has no weight slots",
+                            node_layer_name(m, n));
                 break;
             }
             for (int s = 0; s < nslots; s++)
                 if (!ip_weight(ip, n, s)->data)
-                    interp_fail(ip, "interpreter: weight '%s' is not bound", ip_weight(ip, n, s)->name);
+                    interp_fail(ip, "interpreter: weight '%s' is not bound",
+                                ip_weight(ip, n, s)->name);
             if (ip->failed)
                 break;
         }
@@ -866,7 +879,8 @@ interp_setup(Interp *ip)
         if (n->op == OP_DENSE) {
             int64_t in = ip->nodes[n->args[0]].numel, out = r->numel;
             const Weight *w = ip_weight(ip, n, 0);
-            if (w->numel != in * out || ((int)node_attr_i(n, "bias", 0) && ip_weight(ip, n, 1)->numel != out)) {
+            if (w->numel != in * out ||
+                ((int)node_attr_i(n, "bias", 0) && ip_weight(ip, n, 1)->numel != out)) {
                 interp_fail(ip, "interpreter: weights of '%s' do not match its shape",
                      node_layer_name(m, n));
                 break;
@@ -887,8 +901,8 @@ interp_setup(Interp *ip)
                       w->numel == g.O * (g.C / g.G) * g.KH * g.KW &&
                       (!(int)node_attr_i(n, "bias", 0) || ip_weight(ip, n, 1)->numel == g.O);
             if (!ok) {
-                interp_fail(ip, "interpreter: %s '%s' has inconsistent shapes", op_info(n->op)->name,
-                     node_layer_name(m, n));
+                interp_fail(ip, "interpreter: %s '%s' has inconsistent shapes",
+                            op_info(n->op)->name, node_layer_name(m, n));
                 break;
             }
             int64_t Cg = g.C / g.G, Og = g.O / g.G, K = (int64_t)g.KH * g.KW;

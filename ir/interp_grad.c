@@ -53,13 +53,25 @@ backprop(const Interp *ip, const CExpr *e, const NCtx *c, double a, Adj *A)
     double x, y, z;
     switch (e->kind) {
     case NX_NUM:
-    case NX_PARAM: return;
-    case NX_STATE: acc(ip, &A->st[e->idx], a); return;
-    case NX_LOCAL: acc(ip, &A->lc[e->idx], a); return;
-    case NX_INPUT: acc(ip, &A->in, a); return;
-    case NX_SPIKE: acc(ip, &A->sp, a); return;
-    case NX_NEG: backprop(ip, e->args[0], c, -a, A); return;
-    case NX_NOT: return;
+    case NX_PARAM:
+        return;
+    case NX_STATE:
+        acc(ip, &A->st[e->idx], a);
+        return;
+    case NX_LOCAL:
+        acc(ip, &A->lc[e->idx], a);
+        return;
+    case NX_INPUT:
+        acc(ip, &A->in, a);
+        return;
+    case NX_SPIKE:
+        acc(ip, &A->sp, a);
+        return;
+    case NX_NEG:
+        backprop(ip, e->args[0], c, -a, A);
+        return;
+    case NX_NOT:
+        return;
     case NX_BIN:
         switch ((NxBin)e->op) {
         case NB_ADD:
@@ -81,10 +93,10 @@ backprop(const Interp *ip, const CExpr *e, const NCtx *c, double a, Adj *A)
             y = interp_ceval(e->args[1], c);
             backprop(ip, e->args[0], c, ip_rnd(ip, a / y), A);
             if (e->args[1]->kind != NX_NUM)
-                backprop(ip, e->args[1], c,
-                         ip_rnd(ip, ip_rnd(ip, -a * x) / ip_rnd(ip, y * y)), A);
+                backprop(ip, e->args[1], c, ip_rnd(ip, ip_rnd(ip, -a * x) / ip_rnd(ip, y * y)), A);
             return;
-        default: return; /* comparisons and logic: piecewise constant */
+        default:
+            return; /* comparisons and logic: piecewise constant */
         }
     case NX_COND:
         backprop(ip, e->args[interp_ceval(e->args[0], c) != 0 ? 1 : 2], c, a, A);
@@ -95,7 +107,9 @@ backprop(const Interp *ip, const CExpr *e, const NCtx *c, double a, Adj *A)
         case NF_EXP:
             backprop(ip, e->args[0], c, ip_rnd(ip, a * interp_ceval(e, c)), A);
             return;
-        case NF_LOG: backprop(ip, e->args[0], c, ip_rnd(ip, a / x), A); return;
+        case NF_LOG:
+            backprop(ip, e->args[0], c, ip_rnd(ip, a / x), A);
+            return;
         case NF_SQRT:
             backprop(ip, e->args[0], c, ip_rnd(ip, a / ip_rnd(ip, 2 * interp_ceval(e, c))), A);
             return;
@@ -108,10 +122,10 @@ backprop(const Interp *ip, const CExpr *e, const NCtx *c, double a, Adj *A)
             backprop(ip, e->args[0], c, ip_rnd(ip, ip_rnd(ip, a * ip_rnd(ip, 1 - z)) * z), A);
             return;
         case NF_ABS: /* nothing flows at 0 */
-            if (x != 0)
-                backprop(ip, e->args[0], c, x > 0 ? a : -a, A);
+            if (x != 0) backprop(ip, e->args[0], c, x > 0 ? a : -a, A);
             return;
-        case NF_FLOOR: return;
+        case NF_FLOOR:
+            return;
         case NF_MIN:
         case NF_MAX: {
             y = interp_ceval(e->args[1], c);
@@ -134,15 +148,17 @@ backprop(const Interp *ip, const CExpr *e, const NCtx *c, double a, Adj *A)
         case NF_CLAMP: { /* the gradient passes on the closed interval, as torch.clamp's */
             y = interp_ceval(e->args[1], c);
             z = interp_ceval(e->args[2], c);
-            if (x >= y && x <= z)
-                backprop(ip, e->args[0], c, a, A);
+            if (x >= y && x <= z) backprop(ip, e->args[0], c, a, A);
             return;
         }
         case NF_SELECT:
             backprop(ip, e->args[x != 0 ? 1 : 2], c, a, A);
             return;
-        case NF_FLOAT32: backprop(ip, e->args[0], c, a, A); return;
-        case NF_COUNT_: break;
+        case NF_FLOAT32:
+            backprop(ip, e->args[0], c, a, A);
+            return;
+        case NF_COUNT_:
+            break;
         }
         unreachable();
     }
@@ -177,8 +193,7 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
     ValueId probes[16];
     int nprobes = 0;
     for (ValueId p = 0; p < m->nnodes && nprobes < 16; p++)
-        if (m->nodes[p].op == OP_STATE && m->nodes[p].args[0] == v)
-            probes[nprobes++] = p;
+        if (m->nodes[p].op == OP_STATE && m->nodes[p].args[0] == v) probes[nprobes++] = p;
     for (size_t j = 0; j < nj; j++) {
         double *cv = carry + j * (size_t)nv;
         /* the step again, from what it started with, each statement's inputs noted */
@@ -194,7 +209,9 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
             const NStmt *stm = &nd->stmts[s];
             const CExpr *e = nr->stmt_e[s];
             switch (stm->kind) {
-            case NS_ASSIGN: *var_of(st, lc, stm) = interp_ceval(e, &c); break;
+            case NS_ASSIGN:
+                *var_of(st, lc, stm) = interp_ceval(e, &c);
+                break;
             case NS_FIRE:
                 if (ip->smooth) {
                     double a = interp_ceval(e->args[0], &c), b = interp_ceval(e->args[1], &c);
@@ -218,7 +235,8 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
             }
             case NS_OUTPUT:
             case NS_REFRACTORY:
-            case NS_FIRE_DOWN: break;
+            case NS_FIRE_DOWN:
+                break;
             }
         }
         /* the adjoints after the step: carried from step t + 1, plus what readers of this step's
@@ -243,8 +261,8 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
             NCtx cs = {(double *)sn, (double *)sn + ns, x[j], sn[ns + nl], ip->is_f32};
             const NStmt *stm = &nd->stmts[s];
             const CExpr *e = nr->stmt_e[s];
-            double *av = stm->kind == NS_FIRE || stm->kind == NS_OUTPUT ? NULL
-                                                                         : var_of(A.st, A.lc, stm);
+            double *av =
+                stm->kind == NS_FIRE || stm->kind == NS_OUTPUT ? NULL : var_of(A.st, A.lc, stm);
             switch (stm->kind) {
             case NS_ASSIGN: {
                 double a = *av;
@@ -255,10 +273,10 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
             case NS_FIRE: {
                 double a = A.sp;
                 A.sp = 0;
-                double u = ip_rnd(ip, interp_ceval(e->args[0], &cs) - interp_ceval(e->args[1], &cs));
+                double u =
+                    ip_rnd(ip, interp_ceval(e->args[0], &cs) - interp_ceval(e->args[1], &cs));
                 bool up = e->op == NB_GE || e->op == NB_GT;
-                if (!up)
-                    u = -u;
+                if (!up) u = -u;
                 double gu = surrogate_grad(&nr->sg, a, u, ip->is_f32);
                 backprop(ip, e->args[0], &cs, up ? gu : -gu, &A);
                 backprop(ip, e->args[1], &cs, up ? -gu : gu, &A);
@@ -277,8 +295,7 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
             case NS_RESET_SUB: {
                 /* V = H - S e: dH = a, dS = -a e, de = -a S */
                 double a = *av, S = cs.spike;
-                if (!nr->sg.detach_reset)
-                    acc(ip, &A.sp, ip_rnd(ip, -a * interp_ceval(e, &cs)));
+                if (!nr->sg.detach_reset) acc(ip, &A.sp, ip_rnd(ip, -a * interp_ceval(e, &cs)));
                 backprop(ip, e, &cs, ip_rnd(ip, -a * S), &A);
                 break;
             }
@@ -289,7 +306,8 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
                 break;
             }
             case NS_REFRACTORY:
-            case NS_FIRE_DOWN: break;
+            case NS_FIRE_DOWN:
+                break;
             }
         }
         cv[ns + nl] = A.sp; /* the spike before the step: the previous step's */
@@ -316,7 +334,9 @@ dense_backward_f32(Grad *G, ValueId v)
     int64_t rows = (int64_t)steps * ip->nb;
     const float *w = ip_weight(ip, n, 0)->data;
     double *dw = G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
-    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0) ? G->weight_grads[n->first_weight + 1] : NULL;
+    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0)
+                     ? G->weight_grads[n->first_weight + 1]
+                     : NULL;
     /* row q is sample q % nb of step q / nb */
     for (int64_t q = 0; q < rows; q++) {
         int t = (int)(q / ip->nb);
@@ -336,14 +356,17 @@ dense_backward_f32(Grad *G, ValueId v)
                 int t = (int)(q / ip->nb);
                 float xv = (float)ip_val(ip, a, t)[(size_t)(q % ip->nb) * (size_t)in + (size_t)i];
                 if (xv != 0)
-                    s = fmaf(xv, (float)gslot(G, v, t)[(size_t)(q % ip->nb) * (size_t)out + (size_t)o], s);
+                    s = fmaf(xv,
+                             (float)gslot(G, v, t)[(size_t)(q % ip->nb) * (size_t)out + (size_t)o],
+                             s);
             }
             dw[o * in + i] += s;
         }
         if (db) {
             float s = 0;
             for (int64_t q = 0; q < rows; q++)
-                s += (float)gslot(G, v, (int)(q / ip->nb))[(size_t)(q % ip->nb) * (size_t)out + (size_t)o];
+                s += (float)gslot(
+                    G, v, (int)(q / ip->nb))[(size_t)(q % ip->nb) * (size_t)out + (size_t)o];
             db[o] += s;
         }
     }
@@ -354,8 +377,7 @@ dense_backward(Grad *G, ValueId v, int t)
 {
     Interp *ip = &G->ip;
     if (G->compiled_order) {
-        if (t == (ip->nodes[v].is_static ? 0 : ip->T - 1))
-            dense_backward_f32(G, v);
+        if (t == (ip->nodes[v].is_static ? 0 : ip->T - 1)) dense_backward_f32(G, v);
         return;
     }
     const Node *n = &ip->m->nodes[v];
@@ -363,7 +385,9 @@ dense_backward(Grad *G, ValueId v, int t)
     int64_t in = ip->nodes[a].numel, out = ip->nodes[v].numel;
     const float *w = ip_weight(ip, n, 0)->data;
     double *dw = G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
-    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0) ? G->weight_grads[n->first_weight + 1] : NULL;
+    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0)
+                     ? G->weight_grads[n->first_weight + 1]
+                     : NULL;
     const double *x = ip_val(ip, a, t), *gy = gslot(G, v, t);
     double *gx = gslot(G, a, t);
     for (int b = 0; b < ip->nb; b++) {
@@ -376,10 +400,8 @@ dense_backward(Grad *G, ValueId v, int t)
             acc(ip, &gxb[i], s);
         }
         for (int64_t o = 0; o < out; o++) {
-            if (gyb[o] == 0)
-                continue;
-            if (db)
-                db[o] += gyb[o];
+            if (gyb[o] == 0) continue;
+            if (db) db[o] += gyb[o];
             if (dw)
                 for (int64_t i = 0; i < in; i++)
                     dw[o * in + i] += gyb[o] * xb[i];
@@ -396,22 +418,23 @@ conv_backward(Grad *G, ValueId v, int t)
     ConvGeom g = conv_geom(ip->m, n);
     const float *w = ip_weight(ip, n, 0)->data;
     double *dw = G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
-    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0) ? G->weight_grads[n->first_weight + 1] : NULL;
+    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0)
+                     ? G->weight_grads[n->first_weight + 1]
+                     : NULL;
     const double *x = ip_val(ip, a, t), *gy = gslot(G, v, t);
     double *gx = gslot(G, a, t), *s = G->scratch;
     int64_t npix = g.OH * g.OW, nin = g.C * g.H * g.W;
     for (int b = 0; b < ip->nb; b++) {
-        const double *xb = x + (size_t)b * (size_t)nin, *gyb = gy + (size_t)b * (size_t)(g.O * npix);
+        const double *xb = x + (size_t)b * (size_t)nin,
+                     *gyb = gy + (size_t)b * (size_t)(g.O * npix);
         memset(s, 0, (size_t)nin * sizeof *s);
         for (int64_t o = 0; o < g.O; o++) {
             int64_t c0 = (o / g.Og) * g.Cg;
             for (int64_t oh = 0; oh < g.OH; oh++)
                 for (int64_t ow = 0; ow < g.OW; ow++) {
                     double gv = gyb[o * npix + oh * g.OW + ow];
-                    if (gv == 0)
-                        continue;
-                    if (db)
-                        db[o] += gv;
+                    if (gv == 0) continue;
+                    if (db) db[o] += gv;
                     for (int64_t cg = 0; cg < g.Cg; cg++)
                         for (int64_t kh = 0; kh < g.KH; kh++) {
                             int64_t ih = oh * g.SH - g.PH + kh * g.DH;
@@ -422,8 +445,7 @@ conv_backward(Grad *G, ValueId v, int t)
                                 int64_t wi = ((o * g.Cg + cg) * g.KH + kh) * g.KW + kw;
                                 int64_t xi = ((c0 + cg) * g.H + ih) * g.W + iw;
                                 s[xi] += gv * w[wi];
-                                if (dw)
-                                    dw[wi] += gv * xb[xi];
+                                if (dw) dw[wi] += gv * xb[xi];
                             }
                         }
                 }
@@ -458,8 +480,7 @@ pool_backward(Grad *G, ValueId v, int t)
             for (int64_t oh = 0; oh < OH; oh++)
                 for (int64_t ow = 0; ow < OW; ow++) {
                     double gv = gyb[(c * OH + oh) * OW + ow];
-                    if (n->op == OP_AVGPOOL2D)
-                        gv = ip_rnd(ip, gv / ((double)KH * KW));
+                    if (n->op == OP_AVGPOOL2D) gv = ip_rnd(ip, gv / ((double)KH * KW));
                     double best = -INFINITY;
                     int64_t arg = -1;
                     for (int kh = 0; kh < KH; kh++) {
@@ -477,8 +498,7 @@ pool_backward(Grad *G, ValueId v, int t)
                             }
                         }
                     }
-                    if (n->op == OP_MAXPOOL2D && arg >= 0)
-                        acc(ip, &gxb[arg], gv);
+                    if (n->op == OP_MAXPOOL2D && arg >= 0) acc(ip, &gxb[arg], gv);
                 }
     }
 }
@@ -493,8 +513,7 @@ batchnorm_backward_batch(Grad *G, ValueId v, int t)
     Interp *ip = &G->ip;
     const Node *n = &ip->m->nodes[v];
     const NodeRun *r = &ip->nodes[v];
-    if (!r->is_static && t != ip->T - 1)
-        return;
+    if (!r->is_static && t != ip->T - 1) return;
     ValueId a = n->args[0];
     int64_t numel = r->numel, C = n->type.rank > 0 ? n->type.dims[0] : 1, inner = C ? numel / C : 0;
     int steps = r->is_static ? 1 : ip->T;
@@ -590,14 +609,21 @@ elementwise_backward(Grad *G, ValueId v, int t)
     size_t nj = (size_t)ip->nb * (size_t)ip->nodes[v].numel;
     const double *gy = gslot(G, v, t);
     double *ga = gslot(G, n->args[0], t), *gb = n->nargs > 1 ? gslot(G, n->args[1], t) : NULL;
-    const double *a = ip_val(ip, n->args[0], t), *b = n->nargs > 1 ? ip_val(ip, n->args[1], t) : NULL;
+    const double *a = ip_val(ip, n->args[0], t),
+                 *b = n->nargs > 1 ? ip_val(ip, n->args[1], t) : NULL;
     double factor = n->op == OP_SCALE ? ip_rnd(ip, node_attr_f(n, "factor")) : 0;
     double divisor = n->op == OP_SCALE ? ip_rnd(ip, node_attr_f(n, "divisor")) : 1;
     for (size_t j = 0; j < nj; j++) {
         double g = gy[j];
         switch (n->op) {
-        case OP_ADD: acc(ip, &ga[j], g); acc(ip, &gb[j], g); break;
-        case OP_SUB: acc(ip, &ga[j], g); acc(ip, &gb[j], -g); break;
+        case OP_ADD:
+            acc(ip, &ga[j], g);
+            acc(ip, &gb[j], g);
+            break;
+        case OP_SUB:
+            acc(ip, &ga[j], g);
+            acc(ip, &gb[j], -g);
+            break;
         case OP_MUL:
             acc(ip, &ga[j], ip_rnd(ip, g * b[j]));
             acc(ip, &gb[j], ip_rnd(ip, g * a[j]));
@@ -607,7 +633,8 @@ elementwise_backward(Grad *G, ValueId v, int t)
             if (factor != 1) g = ip_rnd(ip, g * factor);
             acc(ip, &ga[j], g);
             break;
-        default: unreachable();
+        default:
+            unreachable();
         }
     }
 }
@@ -622,14 +649,19 @@ readout_backward(Grad *G, ValueId v, int t)
     double *gx = gslot(G, a, t);
     if (n->op == OP_SEQUENCE) {
         const double *gy = gslot(G, v, t);
-        for (size_t j = 0; j < nj; j++) acc(ip, &gx[j], gy[j]);
+        for (size_t j = 0; j < nj; j++)
+            acc(ip, &gx[j], gy[j]);
         return;
     }
     const double *gy = G->rg[v];
     for (size_t j = 0; j < nj; j++) {
         switch (n->op) {
-        case OP_COUNT: acc(ip, &gx[j], gy[j]); break;
-        case OP_MEAN: acc(ip, &gx[j], ip_rnd(ip, gy[j] / ip->T)); break;
+        case OP_COUNT:
+            acc(ip, &gx[j], gy[j]);
+            break;
+        case OP_MEAN:
+            acc(ip, &gx[j], ip_rnd(ip, gy[j] / ip->T));
+            break;
         case OP_LAST:
             if (t == ip->T - 1) acc(ip, &gx[j], gy[j]);
             break;
@@ -642,7 +674,8 @@ readout_backward(Grad *G, ValueId v, int t)
             if (best == t) acc(ip, &gx[j], gy[j]);
             break;
         }
-        default: unreachable();
+        default:
+            unreachable();
         }
     }
 }
@@ -654,8 +687,7 @@ input_backward(Grad *G, ValueId v, int t)
     const Node *n = &ip->m->nodes[v];
     const NodeRun *r = &ip->nodes[v];
     double *dst = G->input_grads ? G->input_grads[r->input_index] : NULL;
-    if (!dst)
-        return;
+    if (!dst) return;
     const double *gy = gslot(G, v, t);
     size_t numel = (size_t)r->numel;
     for (int b = 0; b < ip->nb; b++) {
@@ -675,14 +707,23 @@ node_backward(Grad *G, ValueId v, int t, double **carry, double *snap)
     if (ip->nodes[v].is_static && t > 0)
         return; /* its slot collects every step's gradient; it runs once, at t = 0 */
     switch (n->op) {
-    case OP_INPUT: input_backward(G, v, t); break;
-    case OP_POISSON: break; /* sampling: no gradient to the rates */
-    case OP_DENSE: dense_backward(G, v, t); break;
+    case OP_INPUT:
+        input_backward(G, v, t);
+        break;
+    case OP_POISSON:
+        break; /* sampling: no gradient to the rates */
+    case OP_DENSE:
+        dense_backward(G, v, t);
+        break;
     case OP_CONV2D:
-    case OP_CONV1D: conv_backward(G, v, t); break;
+    case OP_CONV1D:
+        conv_backward(G, v, t);
+        break;
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D:
-    case OP_SUMPOOL2D: pool_backward(G, v, t); break;
+    case OP_SUMPOOL2D:
+        pool_backward(G, v, t);
+        break;
     case OP_FLATTEN: {
         const double *gy = gslot(G, v, t);
         double *gx = gslot(G, n->args[0], t);
@@ -690,11 +731,15 @@ node_backward(Grad *G, ValueId v, int t, double **carry, double *snap)
             acc(ip, &gx[j], gy[j]);
         break;
     }
-    case OP_BATCHNORM: batchnorm_backward(G, v, t); break;
+    case OP_BATCHNORM:
+        batchnorm_backward(G, v, t);
+        break;
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:
-    case OP_SCALE: elementwise_backward(G, v, t); break;
+    case OP_SCALE:
+        elementwise_backward(G, v, t);
+        break;
     case OP_DELAY: {
         int steps = (int)node_attr_i(n, "steps", 0);
         if (t < steps || steps < 0) break;
@@ -704,14 +749,20 @@ node_backward(Grad *G, ValueId v, int t, double **carry, double *snap)
             acc(ip, &gx[j], gy[j]);
         break;
     }
-    case OP_NEURON: neuron_backward(G, v, t, carry[v], snap); break;
-    case OP_STATE: break; /* its neuron reads its gradient */
+    case OP_NEURON:
+        neuron_backward(G, v, t, carry[v], snap);
+        break;
+    case OP_STATE:
+        break; /* its neuron reads its gradient */
     case OP_COUNT:
     case OP_MEAN:
     case OP_LAST:
     case OP_MAX:
-    case OP_SEQUENCE: readout_backward(G, v, t); break;
-    case OP_COUNT_: unreachable();
+    case OP_SEQUENCE:
+        readout_backward(G, v, t);
+        break;
+    case OP_COUNT_:
+        unreachable();
     }
 }
 
@@ -733,8 +784,7 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
     ip->keep_all = true;
     G.input_grads = input_grads;
     G.weight_grads = weight_grads;
-    if (batch <= 0 || ip->T <= 0)
-        return true;
+    if (batch <= 0 || ip->T <= 0) return true;
     /* every neuron layer must be differentiable before anything runs */
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
@@ -785,12 +835,14 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
                 carry[v] = interp_alloc(ip, cj * nv, sizeof(double));
                 char why[8];
                 neuron_surrogate(r->neuron->nd, &r->neuron->sg, why, sizeof why);
-                if ((size_t)(nd->nstmts + 1) * nv > maxsnap) maxsnap = (size_t)(nd->nstmts + 1) * nv;
+                if ((size_t)(nd->nstmts + 1) * nv > maxsnap)
+                    maxsnap = (size_t)(nd->nstmts + 1) * nv;
             }
         }
         for (int k = 0; k < m->noutputs && !ip->failed; k++) {
             const Node *n = &m->nodes[m->outputs[k]];
-            size_t per = (size_t)ip->nodes[m->outputs[k]].numel * (size_t)(n->type.has_time ? ip->T : 1);
+            size_t per =
+                (size_t)ip->nodes[m->outputs[k]].numel * (size_t)(n->type.has_time ? ip->T : 1);
             og[k] = interp_alloc(ip, (size_t)ip->chunk * per, sizeof(float));
         }
         G.scratch = interp_alloc(ip, maxnumel, sizeof(double));
@@ -800,8 +852,7 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
     for (ip->b0 = 0; ok && ip->b0 < batch; ip->b0 += ip->chunk) {
         ip->nb = (int)(batch - ip->b0 < ip->chunk ? batch - ip->b0 : ip->chunk);
         for (ValueId v = 0; v < m->nnodes; v++)
-            if (ip->nodes[v].neuron)
-                interp_reset_neuron(ip, &ip->nodes[v]);
+            if (ip->nodes[v].neuron) interp_reset_neuron(ip, &ip->nodes[v]);
         if (layer_major) {
             for (int k = 0; k < m->nnodes; k++)
                 for (int t = 0; t < ip->T; t++)
@@ -818,22 +869,20 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
         interp_write_final_outputs(ip);
         if (ip->batch_stats)
             for (ValueId v = 0; v < m->nnodes; v++)
-                if (m->nodes[v].op == OP_BATCHNORM)
-                    batchnorm_update_running(&G, v);
+                if (m->nodes[v].op == OP_BATCHNORM) batchnorm_update_running(&G, v);
         /* the gradients of this pass's outputs */
         for (int k = 0; k < m->noutputs; k++) {
             const Node *n = &m->nodes[m->outputs[k]];
-            size_t per = (size_t)ip->nodes[m->outputs[k]].numel * (size_t)(n->type.has_time ? ip->T : 1);
+            size_t per =
+                (size_t)ip->nodes[m->outputs[k]].numel * (size_t)(n->type.has_time ? ip->T : 1);
             memset(og[k], 0, (size_t)ip->nb * per * sizeof(float));
         }
         out_grad(ctx, ip->b0, ip->nb, og);
         for (ValueId v = 0; v < m->nnodes; v++) {
             const NodeRun *r = &ip->nodes[v];
             size_t cj = (size_t)ip->chunk * (size_t)r->numel;
-            if (G.g[v])
-                memset(G.g[v], 0, (size_t)(r->is_static ? 1 : ip->T) * cj * sizeof(double));
-            if (G.rg[v])
-                memset(G.rg[v], 0, cj * sizeof(double));
+            if (G.g[v]) memset(G.g[v], 0, (size_t)(r->is_static ? 1 : ip->T) * cj * sizeof(double));
+            if (G.rg[v]) memset(G.rg[v], 0, cj * sizeof(double));
             if (carry[v]) {
                 const NeuronDef *nd = r->neuron->nd;
                 memset(carry[v], 0, cj * (size_t)(nd->nstates + nd->nlocals + 1) * sizeof(double));

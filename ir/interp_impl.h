@@ -50,8 +50,8 @@ typedef struct NodeRun {
     bool is_spike_input; /* dense/conv operand is a spike tensor: zero inputs are skipped */
     double *bn_mean, *bn_invstd, *bn_var; /* Interp.batch_stats: a batchnorm's batch statistics
                                            * per channel */
-    bool is_static;      /* the same at every step (a static input and stateless ops over such
-                          * values): computed at t = 0 only, then carried */
+    bool is_static; /* the same at every step (a static input and stateless ops over such
+                     * values): computed at t = 0 only, then carried */
 } NodeRun;
 
 typedef struct Interp {
@@ -75,7 +75,7 @@ typedef struct Interp {
     /* every node keeps all T steps and every neuron its state before each step (interp_grad's
      * forward pass); otherwise a node keeps the steps its readers need */
     bool keep_all;
-    bool smooth; /* InterpOptions.smooth_spikes */
+    bool smooth;      /* InterpOptions.smooth_spikes */
     bool batch_stats; /* InterpOptions.batch_stats */
     bool one_pass;    /* the whole batch in one pass (interp_grad's float32 order) */
 } Interp;
@@ -113,8 +113,8 @@ void interp_fail(Interp *ip, const char *fmt, ...) __attribute__((format(printf,
 void *interp_alloc(Interp *ip, size_t n, size_t size);
 /* Fill ip for a run of m (the fields interp_run sets) */
 void interp_init(Interp *ip, const Module *m, const InterpOptions *opt, int batch,
-                 int64_t sample_base, const float *const *inputs, float *const *outputs,
-                 char *err, size_t errlen);
+                 int64_t sample_base, const float *const *inputs, float *const *outputs, char *err,
+                 size_t errlen);
 /* Per-node buffers, transposed weights and neuron programs; false (err set) on failure. */
 bool interp_setup(Interp *ip);
 void interp_teardown(Interp *ip);

@@ -574,7 +574,8 @@ typedef struct InterpOptions {
     /* batchnorm normalises with the batch's own statistics, per channel over every step, sample
      * and position (PyTorch's training mode over SpikingJelly's [T*B, C, ...]; a static value
      * counts T times), and interp_grad updates running_mean and running_var in place (momentum
-     * 0.1, the variance unbiased) once per call; the batch is then one pass (all of it in memory) */
+     * 0.1, the variance unbiased) once per call; the batch is then one pass (all of it in memory)
+     */
     bool batch_stats;
 } InterpOptions;
 /* One batch: inputs[i] holds B samples of input i in the file layout (sample-major: [B, (T,) ...]);

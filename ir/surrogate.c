@@ -25,7 +25,8 @@ surrogate_name(SurrogateId id)
     return table[id].name;
 }
 
-/* the k-th "name=default" of a row's params: its name into buf and its default; false past the end */
+/* the k-th "name=default" of a row's params: its name into buf and its default; false past the end
+ */
 static bool
 param_at(SurrogateId id, int k, char *buf, size_t len, double *def)
 {
@@ -41,7 +42,8 @@ param_at(SurrogateId id, int k, char *buf, size_t len, double *def)
             return true;
         }
         p += n;
-        while (*p == ' ') p++;
+        while (*p == ' ')
+            p++;
     }
     return false;
 }
@@ -51,8 +53,10 @@ surrogate_resolve(const Surrogate *s, SurrogateFn *out, char *err, size_t errlen
 {
     memset(out, 0, sizeof *out);
     if (!s->name || strcmp(s->name, "none") == 0) {
-        diag_format(err, errlen, "it fires but has no surrogate gradient (a `surrogate NAME` "
-                                 "statement: %s)", surrogate_known());
+        diag_format(err, errlen,
+                    "it fires but has no surrogate gradient (a `surrogate NAME` "
+                    "statement: %s)",
+                    surrogate_known());
         return false;
     }
     int id = -1;
@@ -80,15 +84,17 @@ surrogate_resolve(const Surrogate *s, SurrogateFn *out, char *err, size_t errlen
         if (!found && strcmp(s->arg_names[i], "detach_reset") == 0) {
             double d = s->arg_values[i];
             if (d != 0 && d != 1) {
-                diag_format(err, errlen, "surrogate %s: detach_reset is 0 or 1, not %g", s->name, d);
+                diag_format(err, errlen, "surrogate %s: detach_reset is 0 or 1, not %g", s->name,
+                            d);
                 return false;
             }
             out->detach_reset = d != 0;
             found = true;
         }
         if (!found) {
-            diag_format(err, errlen, "surrogate %s has no argument '%s' (it takes %s%sdetach_reset)",
-                        s->name, s->arg_names[i], table[id].params, *table[id].params ? " " : "");
+            diag_format(err, errlen,
+                        "surrogate %s has no argument '%s' (it takes %s%sdetach_reset)", s->name,
+                        s->arg_names[i], table[id].params, *table[id].params ? " " : "");
             return false;
         }
     }
@@ -158,8 +164,10 @@ surrogate_grad(const SurrogateFn *s, double grad, double u, bool is_f32)
     case SG_SUPERSPIKE:
         p = R(au + 1.0);
         return R(grad / R(p * p));
-    case SG_STRAIGHT: return grad;
-    case SG_COUNT_: break;
+    case SG_STRAIGHT:
+        return grad;
+    case SG_COUNT_:
+        break;
     }
 #undef R
     (void)r;
@@ -182,19 +190,18 @@ neuron_surrogate(const NeuronDef *nd, SurrogateFn *sg, char *err, size_t errlen)
             diag_format(err, errlen, "-1 spikes (fire down) cannot be differentiated");
             return false;
         }
-        if (st->kind != NS_FIRE)
-            continue;
+        if (st->kind != NS_FIRE) continue;
         fires = true;
         const NExpr *e = st->e;
         if (e->kind != NX_BIN ||
             !(e->op == NB_GE || e->op == NB_GT || e->op == NB_LE || e->op == NB_LT)) {
-            diag_format(err, errlen, "its fire condition is not one comparison (a >= b, a > b, "
-                                     "a <= b or a < b), so it has no surrogate gradient");
+            diag_format(err, errlen,
+                        "its fire condition is not one comparison (a >= b, a > b, "
+                        "a <= b or a < b), so it has no surrogate gradient");
             return false;
         }
     }
-    if (!fires)
-        return true;
+    if (!fires) return true;
     return surrogate_resolve(&nd->surrogate, sg, err, errlen);
 }
 
@@ -204,20 +211,30 @@ surrogate_primitive(const SurrogateFn *s, double u)
     const double *a = s->args;
     double au = fabs(u);
     switch (s->id) {
-    case SG_SIGMOID: return 1.0 / (1.0 + exp(-a[0] * u));
-    case SG_ATAN: return atan(M_PI / 2 * a[0] * u) / M_PI + 0.5;
+    case SG_SIGMOID:
+        return 1.0 / (1.0 + exp(-a[0] * u));
+    case SG_ATAN:
+        return atan(M_PI / 2 * a[0] * u) / M_PI + 0.5;
     case SG_PW_QUADRATIC:
         if (u > 1 / a[0]) return 1.0;
         if (u < -1 / a[0]) return 0.0;
         return -a[0] * a[0] / 2 * u * au + a[0] * u + 0.5;
-    case SG_PW_EXP: return u >= 0 ? 1 - exp(-a[0] * u) / 2 : exp(a[0] * u) / 2;
-    case SG_SOFT_SIGN: return (a[0] * u / (1 + a[0] * au) + 1) / 2;
-    case SG_SJ_SUPERSPIKE: return a[0] * u / (au + 1);
-    case SG_ERF: return erfc(-a[0] * u) / 2;
-    case SG_FAST_SIGMOID: return u / (1 + a[0] * au);
-    case SG_SUPERSPIKE: return u / (1 + au);
-    case SG_STRAIGHT: return u;
-    case SG_COUNT_: break;
+    case SG_PW_EXP:
+        return u >= 0 ? 1 - exp(-a[0] * u) / 2 : exp(a[0] * u) / 2;
+    case SG_SOFT_SIGN:
+        return (a[0] * u / (1 + a[0] * au) + 1) / 2;
+    case SG_SJ_SUPERSPIKE:
+        return a[0] * u / (au + 1);
+    case SG_ERF:
+        return erfc(-a[0] * u) / 2;
+    case SG_FAST_SIGMOID:
+        return u / (1 + a[0] * au);
+    case SG_SUPERSPIKE:
+        return u / (1 + au);
+    case SG_STRAIGHT:
+        return u;
+    case SG_COUNT_:
+        break;
     }
     unreachable();
 }

@@ -17,12 +17,10 @@ rt_loss(RtLoss kind, const float *out, const float *labels, int64_t n, int64_t k
         float *g = grad + i * k;
         double lf = labels[i];
         int64_t y = lf >= 0 && lf < (double)k && lf == floor(lf) ? (int64_t)lf : -1;
-        if (y < 0)
-            return NAN;
+        if (y < 0) return NAN;
         int64_t best = 0;
         for (int64_t j = 1; j < k; j++)
-            if (z[j] > z[best])
-                best = j;
+            if (z[j] > z[best]) best = j;
         *correct += best == y;
         if (kind == RT_LOSS_MSE) {
             /* mean((z - onehot)^2) over batch * k; backward (z - y) * (2 / numel) */
@@ -64,8 +62,7 @@ rt_opt_defaults(RtOptimizer kind)
         float mom = (float)c->momentum, damp1 = (float)(1 - c->dampening);                         \
         for (int64_t i = 0; i < n; i++) {                                                          \
             float d = g[i];                                                                        \
-            if (c->weight_decay != 0)                                                              \
-                d = fmaf(p[i], wd, d); /* grad.add(param, alpha=wd) */                             \
+            if (c->weight_decay != 0) d = fmaf(p[i], wd, d); /* grad.add(param, alpha=wd) */       \
             if (c->momentum != 0) {                                                                \
                 float *buf = &state[i];                                                            \
                 *buf = step == 1 ? d : fmaf(d, damp1, *buf * mom);                                 \
@@ -139,13 +136,13 @@ double
 rt_cosine_lr(double lr0, int64_t e, int64_t E)
 {
     double lr = lr0;
-    if (E <= 0)
-        return lr0;
+    if (E <= 0) return lr0;
     for (int64_t t = 1; t <= e; t++) {
         if ((t - 1 - E) % (2 * E) == 0)
             lr = lr + lr0 * (1 - cos(M_PI / (double)E)) / 2;
         else
-            lr = (1 + cos(M_PI * (double)t / (double)E)) / (1 + cos(M_PI * (double)(t - 1) / (double)E)) * lr;
+            lr = (1 + cos(M_PI * (double)t / (double)E)) /
+                 (1 + cos(M_PI * (double)(t - 1) / (double)E)) * lr;
     }
     return lr;
 }

@@ -447,10 +447,12 @@ exp_f32(Gen *g, LLVMValueRef a)
     }
     LLVMTypeRef it = shaped(g->t_i64, a);
     LLVMValueRef ki = LLVMBuildFPToSI(b, k, it, "");
-    LLVMValueRef bits = LLVMBuildShl(b, LLVMBuildAdd(b, ki, const_splat(LLVMConstInt(g->t_i64, 1023, 0), a), ""),
-                                     const_splat(LLVMConstInt(g->t_i64, 52, 0), a), "");
+    LLVMValueRef bits =
+        LLVMBuildShl(b, LLVMBuildAdd(b, ki, const_splat(LLVMConstInt(g->t_i64, 1023, 0), a), ""),
+                     const_splat(LLVMConstInt(g->t_i64, 52, 0), a), "");
     LLVMValueRef scale = LLVMBuildBitCast(b, bits, type_like(g, KT_F64, a), "");
-    LLVMValueRef f = LLVMBuildFPTrunc(b, LLVMBuildFMul(b, p, scale, ""), type_like(g, KT_F32, a), "");
+    LLVMValueRef f =
+        LLVMBuildFPTrunc(b, LLVMBuildFMul(b, p, scale, ""), type_like(g, KT_F32, a), "");
 #undef D
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, a, a, ""), a, f, "exp");
 }

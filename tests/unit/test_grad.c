@@ -2,8 +2,8 @@
  * model runs in double with its spikes replaced by the surrogate's primitive (a smooth network,
  * InterpOptions.smooth_spikes), where surrogate-gradient BPTT is the true gradient of a smooth
  * function; the loss is a fixed random weighting of every output. Central differences,
- * Richardson-extrapolated (steps h and h/2 that keep the float weights and inputs exact), must agree
- * with interp_grad for every weight and input element to about 1e-7. Also: every surrogate is
+ * Richardson-extrapolated (steps h and h/2 that keep the float weights and inputs exact), must
+ * agree with interp_grad for every weight and input element to about 1e-7. Also: every surrogate is
  * non-zero at the threshold, a neuron that cannot be differentiated is refused with a reason, and
  * detach_reset drops exactly the reset's term. */
 #include "frontend/frontend.h"
@@ -39,7 +39,10 @@ static size_t
 samples_elems(const Module *m, ValueId v)
 {
     const Node *n = &m->nodes[v];
-    return (size_t)type_numel(&n->type) * (size_t)((n->op == OP_INPUT ? n->is_per_step_input : n->type.has_time) ? m->timesteps : 1) * BATCH;
+    return (size_t)type_numel(&n->type) *
+           (size_t)((n->op == OP_INPUT ? n->is_per_step_input : n->type.has_time) ? m->timesteps
+                                                                                  : 1) *
+           BATCH;
 }
 
 static Case
@@ -69,7 +72,8 @@ make_case(const char *text)
 static void
 free_case(Case *c)
 {
-    for (int i = 0; i < c->m->ninputs; i++) free(c->in[i]);
+    for (int i = 0; i < c->m->ninputs; i++)
+        free(c->in[i]);
     for (int k = 0; k < c->m->noutputs; k++) {
         free(c->out[k]);
         free(c->coef[k]);
@@ -108,10 +112,12 @@ loss(Case *c, const InterpOptions *o)
     double l = 0;
     if (o->batch_stats) /* batch statistics need every step of a layer's input: layer by layer */
         for (int k = 0; k < m->nnodes; k++)
-            for (int t = 0; t < ip.T; t++) interp_eval_node(&ip, ip.order[k], t, NULL);
+            for (int t = 0; t < ip.T; t++)
+                interp_eval_node(&ip, ip.order[k], t, NULL);
     for (int t = 0; t < ip.T; t++) {
         if (!o->batch_stats)
-            for (int k = 0; k < m->nnodes; k++) interp_eval_node(&ip, ip.order[k], t, NULL);
+            for (int k = 0; k < m->nnodes; k++)
+                interp_eval_node(&ip, ip.order[k], t, NULL);
         for (int k = 0; k < m->noutputs; k++) {
             ValueId v = m->outputs[k];
             if (m->nodes[v].op != OP_SEQUENCE) continue;
@@ -129,7 +135,8 @@ loss(Case *c, const InterpOptions *o)
         if (op == OP_SEQUENCE) continue;
         size_t n = (size_t)BATCH * (size_t)ip.nodes[v].numel;
         for (size_t i = 0; i < n; i++)
-            l += (double)c->coef[k][i] * (op == OP_MEAN ? ip.nodes[v].acc[i] / ip.T : ip.nodes[v].acc[i]);
+            l += (double)c->coef[k][i] *
+                 (op == OP_MEAN ? ip.nodes[v].acc[i] / ip.T : ip.nodes[v].acc[i]);
     }
     interp_teardown(&ip);
     return l;
@@ -183,11 +190,13 @@ check_case_stats(const char *name, const char *text, bool batch_stats)
     InterpOptions o = {INTERP_F64, -1, true, batch_stats};
     Module *m = c.m;
     double *wg[64] = {0}, *ig[4] = {0};
-    for (int w = 0; w < m->nweights; w++) wg[w] = calloc((size_t)m->weights[w].numel, sizeof(double));
-    for (int i = 0; i < m->ninputs; i++) ig[i] = calloc(c.in_n[i], sizeof(double));
+    for (int w = 0; w < m->nweights; w++)
+        wg[w] = calloc((size_t)m->weights[w].numel, sizeof(double));
+    for (int i = 0; i < m->ninputs; i++)
+        ig[i] = calloc(c.in_n[i], sizeof(double));
     char err[256];
-    bool ok = interp_grad(m, &o, BATCH, 0, (const float *const *)c.in, c.out, coef_grad, &c, ig,
-                          wg, err, sizeof err);
+    bool ok = interp_grad(m, &o, BATCH, 0, (const float *const *)c.in, c.out, coef_grad, &c, ig, wg,
+                          err, sizeof err);
     CHECK(ok);
     if (!ok) {
         fprintf(stderr, "%s: %s\n", name, err);
@@ -196,7 +205,8 @@ check_case_stats(const char *name, const char *text, bool batch_stats)
     /* the scale of the gradients, for elements whose gradient is near zero */
     double scale = 0;
     for (int w = 0; w < m->nweights; w++)
-        for (int64_t j = 0; j < m->weights[w].numel; j++) scale = fmax(scale, fabs(wg[w][j]));
+        for (int64_t j = 0; j < m->weights[w].numel; j++)
+            scale = fmax(scale, fabs(wg[w][j]));
     scale *= 1e-3;
     int bad = 0;
     for (int w = 0; w < m->nweights; w++) {
@@ -209,8 +219,10 @@ check_case_stats(const char *name, const char *text, bool batch_stats)
         for (size_t j = 0; j < c.in_n[i] && bad < 5; j += 1 + c.in_n[i] / 40)
             if (!agree(name, "input", j, ig[i][j], fd(&c, &o, &c.in[i][j]), scale)) bad++;
     CHECK(bad == 0);
-    for (int w = 0; w < m->nweights; w++) free(wg[w]);
-    for (int i = 0; i < m->ninputs; i++) free(ig[i]);
+    for (int w = 0; w < m->nweights; w++)
+        free(wg[w]);
+    for (int i = 0; i < m->ninputs; i++)
+        free(ig[i]);
     free_case(&c);
 }
 
@@ -224,9 +236,10 @@ static void
 test_finite_differences(void)
 {
     /* two LIF layers on a per-step input, a mean and a count readout */
-    check_case("mlp", "model mlp {\n timesteps 4\n input x : f32[T, 5]\n"
-                      " h = dense(x, 6)\n s = LIF(h, tau = 2.0)\n o = dense(s, 3)\n"
-                      " s2 = LIFSoft(o, tau = 3.0)\n output rate = mean(s2)\n output c = count(s)\n}\n");
+    check_case("mlp",
+               "model mlp {\n timesteps 4\n input x : f32[T, 5]\n"
+               " h = dense(x, 6)\n s = LIF(h, tau = 2.0)\n o = dense(s, 3)\n"
+               " s2 = LIFSoft(o, tau = 3.0)\n output rate = mean(s2)\n output c = count(s)\n}\n");
     /* a static image: conv, batchnorm, IF, pools, flatten; the static path's gradient is summed */
     check_case("conv", "model conv {\n timesteps 3\n input img : f32[2, 6, 6]\n"
                        " c = conv2d(img, 3, 3, pad = 1)\n b = batchnorm(c)\n s = IF(b)\n"
@@ -235,7 +248,8 @@ test_finite_differences(void)
                        " o = LIF(add(f, g), tau = 2.0)\n output n = count(o)\n}\n");
     /* recurrence through prev, a two-state neuron, a state probe and a whole sequence */
     check_case("recurrent", "model rec {\n timesteps 5\n input x : f32[T, 4]\n"
-                            " a = dense(x, 5)\n s = CubaLIF(add(a, dense(prev(s), 5)), tau_mem_inv = 400.0, tau_syn_inv = 300.0, dt = 0.001)\n"
+                            " a = dense(x, 5)\n s = CubaLIF(add(a, dense(prev(s), 5)), tau_mem_inv "
+                            "= 400.0, tau_syn_inv = 300.0, dt = 0.001)\n"
                             " output seq = sequence(s)\n output v = last(state(s, \"v\"))\n}\n");
     /* user neurons: lets, functions, output expressions, a non-detached subtract reset before fire,
      * the spike read in an update (ALIF), a readout by max, sub, mul and scale */
@@ -254,13 +268,17 @@ test_finite_differences(void)
                              " output a = count(s1)\n output b = count(s2)\n}\n");
     /* batchnorm in training mode: the batch's statistics over every step, on a static conv
      * output (counted T times) and on a per-step dense output */
-    check_case_stats("batchnorm-static", "model bn {\n timesteps 3\n input img : f32[2, 5, 5]\n"
+    check_case_stats("batchnorm-static",
+                     "model bn {\n timesteps 3\n input img : f32[2, 5, 5]\n"
                      " c = conv2d(img, 3, 3, pad = 1)\n s = IF(batchnorm(c))\n"
-                     " output a = count(s)\n}\n", true);
-    check_case_stats("batchnorm-steps", "model bn {\n timesteps 3\n"
+                     " output a = count(s)\n}\n",
+                     true);
+    check_case_stats("batchnorm-steps",
+                     "model bn {\n timesteps 3\n"
                      " input x : f32[T, 4]\n"
                      " d = batchnorm(dense(x, 5))\n r = LIF(d, tau = 2.0)\n"
-                     " output b = mean(r)\n}\n", true);
+                     " output b = mean(r)\n}\n",
+                     true);
     fprintf(stderr, "finite differences: %d gradient elements, worst relative error %.3g\n",
             nchecked, worst);
 }
@@ -286,7 +304,8 @@ test_surrogates_at_threshold(void)
     Surrogate bad = {"atann", 0, {0}, {0}}, badarg = {"atan", 1, {"beta"}, {1}};
     SurrogateFn f;
     char err[256];
-    CHECK(!surrogate_resolve(&bad, &f, err, sizeof err) && strstr(err, "unknown surrogate 'atann'"));
+    CHECK(!surrogate_resolve(&bad, &f, err, sizeof err) &&
+          strstr(err, "unknown surrogate 'atann'"));
     CHECK(!surrogate_resolve(&badarg, &f, err, sizeof err) && strstr(err, "no argument 'beta'"));
 }
 
@@ -323,7 +342,8 @@ test_detach(void)
         Case c = make_case(text);
         c.in[0][0] = 1.5f; /* fires at step 0 */
         c.in[0][1] = 0.25f;
-        for (size_t i = 0; i < c.out_n[0]; i++) c.coef[0][i] = 0;
+        for (size_t i = 0; i < c.out_n[0]; i++)
+            c.coef[0][i] = 0;
         c.coef[0][1] = 1; /* dL/ds[1] = 1 for sample 0 */
         double gx[2 * BATCH] = {0};
         double *ig[1] = {gx};
