@@ -685,6 +685,18 @@ dense_data_tile(Lower *lw, Cur c, KExpr *i0, int lanes, const void *ctx)
     st->stride = 1;
 }
 
+/* a weight-gradient block: d->ni tiles of `lanes` from +0, and the loop over the rows in order
+ * (its variable in *rv) */
+static KStmt *
+dw_tiles(Lower *lw, Cur c, const DenseGrad *d, int lanes, int *t, KExpr **rv)
+{
+    for (int k = 0; k < d->ni; k++) {
+        t[k] = tile(lw, "dw", lanes);
+        s_tile(lw, c, KS_VSET, t[k], -1, NULL, kx_const(lw->p, KT_F64, 0));
+    }
+    return loop(lw, c, "r", d->rows, false, rv);
+}
+
 /* dW[o0 .. o0 + lanes, i .. i + ni) = sum over rows of x[row, i] dy[row, o] (zero inputs
  * skipped): ni inputs side by side, so that each row's dy vector, loaded once, feeds ni tiles */
 static void
@@ -693,12 +705,8 @@ dense_weight_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     const DenseGrad *d = ctx;
     G *g = d->g;
     int ni = d->ni, t[DW_INPUTS];
-    for (int k = 0; k < ni; k++) {
-        t[k] = tile(lw, "dw", lanes);
-        s_tile(lw, c, KS_VSET, t[k], -1, NULL, kx_const(lw->p, KT_F64, 0));
-    }
     KExpr *rv;
-    KStmt *fr = loop(lw, c, "r", d->rows, false, &rv);
+    KStmt *fr = dw_tiles(lw, c, d, lanes, t, &rv);
     Pos py = row_pos(lw, d->v, rv, o0);
     ValueId rvv = root(lw, d->v);
     KExpr *gi = vindex(lw, rvv, &py);
@@ -726,12 +734,8 @@ dense_weight_tile_inputs(Lower *lw, Cur c, KExpr *i0, int lanes, const void *ctx
     const DenseGrad *d = ctx;
     G *g = d->g;
     int ni = d->ni, t[DW_INPUTS];
-    for (int k = 0; k < ni; k++) {
-        t[k] = tile(lw, "dw", lanes);
-        s_tile(lw, c, KS_VSET, t[k], -1, NULL, kx_const(lw->p, KT_F64, 0));
-    }
     KExpr *rv;
-    KStmt *fr = loop(lw, c, "r", d->rows, false, &rv);
+    KStmt *fr = dw_tiles(lw, c, d, lanes, t, &rv);
     Pos px = row_pos(lw, d->x, rv, i0);
     ValueId rx = root(lw, d->x);
     KExpr *xi = vindex(lw, rx, &px);
