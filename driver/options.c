@@ -519,6 +519,8 @@ parse_options(int argc, char **argv, Options *o)
         case O_NO_SHUFFLE: o->no_shuffle = true; break;
         case O_INIT: o->init = true; break;
         case O_GRADS: o->grads = optarg; break;
+        case O_CHECKPOINT: o->checkpoint = optarg; break;
+        case O_RESUME: o->resume = optarg; break;
         case O_TEST_LIMIT:
             o->test_limit = parse_int("--test-limit", optarg, 0, INT64_MAX / 2);
             break;
@@ -728,6 +730,9 @@ parse_options(int argc, char **argv, Options *o)
             usage_error("--train --input needs --labels=FILE.npy (the class of each sample)");
         if (o->is_nir)
             usage_error("--train takes a .snn model for now (--emit=snn translates a NIR graph)");
+        if (o->resume && (o->init || o->weights))
+            usage_error("--resume takes the weights from the checkpoint: not with --init or "
+                        "--weights");
         if (o->device || (backend_given && strcmp(o->backend, "interp") != 0 &&
                           strcmp(o->backend, "kir") != 0 && strcmp(o->backend, "cpu") != 0))
             usage_error("--train runs on the CPU (--backend=cpu, compiled) or the reference "
@@ -746,6 +751,8 @@ parse_options(int argc, char **argv, Options *o)
                             : o->cosine            ? "--schedule"
                             : o->init              ? "--init"
                             : o->grads             ? "--grads"
+                            : o->checkpoint        ? "--checkpoint"
+                            : o->resume            ? "--resume"
                                                    : NULL;
         if (given)
             usage_error("%s is a training setting: give --train", given);

@@ -70,6 +70,8 @@ typedef struct Options {
     int64_t test_limit; /* -1: all */
     bool init;          /* --init: seeded default initialisation */
     const char *grads;  /* --grads: the first batch's gradients */
+    const char *checkpoint; /* --checkpoint=DIR */
+    const char *resume;     /* --resume=FILE */
 } Options;
 
 

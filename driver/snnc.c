@@ -160,6 +160,23 @@ check_files(const Options *o, const Module *m, const char *snn_weights_path)
     if (snn_weights_path) files_output(l, snn_weights_path, "the weights written beside -o");
     if (o->output) files_output(l, o->output, "--output");
     if (o->grads) files_output(l, o->grads, "--grads");
+    if (o->resume) files_input(l, o->resume, "--resume");
+    /* the checkpoints this run may write: every epoch's, or, resuming from epoch-K.safetensors,
+     * those after K (the run starts there; a file named otherwise: every epoch's, to be safe) */
+    int64_t first_ck = 1;
+    if (o->resume) {
+        const char *base = strrchr(o->resume, '/');
+        long long k;
+        char tail[32];
+        if (sscanf(base ? base + 1 : o->resume, "epoch-%lld.%31s", &k, tail) == 2 &&
+            strcmp(tail, "safetensors") == 0 && k >= 0)
+            first_ck = k + 1;
+    }
+    for (int64_t e = first_ck; o->checkpoint && e <= o->epochs; e++) {
+        char *path = train_checkpoint_path(o->checkpoint, e);
+        files_output(l, path, "a --checkpoint file");
+        free(path);
+    }
     char dump[4200];
     for (int i = 0; passes_tree_path(&o->passes, i, dump, sizeof dump); i++)
         files_output(l, dump, "a --print-ir-tree-dir dump");

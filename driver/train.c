@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct Batch {
@@ -230,6 +232,159 @@ write_grads(const Module *m, float *const *g, const char *path)
     bool ok = rt_safetensors_write(path, ts, m->nweights, RT_F32, msg, sizeof msg) == 0;
     if (!ok) diag_reader_error(path, msg);
     free(ts);
+    return ok;
+}
+
+/* ---- checkpoints ---- */
+
+char *
+train_checkpoint_path(const char *dir, int64_t n)
+{
+    size_t len = strlen(dir) + 48;
+    char *p = xmalloc(len);
+    snprintf(p, len, "%s/epoch-%lld.safetensors", dir, (long long)n);
+    return p;
+}
+
+/* Where training stands, as float32 numbers (the safetensors writer's): integers in 16-bit pieces,
+ * each exact in a float */
+enum { CK_VERSION, CK_EPOCHS, CK_STEP, CK_OPTIMIZER, CK_BATCH, CK_SAMPLES, CK_SEED, CK_SHUFFLE,
+       CK_FIELDS };
+enum { CK_PIECES = 4 }; /* 64 bits */
+static const char ck_name[] = "__snnc_train";
+
+static void
+ck_put(float *f, int field, uint64_t v)
+{
+    for (int k = 0; k < CK_PIECES; k++)
+        f[field * CK_PIECES + k] = (float)((v >> (16 * k)) & 0xffff);
+}
+
+static uint64_t
+ck_get(const float *f, int field)
+{
+    uint64_t v = 0;
+    for (int k = 0; k < CK_PIECES; k++)
+        v |= (uint64_t)f[field * CK_PIECES + k] << (16 * k);
+    return v;
+}
+
+/* the tensor name of weight w's optimiser state k (0: momentum or exp_avg, 1: exp_avg_sq) */
+static char *
+state_name(const Module *m, int w, int k)
+{
+    size_t len = strlen(m->weights[w].name) + 16;
+    char *n = xmalloc(len);
+    snprintf(n, len, "%s.__opt%d", m->weights[w].name, k);
+    return n;
+}
+
+/* DIR/epoch-N.safetensors: the weights, each trained weight's optimiser state, and where
+ * training stands; written whole, or the old file left as it was */
+static bool
+write_checkpoint(const Module *m, const Options *o, float *const *state, int64_t epochs,
+                 int64_t step, int64_t nsamples, uint64_t seed)
+{
+    if (mkdir(o->checkpoint, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "snnc: error: --checkpoint: cannot make directory '%s': %s\n",
+                o->checkpoint, strerror(errno));
+        return false;
+    }
+    int nw = m->nweights;
+    RtTensor *w = weights_as_tensors(m);
+    RtTensor *ts = xcalloc((size_t)(3 * nw + 1), sizeof *ts);
+    int n = 0;
+    for (int i = 0; i < nw; i++)
+        ts[n++] = w[i];
+    for (int i = 0; i < nw; i++)
+        for (int k = 0; k < 2; k++) {
+            ts[n] = w[i];
+            ts[n].name = state_name(m, i, k);
+            ts[n++].data = state[i] + (size_t)k * (size_t)w[i].numel;
+        }
+    float info[CK_FIELDS * CK_PIECES];
+    ck_put(info, CK_VERSION, 1);
+    ck_put(info, CK_EPOCHS, (uint64_t)epochs);
+    ck_put(info, CK_STEP, (uint64_t)step);
+    ck_put(info, CK_OPTIMIZER, (uint64_t)o->optimizer);
+    ck_put(info, CK_BATCH, (uint64_t)o->batch);
+    ck_put(info, CK_SAMPLES, (uint64_t)nsamples);
+    ck_put(info, CK_SEED, seed);
+    ck_put(info, CK_SHUFFLE, !o->no_shuffle);
+    ts[n] = (RtTensor){(char *)ck_name, RT_F32, 1, {CK_FIELDS * CK_PIECES}, CK_FIELDS * CK_PIECES,
+                       info};
+    n++;
+    char *path = train_checkpoint_path(o->checkpoint, epochs);
+    char msg[512];
+    bool ok = rt_safetensors_write(path, ts, n, RT_F32, msg, sizeof msg) == 0;
+    if (!ok) diag_reader_error(path, msg);
+    for (int i = nw; i < n - 1; i++)
+        free(ts[i].name);
+    free(path);
+    free(ts);
+    free(w);
+    return ok;
+}
+
+/* --resume: the checkpoint's weights bound, its optimiser state into state, *epochs and *step
+ * where it stood; the run's settings must be the checkpoint's (else the continuation would not
+ * be the run it stopped). False after reporting. */
+static bool
+read_checkpoint(Module *m, const Options *o, float **state, int64_t *epochs, int64_t *step,
+                int64_t nsamples, uint64_t seed)
+{
+    RtTensorSet set = {0};
+    char err[1024];
+    if (rt_safetensors_read(o->resume, NULL, &set, err, sizeof err)) {
+        diag_reader_error(o->resume, err);
+        return false;
+    }
+    bool ok = true;
+    const RtTensor *info = rt_tensorset_find(&set, ck_name);
+    if (!info || info->numel != CK_FIELDS * CK_PIECES || ck_get(info->data, CK_VERSION) != 1) {
+        diag_file_error(o->resume, "is not a checkpoint of snnc --train (--checkpoint writes them)");
+        ok = false;
+    }
+    const char *differs = NULL;
+    if (ok) {
+        if (ck_get(info->data, CK_OPTIMIZER) != (uint64_t)o->optimizer) differs = "--optimizer";
+        else if (ck_get(info->data, CK_BATCH) != (uint64_t)o->batch) differs = "--batch";
+        else if (ck_get(info->data, CK_SAMPLES) != (uint64_t)nsamples) differs = "the samples (--limit)";
+        else if (ck_get(info->data, CK_SEED) != seed) differs = "--seed";
+        else if (ck_get(info->data, CK_SHUFFLE) != (uint64_t)!o->no_shuffle) differs = "--no-shuffle";
+    }
+    if (differs) {
+        diag_file_error(o->resume, "was written with another %s than this run's: resume with the "
+                                   "settings it was trained with",
+                        differs);
+        ok = false;
+    }
+    /* the weights: the tensors named as the model's (the rest is the optimiser's) */
+    RtTensorSet ws = {xcalloc((size_t)set.ntensors + 1, sizeof(RtTensor)), 0};
+    for (int i = 0; ok && i < set.ntensors; i++)
+        if (set.tensors[i].name && module_find_weight(m, set.tensors[i].name) >= 0)
+            ws.tensors[ws.ntensors++] = set.tensors[i];
+    ok = ok && weights_bind_set(m, &ws, o->resume);
+    for (int w = 0; ok && w < m->nweights; w++)
+        for (int k = 0; k < 2 && ok; k++) {
+            char *name = state_name(m, w, k);
+            const RtTensor *t = rt_tensorset_find(&set, name);
+            if (!t || t->numel != m->weights[w].numel) {
+                diag_file_error(o->resume, "has no optimiser state '%s' of %lld values", name,
+                                (long long)m->weights[w].numel);
+                ok = false;
+            } else {
+                memcpy(state[w] + (size_t)k * (size_t)t->numel, t->data,
+                       (size_t)t->numel * sizeof(float));
+            }
+            free(name);
+        }
+    if (ok) {
+        *epochs = (int64_t)ck_get(info->data, CK_EPOCHS);
+        *step = (int64_t)ck_get(info->data, CK_STEP);
+    }
+    free(ws.tensors);
+    rt_tensorset_free(&set);
     return ok;
 }
 
@@ -459,7 +614,10 @@ train(Module *m, const Options *o)
         m->weights_path = NULL;
         if (o->seed >= 0) m->seed = o->seed;
     }
-    if (!check_trainable(m, o) || !(o->init ? weights_bind(m, NULL) : bind_weights(m, o))) return 1;
+    if (!check_trainable(m, o)) return 1;
+    /* the weights: PyTorch's initialisation (--init), the model's or --weights; a checkpoint's
+     * come with it (--resume, below: the file is read once the run's settings are known) */
+    if (!o->resume && !(o->init ? weights_bind(m, NULL) : bind_weights(m, o))) return 1;
     Sets sets;
     if (!load_sets(m, o, &sets)) {
         free_sets(&sets);
@@ -502,9 +660,16 @@ train(Module *m, const Options *o)
     int64_t *order = xmalloc((size_t)(N ? N : 1) * sizeof *order);
     bool tty = isatty(2) && !o->quiet;
     int rc = 0;
+    int64_t step = 0, start = 0;
+    if (o->resume && !read_checkpoint(m, o, state, &start, &step, N, seed)) rc = 1;
+    if (rc == 0 && start >= o->epochs) {
+        fprintf(stderr, "snnc: error: %s: already %lld epochs trained; --epochs=%lld asks for no "
+                        "more\n", o->resume, (long long)start, (long long)o->epochs);
+        rc = 1;
+    }
     Engine eng;
-    if (!engine_open(&eng, m, o, bin, outs)) rc = 1;
-    int64_t step = 0;
+    memset(&eng, 0, sizeof eng);
+    if (rc == 0 && !engine_open(&eng, m, o, bin, outs)) rc = 1;
     char err[512];
     if (!o->quiet && rc == 0)
         printf("training %s on %lld samples: %lld epoch%s, batch %d, %s, lr %g, loss %s, T = %d "
@@ -524,7 +689,7 @@ train(Module *m, const Options *o)
     size_t json_len = 0;
     FILE *js = o->report_json ? open_memstream(&json, &json_len) : NULL;
     if (o->report_json && !js) die("out of memory");
-    for (int64_t e = 0; e < o->epochs && rc == 0; e++) {
+    for (int64_t e = start; e < o->epochs && rc == 0; e++) {
         RtOptConfig ecfg = cfg;
         if (o->cosine) ecfg.lr = rt_cosine_lr(cfg.lr, e, o->epochs);
         epoch_order(order, N, seed, e, !o->no_shuffle);
@@ -598,7 +763,8 @@ train(Module *m, const Options *o)
             rc = 1;
             break;
         }
-        if (write_weights(m, o->out) != 0) {
+        if (write_weights(m, o->out) != 0 ||
+            (o->checkpoint && !write_checkpoint(m, o, state, e + 1, step, N, seed))) {
             rc = 1;
             break;
         }

@@ -7,5 +7,7 @@
 /* trains m's weights on the data of o and writes them to o->out after every epoch; an exit
  * status */
 int train(Module *m, const Options *o);
+/* DIR/epoch-N.safetensors, the checkpoint written after epoch n (malloc'ed) */
+char *train_checkpoint_path(const char *dir, int64_t n);
 
 #endif

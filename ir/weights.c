@@ -238,6 +238,10 @@ weights_bind_set(Module *m, const RtTensorSet *set, const char *path)
         const char *name = set->tensors[i].name ? set->tensors[i].name : "";
         if (module_find_weight(m, name) >= 0)
             continue;
+        /* what a checkpoint of snnc --train holds besides the weights (its optimiser's state and
+         * where training stood): its weights load like any others' */
+        if (strncmp(name, "__snnc_", 7) == 0 || strstr(name, ".__opt"))
+            continue;
         if (nunused++ < MAX_LISTED_UNUSED && k < sizeof names)
             k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", k ? ", " : "", name);
     }
