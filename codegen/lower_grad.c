@@ -823,11 +823,11 @@ grad_dense(G *g, ValueId v)
         lw->k.name = arena_printf(&p->arena, "grad_b_%s", name);
         KExpr *ov, *rv;
         KStmt *fo = loop(lw, top(lw), "o", ci(lw, d.O), true, &ov);
-        int sum = local(lw, "db", KT_F32);
-        s_assign(lw, body(fo), sum, zero(lw));
+        int sum = local(lw, "db", lw->acc); /* double under accumulate exact */
+        s_assign(lw, body(fo), sum, kx_const(p, lw->acc, 0));
         KStmt *fr = loop(lw, body(fo), "r", rows_of(lw, v), false, &rv);
         Pos py = row_pos(lw, v, rv, ov);
-        s_assign(lw, body(fr), sum, bin(lw, KB_ADD, var(lw, sum), gload(g, v, &py)));
+        s_assign(lw, body(fr), sum, bin(lw, KB_ADD, var(lw, sum), to(lw, lw->acc, gload(g, v, &py))));
         s_store(lw, body(fo), db, ov, var(lw, sum));
         end_kernel(lw);
     }

@@ -19,8 +19,8 @@ typedef struct Grad {
     double **rg; /* per step readout: [chunk][numel] */
     double *const *input_grads, *const *weight_grads;
     double *scratch; /* [max numel] */
-    /* float32 sums under `accumulate f32`, layer by layer: the dense backward in the compiled
-     * trainer's order (dense_backward_f32), the batch in one pass */
+    /* float32 mode, layer by layer: the dense backward in the compiled trainer's order
+     * (dense_backward_f32), the batch in one pass */
     bool compiled_order;
 } Grad;
 
@@ -317,11 +317,12 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
 
 /* ---- layers ---- */
 
-/* Dense backward under `accumulate f32` in float32 mode: the compiled trainer's sums, in its
- * order (codegen/lower_grad.c), once for every step at the node's first backward call (the
- * passes go layer by layer, so dL/dy is complete; the batch is one pass): rows r = t*B + b (a
- * static layer's B rows), dL/dx[r, i] = fmaf over outputs o in order from what it holds,
- * dW[o, i] = fmaf over rows in order from +0, db[o] = the rows' float sum. */
+/* Dense backward in float32 mode: the compiled trainer's sums, in its order
+ * (codegen/lower_grad.c), once for every step at the node's first backward call (the passes go
+ * layer by layer, so dL/dy is complete; the batch is one pass): rows r = t*B + b (a static
+ * layer's B rows), dL/dx[r, i] = fma over outputs o in order from what it holds, dW[o, i] = fma
+ * over rows in order from +0, db[o] = the rows' sum; in float under `accumulate f32` (fmaf), in
+ * double under `accumulate exact`, rounded to float once at the end. */
 static void
 dense_backward_f32(Grad *G, ValueId v)
 {
@@ -337,39 +338,42 @@ dense_backward_f32(Grad *G, ValueId v)
     double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0)
                      ? G->weight_grads[n->first_weight + 1]
                      : NULL;
+    bool f32 = ip->is_f32_sums;
+#define FMA(x, y, s) (f32 ? (double)fmaf((float)(x), (float)(y), (float)(s)) : fma((x), (y), (s)))
     /* row q is sample q % nb of step q / nb */
     for (int64_t q = 0; q < rows; q++) {
         int t = (int)(q / ip->nb);
         const double *gy = gslot(G, v, t) + (size_t)(q % ip->nb) * (size_t)out;
         double *gx = gslot(G, a, t) + (size_t)(q % ip->nb) * (size_t)in;
         for (int64_t i = 0; i < in; i++) {
-            float s = (float)gx[i];
+            double s = gx[i];
             for (int64_t o = 0; o < out; o++)
-                s = fmaf((float)gy[o], w[o * in + i], s);
-            gx[i] = s;
+                s = FMA(gy[o], (double)w[o * in + i], s);
+            gx[i] = (float)s;
         }
     }
     for (int64_t o = 0; o < out && (dw || db); o++) {
         for (int64_t i = 0; i < in && dw; i++) {
-            float s = 0;
+            double s = 0;
             for (int64_t q = 0; q < rows; q++) {
                 int t = (int)(q / ip->nb);
-                float xv = (float)ip_val(ip, a, t)[(size_t)(q % ip->nb) * (size_t)in + (size_t)i];
+                double xv = ip_val(ip, a, t)[(size_t)(q % ip->nb) * (size_t)in + (size_t)i];
                 if (xv != 0)
-                    s = fmaf(xv,
-                             (float)gslot(G, v, t)[(size_t)(q % ip->nb) * (size_t)out + (size_t)o],
-                             s);
+                    s = FMA(xv, gslot(G, v, t)[(size_t)(q % ip->nb) * (size_t)out + (size_t)o], s);
             }
-            dw[o * in + i] += s;
+            dw[o * in + i] += (float)s;
         }
         if (db) {
-            float s = 0;
-            for (int64_t q = 0; q < rows; q++)
-                s += (float)gslot(
-                    G, v, (int)(q / ip->nb))[(size_t)(q % ip->nb) * (size_t)out + (size_t)o];
-            db[o] += s;
+            double s = 0;
+            for (int64_t q = 0; q < rows; q++) {
+                double g = gslot(G, v, (int)(q / ip->nb))[(size_t)(q % ip->nb) * (size_t)out +
+                                                          (size_t)o];
+                s = f32 ? (double)((float)s + (float)g) : s + g;
+            }
+            db[o] += (float)s;
         }
     }
+#undef FMA
 }
 
 static void
@@ -804,7 +808,7 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
         layer_major &= m->nodes[v].op != OP_DELAY;
         has_bn |= m->nodes[v].op == OP_BATCHNORM;
     }
-    G.compiled_order = ip->is_f32_sums && layer_major;
+    G.compiled_order = ip->is_f32 && layer_major;
     ip->one_pass = G.compiled_order;
     if (ip->batch_stats && has_bn && !layer_major) {
         interp_fail(ip, "batchnorm's batch statistics in a recurrent model (prev/delay) are not "
