@@ -5,12 +5,13 @@ arrays (ctypes over the model.so's C ABI, runtime/snn.h; numpy the only dependen
     m = snnc.compile("examples/fmnist_mlp.snn")   # runs the snnc compiler
     rate = m(images)                              # [N, 784] float32 -> [N, 10]
     m = snnc.load("fmnist_mlp.so")                # a built model.so: no compiler needed
+    snnc.train("model.snn", out="w.safetensors", inputs=x, labels=y, epochs=5)  # snnc --train
 """
-from .compiler import compile, find_snnc
+from .compiler import compile, find_snnc, train
 from .model import Model, SnncError, Tensor
 
 __version__ = "0.1.0"
-__all__ = ["compile", "load", "find_snnc", "Model", "SnncError", "Tensor"]
+__all__ = ["compile", "load", "train", "find_snnc", "Model", "SnncError", "Tensor"]
 
 
 def load(path, *, device: str = "auto", max_batch: int = 256, threads: int = 0,

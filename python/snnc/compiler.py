@@ -110,3 +110,52 @@ def _compile_file(src, owned, timesteps, framework, device, max_batch, threads, 
         owned.cleanup()  # a NIR graph's file, if any: the model.so is at the caller's path
     return Model(out, device=device, max_batch=max_batch, threads=threads,
                  _owned=owned if keep else None)
+
+
+def train(src, *, out, data: str | None = None, inputs=None, labels=None, epochs: int = 1,
+          batch: int = 64, loss: str = "mse", optimizer: str = "adam", lr: float | None = None,
+          **options) -> dict:
+    """Trains a .snn model's weights with `snnc --train` (snnc's own loop: surrogate-gradient BPTT,
+    compiled for this CPU where it differentiates every layer, else pass backend="interp") and
+    writes them to out (a .safetensors file, PyTorch state_dict names; load them with
+    compile(src, weights=out) or Model.load_weights). The data: data="fashion-mnist" (its training
+    and test sets), or inputs and labels as arrays (or .npy paths): inputs sample-major as the
+    model's input, labels the class of each sample. Any other keyword is an snnc option
+    (`momentum=0.9`, `schedule="cosine"`, `seed=3`, `checkpoint="ck"`, `init=True`, ...). Returns
+    snnc's report: {"epochs": [{"epoch", "loss", "train_accuracy", "test_accuracy",
+    "images_per_s", "seconds", "lr", "peak_rss_mb", "phases"}, ...], "samples", "ok"}."""
+    import json
+
+    import numpy as np
+
+    if not isinstance(src, (str, os.PathLike)) or not os.fspath(src).endswith((".snn", ".snnir")):
+        raise ValueError(f"snnc.train takes a .snn or .snnir model path, got {src!r}")
+    if (data is None) == (inputs is None):
+        raise ValueError("snnc.train needs data='fashion-mnist' or inputs= and labels=")
+    if inputs is not None and labels is None:
+        raise ValueError("snnc.train: inputs= needs labels= (the class of each sample)")
+    cmd = [find_snnc(), "--train", os.fspath(src), "-o", os.fspath(out), f"--epochs={int(epochs)}",
+           f"--batch={int(batch)}", f"--loss={loss}", f"--optimizer={optimizer}", "--report=json",
+           "-q"]
+    if lr is not None:
+        cmd.append(f"--lr={lr}")
+    for key, value in options.items():
+        cmd += _flag(key, value)
+    with tempfile.TemporaryDirectory(prefix="snnc-train-") as tmp:
+        if data is not None:
+            cmd.append(f"--data={data}")
+        else:
+            paths = []
+            for name, a in (("inputs", inputs), ("labels", labels)):
+                if isinstance(a, (str, os.PathLike)):
+                    paths.append(os.fspath(a))
+                else:
+                    p = os.path.join(tmp, name + ".npy")
+                    np.save(p, np.ascontiguousarray(np.asarray(a, dtype=np.float32)))
+                    paths.append(p)
+            cmd += [f"--input={paths[0]}", f"--labels={paths[1]}"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        msg = (r.stderr or r.stdout).strip()
+        raise SnncError(f"snnc --train failed (exit status {r.returncode}):\n{msg}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
