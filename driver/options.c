@@ -520,6 +520,7 @@ parse_options(int argc, char **argv, Options *o)
         case O_INIT: o->init = true; break;
         case O_GRADS: o->grads = optarg; break;
         case O_CHECKPOINT: o->checkpoint = optarg; break;
+        case O_LOSS_OUTPUT: o->loss_output = optarg; break;
         case O_RESUME: o->resume = optarg; break;
         case O_TEST_LIMIT:
             o->test_limit = parse_int("--test-limit", optarg, 0, INT64_MAX / 2);
@@ -753,6 +754,7 @@ parse_options(int argc, char **argv, Options *o)
                             : o->grads             ? "--grads"
                             : o->checkpoint        ? "--checkpoint"
                             : o->resume            ? "--resume"
+                            : o->loss_output       ? "--loss-output"
                                                    : NULL;
         if (given)
             usage_error("%s is a training setting: give --train", given);

@@ -71,6 +71,7 @@ typedef struct Options {
     bool init;          /* --init: seeded default initialisation */
     const char *grads;  /* --grads: the first batch's gradients */
     const char *checkpoint; /* --checkpoint=DIR */
+    const char *loss_output; /* --loss-output=NAME: the output the loss reads */
     const char *resume;     /* --resume=FILE */
 } Options;
 

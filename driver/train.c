@@ -30,7 +30,8 @@ typedef struct Batch {
     RtLoss loss;
     const float *labels; /* this batch's */
     float **outputs;
-    int64_t k; /* classes: the first output's numel */
+    int out;   /* the output the loss reads (--loss-output; default the first) */
+    int64_t k; /* classes: that output's numel */
     int64_t batch;
     double loss_sum;
     int64_t correct;
@@ -41,14 +42,31 @@ static void
 loss_grad(void *ctx, int64_t first, int nb, float **og)
 {
     Batch *b = ctx;
-    double l = rt_loss(b->loss, b->outputs[0] + first * b->k, b->labels + first, nb, b->k, b->batch,
-                       og[0], &b->correct);
+    double l = rt_loss(b->loss, b->outputs[b->out] + first * b->k, b->labels + first, nb, b->k,
+                       b->batch, og[b->out], &b->correct);
     if (isnan(l)) b->bad_label = true;
     b->loss_sum += l;
 }
 
-/* The model can be trained: every neuron layer differentiable, a first output of class scores
- * [B, K]. False after reporting. */
+/* the output the loss reads: --loss-output's, else the first; -1 after reporting */
+static int
+loss_output(const Module *m, const Options *o)
+{
+    if (!o->loss_output) return m->noutputs > 0 ? 0 : -1;
+    for (int k = 0; k < m->noutputs; k++) {
+        const char *name = m->nodes[m->outputs[k]].name;
+        if (name && strcmp(name, o->loss_output) == 0) return k;
+    }
+    fprintf(stderr, "%s: error: --loss-output: '%s' is not an output of model '%s' (its outputs:",
+            o->path, o->loss_output, m->name ? m->name : "?");
+    for (int k = 0; k < m->noutputs; k++)
+        fprintf(stderr, "%s %s", k ? "," : "", m->nodes[m->outputs[k]].name);
+    fputs(")\n", stderr);
+    return -1;
+}
+
+/* The model can be trained: every neuron layer differentiable, the output the loss reads class
+ * scores [B, K]. False after reporting. */
 static bool
 check_trainable(const Module *m, const Options *o)
 {
@@ -63,16 +81,30 @@ check_trainable(const Module *m, const Options *o)
             ok = false;
         }
     }
+    bool has_delay = false;
+    for (ValueId v = 0; v < m->nnodes; v++)
+        has_delay |= m->nodes[v].op == OP_DELAY;
+    for (ValueId v = 0; v < m->nnodes && has_delay; v++)
+        if (m->nodes[v].op == OP_BATCHNORM) {
+            diag_error(m->nodes[v].loc,
+                       "batchnorm '%s' cannot be trained in a recurrent model (prev/delay): its "
+                       "batch statistics need every step of its input first",
+                       node_layer_name(m, &m->nodes[v]));
+            ok = false;
+        }
     if (m->noutputs == 0) {
         diag_error(m->loc, "model '%s' has no output to train on", m->name ? m->name : "?");
         return false;
     }
-    const Node *out = &m->nodes[m->outputs[0]];
+    int lo = loss_output(m, o);
+    if (lo < 0) return false;
+    const Node *out = &m->nodes[m->outputs[lo]];
     if (out->type.has_time || type_numel(&out->type) < 2) {
         diag_error(out->loc,
-                   "--train --loss=%s reads class scores [B, K] from the first output; "
-                   "'%s' is %s (a count, mean, max or last readout gives them)",
-                   o->loss == RT_LOSS_CE ? "ce" : "mse", out->name ? out->name : "?",
+                   "--train --loss=%s reads class scores [B, K] from %s; '%s' is %s (a count, "
+                   "mean, max or last readout gives them; --loss-output names another)",
+                   o->loss == RT_LOSS_CE ? "ce" : "mse",
+                   o->loss_output ? "--loss-output" : "the first output", out->name ? out->name : "?",
                    out->type.has_time ? "a sequence" : "a single value");
         return false;
     }
@@ -543,7 +575,8 @@ test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions 
               float **bin, float **outs, char *err, size_t errlen)
 {
     if (s->ntest <= 0) return -1;
-    int64_t k = type_numel(&m->nodes[m->outputs[0]].type), correct = 0;
+    int lo = loss_output(m, o);
+    int64_t k = type_numel(&m->nodes[m->outputs[lo]].type), correct = 0;
     bool ok = true;
     for (int64_t first = 0; first < s->ntest && ok; first += o->batch) {
         int nb = (int)(s->ntest - first < o->batch ? s->ntest - first : o->batch);
@@ -551,7 +584,7 @@ test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions 
             bin[0][q] = (float)s->tbytes[first * 784 + q] / 255.0f;
         ok = engine_forward(e, m, io, nb, first, bin, outs, err, errlen);
         for (int i = 0; ok && i < nb; i++)
-            correct += (double)argmax(outs[0] + i * k, k) == s->test_labels[first + i];
+            correct += (double)argmax(outs[lo] + i * k, k) == s->test_labels[first + i];
     }
     return ok ? (double)correct / (double)s->ntest : NAN;
 }
@@ -624,7 +657,8 @@ train(Module *m, const Options *o)
         return 1;
     }
     Data *d = &sets.train;
-    int64_t N = d->n, k = type_numel(&m->nodes[m->outputs[0]].type);
+    int lo = loss_output(m, o);
+    int64_t N = d->n, k = type_numel(&m->nodes[m->outputs[lo]].type);
     RtOptConfig cfg = rt_opt_defaults((RtOptimizer)o->optimizer);
     if (o->has_lr) cfg.lr = o->lr;
     cfg.momentum = o->momentum;
@@ -704,7 +738,7 @@ train(Module *m, const Options *o)
                     gather(&sets, i, s, bin[i] + (size_t)b * (size_t)d->numel[i]);
                 blabels[b] = d->labels[s];
             }
-            Batch bt = {m, (RtLoss)o->loss, blabels, outs, k, nb, 0, 0, false};
+            Batch bt = {m, (RtLoss)o->loss, blabels, outs, lo, k, nb, 0, 0, false};
             /* Poisson draws keyed by the epoch and position: fresh noise every epoch */
             if (!engine_step(&eng, m, &io, nb, e * N + first, bin, outs, &bt, gd, gf, gsrc, err,
                              sizeof err)) {

@@ -95,19 +95,30 @@ rt_opt_defaults(RtOptimizer kind)
         p[i] = p[i] + upd / denom; /* param.addcdiv_(exp_avg, denom, -step_size) */                \
     }
 
+/* a multiply and an add stay two roundings in both versions: GCC is told per function (its
+ * optimize attribute), clang by its pragma (its default contracts within an expression) */
+#if defined(__clang__)
+#define OPT_FMA_ATTR __attribute__((target("avx2,fma")))
+#define OPT_NO_CONTRACT _Pragma("clang fp contract(off)")
+#else
+#define OPT_FMA_ATTR __attribute__((target("avx2,fma"), optimize("O3", "fp-contract=off")))
+#define OPT_NO_CONTRACT
+#endif
+
 static void
 opt_step_base(const RtOptConfig *c, int64_t step, float *restrict p, const float *restrict g,
               float *restrict state, float *restrict state2, int64_t n)
 {
+    OPT_NO_CONTRACT
     OPT_STEP_BODY
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* fp-contract off: a multiply and an add stay two roundings, as in the baseline version */
-__attribute__((target("avx2,fma"), optimize("O3", "fp-contract=off"))) static void
+OPT_FMA_ATTR static void
 opt_step_fma(const RtOptConfig *c, int64_t step, float *restrict p, const float *restrict g,
              float *restrict state, float *restrict state2, int64_t n)
 {
+    OPT_NO_CONTRACT
     OPT_STEP_BODY
 }
 #endif

@@ -180,6 +180,11 @@ one_seed() { # SEED
   run_snnc "$dir" "interp-b$b2" "$dir/interp-b$b2.json" "${oracle[@]}" --batch="$b2" --output="interp-b$b2.npz" &&
     compare "$dir" "interp-b$b2" "$dir/interp-b$b2.npz" "$dir/interp-b$b2.json" \
       "$snnc ${oracle[*]} --batch=$b2 --output=interp-b$b2.npz  # vs: $snnc ${oracle[*]} --output=interp.npz"
+  # training: one epoch of the oracle's --train (the interpreter, float32) on the same inputs, the
+  # loss on the first output that is class scores, labels from the sample index; where the compiled
+  # trainer differentiates every layer, its gradients and weights must equal the oracle's (npycmp:
+  # NaNs equal); a model neither trains (a refractory neuron, -1 spikes, no such output) is skipped
+  [ "$require" != cuda ] && train_leg "$dir" "$b2" "$n" "${args[@]}"
   # the kernel-IR evaluator (what the CPU backend compiles, evaluated directly): when cpu differs, says
   # whether the lowering or the LLVM code generation is at fault
   local kir=(--run -q model.snn "${args[@]}" --backend=kir --report=json --batch="$b2" --output=kir.npz)
@@ -231,6 +236,48 @@ one_seed() { # SEED
   fi
 }
 
+train_leg() { # DIR BATCH SAMPLES DATA_ARGS...
+  local dir=$1 b=$2 n=$3
+  shift 3
+  # the first output that is class scores: a count, mean, rate, last or max readout of 2+ values
+  local out k
+  read -r out k < <(awk -F'\t' '$2 ~ /^(count|mean|rate|last|max)$/ {
+      n = split($4, d, ","); p = 1; for (i = 1; i <= n; i++) p *= d[i]
+      if (p >= 2) { print $1, p; exit } }' "$dir/outputs")
+  [ -n "${out:-}" ] || return 0
+  "$python" -c "import numpy as np; np.save('$dir/labels.npy', (np.arange($n) % $k).astype(np.float32))"
+  local common=(--train model.snn "$@" --labels=labels.npy --loss-output="$out" --batch="$b"
+                --epochs=1 --no-shuffle -q)
+  echo "snnc ${common[*]} --backend=interp -o train-interp.safetensors --grads=grads-interp.safetensors" >>"$dir/commands"
+  (cd "$dir" && timeout "$limit" "$snnc" "${common[@]}" --backend=interp \
+     -o train-interp.safetensors --grads=grads-interp.safetensors) >"$dir/train-interp.log" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    grep -q "cannot be trained" "$dir/train-interp.log" && return 0
+    { echo "  train-interp: snnc --train failed (exit status $rc):"
+      sed 's/^/    /' "$dir/train-interp.log" | head -20; } >>"$dir/FAIL"
+    return 1
+  fi
+  (cd "$dir" && timeout "$limit" "$snnc" "${common[@]}" --backend=cpu \
+     -o train-cpu.safetensors --grads=grads-cpu.safetensors) >"$dir/train-cpu.log" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    grep -q "does not differentiate" "$dir/train-cpu.log" && return 0
+    { echo "  train-cpu: snnc --train --backend=cpu failed (exit status $rc):"
+      sed 's/^/    /' "$dir/train-cpu.log" | head -20; } >>"$dir/FAIL"
+    return 1
+  fi
+  echo compiled >"$dir/trained"
+  local f
+  for f in grads train; do
+    if ! "$npycmp" --exact '*' "$dir/$f-cpu.safetensors" "$dir/$f-interp.safetensors" \
+         >"$dir/$f.cmp" 2>&1; then
+      { echo "  training ($f): --backend=cpu differs from --backend=interp:"
+        sed 's/^/    /' "$dir/$f.cmp" | grep -v ' 0 mismatches' | head -10; } >>"$dir/FAIL"
+    fi
+  done
+}
+
 # A failing model that does not expose all its neuron layers (the generator's "few outputs" models):
 # run the same model with every layer exposed (gen_model.py --expose-all) to say where it first differs.
 localise() { # SEED DIR
@@ -271,7 +318,7 @@ finish_seed() { # SEED
       fi
     } >"$work/result.$1"
   else
-    echo "ok $(cat "$dir"/cpu-*.json 2>/dev/null | grep -c '"cache": "hit"')" >"$work/result.$1"
+    echo "ok $(cat "$dir"/cpu-*.json 2>/dev/null | grep -c '"cache": "hit"') $([ -f "$dir/trained" ] && echo 1 || echo 0)" >"$work/result.$1"
     [ "${SNN_DIFF_KEEP:-0}" != "0" ] || rm -rf "$dir"
   fi
 }
@@ -289,17 +336,18 @@ for seed in $(seq "$first" "$last"); do
   fi
 done
 wait
-pass=0 fail=0 hits=0
+pass=0 fail=0 hits=0 trained=0
 for seed in $(seq "$first" "$last"); do
-  verdict="" nhits=0
-  [ -f "$work/result.$seed" ] && read -r verdict nhits <"$work/result.$seed"
+  verdict="" nhits=0 ntrained=0
+  [ -f "$work/result.$seed" ] && read -r verdict nhits ntrained <"$work/result.$seed"
   if [ "${verdict:-}" = "ok" ]; then
-    pass=$((pass + 1)) hits=$((hits + nhits))
+    pass=$((pass + 1)) hits=$((hits + nhits)) trained=$((trained + ${ntrained:-0}))
   else
     fail=$((fail + 1))
     cat "$work/result.$seed" 2>/dev/null || echo "FAIL: seed $seed (no result)"
   fi
 done
 echo "random models, interp (f32) vs $([ "$require" = cuda ] && echo "cuda alone" || echo "cpu$([ "$has_cuda" = 1 ] && echo " and cuda")"): seeds $first..$last: $pass passed, $fail failed" \
-  "($(($(date +%s) - start)) s, $jobs in parallel; compile cache hits in passing seeds: $hits)"
+  "($(($(date +%s) - start)) s, $jobs in parallel; compile cache hits in passing seeds: $hits;" \
+  "trained compiled to the interpreter's bits: $trained)"
 [ "$fail" -eq 0 ]
