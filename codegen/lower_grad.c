@@ -1,18 +1,19 @@
 /* lower_grad.c: the backward pass of a training step in kernel IR (kir_lower_train), appended to
  * the forward the rest of the lowering made, whose every value has a buffer of its own holding all
- * its steps. Nodes in reverse topological order, each one kernel (a dense layer up to three):
- *   readout    dL/dx[t] from the output's gradient (the caller's buffer out_grad[k]);
- *   neuron     parallel over neurons: the forward again from the layer's input, each step's states
- *              kept in a scratch buffer; then the steps in reverse, each run once more from its
- *              kept states with every statement's inputs in locals, then its
- *              statements walked backwards emitting the adjoint arithmetic: reverse mode over the
- *              neuron's own program, `fire` through its surrogate (ir/surrogates.def), the
- *              interpreter's interp_grad operation for operation;
- *   dense      dL/dx = dL/dy W (tiles over inputs, outputs summed in order), dW = dy^T x (tiles
- * over outputs, rows summed in order, zero inputs skipped: a spike-fed layer's weight gradient is
- * event-driven), db = the rows' sum; add, sub, mul, scale   elementwise, as the interpreter's. A
- * value's gradient buffer has the value's layout (f32); its first contribution stores
- * (+0 + the contribution, as the interpreter's zeroed buffer adds), later ones load and add. */
+ * its steps. Nodes in reverse topological order, each one kernel (a dense layer up to four).
+ *
+ * A readout turns the output's gradient (the caller's buffer out_grad[k]) into dL/dx at every
+ * step. A neuron layer runs parallel over neurons: the forward again from the layer's input, each
+ * step's states kept in a scratch buffer; then the steps in reverse, each run once more from its
+ * kept states with every statement's inputs in locals, and its statements walked backwards
+ * emitting the adjoint arithmetic: reverse mode over the neuron's own program, `fire` through its
+ * surrogate (ir/surrogates.def), interp_grad's arithmetic operation for operation. A dense layer:
+ * dL/dx = dL/dy W (tiles over inputs, outputs summed in order), dW = dy^T x (rows summed in order,
+ * zero inputs skipped: a spike-fed layer's weight gradient is event-driven), db the rows' sum.
+ * Add, sub, mul and scale as the interpreter's.
+ *
+ * A value's gradient buffer has the value's layout (f32); its first contribution stores (+0 + the
+ * contribution, as the interpreter's zeroed buffer adds), later ones load and add. */
 #include "codegen/lower.h"
 
 #include <math.h>
