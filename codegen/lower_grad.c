@@ -793,13 +793,14 @@ grad_dense(G *g, ValueId v)
     for (int part = 0; part < 2; part++) {
         int64_t n_iter = part == 0 ? nblocks : nout - done;
         if (n_iter == 0) continue;
-        begin_kernel(lw, v,
-                     describe(lw, v,
-                              part == 0 ? "backward: dW = dL/dy^T x, blocks of inputs "
-                                          "in parallel, rows in order; zero inputs "
-                                          "skipped"
-                                        : "backward: dW, the inputs left over"),
-                     false);
+        const char *how =
+            by_inputs ? (part == 0 ? "backward: dW = dL/dy^T x over spikes, blocks of outputs in "
+                                     "parallel, inputs as lanes, rows in order"
+                                   : "backward: dW over spikes, the outputs left over")
+                      : (part == 0 ? "backward: dW = dL/dy^T x, blocks of inputs in parallel, rows "
+                                     "in order; zero inputs skipped"
+                                   : "backward: dW, the inputs left over");
+        begin_kernel(lw, v, describe(lw, v, how), false);
         lw->k.name = arena_printf(&p->arena, "grad_w%s_%s", part ? "_tail" : "", name);
         KExpr *iv;
         KStmt *fi = loop(lw, top(lw), "ib", ci(lw, n_iter), true, &iv);

@@ -720,11 +720,14 @@ parse_options(int argc, char **argv, Options *o)
             usage_error("--nesterov is SGD with momentum: give --optimizer=sgd and --momentum");
         if (o->has_momentum && o->optimizer != RT_OPT_SGD)
             usage_error("--momentum is for --optimizer=sgd");
-        if (o->run || o->emit || o->explain)
-            usage_error("--train trains and writes weights: not with --run, --emit or --explain");
-        if (!o->out)
+        if (o->run || o->explain || (o->emit && strcmp(o->emit, "kernel") != 0))
+            usage_error("--train trains and writes weights: not with --run, --explain or --emit "
+                        "(but --emit=kernel, which prints the training step's kernels)");
+        if (!o->out && !o->emit)
             usage_error("--train needs -o FILE.safetensors for the trained weights");
-        if (!o->data && !o->ninput_args)
+        if (o->emit) {
+            /* --emit=kernel: the program only; no data, no training */
+        } else if (!o->data && !o->ninput_args)
             usage_error("--train needs data: --data=fashion-mnist, or --input=FILE.npy with "
                         "--labels=FILE.npy");
         if (o->ninput_args && !o->labels)

@@ -220,7 +220,7 @@ main(int argc, char **argv)
     }
     if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
     if (m && o.train) { /* the reference interpreter runs the module as written: no passes */
-        int rc = train(m, &o);
+        int rc = o.emit ? train_emit_kernel(m, &o) : train(m, &o);
         release(m, &import, nir_text_path, nir_weights_path);
         return finish(rc);
     }

@@ -640,6 +640,48 @@ engine_weights_changed(Engine *e, char *err, size_t errlen)
 }
 
 int
+train_emit_kernel(Module *m, const Options *o)
+{
+    module_clear_marks(m);
+    m->schedule = SCHEDULE_LAYER;
+    m->memory = MEMORY_SEPARATE;
+    char err[512];
+    KTrain tr;
+    KProgram *p = kir_lower_train(m, &tr, err, sizeof err);
+    if (!p) {
+        fprintf(stderr, "snnc: error: --train --emit=kernel: %s\n", err);
+        return 1;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = o->out ? open_memstream(&text, &len) : stdout;
+    if (!f) die("out of memory");
+    fprintf(f,
+            "# the training step: kernels 0..%d the forward; the caller writes the loss gradient "
+            "into",
+            tr.nforward - 1);
+    for (int k = 0; k < m->noutputs; k++)
+        fprintf(f, " @%s", p->bufs[tr.out_grad[k]].name);
+    fprintf(f, "; kernels %d..%d the backward, leaving the weights' gradients in", tr.nforward,
+            p->nkernels - 1);
+    for (int w = 0; w < m->nweights; w++)
+        if (tr.weight_grad[w] >= 0) fprintf(f, " @%s", p->bufs[tr.weight_grad[w]].name);
+    fputs("\n", f);
+    kir_print(f, p);
+    int rc = 0;
+    if (f != stdout) {
+        if (fclose(f) != 0) die("out of memory");
+        if (rt_write_file(o->out, text, len, err, sizeof err) != 0) {
+            diag_reader_error(o->out, err);
+            rc = 1;
+        }
+        free(text);
+    }
+    kir_free(p);
+    return rc;
+}
+
+int
 train(Module *m, const Options *o)
 {
     module_clear_marks(m); /* the weights train in f32, whatever storage the model states */
