@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 typedef struct Batch {
-    const Module *m;
     RtLoss loss;
     const float *labels; /* this batch's */
     float **outputs;
@@ -780,7 +779,7 @@ train(Module *m, const Options *o)
                     gather(&sets, i, s, bin[i] + (size_t)b * (size_t)d->numel[i]);
                 blabels[b] = d->labels[s];
             }
-            Batch bt = {m, (RtLoss)o->loss, blabels, outs, lo, k, nb, 0, 0, false};
+            Batch bt = {(RtLoss)o->loss, blabels, outs, lo, k, nb, 0, 0, false};
             /* Poisson draws keyed by the epoch and position: fresh noise every epoch */
             if (!engine_step(&eng, m, &io, nb, e * N + first, bin, outs, &bt, gd, gf, gsrc, err,
                              sizeof err)) {

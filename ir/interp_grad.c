@@ -190,9 +190,13 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
     double *gx = gslot(G, n->args[0], t);
     const double *gy = gslot(G, v, t);
     /* the state probes of this layer: their gradients are the states' after the step */
-    ValueId probes[16];
     int nprobes = 0;
-    for (ValueId p = 0; p < m->nnodes && nprobes < 16; p++)
+    for (ValueId p = 0; p < m->nnodes; p++)
+        nprobes += m->nodes[p].op == OP_STATE && m->nodes[p].args[0] == v;
+    ValueId *probes = interp_alloc(ip, (size_t)nprobes, sizeof *probes);
+    if (!probes) return;
+    nprobes = 0;
+    for (ValueId p = 0; p < m->nnodes; p++)
         if (m->nodes[p].op == OP_STATE && m->nodes[p].args[0] == v) probes[nprobes++] = p;
     for (size_t j = 0; j < nj; j++) {
         double *cv = carry + j * (size_t)nv;
@@ -313,6 +317,7 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
         cv[ns + nl] = A.sp; /* the spike before the step: the previous step's */
         acc(ip, &gx[j], A.in);
     }
+    free(probes);
 }
 
 /* ---- layers ---- */

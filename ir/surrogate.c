@@ -128,7 +128,7 @@ surrogate_grad(const SurrogateFn *s, double grad, double u, bool is_f32)
 {
     const double *a = s->args;
 #define R(x) (is_f32 ? (double)(float)(x) : (double)(x))
-    double au = fabs(u), p, r;
+    double au = fabs(u), p;
     switch (s->id) {
     case SG_SIGMOID: {
         double x = R(u * R(a[0]));
@@ -170,7 +170,6 @@ surrogate_grad(const SurrogateFn *s, double grad, double u, bool is_f32)
         break;
     }
 #undef R
-    (void)r;
     unreachable();
 }
 
