@@ -300,6 +300,10 @@ typedef struct KTrain {
     int nforward;
     int *out_grad;
     int *weight_grad;
+    /* per node: a batchnorm's batch statistics, [C] each: the mean and 1 / sqrt(var + eps)
+     * rounded to float, the biased variance in double (the caller updates the running ones from
+     * them: mean and var), or -1 */
+    int *bn_mean, *bn_invstd, *bn_var;
 } KTrain;
 /* NULL with the reason in err (grad_problem's, naming the layer) */
 KProgram *kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen);

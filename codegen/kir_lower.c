@@ -357,7 +357,12 @@ group_layer(Lower *lw, const KGroup *g)
     case OP_MAXPOOL2D:
     case OP_AVGPOOL2D:
     case OP_SUMPOOL2D: lower_pool(lw, v); break;
-    case OP_BATCHNORM: lower_batchnorm(lw, v); break;
+    case OP_BATCHNORM:
+        if (lw->train)
+            lower_batchnorm_batch(lw, v);
+        else
+            lower_batchnorm(lw, v);
+        break;
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:
@@ -526,6 +531,14 @@ lower_program(const Module *m, KTarget target, KTrain *tr)
     ir_value_numbers(m, p->vnum);
     lw.acc = m->accumulate == ACC_F32 ? KT_F32 : KT_F64;
     int n = m->nnodes;
+    lw.train = tr;
+    if (tr) {
+        tr->bn_mean = arena_alloc(&p->arena, ((size_t)n + 1) * sizeof(int));
+        tr->bn_invstd = arena_alloc(&p->arena, ((size_t)n + 1) * sizeof(int));
+        tr->bn_var = arena_alloc(&p->arena, ((size_t)n + 1) * sizeof(int));
+        for (int v = 0; v < n; v++)
+            tr->bn_mean[v] = tr->bn_invstd[v] = tr->bn_var[v] = -1;
+    }
     /* what only the lowering needs lives in its scratch arena, freed at the end */
     Arena *a = &lw.scratch;
     size_t nn = (size_t)n + 1;

@@ -54,6 +54,7 @@ typedef struct Lower {
      * lower_base.c depends on no lowering of a layer */
     struct KExpr *(*inline_value)(struct Lower *lw, ValueId v, struct Pos *ps);  /* LY_INLINE */
     struct KExpr *(*summed_value)(struct Lower *lw, ValueId v, struct Pos *ps);  /* LY_SUMMED */
+    KTrain *train; /* lowering a training step (kir_lower_train): batchnorm on batch statistics */
 } Lower;
 
 /* ---- kernel groups ----
@@ -418,6 +419,7 @@ void lower_sequence(Lower *lw, ValueId x, int obuf, bool has_time);
 const char *grad_problem(const Module *m, ValueId *where);
 /* the backward kernels of the forward lowered in lw, appended to its program; tr filled */
 void lower_grad(Lower *lw, const ValueId *topo, KTrain *tr);
+void lower_batchnorm_batch(Lower *lw, ValueId v);
 
 /* kir_memory.c */
 void plan_memory(KProgram *p);

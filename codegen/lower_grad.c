@@ -38,6 +38,12 @@ is_supported_op(Op op)
     case OP_POISSON:
     case OP_FLATTEN:
     case OP_DENSE:
+    case OP_CONV2D:
+    case OP_CONV1D:
+    case OP_MAXPOOL2D:
+    case OP_AVGPOOL2D:
+    case OP_SUMPOOL2D:
+    case OP_BATCHNORM:
     case OP_NEURON:
     case OP_MEAN:
     case OP_COUNT:
@@ -60,9 +66,10 @@ grad_problem(const Module *m, ValueId *where)
         *where = v;
         if (!is_supported_op(n->op))
             return arena_printf((Arena *)&m->arena,
-                                "compiled training does not differentiate %s yet (dense, neuron "
-                                "layers, add, sub, mul, scale, flatten, mean, count and last "
-                                "readouts; --backend=interp trains every layer)",
+                                "compiled training does not differentiate %s yet (dense, conv, "
+                                "pools, batchnorm, neuron layers, add, sub, mul, scale, flatten, "
+                                "mean, count and last readouts; --backend=interp trains every "
+                                "layer)",
                                 node_op_name(m, n));
         if (n->op == OP_NEURON) {
             SurrogateFn sg;
@@ -73,8 +80,10 @@ grad_problem(const Module *m, ValueId *where)
                 if (m->nodes[u].op == OP_STATE && m->nodes[u].args[0] == v)
                     return "compiled training does not differentiate state probes yet";
         }
-        if (n->op == OP_DENSE && m->nodes[n->args[0]].type.dtype == DT_I8)
+        if ((n->op == OP_DENSE || op_is_conv(n->op)) && m->nodes[n->args[0]].type.dtype == DT_I8)
             return "compiled training does not differentiate -1/0/1 spikes";
+        if (op_is_conv(n->op) && conv_geom(m, n).G != 1)
+            return "compiled training does not differentiate grouped convolutions yet";
     }
     *where = -1;
     return NULL;
@@ -891,6 +900,583 @@ grad_elementwise(G *g, ValueId v)
     end_kernel(lw);
 }
 
+/* ---- batchnorm on the batch's statistics ---- */
+
+/* The training forward of batchnorm v (one kernel, parallel over channels): its statistics over
+ * every row (t*B + b, or B rows of a static value) and position in order, in double as
+ * interp.c's batch_statistics: the mean, the biased variance (x - mean)^2 summed, and 1 /
+ * sqrt(var + eps); the mean and that rounded to float; then y = (float)((x - mean) invstd) w + b,
+ * rounded once more. The statistics stay in buffers (KTrain.bn_*): the backward reads them and
+ * the caller updates the running ones. */
+void
+lower_batchnorm_batch(Lower *lw, ValueId v)
+{
+    KProgram *p = lw->p;
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1, inner = C ? lw->vs[v].numel / C : 0;
+    const char *name = value_name(lw, v);
+    KTrain *tr = lw->train;
+    tr->bn_mean[v] = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.mean", name), KT_F32,
+                                       (KSize){0, C});
+    tr->bn_invstd[v] = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.invstd", name), KT_F32,
+                                         (KSize){0, C});
+    tr->bn_var[v] = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.var", name), KT_F64,
+                                      (KSize){0, C});
+    lw->k.what = describe(lw, v,
+                          "training: the batch's statistics per channel (every step, sample and "
+                          "position, in order, in double), then (x - mean) invstd w + b");
+    KExpr *cv, *rv, *iv;
+    KStmt *fc = loop(lw, top(lw), "c", ci(lw, C), true, &cv);
+    Cur c = body(fc);
+    KExpr *f64zero = kx_const(p, KT_F64, 0);
+    int sum = local(lw, "sum", KT_F64), sq = local(lw, "sq", KT_F64), mu = local(lw, "mu", KT_F64);
+    KExpr *cnt = to(lw, KT_F64, bin(lw, KB_MUL, rows_of(lw, v), ci(lw, inner)));
+    KExpr *base = bin(lw, KB_MUL, cv, ci(lw, inner));
+    s_assign(lw, c, sum, f64zero);
+    KStmt *fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+    KStmt *fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
+    Pos ps = row_pos(lw, x, rv, bin(lw, KB_ADD, base, iv));
+    s_assign(lw, body(fi), sum, bin(lw, KB_ADD, var(lw, sum), to(lw, KT_F64, vload(lw, x, &ps))));
+    s_assign(lw, c, mu, bin(lw, KB_DIV, var(lw, sum), cnt));
+    s_assign(lw, c, sq, f64zero);
+    fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+    fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
+    ps = row_pos(lw, x, rv, bin(lw, KB_ADD, base, iv));
+    int d = local(lw, "d", KT_F64);
+    s_assign(lw, body(fi), d, bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mu)));
+    s_assign(lw, body(fi), sq, bin(lw, KB_ADD, var(lw, sq), bin(lw, KB_MUL, var(lw, d), var(lw, d))));
+    KExpr *varc = bin(lw, KB_DIV, var(lw, sq), cnt);
+    int mf = local(lw, "mean", KT_F64), is = local(lw, "invstd", KT_F64);
+    s_assign(lw, c, mf, to(lw, KT_F64, to(lw, KT_F32, var(lw, mu))));
+    s_assign(lw, c, is,
+             to(lw, KT_F64,
+                to(lw, KT_F32,
+                   bin(lw, KB_DIV, kx_const(p, KT_F64, 1),
+                       kx_un(p, KU_SQRT,
+                             bin(lw, KB_ADD, varc, kx_const(p, KT_F64, node_attr_f(n, "eps"))))))));
+    s_store(lw, c, tr->bn_mean[v], cv, var(lw, mf));
+    s_store(lw, c, tr->bn_invstd[v], cv, var(lw, is));
+    s_store(lw, c, tr->bn_var[v], cv, varc);
+    KExpr *w = to(lw, KT_F64, kx_load(p, wbuf(lw, n, 0), cv));
+    KExpr *b = to(lw, KT_F64, kx_load(p, wbuf(lw, n, 1), cv));
+    fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+    fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
+    fi->is_lanes = true;
+    ps = row_pos(lw, v, rv, bin(lw, KB_ADD, base, iv));
+    KExpr *xh = to(lw, KT_F32,
+                   bin(lw, KB_MUL, bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mf)),
+                       var(lw, is)));
+    vstore(lw, body(fi), v, &ps,
+           to(lw, KT_F32, bin(lw, KB_ADD, bin(lw, KB_MUL, to(lw, KT_F64, xh), w), b)));
+}
+
+/* Its backward (interp_grad.c's batchnorm_backward_batch), parallel over channels: sg = sum dy,
+ * sgx = sum dy (x - mean) invstd in double over every row and position in order; dw = sgx,
+ * db = sg; dx = (float)(w invstd (dy - mg - xh mgx)) with mg, mgx the sums over the count (a
+ * static value counted T times) */
+static void
+grad_batchnorm(G *g, ValueId v)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1, inner = C ? lw->vs[v].numel / C : 0;
+    bool needs_x = g->needs[x], first = needs_x ? claim(g, x) : false;
+    int w = n->first_weight;
+    int dw = add_buf(lw, arena_printf(&p->arena, "%s.grad", lw->m->weights[w].name), KT_F32,
+                     (KSize){0, C}, KB_TEMP, -1, -1);
+    int db = add_buf(lw, arena_printf(&p->arena, "%s.grad", lw->m->weights[w + 1].name), KT_F32,
+                     (KSize){0, C}, KB_TEMP, -1, -1);
+    p->bufs[dw].is_written_first = p->bufs[db].is_written_first = true;
+    g->tr->weight_grad[w] = dw;
+    g->tr->weight_grad[w + 1] = db;
+    begin_kernel(lw, v,
+                 describe(lw, v,
+                          "backward: the batch statistics' gradient per channel (sums in order, "
+                          "in double), then dL/dx"),
+                 false);
+    lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
+    KExpr *cv, *rv, *iv;
+    KStmt *fc = loop(lw, top(lw), "c", ci(lw, C), true, &cv);
+    Cur c = body(fc);
+    KExpr *f64zero = kx_const(p, KT_F64, 0);
+    int sg = local(lw, "sg", KT_F64), sgx = local(lw, "sgx", KT_F64);
+    int mean = local(lw, "mean", KT_F64), is = local(lw, "invstd", KT_F64);
+    s_assign(lw, c, mean, to(lw, KT_F64, kx_load(p, g->tr->bn_mean[v], cv)));
+    s_assign(lw, c, is, to(lw, KT_F64, kx_load(p, g->tr->bn_invstd[v], cv)));
+    s_assign(lw, c, sg, f64zero);
+    s_assign(lw, c, sgx, f64zero);
+    KExpr *base = bin(lw, KB_MUL, cv, ci(lw, inner));
+    KStmt *fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+    KStmt *fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
+    Pos ps = row_pos(lw, v, rv, bin(lw, KB_ADD, base, iv));
+    int gy = local(lw, "gy", KT_F64);
+    s_assign(lw, body(fi), gy, to(lw, KT_F64, gload(g, v, &ps)));
+    s_assign(lw, body(fi), sg, bin(lw, KB_ADD, var(lw, sg), var(lw, gy)));
+    KExpr *xc = bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mean));
+    s_assign(lw, body(fi), sgx,
+             bin(lw, KB_ADD, var(lw, sgx), bin(lw, KB_MUL, bin(lw, KB_MUL, var(lw, gy), xc), var(lw, is))));
+    s_store(lw, c, dw, cv, var(lw, sgx));
+    s_store(lw, c, db, cv, var(lw, sg));
+    if (needs_x) {
+        double copies = lw->is_static[v] ? lw->T : 1;
+        KExpr *cnt = bin(lw, KB_MUL, kx_const(p, KT_F64, copies),
+                         to(lw, KT_F64, bin(lw, KB_MUL, rows_of(lw, v), ci(lw, inner))));
+        int mg = local(lw, "mg", KT_F64), mgx = local(lw, "mgx", KT_F64);
+        s_assign(lw, c, mg, bin(lw, KB_DIV, bin(lw, KB_MUL, kx_const(p, KT_F64, copies), var(lw, sg)), cnt));
+        s_assign(lw, c, mgx,
+                 bin(lw, KB_DIV, bin(lw, KB_MUL, kx_const(p, KT_F64, copies), var(lw, sgx)), cnt));
+        int wis = local(lw, "wis", KT_F64);
+        s_assign(lw, c, wis,
+                 bin(lw, KB_MUL, to(lw, KT_F64, kx_load(p, wbuf(lw, n, 0), cv)), var(lw, is)));
+        fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+        fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
+        fi->is_lanes = true;
+        ps = row_pos(lw, v, rv, bin(lw, KB_ADD, base, iv));
+        KExpr *xh = bin(lw, KB_MUL, bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mean)),
+                        var(lw, is));
+        KExpr *e = bin(lw, KB_MUL, var(lw, wis),
+                       bin(lw, KB_SUB, bin(lw, KB_SUB, to(lw, KT_F64, gload(g, v, &ps)), var(lw, mg)),
+                           bin(lw, KB_MUL, xh, var(lw, mgx))));
+        gadd(g, body(fi), x, &ps, to(lw, KT_F32, e), first);
+    }
+    end_kernel(lw);
+}
+
+/* ---- pooling ---- */
+
+typedef struct PoolGeom {
+    int64_t C, H, W, OH, OW, KH, KW, SH, SW, PH, PW;
+} PoolGeom;
+
+static PoolGeom
+pool_geom(const Module *m, const Node *n)
+{
+    const Type *xt = &m->nodes[n->args[0]].type;
+    PoolGeom q = {xt->dims[0],
+                  xt->dims[1],
+                  xt->dims[2],
+                  n->type.dims[1],
+                  n->type.dims[2],
+                  node_attr_i(n, "kernel", 0),
+                  node_attr_i(n, "kernel", 1),
+                  node_attr_i(n, "stride", 0),
+                  node_attr_i(n, "stride", 1),
+                  node_attr_i(n, "pad", 0),
+                  node_attr_i(n, "pad", 1)};
+    if (q.SH == 0) q.SH = q.KH;
+    if (q.SW == 0) q.SW = q.KW;
+    return q;
+}
+
+/* The output coordinate whose window (or kernel) puts tap k on input coordinate in: out*S - P +
+ * k*D = in; body runs if it exists and lies in [0, OUT), *out its value */
+static Cur
+tap_source(Lower *lw, Cur c, KExpr *in, KExpr *k, int64_t P, int64_t D, int64_t S, int64_t OUT,
+           KExpr **out)
+{
+    int nv = local(lw, "num", KT_I64);
+    s_assign(lw, c, nv, bin(lw, KB_SUB, bin(lw, KB_ADD, in, ci(lw, P)), bin(lw, KB_MUL, k, ci(lw, D))));
+    KExpr *num = var(lw, nv);
+    KExpr *cond = bin(lw, KB_AND, bin(lw, KB_GE, num, ci(lw, 0)), bin(lw, KB_LT, num, ci(lw, OUT * S)));
+    KStmt *i = s_if(lw, c, cond);
+    if (S == 1) {
+        *out = num;
+        return body(i);
+    }
+    KStmt *j = s_if(lw, body(i), bin(lw, KB_EQ, bin(lw, KB_REM, num, ci(lw, S)), ci(lw, 0)));
+    *out = bin(lw, KB_DIV, num, ci(lw, S));
+    return body(j);
+}
+
+/* Pool backward, gathered (parallel over rows, each input element once): the windows holding the
+ * element in increasing (oh, ow), the order in which interp_grad.c's scatter adds them; each
+ * adds dL/dy (avg: divided by KH KW, rounded), a max pool's only where the element is its
+ * window's first maximum (recomputed from the input) */
+static void
+grad_pool(G *g, ValueId v)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    if (!g->needs[x]) return;
+    PoolGeom q = pool_geom(lw->m, n);
+    bool first = claim(g, x), is_max = n->op == OP_MAXPOOL2D;
+    begin_kernel(lw, v,
+                 describe(lw, v,
+                          is_max ? "backward: each input gets dL/dy of the windows whose first "
+                                   "maximum it is, gathered"
+                                 : "backward: each input gets dL/dy of its windows, gathered"),
+                 false);
+    lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
+    KExpr *rv, *cc, *ih, *iw, *a, *bb, *oh, *ow;
+    KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
+    KStmt *fcn = loop(lw, body(fr), "c", ci(lw, q.C), false, &cc);
+    KStmt *fh = loop(lw, body(fcn), "ih", ci(lw, q.H), false, &ih);
+    KStmt *fw = loop(lw, body(fh), "iw", ci(lw, q.W), false, &iw);
+    Cur c = body(fw);
+    KExpr *chan = bin(lw, KB_MUL, cc, ci(lw, q.H));
+    Pos px = row_pos(lw, x, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, chan, ih), ci(lw, q.W)), iw));
+    int s = local(lw, "s", KT_F32);
+    s_assign(lw, c, s, first ? zero(lw) : gload(g, x, &px));
+    /* kh = KH-1-a: the windows in increasing oh */
+    KStmt *fa = loop(lw, c, "a", ci(lw, q.KH), false, &a);
+    Cur ca = tap_source(lw, body(fa), ih, bin(lw, KB_SUB, ci(lw, q.KH - 1), a), q.PH, 1, q.SH, q.OH, &oh);
+    KStmt *fb = loop(lw, ca, "b", ci(lw, q.KW), false, &bb);
+    Cur cb = tap_source(lw, body(fb), iw, bin(lw, KB_SUB, ci(lw, q.KW - 1), bb), q.PW, 1, q.SW, q.OW, &ow);
+    int ohv = local(lw, "oh", KT_I64), owv = local(lw, "ow", KT_I64);
+    s_assign(lw, cb, ohv, oh);
+    s_assign(lw, cb, owv, ow);
+    Pos py = row_pos(lw, v, rv,
+                     bin(lw, KB_ADD,
+                         bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, q.OH)), var(lw, ohv)),
+                             ci(lw, q.OW)),
+                         var(lw, owv)));
+    KExpr *gv = gload(g, v, &py);
+    if (n->op == OP_AVGPOOL2D)
+        gv = to(lw, KT_F32, bin(lw, KB_DIV, to(lw, KT_F64, gv), kx_const(p, KT_F64, (double)(q.KH * q.KW))));
+    if (!is_max) {
+        s_assign(lw, cb, s, bin(lw, KB_ADD, var(lw, s), gv));
+    } else {
+        /* the window's first maximum: its position (ah, aw) */
+        int best = local(lw, "best", KT_F32), ah = local(lw, "ah", KT_I64), aw = local(lw, "aw", KT_I64);
+        s_assign(lw, cb, best, kx_const(p, KT_F32, -INFINITY));
+        s_assign(lw, cb, ah, ci(lw, -1));
+        s_assign(lw, cb, aw, ci(lw, -1));
+        KExpr *kh, *kw;
+        int jh = local(lw, "jh", KT_I64), jw = local(lw, "jw", KT_I64);
+        KStmt *fkh = loop(lw, cb, "kh", ci(lw, q.KH), false, &kh);
+        s_assign(lw, body(fkh), jh,
+                 bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, ohv), ci(lw, q.SH)), ci(lw, q.PH)), kh));
+        KStmt *ifh = s_if(lw, body(fkh),
+                          bin(lw, KB_AND, bin(lw, KB_GE, var(lw, jh), ci(lw, 0)),
+                              bin(lw, KB_LT, var(lw, jh), ci(lw, q.H))));
+        KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, q.KW), false, &kw);
+        s_assign(lw, body(fkw), jw,
+                 bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, owv), ci(lw, q.SW)), ci(lw, q.PW)), kw));
+        KStmt *ifw = s_if(lw, body(fkw),
+                          bin(lw, KB_AND, bin(lw, KB_GE, var(lw, jw), ci(lw, 0)),
+                              bin(lw, KB_LT, var(lw, jw), ci(lw, q.W))));
+        Pos pj = row_pos(lw, x, rv,
+                         bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, chan, var(lw, jh)), ci(lw, q.W)),
+                             var(lw, jw)));
+        int xv = local(lw, "xv", KT_F32);
+        s_assign(lw, body(ifw), xv, to(lw, KT_F32, vload(lw, x, &pj)));
+        /* arg < 0 || x > best || (isnan(x) && !isnan(best)): the first maximum, NaN the largest */
+        KExpr *isnan_x = bin(lw, KB_NE, var(lw, xv), var(lw, xv));
+        KExpr *isnum_best = bin(lw, KB_EQ, var(lw, best), var(lw, best));
+        KExpr *better = bin(lw, KB_OR, bin(lw, KB_LT, var(lw, ah), ci(lw, 0)),
+                            bin(lw, KB_OR, bin(lw, KB_GT, var(lw, xv), var(lw, best)),
+                                bin(lw, KB_AND, isnan_x, isnum_best)));
+        KStmt *upd = s_if(lw, body(ifw), better);
+        s_assign(lw, body(upd), best, var(lw, xv));
+        s_assign(lw, body(upd), ah, var(lw, jh));
+        s_assign(lw, body(upd), aw, var(lw, jw));
+        KStmt *hit = s_if(lw, cb,
+                          bin(lw, KB_AND, bin(lw, KB_EQ, var(lw, ah), ih), bin(lw, KB_EQ, var(lw, aw), iw)));
+        s_assign(lw, body(hit), s, bin(lw, KB_ADD, var(lw, s), gv));
+    }
+    ValueId rx = root(lw, x);
+    s_store(lw, c, g->gbuf[rx], vindex(lw, rx, &px), var(lw, s));
+    end_kernel(lw);
+}
+
+/* ---- convolutions ---- */
+
+/* rows of a block of the weight gradient: its partial sums stay in registers over these rows'
+ * pixels, the rows' dL/dy (channels last) in cache */
+enum { CONV_DW_ROWS = 8, CONV_DW_CH = 4 };
+
+typedef struct ConvGrad {
+    G *g;
+    ValueId v, x;
+    ConvGeom d;
+    int wt;         /* W as [kh][kw][o][c] */
+    int dyt;        /* dL/dy channels last, [rows][OH*OW][O] */
+    int dxs;        /* dL/dx channels last, [rows][H*W][C] */
+    int acc;        /* the weight gradient's partial sums, [items][C][lanes] */
+    KExpr *r, *ih, *iw;          /* dx: the row and input pixel */
+    KExpr *item, *kh, *kw, *o0;  /* dW: the block's item, tap and first output channel */
+    bool is_sparse;
+} ConvGrad;
+
+/* dL/dx channels last at (r, ih, iw), channels [c0, c0 + lanes) = sum over taps (kh, kw) that
+ * reach it, then output channels o in order, of dy[r, o, oh, ow] W[o, c, kh, kw], from +0 */
+static void
+conv_data_tile(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
+{
+    const ConvGrad *cg = ctx;
+    const ConvGeom *d = &cg->d;
+    int t = tile(lw, "dx", lanes);
+    s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    KExpr *kh, *kw, *oh, *ow, *o;
+    KStmt *fkh = loop(lw, c, "kh", ci(lw, d->KH), false, &kh);
+    Cur ch = tap_source(lw, body(fkh), cg->ih, kh, d->PH, d->DH, d->SH, d->OH, &oh);
+    int ohv = local(lw, "oh", KT_I64);
+    s_assign(lw, ch, ohv, oh);
+    KStmt *fkw = loop(lw, ch, "kw", ci(lw, d->KW), false, &kw);
+    Cur cw = tap_source(lw, body(fkw), cg->iw, kw, d->PW, d->DW, d->SW, d->OW, &ow);
+    int owv = local(lw, "ow", KT_I64);
+    s_assign(lw, cw, owv, ow);
+    KStmt *fo = loop(lw, cw, "o", ci(lw, d->O), false, &o);
+    Pos py = row_pos(lw, cg->v, cg->r,
+                     bin(lw, KB_ADD,
+                         bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, d->OH)), var(lw, ohv)),
+                             ci(lw, d->OW)),
+                         var(lw, owv)));
+    KExpr *tap = bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, d->KW)), kw);
+    KExpr *wi = bin(lw, KB_ADD,
+                    bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, d->O)), o), ci(lw, d->C)),
+                    c0);
+    tile_fma(lw, body(fo), t, gload(cg->g, cg->v, &py), cg->wt, wi, false);
+    KExpr *px = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->ih, ci(lw, d->W)), cg->iw);
+    s_tile(lw, c, KS_VSTORE, t, cg->dxs,
+           bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->r, ci(lw, d->H * d->W)), px),
+                               ci(lw, d->C)),
+               c0),
+           NULL);
+}
+
+/* dW[o0 .. o0 + lanes, c .. c + ni, kh, kw] += the rows [r0, r0 + CONV_DW_ROWS) of the sum over
+ * rows, oh, ow (in order, taps inside the input) of x[r, c, ih, iw] dy[r, o, oh, ow], zero
+ * inputs skipped: ni tiles of partial sums in registers, loaded from and stored back to the
+ * block's buffer */
+static void
+conv_weight_block(Lower *lw, Cur c, const ConvGrad *cg, KExpr *c0, int ni, int lanes, KExpr *r0)
+{
+    const ConvGeom *d = &cg->d;
+    int t[CONV_DW_CH];
+    KExpr *ai[CONV_DW_CH];
+    for (int k = 0; k < ni; k++) {
+        t[k] = tile(lw, "dw", lanes);
+        ai[k] = bin(lw, KB_MUL,
+                    bin(lw, KB_ADD, bin(lw, KB_MUL, cg->item, ci(lw, d->C)), bin(lw, KB_ADD, c0, ci(lw, k))),
+                    ci(lw, lanes));
+        s_tile(lw, c, KS_VLOAD, t[k], cg->acc, ai[k], NULL);
+    }
+    KExpr *rr, *oh, *ow;
+    KStmt *fr = loop(lw, c, "rr", ci(lw, CONV_DW_ROWS), false, &rr);
+    int rv = local(lw, "r", KT_I64);
+    s_assign(lw, body(fr), rv, bin(lw, KB_ADD, r0, rr));
+    KStmt *inr = s_if(lw, body(fr), bin(lw, KB_LT, var(lw, rv), rows_of(lw, cg->v)));
+    KStmt *foh = loop(lw, body(inr), "oh", ci(lw, d->OH), false, &oh);
+    int ihv = local(lw, "ih", KT_I64), iwv = local(lw, "iw", KT_I64);
+    s_assign(lw, body(foh), ihv,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, d->SH)), ci(lw, d->PH)),
+                 bin(lw, KB_MUL, cg->kh, ci(lw, d->DH))));
+    KStmt *ifh = s_if(lw, body(foh),
+                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, ihv), ci(lw, 0)),
+                          bin(lw, KB_LT, var(lw, ihv), ci(lw, d->H))));
+    KStmt *fow = loop(lw, body(ifh), "ow", ci(lw, d->OW), false, &ow);
+    s_assign(lw, body(fow), iwv,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow, ci(lw, d->SW)), ci(lw, d->PW)),
+                 bin(lw, KB_MUL, cg->kw, ci(lw, d->DW))));
+    KStmt *ifw = s_if(lw, body(fow),
+                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, iwv), ci(lw, 0)),
+                          bin(lw, KB_LT, var(lw, iwv), ci(lw, d->W))));
+    Cur cp = body(ifw);
+    KExpr *pix = bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, d->OW)), ow);
+    KExpr *yi = bin(lw, KB_ADD,
+                    bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, rv), ci(lw, d->OH * d->OW)), pix),
+                        ci(lw, d->O)),
+                    cg->o0);
+    for (int k = 0; k < ni; k++) {
+        KExpr *chan = bin(lw, KB_ADD, c0, ci(lw, k));
+        Pos px = row_pos(lw, cg->x, var(lw, rv),
+                         bin(lw, KB_ADD,
+                             bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, d->H)), var(lw, ihv)),
+                                 ci(lw, d->W)),
+                             var(lw, iwv)));
+        tile_fma(lw, cp, t[k], to(lw, KT_F32, vload(lw, cg->x, &px)), cg->dyt, yi, cg->is_sparse);
+    }
+    for (int k = 0; k < ni; k++)
+        s_tile(lw, c, KS_VSTORE, t[k], cg->acc, ai[k], NULL);
+}
+
+/* the weight gradient's kernel for the output channels [o0, o0 + lanes) of `ntiles` tiles (in
+ * parallel with the taps), or of the tail */
+static void
+conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lanes, int dw,
+                   const char *how, const char *name)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const ConvGeom *d = &cg->d;
+    int64_t taps = d->KH * d->KW, items = ntiles * taps;
+    begin_kernel(lw, cg->v, describe(lw, cg->v, how), false);
+    lw->k.name = arena_printf(&p->arena, "%s_%s", o_first ? "grad_w_tail" : "grad_w", name);
+    cg->acc = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dw%s", name, o_first ? "_tail" : ""),
+                                lw->acc, (KSize){0, items * d->C * lanes});
+    KExpr *it;
+    KStmt *fi = loop(lw, top(lw), "item", ci(lw, items), true, &it);
+    Cur c = body(fi);
+    cg->item = it;
+    int khv = local(lw, "kh", KT_I64), kwv = local(lw, "kw", KT_I64), o0v = local(lw, "o0", KT_I64);
+    KExpr *tapv = bin(lw, KB_REM, it, ci(lw, taps));
+    s_assign(lw, c, khv, bin(lw, KB_DIV, tapv, ci(lw, d->KW)));
+    s_assign(lw, c, kwv, bin(lw, KB_REM, tapv, ci(lw, d->KW)));
+    s_assign(lw, c, o0v,
+             bin(lw, KB_ADD, ci(lw, o_first), bin(lw, KB_MUL, bin(lw, KB_DIV, it, ci(lw, taps)), ci(lw, lanes))));
+    cg->kh = var(lw, khv);
+    cg->kw = var(lw, kwv);
+    cg->o0 = var(lw, o0v);
+    KExpr *cc;
+    int tz = tile(lw, "zero", lanes);
+    s_tile(lw, c, KS_VSET, tz, -1, NULL, kx_const(p, KT_F64, 0));
+    KStmt *fz = loop(lw, c, "c", ci(lw, d->C), false, &cc);
+    s_tile(lw, body(fz), KS_VSTORE, tz, cg->acc,
+           bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, it, ci(lw, d->C)), cc), ci(lw, lanes)), NULL);
+    /* blocks of rows; in each, blocks of CONV_DW_CH channels, then those left over */
+    KExpr *rb;
+    KStmt *frb = loop(lw, c, "rb",
+                      bin(lw, KB_DIV, bin(lw, KB_ADD, rows_of(lw, cg->v), ci(lw, CONV_DW_ROWS - 1)),
+                          ci(lw, CONV_DW_ROWS)),
+                      false, &rb);
+    KExpr *r0 = bin(lw, KB_MUL, rb, ci(lw, CONV_DW_ROWS));
+    int64_t nblk = d->C / CONV_DW_CH, done = nblk * CONV_DW_CH;
+    if (nblk > 0) {
+        KExpr *cb;
+        KStmt *fcb = loop(lw, body(frb), "cb", ci(lw, nblk), false, &cb);
+        conv_weight_block(lw, body(fcb), cg, bin(lw, KB_MUL, cb, ci(lw, CONV_DW_CH)), CONV_DW_CH,
+                          lanes, r0);
+    }
+    if (done < d->C) {
+        KExpr *cr;
+        KStmt *fcr = loop(lw, body(frb), "cr", ci(lw, d->C - done), false, &cr);
+        conv_weight_block(lw, body(fcr), cg, bin(lw, KB_ADD, cr, ci(lw, done)), 1, lanes, r0);
+    }
+    /* the sums into dW's own layout, [O][C][KH][KW] */
+    KStmt *fs = loop(lw, c, "c", ci(lw, d->C), false, &cc);
+    int ts = tile(lw, "sum", lanes);
+    s_tile(lw, body(fs), KS_VLOAD, ts, cg->acc,
+           bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, it, ci(lw, d->C)), cc), ci(lw, lanes)), NULL);
+    KExpr *wi = bin(lw, KB_ADD,
+                    bin(lw, KB_MUL,
+                        bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->o0, ci(lw, d->C)), cc),
+                                            ci(lw, d->KH)),
+                            cg->kh),
+                        ci(lw, d->KW)),
+                    cg->kw);
+    KStmt *st = s_tile(lw, body(fs), KS_VSTORE, ts, dw, wi, NULL);
+    st->stride = d->C * d->KH * d->KW;
+    end_kernel(lw);
+}
+
+static void
+grad_conv(G *g, ValueId v)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Module *m = lw->m;
+    const Node *n = &m->nodes[v];
+    ConvGrad cg;
+    memset(&cg, 0, sizeof cg);
+    cg.g = g;
+    cg.v = v;
+    cg.x = n->args[0];
+    cg.d = conv_geom(m, n);
+    cg.is_sparse = is_spike_value(lw, cg.x);
+    const ConvGeom *d = &cg.d;
+    const char *name = value_name(lw, v);
+    int64_t P = d->OH * d->OW, steps = lw->is_static[v] ? 1 : lw->T;
+    int w = n->first_weight;
+    if (lw->is_static[v] != lw->is_static[cg.x])
+        die("kir: conv gradient between a static and a per-step value");
+    KExpr *rv, *ov, *pv;
+    /* dL/dx: the transposed convolution, channels last, then added into x's gradient */
+    if (g->needs[cg.x]) {
+        bool first = claim(g, cg.x);
+        cg.wt = add_buf(lw, arena_printf(&p->arena, "%s.taps", m->weights[w].name), KT_F32,
+                        (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
+        KBuf *kb = &p->bufs[cg.wt];
+        /* [O][C][KH][KW] → [KH][KW][O][C]; conv1d's [O][C][K] → [K][O][C] */
+        if (n->op == OP_CONV1D) {
+            kb->nperm = 3;
+            memcpy(kb->perm, (const int[]){2, 0, 1}, 3 * sizeof *kb->perm);
+        } else {
+            kb->nperm = 4;
+            memcpy(kb->perm, (const int[]){2, 3, 0, 1}, 4 * sizeof *kb->perm);
+        }
+        cg.dxs = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dx", name), KT_F32,
+                                   (KSize){steps * d->C * d->H * d->W, 0});
+        begin_kernel(lw, v,
+                     describe(lw, v,
+                              "backward: dL/dx, the transposed convolution: each input pixel's "
+                              "channels in tiles, its taps then the output channels in order"),
+                     false);
+        lw->k.name = arena_printf(&p->arena, "grad_x_%s", name);
+        KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
+        KExpr *ih, *iw, *cc, *q;
+        KStmt *fh = loop(lw, body(fr), "ih", ci(lw, d->H), false, &ih);
+        KStmt *fw = loop(lw, body(fh), "iw", ci(lw, d->W), false, &iw);
+        cg.r = rv;
+        cg.ih = ih;
+        cg.iw = iw;
+        for_tiles(lw, body(fw), d->C, tile_lanes(lw, CONV_NT), conv_data_tile, &cg);
+        KStmt *fc = loop(lw, body(fr), "c", ci(lw, d->C), false, &cc);
+        KStmt *fq = loop(lw, body(fc), "q", ci(lw, d->H * d->W), false, &q);
+        fq->is_lanes = true;
+        Pos px = row_pos(lw, cg.x, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, d->H * d->W)), q));
+        KExpr *si = bin(lw, KB_ADD,
+                        bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, d->H * d->W)), q), ci(lw, d->C)),
+                        cc);
+        gadd(g, body(fq), cg.x, &px, kx_load(p, cg.dxs, si), first);
+        end_kernel(lw);
+    }
+    /* dL/dy channels last, for the weight gradient's tiles of output channels */
+    cg.dyt = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dy_cl", name), KT_F32,
+                               (KSize){steps * P * d->O, 0});
+    begin_kernel(lw, v, describe(lw, v, "backward: dL/dy channels last"), false);
+    lw->k.name = arena_printf(&p->arena, "grad_cl_%s", name);
+    KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
+    KStmt *fo = loop(lw, body(fr), "o", ci(lw, d->O), false, &ov);
+    KStmt *fp = loop(lw, body(fo), "p", ci(lw, P), false, &pv);
+    Pos py = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, ov, ci(lw, P)), pv));
+    s_store(lw, body(fp), cg.dyt,
+            bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, P)), pv), ci(lw, d->O)), ov),
+            gload(g, v, &py));
+    end_kernel(lw);
+    /* dW: tiles of output channels times taps in parallel */
+    int dw = add_buf(lw, arena_printf(&p->arena, "%s.grad", m->weights[w].name), KT_F32,
+                     (KSize){0, m->weights[w].numel}, KB_TEMP, -1, -1);
+    p->bufs[dw].is_written_first = true;
+    g->tr->weight_grad[w] = dw;
+    int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
+    int64_t ntiles = d->O / wl, tail = d->O % wl;
+    if (ntiles > 0)
+        conv_weight_kernel(g, &cg, ntiles, 0, wl,
+                           dw,
+                           "backward: dW = the sum over rows and pixels of dy x, tiles of output "
+                           "channels times taps in parallel, rows and pixels in order, zero "
+                           "inputs skipped",
+                           name);
+    if (tail > 0)
+        conv_weight_kernel(g, &cg, 1, ntiles * wl, (int)tail, dw,
+                           "backward: dW, the output channels left over", name);
+    /* db: the sum over rows and pixels per output channel */
+    if (has_bias(n)) {
+        int db = add_buf(lw, arena_printf(&p->arena, "%s.grad", m->weights[w + 1].name), KT_F32,
+                         (KSize){0, d->O}, KB_TEMP, -1, -1);
+        p->bufs[db].is_written_first = true;
+        g->tr->weight_grad[w + 1] = db;
+        begin_kernel(lw, v, describe(lw, v, "backward: db = the sum of dL/dy over rows and pixels"),
+                     false);
+        lw->k.name = arena_printf(&p->arena, "grad_b_%s", name);
+        KStmt *fo2 = loop(lw, top(lw), "o", ci(lw, d->O), true, &ov);
+        int sum = local(lw, "db", lw->acc);
+        s_assign(lw, body(fo2), sum, kx_const(p, lw->acc, 0));
+        KStmt *fr2 = loop(lw, body(fo2), "r", rows_of(lw, v), false, &rv);
+        KStmt *fp2 = loop(lw, body(fr2), "p", ci(lw, P), false, &pv);
+        Pos pb = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, ov, ci(lw, P)), pv));
+        s_assign(lw, body(fp2), sum, bin(lw, KB_ADD, var(lw, sum), to(lw, lw->acc, gload(g, v, &pb))));
+        s_store(lw, body(fo2), db, ov, var(lw, sum));
+        end_kernel(lw);
+    }
+}
+
 /* ---- the pass ---- */
 
 void
@@ -961,6 +1547,18 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
             break;
         case OP_DENSE:
             grad_dense(&g, v);
+            break;
+        case OP_CONV2D:
+        case OP_CONV1D:
+            grad_conv(&g, v);
+            break;
+        case OP_MAXPOOL2D:
+        case OP_AVGPOOL2D:
+        case OP_SUMPOOL2D:
+            grad_pool(&g, v);
+            break;
+        case OP_BATCHNORM:
+            grad_batchnorm(&g, v);
             break;
         case OP_ADD:
         case OP_SUB:

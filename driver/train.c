@@ -471,11 +471,38 @@ typedef struct Engine {
     KTrain tr;
     KProgram fwd, bwd; /* views of p: its forward and backward kernels */
     KBinding *bd;
+    /* with batchnorm: the inference program testing runs (running statistics), its binding (the
+     * same batch arrays) */
+    KProgram *inf;
+    KBinding *bdi;
     RtPool *pool;
 #ifdef SNN_HAVE_LLVM
-    CgLlvm *cf, *cb;
+    CgLlvm *cf, *cb, *ci;
 #endif
 } Engine;
+
+/* PyTorch's running statistics after a training batch, from the batch's (as interp_grad.c's
+ * batchnorm_update_running): momentum 0.1, the variance unbiased over every step, sample and
+ * position (a static value counted T times), in double, stored to float */
+static void
+update_running_stats(Engine *e, const Module *m, int nb)
+{
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        if (e->tr.bn_mean[v] < 0) continue;
+        const Node *n = &m->nodes[v];
+        int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+        int64_t inner = C ? type_numel(&n->type) / C : 0;
+        double cnt = (double)m->timesteps * nb * (double)inner;
+        const float *mean = e->bd->mem[e->tr.bn_mean[v]];
+        const double *var = e->bd->mem[e->tr.bn_var[v]];
+        float *rm = m->weights[n->first_weight + 2].data, *rv = m->weights[n->first_weight + 3].data;
+        for (int64_t c = 0; c < C; c++) {
+            double unbiased = cnt > 1 ? var[c] * cnt / (cnt - 1) : var[c];
+            rm[c] = (float)(0.1 * (double)mean[c] + 0.9 * (double)rm[c]);
+            rv[c] = (float)(0.1 * unbiased + 0.9 * (double)rv[c]);
+        }
+    }
+}
 
 static bool
 engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
@@ -507,12 +534,27 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
         fprintf(stderr, "snnc: error: %s\n", err);
         return false;
     }
+    bool has_bn = false;
+    for (ValueId v = 0; v < m->nnodes; v++)
+        has_bn |= e->tr.bn_mean[v] >= 0;
+    if (has_bn) {
+        e->inf = kir_lower(m);
+        e->bdi = e->inf ? kir_bind(e->inf, o->batch, (const float *const *)bin, outs, err,
+                                   sizeof err)
+                        : NULL;
+        if (!e->bdi) {
+            fprintf(stderr, "snnc: error: the inference program for testing: %s\n",
+                    e->inf ? err : "not lowered");
+            return false;
+        }
+    }
     if (strcmp(o->backend, "cpu") == 0) {
 #ifdef SNN_HAVE_LLVM
         e->is_llvm = true;
         e->cf = cg_llvm_compile(&e->fwd, err, sizeof err);
         if (e->cf) e->cb = cg_llvm_compile(&e->bwd, err, sizeof err);
-        if (!e->cb) {
+        if (e->cb && e->inf) e->ci = cg_llvm_compile(e->inf, err, sizeof err);
+        if (!e->cb || (e->inf && !e->ci)) {
             fprintf(stderr, "snnc: error: compiling the training step: %s\n", err);
             return false;
         }
@@ -527,32 +569,39 @@ engine_close(Engine *e)
 #ifdef SNN_HAVE_LLVM
     cg_llvm_free(e->cf);
     cg_llvm_free(e->cb);
+    cg_llvm_free(e->ci);
 #endif
     rt_pool_free(e->pool);
     kir_unbind(e->bd);
     kir_free(e->p);
+    kir_unbind(e->bdi);
+    kir_free(e->inf);
 }
 
-/* kernels of view v on the binding; before the forward, the temporaries that are not always
+/* kernels of view v on the binding; before a forward, the temporaries that are not always
  * stored before loaded start at zero, as every run of a session's (runtime/session.c) */
 static bool
 engine_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t errlen)
 {
-    if (v == &e->fwd)
-        for (int b = 0; b < e->p->nbufs; b++) {
-            const KBuf *kb = &e->p->bufs[b];
+    bool is_inf = v == e->inf;
+    const KProgram *whole = is_inf ? e->inf : e->p;
+    KBinding *bd = is_inf ? e->bdi : e->bd;
+    if (v == &e->fwd || is_inf)
+        for (int b = 0; b < whole->nbufs; b++) {
+            const KBuf *kb = &whole->bufs[b];
             if (kb->kind == KB_TEMP && !kb->is_written_first)
-                memset(e->bd->mem[b], 0, (size_t)kbytes(kb->type, ksize_eval(kb->size, nb)));
+                memset(bd->mem[b], 0, (size_t)kbytes(kb->type, ksize_eval(kb->size, nb)));
         }
 #ifdef SNN_HAVE_LLVM
     if (e->is_llvm) {
-        SnnkEntryFn entry = (SnnkEntryFn)(uintptr_t)cg_llvm_entry(v == &e->fwd ? e->cf : e->cb);
-        entry(e->bd->mem, nb, base, rt_pool_rt(e->pool));
+        CgLlvm *cg = is_inf ? e->ci : v == &e->fwd ? e->cf : e->cb;
+        SnnkEntryFn entry = (SnnkEntryFn)(uintptr_t)cg_llvm_entry(cg);
+        entry(bd->mem, nb, base, rt_pool_rt(e->pool));
         return true;
     }
 #endif
-    int first = v == &e->fwd ? 0 : e->tr.nforward;
-    return kir_eval_bound(e->p, e->bd, nb, base, first, first + v->nkernels, NULL, err, errlen);
+    int first = v == &e->bwd ? e->tr.nforward : 0;
+    return kir_eval_bound(whole, bd, nb, base, first, first + v->nkernels, NULL, err, errlen);
 }
 
 /* The forward alone (testing): the outputs of nb samples */
@@ -565,7 +614,7 @@ engine_forward(Engine *e, const Module *m, const InterpOptions *io, int nb, int6
         ti.batch_stats = false; /* testing: batchnorm's running statistics */
         return interp_run(m, &ti, nb, base, (const float *const *)bin, outs, NULL, err, errlen);
     }
-    return engine_run(e, &e->fwd, nb, base, err, errlen);
+    return engine_run(e, e->inf ? e->inf : &e->fwd, nb, base, err, errlen);
 }
 
 /* test accuracy in batches of o->batch (the batch arrays reused), or -1 with no test set */
@@ -576,7 +625,8 @@ test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions 
     if (s->ntest <= 0) return -1;
     int lo = loss_output(m, o);
     int64_t k = type_numel(&m->nodes[m->outputs[lo]].type), correct = 0;
-    bool ok = true;
+    /* the inference program's packed copies of the weights as they are now */
+    bool ok = !e->inf || kir_rebind_weights(e->inf, e->bdi, err, errlen);
     for (int64_t first = 0; first < s->ntest && ok; first += o->batch) {
         int nb = (int)(s->ntest - first < o->batch ? s->ntest - first : o->batch);
         for (int64_t q = 0; q < (int64_t)nb * 784; q++)
@@ -626,6 +676,7 @@ engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t
     e->t_forward += t1 - t0;
     e->t_loss += t2 - t1;
     e->t_backward += t3 - t2;
+    update_running_stats(e, m, nb);
     for (int w = 0; w < m->nweights; w++)
         g[w] = e->tr.weight_grad[w] >= 0 ? e->bd->mem[e->tr.weight_grad[w]] : gf[w];
     return true;

@@ -418,10 +418,97 @@ dense_backward(Grad *G, ValueId v, int t)
     }
 }
 
+/* Conv backward in float32 mode: the compiled trainer's sums in its order (codegen/lower_grad.c,
+ * grad_conv), once for every step at the node's first backward call: rows q = t*B + b (a static
+ * layer's B rows); dL/dx[q, c, ih, iw]: from +0, fma over the taps (kh, kw) that reach the pixel,
+ * then output channels o, in order, rounded to float and added to what it holds; dW[o, c, kh,
+ * kw]: fma over rows, then output pixels (oh, ow) in order from +0, zero inputs skipped; db[o]:
+ * the sum over rows and output pixels. Float sums under `accumulate f32` (fmaf), double under
+ * `accumulate exact`, rounded once at the end. */
+static void
+conv_backward_f32(Grad *G, ValueId v)
+{
+    Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    ValueId a = n->args[0];
+    ConvGeom g = conv_geom(ip->m, n);
+    int steps = ip->nodes[v].is_static ? 1 : ip->T;
+    int64_t rows = (int64_t)steps * ip->nb, npix = g.OH * g.OW, nin = g.C * g.H * g.W;
+    const float *w = ip_weight(ip, n, 0)->data;
+    double *dw = G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
+    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0)
+                     ? G->weight_grads[n->first_weight + 1]
+                     : NULL;
+    bool f32 = ip->is_f32_sums;
+#define FMA(x, y, s) (f32 ? (double)fmaf((float)(x), (float)(y), (float)(s)) : fma((x), (y), (s)))
+#define ROW(base, q, len) ((base) + (size_t)((q) % ip->nb) * (size_t)(len))
+    for (int64_t q = 0; q < rows; q++) {
+        int t = (int)(q / ip->nb);
+        const double *gy = ROW(gslot(G, v, t), q, g.O * npix);
+        double *gx = ROW(gslot(G, a, t), q, nin);
+        for (int64_t c = 0; c < g.C; c++)
+            for (int64_t ih = 0; ih < g.H; ih++)
+                for (int64_t iw = 0; iw < g.W; iw++) {
+                    double s = 0;
+                    for (int64_t kh = 0; kh < g.KH; kh++) {
+                        int64_t nh = ih + g.PH - kh * g.DH;
+                        if (nh < 0 || nh >= g.OH * g.SH || nh % g.SH) continue;
+                        for (int64_t kw = 0; kw < g.KW; kw++) {
+                            int64_t nw = iw + g.PW - kw * g.DW;
+                            if (nw < 0 || nw >= g.OW * g.SW || nw % g.SW) continue;
+                            int64_t oh = nh / g.SH, ow = nw / g.SW;
+                            for (int64_t o = 0; o < g.O; o++)
+                                s = FMA(gy[o * npix + oh * g.OW + ow],
+                                        (double)w[((o * g.C + c) * g.KH + kh) * g.KW + kw], s);
+                        }
+                    }
+                    acc(ip, &gx[(c * g.H + ih) * g.W + iw], (float)s);
+                }
+    }
+    for (int64_t o = 0; o < g.O && (dw || db); o++) {
+        for (int64_t c = 0; c < g.C && dw; c++)
+            for (int64_t kh = 0; kh < g.KH; kh++)
+                for (int64_t kw = 0; kw < g.KW; kw++) {
+                    double s = 0;
+                    for (int64_t q = 0; q < rows; q++) {
+                        int t = (int)(q / ip->nb);
+                        const double *gy = ROW(gslot(G, v, t), q, g.O * npix);
+                        const double *x = ROW(ip_val(ip, a, t), q, nin);
+                        for (int64_t oh = 0; oh < g.OH; oh++) {
+                            int64_t ih = oh * g.SH - g.PH + kh * g.DH;
+                            if (ih < 0 || ih >= g.H) continue;
+                            for (int64_t ow = 0; ow < g.OW; ow++) {
+                                int64_t iw = ow * g.SW - g.PW + kw * g.DW;
+                                if (iw < 0 || iw >= g.W) continue;
+                                double xv = x[(c * g.H + ih) * g.W + iw];
+                                if (xv != 0) s = FMA(xv, gy[o * npix + oh * g.OW + ow], s);
+                            }
+                        }
+                    }
+                    dw[((o * g.C + c) * g.KH + kh) * g.KW + kw] += (float)s;
+                }
+        if (db) {
+            double s = 0;
+            for (int64_t q = 0; q < rows; q++) {
+                const double *gy = ROW(gslot(G, v, (int)(q / ip->nb)), q, g.O * npix);
+                for (int64_t p = 0; p < npix; p++)
+                    s = f32 ? (double)((float)s + (float)gy[o * npix + p]) : s + gy[o * npix + p];
+            }
+            db[o] += (float)s;
+        }
+    }
+#undef ROW
+#undef FMA
+}
+
 static void
 conv_backward(Grad *G, ValueId v, int t)
 {
     Interp *ip = &G->ip;
+    if (G->compiled_order && conv_geom(ip->m, &ip->m->nodes[v]).G == 1) {
+        if (t == (ip->nodes[v].is_static ? 0 : ip->T - 1)) conv_backward_f32(G, v);
+        return;
+    }
     const Node *n = &ip->m->nodes[v];
     ValueId a = n->args[0];
     ConvGeom g = conv_geom(ip->m, n);
