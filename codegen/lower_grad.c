@@ -658,6 +658,8 @@ grad_neuron(G *g, ValueId v)
 /* the weight gradient's register block: inputs side by side, each a tile of DW_LANES outputs
  * (f32: 4 x 2 AVX2 registers of accumulators, the row's dy vector and the inputs' broadcasts) */
 enum { DW_INPUTS = 4, DW_LANES = 16 };
+/* dL/dx's register block: rows sharing each weight vector, each a tile of DW_LANES inputs */
+enum { DX_ROWS = 4 };
 
 typedef struct DenseGrad {
     G *g;
@@ -671,28 +673,47 @@ typedef struct DenseGrad {
     int dw;
 } DenseGrad;
 
-/* dL/dx[row, i0 .. i0 + lanes) = (what it holds) + sum over o of dy[row, o] W[o, i] */
+/* dL/dx[r0 .. r0 + mr, i0 .. i0 + lanes) = (what it holds) + sum over o of dy[r, o] W[o, i]:
+ * mr rows' tiles share each weight vector */
 static void
-dense_data_tile(Lower *lw, Cur c, KExpr *i0, int lanes, const void *ctx)
+dense_data_rows(Lower *lw, Cur c, const DenseGrad *d, KExpr *r0, int mr, KExpr *i0, int lanes)
 {
-    const DenseGrad *d = ctx;
     G *g = d->g;
-    ValueId r = root(lw, d->x);
-    Pos px = d->row;
-    px.i = i0;
-    int t = tile(lw, "dx", lanes);
-    if (d->first)
-        s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
-    else
-        s_tile(lw, c, KS_VLOAD, t, g->gbuf[r], vindex(lw, r, &px), NULL);
+    ValueId rx = root(lw, d->x);
+    int t[DX_ROWS];
+    KExpr *xi[DX_ROWS];
+    for (int m = 0; m < mr; m++) {
+        t[m] = tile(lw, "dx", lanes);
+        Pos px = row_pos(lw, d->v, bin(lw, KB_ADD, r0, ci(lw, m)), i0);
+        xi[m] = vindex(lw, rx, &px);
+        if (d->first)
+            s_tile(lw, c, KS_VSET, t[m], -1, NULL, kx_const(lw->p, KT_F64, 0));
+        else
+            s_tile(lw, c, KS_VLOAD, t[m], g->gbuf[rx], xi[m], NULL);
+    }
     KExpr *o;
     KStmt *fo = loop(lw, c, "o", ci(lw, d->O), false, &o);
-    Pos py = d->row;
-    py.i = o;
-    tile_fma(lw, body(fo), t, gload(g, d->v, &py), d->wrows,
-             bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, d->K)), i0), false);
-    KStmt *st = s_tile(lw, c, KS_VSTORE, t, g->gbuf[r], vindex(lw, r, &px), NULL);
-    st->stride = 1;
+    KExpr *wi = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, d->K)), i0);
+    for (int m = 0; m < mr; m++) {
+        Pos py = row_pos(lw, d->v, bin(lw, KB_ADD, r0, ci(lw, m)), o);
+        tile_fma(lw, body(fo), t[m], gload(g, d->v, &py), d->wrows, wi, false);
+    }
+    for (int m = 0; m < mr; m++)
+        s_tile(lw, c, KS_VSTORE, t[m], g->gbuf[rx], xi[m], NULL);
+}
+
+/* the rows of one tile of inputs [i0, i0 + lanes): blocks of DX_ROWS, then those left over (the
+ * tile's column of W stays in cache over all of them) */
+static void
+dense_data_tile(Lower *lw, Cur c, const DenseGrad *d, KExpr *i0, int lanes)
+{
+    KExpr *R = rows_of(lw, d->v), *rb, *rr;
+    KExpr *nblk = bin(lw, KB_DIV, R, ci(lw, DX_ROWS));
+    KStmt *fb = loop(lw, c, "rb", nblk, false, &rb);
+    dense_data_rows(lw, body(fb), d, bin(lw, KB_MUL, rb, ci(lw, DX_ROWS)), DX_ROWS, i0, lanes);
+    KStmt *fr = loop(lw, c, "rr", bin(lw, KB_REM, R, ci(lw, DX_ROWS)), false, &rr);
+    dense_data_rows(lw, body(fr), d, bin(lw, KB_ADD, bin(lw, KB_MUL, nblk, ci(lw, DX_ROWS)), rr), 1,
+                    i0, lanes);
 }
 
 /* a weight-gradient block: d->ni tiles of `lanes` from +0, and the loop over the rows in order
@@ -774,18 +795,29 @@ grad_dense(G *g, ValueId v)
     d.wrows = add_buf(lw, arena_printf(&p->arena, "%s.rows", m->weights[w].name), KT_F32,
                       (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
     const char *name = value_name(lw, v);
-    int nt = tile_lanes(lw, DENSE_NT);
+    int nt = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
     /* dL/dx, where a weight's gradient flows through x */
     if (g->needs[x]) {
         if (lw->is_static[v] != lw->is_static[x])
             die("kir: dense gradient between a static and a per-step value");
         d.first = claim(g, x);
-        begin_kernel(lw, v, describe(lw, v, "backward: dL/dx = dL/dy W, rows in parallel"), false);
+        begin_kernel(lw, v,
+                     describe(lw, v,
+                              "backward: dL/dx = dL/dy W, tiles of inputs in parallel, blocks of "
+                              "rows sharing each weight vector, outputs in order"),
+                     false);
         lw->k.name = arena_printf(&p->arena, "grad_x_%s", name);
-        KExpr *rv;
-        KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
-        d.row = row_pos(lw, v, rv, NULL);
-        for_tiles(lw, body(fr), d.K, nt, dense_data_tile, &d);
+        int64_t nfull = d.K / nt, tail = d.K % nt;
+        KExpr *it;
+        KStmt *fi = loop(lw, top(lw), "it", ci(lw, nfull + (tail > 0)), true, &it);
+        if (tail == 0) {
+            dense_data_tile(lw, body(fi), &d, bin(lw, KB_MUL, it, ci(lw, nt)), nt);
+        } else {
+            KStmt *full = s_if(lw, body(fi), bin(lw, KB_LT, it, ci(lw, nfull)));
+            if (nfull > 0)
+                dense_data_tile(lw, body(full), &d, bin(lw, KB_MUL, it, ci(lw, nt)), nt);
+            dense_data_tile(lw, els(full), &d, ci(lw, nfull * nt), (int)tail);
+        }
         end_kernel(lw);
     }
     /* dW: parallel over inputs i, tiles of outputs, the rows in order */
@@ -1091,6 +1123,73 @@ tap_source(Lower *lw, Cur c, KExpr *in, KExpr *k, int64_t P, int64_t D, int64_t 
     return body(j);
 }
 
+/* Pool backward where the windows tile the input (stride = kernel, no padding, nothing left
+ * over): each element is in one window, so each window gives its elements their gradient at once
+ * (a max pool's to its first maximum only), the same sums as the gathered form */
+static void
+grad_pool_tiled(G *g, ValueId v, const PoolGeom *q, bool first)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0], rx = root(lw, x);
+    bool is_max = n->op == OP_MAXPOOL2D;
+    KExpr *rv, *cc, *oh, *ow, *kh, *kw;
+    KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
+    KStmt *fcn = loop(lw, body(fr), "c", ci(lw, q->C), false, &cc);
+    KStmt *fh = loop(lw, body(fcn), "oh", ci(lw, q->OH), false, &oh);
+    KStmt *fw = loop(lw, body(fh), "ow", ci(lw, q->OW), false, &ow);
+    Cur c = body(fw);
+    Pos py = row_pos(lw, v, rv,
+                     bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, q->OH)), oh),
+                                         ci(lw, q->OW)),
+                         ow));
+    int gv = local(lw, "gv", KT_F32);
+    KExpr *gy = gload(g, v, &py);
+    if (n->op == OP_AVGPOOL2D)
+        gy = to(lw, KT_F32, bin(lw, KB_DIV, to(lw, KT_F64, gy), kx_const(p, KT_F64, (double)(q->KH * q->KW))));
+    s_assign(lw, c, gv, gy);
+    /* the element at window tap (kh, kw) */
+#define AT(kh_, kw_)                                                                              \
+    row_pos(lw, x, rv,                                                                             \
+            bin(lw, KB_ADD,                                                                        \
+                bin(lw, KB_MUL,                                                                    \
+                    bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, q->H)),                             \
+                        bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, q->KH)), (kh_))),               \
+                    ci(lw, q->W)),                                                                 \
+                bin(lw, KB_ADD, bin(lw, KB_MUL, ow, ci(lw, q->KW)), (kw_))))
+    int arg = -1;
+    if (is_max) {
+        int best = local(lw, "best", KT_F32), xv = local(lw, "xv", KT_F32);
+        arg = local(lw, "arg", KT_I64);
+        s_assign(lw, c, best, kx_const(p, KT_F32, -INFINITY));
+        s_assign(lw, c, arg, ci(lw, -1));
+        KStmt *fkh = loop(lw, c, "kh", ci(lw, q->KH), false, &kh);
+        KStmt *fkw = loop(lw, body(fkh), "kw", ci(lw, q->KW), false, &kw);
+        Pos pj = AT(kh, kw);
+        s_assign(lw, body(fkw), xv, to(lw, KT_F32, vload(lw, x, &pj)));
+        KExpr *better =
+            bin(lw, KB_OR, bin(lw, KB_LT, var(lw, arg), ci(lw, 0)),
+                bin(lw, KB_OR, bin(lw, KB_GT, var(lw, xv), var(lw, best)),
+                    bin(lw, KB_AND, bin(lw, KB_NE, var(lw, xv), var(lw, xv)),
+                        bin(lw, KB_EQ, var(lw, best), var(lw, best)))));
+        KStmt *upd = s_if(lw, body(fkw), better);
+        s_assign(lw, body(upd), best, var(lw, xv));
+        s_assign(lw, body(upd), arg, bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, q->KW)), kw));
+    }
+    KStmt *fkh = loop(lw, c, "kh", ci(lw, q->KH), false, &kh);
+    KStmt *fkw = loop(lw, body(fkh), "kw", ci(lw, q->KW), false, &kw);
+    Pos pj = AT(kh, kw);
+#undef AT
+    KExpr *held = first ? zero(lw) : kx_load(p, g->gbuf[rx], vindex(lw, rx, &pj));
+    KExpr *e = bin(lw, KB_ADD, held, var(lw, gv));
+    if (is_max)
+        e = kx_select(p, bin(lw, KB_EQ, var(lw, arg), bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, q->KW)), kw)),
+                      e, held);
+    s_store(lw, body(fkw), g->gbuf[rx], vindex(lw, rx, &pj), e);
+    end_kernel(lw);
+}
+
 /* Pool backward, gathered (parallel over rows, each input element once): the windows holding the
  * element in increasing (oh, ow), the order in which interp_grad.c's scatter adds them; each
  * adds dL/dy (avg: divided by KH KW, rounded), a max pool's only where the element is its
@@ -1113,6 +1212,11 @@ grad_pool(G *g, ValueId v)
                  false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
     KExpr *rv, *cc, *ih, *iw, *a, *bb, *oh, *ow;
+    if (q.SH == q.KH && q.SW == q.KW && q.PH == 0 && q.PW == 0 && q.OH * q.KH == q.H &&
+        q.OW * q.KW == q.W) {
+        grad_pool_tiled(g, v, &q, first);
+        return;
+    }
     KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
     KStmt *fcn = loop(lw, body(fr), "c", ci(lw, q.C), false, &cc);
     KStmt *fh = loop(lw, body(fcn), "ih", ci(lw, q.H), false, &ih);

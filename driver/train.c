@@ -478,6 +478,10 @@ typedef struct Engine {
     RtPool *pool;
 #ifdef SNN_HAVE_LLVM
     CgLlvm *cf, *cb, *ci;
+    /* SNN_TRAIN_PROFILE=1: every kernel of p compiled alone and timed (seconds in kt), the
+     * table printed to stderr at the end */
+    CgLlvm **ck;
+    double *kt;
 #endif
 } Engine;
 
@@ -558,6 +562,21 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
             fprintf(stderr, "snnc: error: compiling the training step: %s\n", err);
             return false;
         }
+        const char *prof = getenv("SNN_TRAIN_PROFILE");
+        if (prof && *prof && strcmp(prof, "0") != 0) {
+            e->ck = xcalloc((size_t)e->p->nkernels, sizeof *e->ck);
+            e->kt = xcalloc((size_t)e->p->nkernels, sizeof *e->kt);
+            for (int k = 0; k < e->p->nkernels; k++) {
+                KProgram one = *e->p;
+                one.kernels = e->p->kernels + k;
+                one.nkernels = 1;
+                e->ck[k] = cg_llvm_compile(&one, err, sizeof err);
+                if (!e->ck[k]) {
+                    fprintf(stderr, "snnc: error: compiling kernel %d alone: %s\n", k, err);
+                    return false;
+                }
+            }
+        }
 #endif
     }
     return true;
@@ -567,6 +586,19 @@ static void
 engine_close(Engine *e)
 {
 #ifdef SNN_HAVE_LLVM
+    if (e->ck) {
+        double total = 0;
+        for (int k = 0; k < e->p->nkernels; k++)
+            total += e->kt[k];
+        fprintf(stderr, "SNN_TRAIN_PROFILE: seconds per kernel of the training step (all epochs)\n");
+        for (int k = 0; k < e->p->nkernels; k++) {
+            fprintf(stderr, "%9.3f %5.1f%%  %s\n", e->kt[k], total > 0 ? 100 * e->kt[k] / total : 0,
+                    e->p->kernels[k].name);
+            cg_llvm_free(e->ck[k]);
+        }
+        free(e->ck);
+        free(e->kt);
+    }
     cg_llvm_free(e->cf);
     cg_llvm_free(e->cb);
     cg_llvm_free(e->ci);
@@ -593,6 +625,16 @@ engine_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t
                 memset(bd->mem[b], 0, (size_t)kbytes(kb->type, ksize_eval(kb->size, nb)));
         }
 #ifdef SNN_HAVE_LLVM
+    if (e->is_llvm && e->ck && !is_inf) {
+        int first = v == &e->bwd ? e->tr.nforward : 0;
+        for (int k = first; k < first + v->nkernels; k++) {
+            double t0 = rt_now_seconds();
+            ((SnnkEntryFn)(uintptr_t)cg_llvm_entry(e->ck[k]))(bd->mem, nb, base,
+                                                             rt_pool_rt(e->pool));
+            e->kt[k] += rt_now_seconds() - t0;
+        }
+        return true;
+    }
     if (e->is_llvm) {
         CgLlvm *cg = is_inf ? e->ci : v == &e->fwd ? e->cf : e->cb;
         SnnkEntryFn entry = (SnnkEntryFn)(uintptr_t)cg_llvm_entry(cg);

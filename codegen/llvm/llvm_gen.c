@@ -21,6 +21,7 @@
 
 typedef struct Gen {
     bool has_f16c; /* the target converts halves in hardware (widen16) */
+    bool has512;   /* the target has AVX-512: float tiles in pieces of 16 (tile_piece_width) */
     const KProgram *p;
     LLVMContextRef ctx;
     LLVMModuleRef mod;
@@ -1011,11 +1012,19 @@ gen_for(Gen *g, const KStmt *s)
  * into two AVX2 registers or fill one AVX-512 register. */
 enum { TILE_PIECE = 8, MAX_PIECES = 64 }; /* a tile has at most MAX_PIECES pieces */
 
+/* the widest piece of a tile of type t: 8 lanes, or 16 floats where AVX-512 holds them in one
+ * register */
 static int
-tile_pieces(int lanes, int *off, int *len)
+tile_piece_width(const Gen *g, KType t)
+{
+    return t == KT_F32 && g->has512 ? 2 * TILE_PIECE : TILE_PIECE;
+}
+
+static int
+tile_pieces(int lanes, int maxw, int *off, int *len)
 {
     int n = 0;
-    for (int o = 0, w = TILE_PIECE; o < lanes; w /= 2)
+    for (int o = 0, w = maxw; o < lanes; w /= 2)
         while (w > 0 && lanes - o >= w) {
             if (off) off[n] = o;
             if (len) len[n] = w;
@@ -1137,8 +1146,8 @@ gen_tile(Gen *g, const KStmt *s)
     LLVMValueRef *t = tile_of(g, s);
     if (!t) return;
     int off[MAX_PIECES], len[MAX_PIECES];
-    int np = tile_pieces(g->k->locals[s->var].lanes, off, len);
     KType tt = g->k->locals[s->var].type; /* f64, or f32 under accumulate f32 */
+    int np = tile_pieces(g->k->locals[s->var].lanes, tile_piece_width(g, tt), off, len);
     LLVMTypeRef te = val_type(g, tt);
     if (s->kind == KS_VSET) {
         LLVMValueRef a = gen_expr_as(g, s->a, tt);
@@ -2535,14 +2544,15 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
         }
     for (int i = 0; i < k->nlocals; i++) {
         if (k->locals[i].lanes > 0) {
-            int len[MAX_PIECES], npieces = tile_pieces(k->locals[i].lanes, NULL, NULL);
+            int maxw = tile_piece_width(g, k->locals[i].type);
+            int len[MAX_PIECES], npieces = tile_pieces(k->locals[i].lanes, maxw, NULL, NULL);
             if ((k->locals[i].type != KT_F64 && k->locals[i].type != KT_F32) ||
                 npieces > MAX_PIECES) {
                 gen_fail(g, "kernel %s: tile %s of %d %s lanes", k->name, k->locals[i].name,
                          k->locals[i].lanes, ktype_name(k->locals[i].type));
                 continue;
             }
-            tile_pieces(k->locals[i].lanes, NULL, len);
+            tile_pieces(k->locals[i].lanes, maxw, NULL, len);
             g->tile[i] = xcalloc((size_t)npieces, sizeof **g->tile);
             const char *tn = k->locals[i].name ? k->locals[i].name : "";
             for (int j = 0; j < npieces; j++) {
@@ -2910,6 +2920,18 @@ has_f16c(LLVMTargetMachineRef tm)
     return has;
 }
 
+/* whether tm's code may use AVX-512 (its feature string says so; SNN_VEC512=0 says not to) */
+static bool
+has_avx512(LLVMTargetMachineRef tm)
+{
+    const char *env = getenv("SNN_VEC512");
+    if (!tm || (env && strcmp(env, "0") == 0)) return false;
+    char *features = LLVMGetTargetMachineFeatureString(tm);
+    bool has = features && strstr(features, "+avx512f") != NULL;
+    LLVMDisposeMessage(features);
+    return has;
+}
+
 LLVMModuleRef
 llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm, char *err,
                 size_t errlen)
@@ -2917,6 +2939,7 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm, 
     Gen g = {0};
     g.p = p;
     g.has_f16c = has_f16c(tm) && !llvm_gen_soft_f16;
+    g.has512 = has_avx512(tm);
     g.ctx = ctx;
     g.err = err;
     g.errlen = errlen;

@@ -116,6 +116,26 @@ llvm_target_machine(const char *cpu_name, char *err, size_t errlen)
     return tm;
 }
 
+/* On a target with AVX-512, the kernels' tiles (16 floats, 8 doubles) as one 512-bit register
+ * each rather than two of 256: LLVM otherwise prefers 256-bit vectors and splits wider types */
+static void
+wide_vectors(LLVMModuleRef mod, LLVMTargetMachineRef tm)
+{
+    char *features = LLVMGetTargetMachineFeatureString(tm);
+    bool has512 = features && strstr(features, "+avx512f") != NULL;
+    LLVMDisposeMessage(features);
+    const char *env = getenv("SNN_VEC512");
+    if (!has512 || (env && strcmp(env, "0") == 0)) return;
+    LLVMContextRef ctx = LLVMGetModuleContext(mod);
+    LLVMAttributeRef prefer = LLVMCreateStringAttribute(ctx, "prefer-vector-width", 19, "512", 3);
+    LLVMAttributeRef legal = LLVMCreateStringAttribute(ctx, "min-legal-vector-width", 22, "512", 3);
+    for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
+        if (LLVMIsDeclaration(f)) continue;
+        LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, prefer);
+        LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, legal);
+    }
+}
+
 bool
 llvm_optimise(LLVMModuleRef mod, LLVMTargetMachineRef tm, char *err, size_t errlen)
 {
@@ -125,6 +145,7 @@ llvm_optimise(LLVMModuleRef mod, LLVMTargetMachineRef tm, char *err, size_t errl
     LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
     LLVMSetModuleDataLayout(mod, td);
     LLVMDisposeTargetData(td);
+    wide_vectors(mod, tm);
     LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
     LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, opts);
     LLVMDisposePassBuilderOptions(opts);
