@@ -386,7 +386,8 @@ parse_options(int argc, char **argv, Options *o)
     o->loss = RT_LOSS_MSE;
     o->test_limit = -1;
     o->backend = NULL; /* chosen after the options: see below */
-    bool is_f64_asked = false, backend_given = false;
+    bool is_f64_asked = false, backend_given = false, is_step = false;
+    o->gamma = 0.1;
     /* the NIR options given, a bit each in the order of nir_option_names */
     static const char *const nir_option_names[] = {"--dt", "--impulses", "--integrator", "--reset",
                                                    "--reset-step", "--timesteps", "--spike-inputs",
@@ -511,9 +512,20 @@ parse_options(int argc, char **argv, Options *o)
             break;
         case O_NESTEROV: o->nesterov = true; break;
         case O_SCHEDULE:
-            if (strcmp(optarg, "cosine") == 0) o->cosine = true;
-            else if (strcmp(optarg, "constant") != 0)
-                usage_error("--schedule expects constant or cosine, got '%s'", optarg);
+            o->cosine = strcmp(optarg, "cosine") == 0;
+            is_step = strcmp(optarg, "step") == 0;
+            if (!o->cosine && !is_step && strcmp(optarg, "constant") != 0)
+                usage_error("--schedule expects constant, cosine or step, got '%s'", optarg);
+            break;
+        case O_STEP_SIZE: o->step_size = parse_int("--step-size", optarg, 1, INT64_MAX); break;
+        case O_GAMMA:
+            o->gamma = parse_real("--gamma", optarg, 0);
+            o->has_gamma = true;
+            break;
+        case O_CLIP_GRAD_NORM:
+            o->clip_norm = parse_real("--clip-grad-norm", optarg, 0);
+            if (!(o->clip_norm > 0))
+                usage_error("--clip-grad-norm expects a norm above 0, got '%s'", optarg);
             break;
         case O_LABELS: o->labels = optarg; break;
         case O_NO_SHUFFLE: o->no_shuffle = true; break;
@@ -744,6 +756,10 @@ parse_options(int argc, char **argv, Options *o)
         if (!backend_given || is_f64_asked)
             o->backend = has_backend("cpu") && !is_f64_asked ? "cpu" : "interp";
         o->precision = is_f64_asked ? INTERP_F64 : INTERP_F32;
+        if (is_step != (o->step_size > 0))
+            usage_error(is_step ? "--schedule=step needs --step-size=N"
+                                : "--step-size is for --schedule=step");
+        if (o->has_gamma && !is_step) usage_error("--gamma is for --schedule=step");
     } else {
         const char *given = o->has_lr              ? "--lr"
                             : o->has_momentum      ? "--momentum"
@@ -752,7 +768,10 @@ parse_options(int argc, char **argv, Options *o)
                             : o->no_shuffle        ? "--no-shuffle"
                             : o->test_limit >= 0   ? "--test-limit"
                             : o->nesterov          ? "--nesterov"
-                            : o->cosine            ? "--schedule"
+                            : o->cosine || is_step ? "--schedule"
+                            : o->step_size         ? "--step-size"
+                            : o->has_gamma         ? "--gamma"
+                            : o->clip_norm > 0     ? "--clip-grad-norm"
                             : o->init              ? "--init"
                             : o->grads             ? "--grads"
                             : o->checkpoint        ? "--checkpoint"

@@ -65,6 +65,10 @@ typedef struct Options {
     double lr, momentum, weight_decay;
     bool nesterov, has_momentum, has_weight_decay, has_lr;
     bool cosine;
+    int64_t step_size; /* --schedule=step: epochs between decays (0: no step schedule) */
+    double gamma;      /* --gamma */
+    double clip_norm;  /* --clip-grad-norm, or 0 */
+    bool has_gamma;
     const char *labels;
     bool no_shuffle;
     int64_t test_limit; /* -1: all */

@@ -825,6 +825,8 @@ train(Module *m, const Options *o)
                           (size_t)(n->type.has_time ? m->timesteps : 1) * sizeof(float));
     }
     float *blabels = xmalloc((size_t)o->batch * sizeof(float));
+    float **clip_g = xcalloc((size_t)nw + 1, sizeof *clip_g);
+    int64_t *clip_n = xcalloc((size_t)nw + 1, sizeof *clip_n);
     int64_t *order = xmalloc((size_t)(N ? N : 1) * sizeof *order);
     bool tty = isatty(2) && !o->quiet;
     int rc = 0;
@@ -860,6 +862,7 @@ train(Module *m, const Options *o)
     for (int64_t e = start; e < o->epochs && rc == 0; e++) {
         RtOptConfig ecfg = cfg;
         if (o->cosine) ecfg.lr = rt_cosine_lr(cfg.lr, e, o->epochs);
+        if (o->step_size > 0) ecfg.lr = rt_step_lr(cfg.lr, e, o->step_size, o->gamma);
         epoch_order(order, N, seed, e, !o->no_shuffle);
         double t0 = rt_now_seconds(), loss_sum = 0, t_opt = 0, t_rebind = 0;
         eng.t_forward = eng.t_loss = eng.t_backward = 0;
@@ -894,6 +897,18 @@ train(Module *m, const Options *o)
                 break;
             }
             double to0 = rt_now_seconds();
+            if (o->clip_norm > 0) {
+                /* the trained weights' gradients (not batchnorm's running statistics) */
+                int ng = 0;
+                for (int w = 0; w < nw; w++) {
+                    const Weight *wt = &m->weights[w];
+                    if (strncmp(op_info(m->nodes[wt->node].op)->weights[wt->slot], "running_", 8)) {
+                        clip_g[ng] = gsrc[w];
+                        clip_n[ng++] = wt->numel;
+                    }
+                }
+                rt_clip_grad_norm(clip_g, clip_n, ng, o->clip_norm);
+            }
             for (int w = 0; w < nw; w++) {
                 Weight *wt = &m->weights[w];
                 const char *slot = op_info(m->nodes[wt->node].op)->weights[wt->slot];
@@ -978,6 +993,8 @@ train(Module *m, const Options *o)
         free(outs[j]);
     free(outs);
     free(blabels);
+    free(clip_g);
+    free(clip_n);
     free(order);
     engine_close(&eng);
     free_sets(&sets);

@@ -144,6 +144,34 @@ rt_opt_step_baseline(const RtOptConfig *c, int64_t step, float *p, const float *
 }
 
 double
+rt_step_lr(double lr0, int64_t e, int64_t step_size, double gamma)
+{
+    double lr = lr0;
+    for (int64_t t = 1; step_size > 0 && t <= e; t++)
+        if (t % step_size == 0) lr *= gamma;
+    return lr;
+}
+
+double
+rt_clip_grad_norm(float *const *g, const int64_t *n, int ng, double max_norm)
+{
+    double total = 0;
+    for (int k = 0; k < ng; k++) {
+        double s = 0;
+        for (int64_t i = 0; i < n[k]; i++)
+            s += (double)g[k][i] * g[k][i];
+        total += s; /* the norm of the norms: the square root of the sum of their squares */
+    }
+    double norm = sqrt(total);
+    float coef = (float)(max_norm / (norm + 1e-6));
+    if (coef < 1.0f)
+        for (int k = 0; k < ng; k++)
+            for (int64_t i = 0; i < n[k]; i++)
+                g[k][i] *= coef;
+    return norm;
+}
+
+double
 rt_cosine_lr(double lr0, int64_t e, int64_t E)
 {
     double lr = lr0;

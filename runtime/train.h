@@ -51,5 +51,12 @@ void rt_opt_step_baseline(const RtOptConfig *c, int64_t step, float *p, const fl
 /* The learning rate of epoch e (from 0) of E under a cosine schedule (CosineAnnealingLR with
  * T_max = E, eta_min 0, stepped per epoch), computed as PyTorch's recursive form does */
 double rt_cosine_lr(double lr0, int64_t e, int64_t E);
+/* ... under a step schedule (StepLR: times gamma every step_size epochs), as PyTorch's recursive
+ * form (one multiplication per decay, in double) */
+double rt_step_lr(double lr0, int64_t e, int64_t step_size, double gamma);
+/* torch.nn.utils.clip_grad_norm_ over the n[k] floats of g[k], k < ng: the global 2-norm (each
+ * tensor's norm, then the norm of those, in double), and where max_norm / (norm + 1e-6) is
+ * below 1 every gradient multiplied by it (rounded to float); returns the norm before */
+double rt_clip_grad_norm(float *const *g, const int64_t *n, int ng, double max_norm);
 
 #endif

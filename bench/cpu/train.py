@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Training on the CPU against the peers, one command, same machine, same threads, same data:
 
-    python3 bench/cpu/train.py [--images N] [--epochs E] [--threads 2] [--only snnc,sj,...]
-                               [--json bench/cpu/train.json]
+    python3 bench/cpu/train.py [--net mlp|conv] [--images N] [--epochs E] [--threads 2]
+                               [--only snnc,sj,...] [--json bench/cpu/train.json]
 
 The Fashion-MNIST MLP (784-256-10, SpikingJelly's LIFNode: tau 2, decay_input, hard reset to 0,
 the Sigmoid(alpha=4) surrogate; T = 8; the image fed unchanged at every step), MSE between the
@@ -21,6 +21,13 @@ batches), trained by:
   snntorch      snnTorch 1.0's tutorial loop: snn.Leaky(beta=0.5) layers stepped in Python, the
                 same loss (its neuron differs: subtract reset, atan surrogate; a framework-native
                 row, not the same network)
+
+--net conv: SpikingJelly's Fashion-MNIST conv net (examples/fmnist_conv.snn: conv 128 + BN + IF,
+maxpool, conv 128 + BN + IF, maxpool, fc 2048 + IF, fc 10 + IF; IF with the ATan surrogate, hard
+reset to 0; batchnorm on the batch's statistics over T*B*H*W; T = 4, batch 64, the image fed
+directly), the same loss and optimiser; peers sj (layer.Conv2d/BatchNorm2d/MaxPool2d, multi-step,
+torch backend), hand (conv1 + BN of the static image once, the IF scans in tensor ops, the other
+layers over all T*B rows at once) and hand-compile; snnTorch has no row there.
 
 Each runs in a subprocess of its own (its peak RSS is its own), torch held to --threads threads.
 Reported: images/s over the timed batches (every batch after the first), the test accuracy after
@@ -44,6 +51,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SNNC = ROOT / "build" / "driver" / "snnc"
 T, BATCH, LR = 8, 128, 1e-3
+NETS = {"mlp": (8, 128), "conv": (4, 64)}  # T, batch
 
 
 def fmnist():
@@ -64,7 +72,9 @@ def fmnist():
 
 # ---- the peers (run in a child: python3 train.py --child NAME) ----------------------------------
 
-def child(name, images, epochs, threads):
+def child(name, images, epochs, threads, net="mlp"):
+    global T, BATCH
+    T, BATCH = NETS[net]
     import numpy as np
     import torch
     import torch.nn as nn
@@ -97,7 +107,67 @@ def child(name, images, epochs, threads):
             out.append(s)
         return torch.stack(out)
 
-    if name == "sj":
+    class ATanSpike(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return (x >= 0).to(x.dtype)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 1.0 / (1.0 + (torch.pi / 2 * 2.0 * x) ** 2) * g
+
+    def if_scan(x_seq):
+        v = torch.zeros_like(x_seq[0])
+        out = []
+        for t in range(x_seq.shape[0]):
+            h = v + x_seq[t]
+            s = ATanSpike.apply(h - 1.0)
+            v = s * 0.0 + (1.0 - s) * h
+            out.append(s)
+        return torch.stack(out)
+
+    if net == "conv" and name == "sj":
+        from spikingjelly.activation_based import functional, layer, neuron, surrogate
+        def ifn():
+            return neuron.IFNode(surrogate_function=surrogate.ATan())
+        net_ = nn.Sequential(
+            layer.Conv2d(1, 128, 3, padding=1, bias=False), layer.BatchNorm2d(128), ifn(),
+            layer.MaxPool2d(2, 2),
+            layer.Conv2d(128, 128, 3, padding=1, bias=False), layer.BatchNorm2d(128), ifn(),
+            layer.MaxPool2d(2, 2),
+            layer.Flatten(), layer.Linear(128 * 7 * 7, 2048, bias=False), ifn(),
+            layer.Linear(2048, 10, bias=False), ifn())
+        functional.set_step_mode(net_, "m")
+
+        def forward(x):
+            functional.reset_net(net_)
+            return net_(x.unsqueeze(0).repeat(T, 1, 1, 1, 1)).mean(0)
+        params = net_.parameters()
+        train_mode, eval_mode = net_.train, net_.eval
+    elif net == "conv" and name in ("hand", "hand-compile"):
+        c1, b1 = nn.Conv2d(1, 128, 3, padding=1, bias=False), nn.BatchNorm2d(128)
+        c2, b2 = nn.Conv2d(128, 128, 3, padding=1, bias=False), nn.BatchNorm2d(128)
+        f3, f4 = nn.Linear(128 * 7 * 7, 2048, bias=False), nn.Linear(2048, 10, bias=False)
+        mods = nn.ModuleList([c1, b1, c2, b2, f3, f4])
+
+        def fwd(x):
+            B = x.shape[0]
+            h = b1(c1(x))                                 # the static image: once
+            s1 = if_scan(h.unsqueeze(0).expand(T, -1, -1, -1, -1))
+            p1 = F.max_pool2d(s1.flatten(0, 1), 2)        # every layer after: all T*B rows
+            s2 = if_scan(b2(c2(p1)).view(T, B, 128, 14, 14))
+            p2 = F.max_pool2d(s2.flatten(0, 1), 2)
+            s3 = if_scan(f3(p2.flatten(1)).view(T, B, 2048))
+            s4 = if_scan(f4(s3.flatten(0, 1)).view(T, B, 10))
+            return s4.mean(0)
+        forward = torch.compile(fwd) if name == "hand-compile" else fwd
+        params = mods.parameters()
+        train_mode, eval_mode = mods.train, mods.eval
+    elif net == "conv":
+        raise SystemExit(f"no conv net for peer {name}")
+    elif name == "sj":
         from spikingjelly.activation_based import functional, layer, neuron
         net = nn.Sequential(layer.Flatten(), layer.Linear(784, 256), neuron.LIFNode(tau=2.0),
                             layer.Linear(256, 10), neuron.LIFNode(tau=2.0))
@@ -134,7 +204,10 @@ def child(name, images, epochs, threads):
             list(l2.parameters())
     else:
         raise SystemExit(f"unknown peer {name}")
+    if net == "mlp":
+        train_mode = eval_mode = lambda: None
     opt = torch.optim.Adam(params, lr=LR)
+    train_mode()
     timed_images, timed = 0, 0.0
     first_batch = None
     for e in range(epochs):
@@ -153,9 +226,11 @@ def child(name, images, epochs, threads):
                 timed += dt
                 timed_images += x.shape[0]
     correct = 0
+    eval_mode()
     with torch.no_grad():
-        for i in range(0, xte.shape[0], 1000):
-            correct += int((forward(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum())
+        step = 1000 if net == "mlp" else BATCH
+        for i in range(0, xte.shape[0], step):
+            correct += int((forward(xte[i:i + step]).argmax(1) == yte[i:i + step]).sum())
     print(json.dumps({"images_per_s": timed_images / timed if timed else 0.0,
                       "first_batch_s": first_batch, "test_accuracy": correct / xte.shape[0],
                       "loss": float(loss),
@@ -176,8 +251,8 @@ def run_child(cmd, env=None):
     return out
 
 
-def run_snnc(images, epochs, threads):
-    cmd = [str(SNNC), "--train", "--backend=cpu", str(ROOT / "examples" / "fmnist_mlp.snn"),
+def run_snnc(images, epochs, threads, net="mlp"):
+    cmd = [str(SNNC), "--train", "--backend=cpu", str(ROOT / "examples" / f"fmnist_{net}.snn"),
            "--init", "--data=fashion-mnist", f"--limit={images}", f"--epochs={epochs}",
            f"--batch={BATCH}", "--optimizer=adam", f"--lr={LR}", "--loss=mse", "--no-shuffle",
            f"--threads={threads}", "-o", "/tmp/snnc-bench-train.safetensors", "--report=json",
@@ -193,6 +268,7 @@ def run_snnc(images, epochs, threads):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--net", choices=sorted(NETS), default="mlp")
     ap.add_argument("--images", type=int, default=60000)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
@@ -200,11 +276,15 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--child", default=None)
     a = ap.parse_args()
+    global T, BATCH
+    T, BATCH = NETS[a.net]
+    if a.net == "conv" and a.only == ap.get_default("only"):
+        a.only = "snnc,sj,hand,hand-compile"
     # whole batches only: a last, smaller batch would make torch.compile compile again inside
     # the timed loop (dynamic shapes), which no user's epoch pays more than once
     a.images -= a.images % BATCH
     if a.child:
-        child(a.child, a.images, a.epochs, a.threads)
+        child(a.child, a.images, a.epochs, a.threads, a.net)
         return
     # the parent imports no torch: a child's peak RSS (ru_maxrss) keeps the parent's high-water
     # mark across fork and exec, so the parent stays small
@@ -217,15 +297,16 @@ def main():
             pass
     cpu = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
     res = {"date": datetime.date.today().isoformat(), "host": cpu.group(1) if cpu else "?",
-           "cpus": os.cpu_count(), "threads": a.threads, "images": a.images, "epochs": a.epochs,
+           "cpus": os.cpu_count(), "threads": a.threads, "net": a.net, "images": a.images, "epochs": a.epochs,
            "batch": BATCH, "T": T, "versions": vers, "rows": {}}
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     for name in a.only.split(","):
         if name == "snnc":
-            r = run_snnc(a.images, a.epochs, a.threads)
+            r = run_snnc(a.images, a.epochs, a.threads, a.net)
         else:
             r = run_child([sys.executable, __file__, "--child", name, "--images", str(a.images),
-                           "--epochs", str(a.epochs), "--threads", str(a.threads)], env)
+                           "--epochs", str(a.epochs), "--threads", str(a.threads),
+                           "--net", a.net], env)
         res["rows"][name] = r
         print(f"{name:14s} " + (r["error"] if "error" in r else
               f"{r['images_per_s']:10.0f} images/s  test accuracy {r['test_accuracy']:.4f}  "
