@@ -369,6 +369,8 @@ char *kir_describe(const KProgram *p);
  * and cuda_buf: it is lowered for another target, with buffers of its own); malloc'ed. */
 char *kir_describe_buffers(const KProgram *p, const char *prefix);
 char *kir_describe_with(const KProgram *p, const char *devices, const char *records);
+/* the train_* records of a training program (kir_lower_train's p and tr); malloc'ed */
+char *kir_describe_train(const KProgram *p, const KTrain *tr);
 
 /* builders (kir.c) */
 KExpr *kx_const(KProgram *p, KType t, double v);

@@ -69,6 +69,31 @@ kir_describe_buffers(const KProgram *p, const char *prefix)
 }
 
 char *
+kir_describe_train(const KProgram *p, const KTrain *tr)
+{
+    const Module *m = p->m;
+    Text t = {malloc(4096), 0, 4096};
+    if (!t.s) die("out of memory");
+    t.s[0] = 0;
+    char *bufs = kir_describe_buffers(p, "train_");
+    put(&t, "%s", bufs);
+    free(bufs);
+    for (int k = 0; k < m->noutputs; k++)
+        put(&t, "train_out_grad %d %d\n", k, tr->out_grad[k]);
+    for (int w = 0; w < m->nweights; w++)
+        put(&t, "train_weight_grad %d %d\n", w, tr->weight_grad[w]);
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        if (tr->bn_mean[v] < 0) continue;
+        const Node *n = &m->nodes[v];
+        int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+        put(&t, "train_bn %d %d %d %d %lld %lld\n", tr->bn_mean[v], tr->bn_var[v],
+            n->first_weight + 2, n->first_weight + 3, (long long)C,
+            (long long)(C ? type_numel(&n->type) / C : 0));
+    }
+    return t.s;
+}
+
+char *
 kir_describe(const KProgram *p)
 {
     return kir_describe_with(p, "cpu", "");

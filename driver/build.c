@@ -261,9 +261,32 @@ build_binary(Module *m, const Options *o)
                   o->emit ? "the object" : "model.so");
     cuda.records = records;
     cuda.images = images;
+    /* --train -o MODEL.so: the training step too, lowered from a copy of the model as written
+     * (every value in a buffer of its own, the weights in f32: what `snnc --train` runs) */
+    Module *tm = NULL;
+    KProgram *tp = NULL;
+    KTrain tr;
+    LinkTrain lt = {0};
+    if (is_ok && o->train_library) {
+        tm = module_clone(m);
+        module_clear_marks(tm);
+        tm->schedule = SCHEDULE_LAYER;
+        tm->memory = MEMORY_SEPARATE;
+        char terr[512];
+        tp = kir_lower_train(tm, &tr, terr, sizeof terr);
+        if (!tp) {
+            diag_file_error(o->out, "cannot build its training step: %s", terr);
+            is_ok = false;
+        } else {
+            lt = (LinkTrain){tp, tr.nforward, kir_describe_train(tp, &tr)};
+        }
+    }
     if (is_ok)
         is_ok = o->emit ? link_emit_object(kp, o->cpu, &cuda, o->out, embed)
-                        : link_shared_library(kp, o->cpu, &cuda, o->out, embed);
+                        : link_shared_library(kp, o->cpu, &cuda, tp ? &lt : NULL, o->out, embed);
+    free((char *)lt.records);
+    kir_free(tp);
+    module_free(tm);
     if (is_ok && o->report_json && !o->run)
         cuda_build_report(&b, o->out, records ? "cpu,cuda" : "cpu");
     cuda_build_free(&b);

@@ -96,15 +96,20 @@ run_command(char *const *argv, const char *what)
 
 /* the object at path; errors name `library` (the model.so it is made for) when given */
 static bool
-emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const char *path,
-            bool embed_weights, const char *library)
+emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const LinkTrain *train,
+            const char *path, bool embed_weights, const char *library)
 {
     const Module *m = kp->m;
     unsigned char *weights = NULL;
     size_t wlen = 0;
     if (embed_weights && !encode_weights(m, &weights, &wlen)) return false;
     bool has_cuda = cuda && cuda->records;
-    char *meta = has_cuda ? kir_describe_with(kp, "cpu,cuda", cuda->records) : kir_describe(kp);
+    size_t rlen = (has_cuda ? strlen(cuda->records) : 0) + (train ? strlen(train->records) : 0);
+    char *records = xmalloc(rlen + 1);
+    snprintf(records, rlen + 1, "%s%s", has_cuda ? cuda->records : "",
+             train ? train->records : "");
+    char *meta = kir_describe_with(kp, has_cuda ? "cpu,cuda" : "cpu", records);
+    free(records);
     CgLlvmObjectData data = {meta, weights, wlen, has_cuda ? cuda->images : NULL,
                              has_cuda ? cuda->images_len : 0};
     char err[1024];
@@ -122,12 +127,30 @@ bool
 link_emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const char *path,
                  bool embed_weights)
 {
-    return emit_object(kp, cpu, cuda, path, embed_weights, NULL);
+    return emit_object(kp, cpu, cuda, NULL, path, embed_weights, NULL);
+}
+
+/* the training step's halves as objects of their own (snnk_train_fwd, snnk_train_bwd) */
+static bool
+emit_train_objects(const LinkTrain *train, const char *cpu, const char *fwd, const char *bwd,
+                   const char *library)
+{
+    KProgram half = *train->p;
+    char err[1024];
+    half.nkernels = train->nforward;
+    bool is_ok = cg_llvm_write_entry_object(&half, cpu, "snnk_train_fwd", fwd, err, sizeof err);
+    if (is_ok) {
+        half.kernels = train->p->kernels + train->nforward;
+        half.nkernels = train->p->nkernels - train->nforward;
+        is_ok = cg_llvm_write_entry_object(&half, cpu, "snnk_train_bwd", bwd, err, sizeof err);
+    }
+    if (!is_ok) diag_file_error(library, "cannot build its training step: %s", err);
+    return is_ok;
 }
 
 bool
-link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const char *out,
-                    bool embed_weights)
+link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda,
+                    const LinkTrain *train, const char *out, bool embed_weights)
 {
     char runtime[4096];
     if (!find_runtime(runtime, sizeof runtime)) return false;
@@ -138,11 +161,14 @@ link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda, c
         diag_file_error(dir, "cannot make a temporary directory: %s", strerror(errno));
         return false;
     }
-    char obj[4200], map[4200], lib[4200];
+    char obj[4200], map[4200], lib[4200], tfwd[4200], tbwd[4200];
     snprintf(obj, sizeof obj, "%s/model.o", dir);
     snprintf(map, sizeof map, "%s/exports.map", dir);
     snprintf(lib, sizeof lib, "%s/model.so", dir);
-    bool is_ok = emit_object(kp, cpu, cuda, obj, embed_weights, out);
+    snprintf(tfwd, sizeof tfwd, "%s/train_fwd.o", dir);
+    snprintf(tbwd, sizeof tbwd, "%s/train_bwd.o", dir);
+    bool is_ok = emit_object(kp, cpu, cuda, train, obj, embed_weights, out);
+    if (is_ok && train) is_ok = emit_train_objects(train, cpu, tfwd, tbwd, out);
     if (is_ok) {
         static const char script[] = "{\n  global: snn_*;\n  local: *;\n};\n";
         char msg[512];
@@ -160,6 +186,10 @@ link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda, c
         argv[n++] = "-o";
         argv[n++] = lib; /* linked here, then written to out by the one writer */
         argv[n++] = obj;
+        if (train) {
+            argv[n++] = tfwd;
+            argv[n++] = tbwd;
+        }
         argv[n++] = "-Wl,--whole-archive"; /* nothing in the object calls snn_*: keep them all */
         argv[n++] = runtime;
         argv[n++] = "-Wl,--no-whole-archive";
@@ -185,6 +215,8 @@ link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda, c
     }
     unlink(lib);
     unlink(obj);
+    unlink(tfwd);
+    unlink(tbwd);
     unlink(map);
     rmdir(dir);
     return is_ok;

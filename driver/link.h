@@ -17,12 +17,21 @@ typedef struct LinkCuda {
     size_t images_len;
 } LinkCuda;
 
+/* The training step a trainable model.so carries (`snnc --train model.snn -o model.so`): the
+ * program kir_lower_train made (kernels 0..nforward-1 its forward, the rest its backward) and its
+ * train_* description records (kir_describe_train). NULL: none. */
+typedef struct LinkTrain {
+    const KProgram *p;
+    int nforward;
+    const char *records;
+} LinkTrain;
+
 /* The relocatable object of kp for LLVM CPU `cpu` (NULL: the host), with the CUDA code of cuda
  * (NULL: none); weights embedded from kp->m if embed_weights (they must be bound). */
 bool link_emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const char *path,
                       bool embed_weights);
 /* model.so at out: that object linked with the model runtime by $CC (default cc). */
 bool link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda,
-                         const char *out, bool embed_weights);
+                         const LinkTrain *train, const char *out, bool embed_weights);
 
 #endif

@@ -737,7 +737,24 @@ parse_options(int argc, char **argv, Options *o)
                         "(but --emit=kernel, which prints the training step's kernels)");
         if (!o->out && !o->emit)
             usage_error("--train needs -o FILE.safetensors for the trained weights");
-        if (o->emit) {
+        size_t olen = o->out ? strlen(o->out) : 0;
+        o->train_library = !o->emit && olen > 3 && strcmp(o->out + olen - 3, ".so") == 0;
+        if (o->train_library) {
+            /* a library with the training step: no data, no training now; its inference
+             * program keeps the weights in f32, which trained weights need */
+            if (!o->passes.disable) {
+                o->passes.disable = "narrow-weights";
+            } else if (!strstr(o->passes.disable, "narrow-weights")) {
+                size_t n = strlen(o->passes.disable) + sizeof ",narrow-weights";
+                char *list = xmalloc(n);
+                snprintf(list, n, "%s,narrow-weights", o->passes.disable);
+                o->passes.disable = list; /* lives as long as the options */
+            }
+            if (o->data || o->ninput_args || o->labels || o->resume || o->checkpoint || o->grads)
+                usage_error("--train -o %s builds a library that carries the training step "
+                            "(runtime/snn.h snn_trainer_*): it takes no data, checkpoint or "
+                            "gradients file", o->out);
+        } else if (o->emit) {
             /* --emit=kernel: the program only; no data, no training */
         } else if (!o->data && !o->ninput_args)
             usage_error("--train needs data: --data=fashion-mnist, or --input=FILE.npy with "

@@ -65,6 +65,7 @@ typedef struct Options {
     double lr, momentum, weight_decay;
     bool nesterov, has_momentum, has_weight_decay, has_lr;
     bool cosine;
+    bool train_library; /* --train -o MODEL.so: a library carrying the training step (no data) */
     int64_t step_size; /* --schedule=step: epochs between decays (0: no step schedule) */
     double gamma;      /* --gamma */
     double clip_norm;  /* --clip-grad-norm, or 0 */

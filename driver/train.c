@@ -426,38 +426,6 @@ peak_rss_mb(void)
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0;
 }
 
-/* ---- the optimiser over the pool's threads ---- */
-
-typedef struct OptJob {
-    const RtOptConfig *c;
-    int64_t step;
-    float *p, *m, *v;
-    const float *g;
-} OptJob;
-
-static void
-opt_chunk(void **bufs, int64_t batch, int64_t step, int64_t sample_base, int64_t lo, int64_t hi)
-{
-    (void)batch, (void)step, (void)sample_base;
-    const OptJob *j = bufs[0];
-    rt_opt_step(j->c, j->step, j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo);
-}
-
-/* rt_opt_step split over the pool's threads (elementwise: the same bits however split) */
-static void
-opt_parallel(RtPool *pool, const RtOptConfig *c, int64_t step, float *p, const float *g, float *m,
-             float *v, int64_t n)
-{
-    if (!pool || n < 65536) {
-        rt_opt_step(c, step, p, g, m, v, n);
-        return;
-    }
-    OptJob j = {c, step, p, m, v, g};
-    void *bufs[1] = {&j};
-    SnnkRt *rt = rt_pool_rt(pool);
-    rt->parallel_for(rt, opt_chunk, bufs, 0, 0, 0, 0, n);
-}
-
 /* ---- the engine: the interpreter, or the compiled training step ---- */
 
 /* What runs a training step: interp_grad, or the program kir_lower_train makes, evaluated
@@ -497,14 +465,9 @@ update_running_stats(Engine *e, const Module *m, int nb)
         int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
         int64_t inner = C ? type_numel(&n->type) / C : 0;
         double cnt = (double)m->timesteps * nb * (double)inner;
-        const float *mean = e->bd->mem[e->tr.bn_mean[v]];
-        const double *var = e->bd->mem[e->tr.bn_var[v]];
-        float *rm = m->weights[n->first_weight + 2].data, *rv = m->weights[n->first_weight + 3].data;
-        for (int64_t c = 0; c < C; c++) {
-            double unbiased = cnt > 1 ? var[c] * cnt / (cnt - 1) : var[c];
-            rm[c] = (float)(0.1 * (double)mean[c] + 0.9 * (double)rm[c]);
-            rv[c] = (float)(0.1 * unbiased + 0.9 * (double)rv[c]);
-        }
+        rt_bn_update_running(m->weights[n->first_weight + 2].data,
+                             m->weights[n->first_weight + 3].data, e->bd->mem[e->tr.bn_mean[v]],
+                             e->bd->mem[e->tr.bn_var[v]], C, cnt);
     }
 }
 
@@ -913,7 +876,7 @@ train(Module *m, const Options *o)
                 Weight *wt = &m->weights[w];
                 const char *slot = op_info(m->nodes[wt->node].op)->weights[wt->slot];
                 if (strncmp(slot, "running_", 8) == 0) continue;
-                opt_parallel(eng.pool, &ecfg, step, wt->data, gsrc[w], state[w],
+                rt_opt_step_pool(eng.pool, &ecfg, step, wt->data, gsrc[w], state[w],
                              state[w] + wt->numel, wt->numel);
             }
             double to1 = rt_now_seconds();

@@ -16,6 +16,12 @@
  *   cuda_layer NAME BUF   cuda_buf ...  as layer and buf, for the CUDA program (its own buffers)
  *   cuda_kernel I SYMBOL STEP MODE NB B0 ... WORK...   cuda_image FORMAT ARCH OFFSET SIZE
  *                                      CUDA code (runtime/cuda_abi.h), optional
+ *   train_buf ... / train_layer ...    as buf and layer, for the training step's program
+ *                                      (optional: a library built with --train)
+ *   train_out_grad K BUF               the train_buf that takes output K's loss gradient
+ *   train_weight_grad W BUF            the train_buf that holds weight W's gradient (-1: none)
+ *   train_bn MEAN VAR RMEAN RVAR C INNER   a batchnorm's statistics (train_bufs) and the weights
+ *                                      keeping its running ones
  *   end                                the last line
  * LIST names device kinds (cpu, cuda); what the model carries decides what it runs on: CPU code
  * (an entry point) and CUDA code (cuda_kernel records for every kernel, and images). Nothing here
@@ -543,6 +549,50 @@ devices_check(const char *list, char *why, size_t n)
     return true;
 }
 
+/* The training records, where there are any: their buffers a program of their own whose every
+ * index is checked, every output's gradient buffer and every weight's given, the batchnorm
+ * records' buffers f32 [C] and f64 [C], their weights [C] */
+static bool
+train_check(const snn_model *m, char *why, size_t n)
+{
+    if (!m->ntrain_bufs) return m->ntrain_bn == 0;
+    if (!program_check(m, m->train_bufs, m->ntrain_bufs, NULL, 0)) {
+        snprintf(why, n, "its train_buf records do not fit its inputs, outputs and weights");
+        return false;
+    }
+    for (int k = 0; k < m->noutputs; k++)
+        if (m->train_out_grad[k] < 0 || m->train_bufs[m->train_out_grad[k]].type != RT_ELEM_F32) {
+            snprintf(why, n, "output %d has no f32 train_out_grad buffer", k);
+            return false;
+        }
+    for (int w = 0; w < m->nweights; w++) {
+        int b = m->train_weight_grad[w];
+        if (b == -2 || (b >= 0 && (m->train_bufs[b].type != RT_ELEM_F32 ||
+                                   m->train_bufs[b].per_batch != 0 ||
+                                   m->train_bufs[b].fixed != m->weights[w].info.numel))) {
+            snprintf(why, n, "weight %d has no train_weight_grad record of its size", w);
+            return false;
+        }
+    }
+    for (int i = 0; i < m->ntrain_bn; i++) {
+        const RtTrainBn *bn = &m->train_bn[i];
+        bool ok = bn->mean >= 0 && bn->mean < m->ntrain_bufs && bn->var >= 0 &&
+                  bn->var < m->ntrain_bufs && bn->running_mean >= 0 &&
+                  bn->running_mean < m->nweights && bn->running_var >= 0 &&
+                  bn->running_var < m->nweights && bn->C > 0 && bn->inner >= 0;
+        ok = ok && m->train_bufs[bn->mean].type == RT_ELEM_F32 &&
+             m->train_bufs[bn->mean].fixed == bn->C && m->train_bufs[bn->var].type == RT_ELEM_F64 &&
+             m->train_bufs[bn->var].fixed == bn->C &&
+             m->weights[bn->running_mean].info.numel == bn->C &&
+             m->weights[bn->running_var].info.numel == bn->C;
+        if (!ok) {
+            snprintf(why, n, "its train_bn record %d does not fit", i);
+            return false;
+        }
+    }
+    return true;
+}
+
 void
 rt_model_clear(snn_model *m)
 {
@@ -559,6 +609,10 @@ rt_model_clear(snn_model *m)
     free(m->weights);
     free(m->layers);
     free(m->bufs);
+    free(m->train_bufs);
+    free(m->train_out_grad);
+    free(m->train_weight_grad);
+    free(m->train_bn);
     memset(m, 0, sizeof *m);
 }
 
@@ -586,15 +640,26 @@ rt_model_parse(snn_model *m, const char *text, SnnkEntryFn entry, const void *we
     m->cuda_images = calloc((size_t)m->ncuda_images + 1, sizeof *m->cuda_images);
     m->cuda_bufs = calloc((size_t)m->ncuda_bufs + 1, sizeof *m->cuda_bufs);
     m->cuda_layers = calloc((size_t)m->ncuda_layers + 1, sizeof *m->cuda_layers);
+    m->ntrain_bufs = count_records(text, "train_buf");
+    m->ntrain_bn = count_records(text, "train_bn");
+    m->train_bufs = calloc((size_t)m->ntrain_bufs + 1, sizeof *m->train_bufs);
+    m->train_out_grad = calloc((size_t)m->noutputs + 1, sizeof *m->train_out_grad);
+    m->train_weight_grad = calloc((size_t)m->nweights + 1, sizeof *m->train_weight_grad);
+    m->train_bn = calloc((size_t)m->ntrain_bn + 1, sizeof *m->train_bn);
     if (!m->inputs || !m->outputs || !m->weights || !m->layers || !m->bufs || !m->cuda_kernels ||
-        !m->cuda_images || !m->cuda_bufs || !m->cuda_layers) {
+        !m->cuda_images || !m->cuda_bufs || !m->cuda_layers || !m->train_bufs ||
+        !m->train_out_grad || !m->train_weight_grad || !m->train_bn) {
         rt_model_clear(m);
         snprintf(err, errlen, "out of memory reading the model description");
         return false;
     }
     Parser ps = {text, 1, false, ""};
     char key[32], devices[64] = "";
-    int ni = 0, no = 0, nw = 0, nl = 0, nb = 0, nci = 0, ncb = 0, ncl = 0;
+    int ni = 0, no = 0, nw = 0, nl = 0, nb = 0, nci = 0, ncb = 0, ncl = 0, ntb = 0, nbn = 0;
+    for (int i = 0; i < m->noutputs; i++)
+        m->train_out_grad[i] = -1;
+    for (int i = 0; i < m->nweights; i++)
+        m->train_weight_grad[i] = -2; /* -2: no record yet */
     long long abi = -1;
     bool is_end = false;
     while (*ps.p && !ps.is_bad && !is_end) {
@@ -626,7 +691,30 @@ rt_model_parse(snn_model *m, const char *text, SnnkEntryFn entry, const void *we
         else if (!strcmp(key, "cuda_kernel")) parse_cuda_kernel(&ps, m);
         else if (!strcmp(key, "cuda_image")) parse_cuda_image(&ps, &m->cuda_images[nci++],
                                                               images ? images_size : 0);
-        else if (!strcmp(key, "end")) is_end = true;
+        else if (!strcmp(key, "train_buf")) parse_buf(&ps, &m->train_bufs[ntb++]);
+        else if (!strcmp(key, "train_layer")) { /* its spike counts: a trainer reports none */
+            char name[RT_MAX_NAME];
+            word(&ps, name, sizeof name);
+            number(&ps);
+        }
+        else if (!strcmp(key, "train_out_grad") || !strcmp(key, "train_weight_grad")) {
+            bool is_out = key[6] == 'o';
+            long long k = number(&ps), b = number(&ps);
+            int n = is_out ? m->noutputs : m->nweights;
+            int *slot = is_out ? m->train_out_grad : m->train_weight_grad;
+            if (k < 0 || k >= n || b < (is_out ? 0 : -1) || b >= m->ntrain_bufs || slot[k] >= 0)
+                ps.is_bad = true;
+            else
+                slot[k] = (int)b;
+        } else if (!strcmp(key, "train_bn")) {
+            RtTrainBn *bn = &m->train_bn[nbn++];
+            bn->mean = (int)number(&ps);
+            bn->var = (int)number(&ps);
+            bn->running_mean = (int)number(&ps);
+            bn->running_var = (int)number(&ps);
+            bn->C = number(&ps);
+            bn->inner = number(&ps);
+        } else if (!strcmp(key, "end")) is_end = true;
         else ps.is_bad = true;
         end_line(&ps);
     }
@@ -646,7 +734,8 @@ rt_model_parse(snn_model *m, const char *text, SnnkEntryFn entry, const void *we
     } else if (*rest) {
         snprintf(err, errlen, "the model's description is malformed (text after its end record, "
                               "line %d)", ps.line);
-    } else if (!cuda_check(m, why, sizeof why) || !devices_check(devices, why, sizeof why)) {
+    } else if (!cuda_check(m, why, sizeof why) || !devices_check(devices, why, sizeof why) ||
+               !train_check(m, why, sizeof why)) {
         snprintf(err, errlen, "the model's description is malformed: %s", why);
     } else if (!entry && !m->ncuda_kernels) {
         snprintf(err, errlen, "the model carries code for no device (neither CPU nor CUDA code)");

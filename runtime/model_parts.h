@@ -88,6 +88,14 @@ typedef struct RtCudaImage {
     uint64_t offset, size;
 } RtCudaImage;
 
+/* a batchnorm of the training step: its batch statistics' buffers (mean [C] f32, biased variance
+ * [C] f64) and the weights that keep the running ones, updated after every step */
+typedef struct RtTrainBn {
+    int mean, var;                   /* train_bufs indices */
+    int running_mean, running_var;   /* weight indices */
+    int64_t C, inner;                /* channels; values per channel of one sample and step */
+} RtTrainBn;
+
 struct snn_model {
     char name[RT_MAX_NAME];
     char devices[64]; /* what it carries code for: "cpu", "cuda" or "cpu,cuda" */
@@ -114,6 +122,17 @@ struct snn_model {
     size_t weight_size;
     const unsigned char *image_data;  /* the bytes cuda_image records index */
     size_t image_size;
+    /* the training step, in a library built with `snnc --train model.snn -o model.so`
+     * (runtime/trainer.c): its program's buffers (train_buf records; none: not trainable), the
+     * buffer of each output's loss gradient and of each weight's gradient (-1: none flows), its
+     * batchnorms' statistics, and its two halves' code (snnk_train_fwd, snnk_train_bwd) */
+    RtBuf *train_bufs;
+    int ntrain_bufs;
+    int *train_out_grad;    /* [noutputs] */
+    int *train_weight_grad; /* [nweights] */
+    RtTrainBn *train_bn;
+    int ntrain_bn;
+    SnnkEntryFn train_fwd, train_bwd;
     bool is_made;     /* by rt_model_create: owns weight_data and image_data */
     snn_model *next;  /* the list of models rt_model_create made */
 };

@@ -85,6 +85,8 @@ snn_status_name(snn_status status)
 
 /* ---- the model: this library's, parsed from snnk_meta once ---- */
 
+void rt_model_attach_train(snn_model *m);
+
 static snn_model model;
 static const snn_model *model_ok; /* &model once parsed and checked, else NULL */
 static char model_error[512];
@@ -103,8 +105,10 @@ model_parse(void)
     size_t isize = &snnk_cuda_images_size ? (size_t)snnk_cuda_images_size : 0;
     if (rt_model_parse(&model, snnk_meta, snnk_run, snnk_weights, snnk_weights ? wsize : 0,
                        snnk_cuda_images, snnk_cuda_images ? isize : 0, model_error,
-                       sizeof model_error))
+                       sizeof model_error)) {
+        rt_model_attach_train(&model); /* trainer.c: the training step's code, where there is one */
         model_ok = &model;
+    }
 }
 
 /* the parsed model's tables go when the library is unloaded (dlclose), so nothing is left behind */
@@ -345,27 +349,18 @@ free_weight_mem(int nbufs, void **mem)
     free(mem);
 }
 
+/* every weight of s from set (checked first: nothing changes on error) */
 static snn_status
-load_weights_bytes(snn_session *s, const void *data, size_t size, const char *what)
+install_set(snn_session *s, const RtTensorSet *set, const char *what)
 {
-    RtTensorSet set;
     char msg[512];
-    memset(&set, 0, sizeof set);
-    if (rt_safetensors_parse(data, size, what, &set, msg, sizeof msg) != 0) {
-        rt_tensorset_free(&set);
-        return rt_fail(SNN_ERR_WEIGHTS, "%s", msg);
-    }
     const snn_model *m = s->m;
     /* packed for the program the session runs: CUDA's has buffers of its own */
     const RtBuf *bufs = s->cuda ? m->cuda_bufs : m->bufs;
     int nbufs = s->cuda ? m->ncuda_bufs : m->nbufs;
     void **mem = calloc((size_t)nbufs + 1, sizeof *mem);
-    if (!mem) {
-        rt_tensorset_free(&set);
-        return rt_fail(SNN_ERR_MEMORY, "out of memory loading weights");
-    }
-    snn_status st = weights_from_set(m, &set, what, bufs, nbufs, mem);
-    rt_tensorset_free(&set);
+    if (!mem) return rt_fail(SNN_ERR_MEMORY, "out of memory loading weights");
+    snn_status st = weights_from_set(m, set, what, bufs, nbufs, mem);
     if (st != SNN_OK) {
         free(mem);
         return st;
@@ -389,6 +384,45 @@ load_weights_bytes(snn_session *s, const void *data, size_t size, const char *wh
     pthread_mutex_unlock(&s->lock);
     free(mem);
     return SNN_OK;
+}
+
+static snn_status
+load_weights_bytes(snn_session *s, const void *data, size_t size, const char *what)
+{
+    RtTensorSet set;
+    char msg[512];
+    memset(&set, 0, sizeof set);
+    if (rt_safetensors_parse(data, size, what, &set, msg, sizeof msg) != 0) {
+        rt_tensorset_free(&set);
+        return rt_fail(SNN_ERR_WEIGHTS, "%s", msg);
+    }
+    snn_status st = install_set(s, &set, what);
+    rt_tensorset_free(&set);
+    return st;
+}
+
+/* trainer.c's snn_session_copy_weights: the weights from float32 arrays in the model's layout
+ * (a set viewing them, not owning them) */
+snn_status rt_session_set_weights(snn_session *s, const float *const *w);
+snn_status
+rt_session_set_weights(snn_session *s, const float *const *w)
+{
+    const snn_model *m = s->m;
+    RtTensorSet set = {calloc((size_t)m->nweights + 1, sizeof(RtTensor)), m->nweights};
+    if (!set.tensors) return rt_fail(SNN_ERR_MEMORY, "out of memory copying weights");
+    for (int i = 0; i < m->nweights; i++) {
+        const snn_tensor_info *info = &m->weights[i].info;
+        RtTensor *t = &set.tensors[i];
+        t->name = (char *)m->weights[i].name;
+        t->dtype = RT_F32;
+        t->rank = info->rank;
+        memcpy(t->dims, info->dims, (size_t)info->rank * sizeof info->dims[0]);
+        t->numel = info->numel;
+        t->data = (float *)w[i];
+    }
+    snn_status st = install_set(s, &set, "the trainer's weights");
+    free(set.tensors);
+    return st;
 }
 
 snn_status

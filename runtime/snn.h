@@ -29,7 +29,7 @@ extern "C" {
 
 /* Bumped on any incompatible change of this header; snn_abi_version() says what a library was
  * built with. */
-#define SNN_ABI_VERSION 2
+#define SNN_ABI_VERSION 3
 #define SNN_MAX_RANK 8
 /* the largest max_batch and threads snn_session_create accepts */
 #define SNN_MAX_BATCH (1 << 20)
@@ -134,6 +134,71 @@ snn_status snn_session_stats(snn_session *s, snn_stats *stats);
 snn_status snn_session_reset_stats(snn_session *s);
 int snn_session_threads(const snn_session *s); /* 1 on cuda; -1 if s is NULL */
 const char *snn_session_device(const snn_session *s); /* "cpu", "cuda:0"; NULL if s is NULL */
+
+/* ---- training (ABI 3) ----
+ * A library built with `snnc --train model.snn -o model.so` also carries the model's compiled
+ * training step (surrogate-gradient BPTT, the same code and bits as `snnc --train`): a trainer
+ * holds float32 weights, the optimiser's state and the memory of a step for batches of at most
+ * max_batch. On the CPU; one step at a time per trainer (calls take turns).
+ *
+ *   snn_train_config c;  snn_train_config_default(&c);  c.lr = 1e-3;
+ *   snn_trainer *t;  snn_trainer_create(m, &c, 64, 0, &t);
+ *   for (...) snn_train_step(t, first, 64, inputs, labels, &loss, &correct);
+ *   snn_trainer_save_weights(t, "trained.safetensors");
+ *   snn_session_copy_weights(session, t);  (an inference session now runs the trained weights)
+ *
+ * Framework integration uses the pair: snn_train_forward (the outputs; it keeps what the backward
+ * needs), snn_train_backward (from the outputs' gradients to the weights'), then
+ * snn_trainer_apply (the optimiser over the gradients the backward kept or the caller gives). */
+typedef struct snn_trainer snn_trainer;
+typedef enum snn_loss { SNN_LOSS_MSE = 0, SNN_LOSS_CE = 1 } snn_loss;
+typedef enum snn_optimizer { SNN_OPT_ADAM = 0, SNN_OPT_ADAMW = 1, SNN_OPT_SGD = 2 } snn_optimizer;
+typedef struct snn_train_config {
+    snn_loss loss;           /* MSE to the one-hot label (SpikingJelly's, on rates), or CE */
+    int loss_output;         /* the output the loss reads: class scores [B, K] */
+    snn_optimizer optimizer; /* torch.optim's update and order */
+    double lr, momentum, weight_decay, beta1, beta2, eps;
+    int nesterov;
+    double clip_grad_norm;   /* > 0: clip_grad_norm_ before every update */
+} snn_train_config;
+/* PyTorch's defaults: MSE on output 0, Adam lr 1e-3, betas 0.9 0.999, eps 1e-8, no decay */
+void snn_train_config_default(snn_train_config *c);
+/* 1 if the library carries the training step, 0 if not (or m is NULL) */
+int snn_model_trainable(const snn_model *m);
+/* A trainer starting from the library's weights (or none: load some with
+ * snn_trainer_load_weights_file before the first step); threads as snn_session_create's. */
+snn_status snn_trainer_create(const snn_model *m, const snn_train_config *c, int max_batch,
+                              int threads, snn_trainer **out);
+void snn_trainer_destroy(snn_trainer *t); /* NULL is fine */
+/* One whole step over a batch: forward, loss against labels[batch] (classes 0..K-1 as floats),
+ * backward, optimiser; *loss (the batch's mean) and *correct (argmax == label) where not NULL. */
+snn_status snn_train_step(snn_trainer *t, int64_t first_sample, int batch,
+                          const float *const *inputs, const float *labels, double *loss,
+                          int64_t *correct);
+/* The forward alone (training mode: batchnorm on the batch, running statistics updated);
+ * outputs as snn_run's, or NULL */
+snn_status snn_train_forward(snn_trainer *t, int64_t first_sample, int batch,
+                             const float *const *inputs, float *const *outputs);
+/* After snn_train_forward: dLoss/doutput of its batch (output_grads[k]: [batch, numel] floats,
+ * NULL entries zero) to every weight's gradient, kept for snn_trainer_apply and copied to
+ * weight_grads[w] ([numel] floats) where weight_grads and it are not NULL */
+snn_status snn_train_backward(snn_trainer *t, const float *const *output_grads,
+                              float *const *weight_grads);
+/* One optimiser update from weight_grads (NULL: the last backward's), clipped as configured */
+snn_status snn_trainer_apply(snn_trainer *t, const float *const *weight_grads);
+snn_status snn_trainer_set_lr(snn_trainer *t, double lr);
+int64_t snn_trainer_steps(const snn_trainer *t); /* updates so far; -1 if t is NULL */
+/* weight i as float32 ([numel]: snn_model_weight's shape) */
+snn_status snn_trainer_get_weight(snn_trainer *t, int i, float *dst);
+snn_status snn_trainer_load_weights_file(snn_trainer *t, const char *path);
+/* The weights as safetensors (the model's names, float32), through a temporary file: a failed
+ * write leaves any old file as it was. A checkpoint adds the optimiser's state and step count
+ * (NAME.__opt0, NAME.__opt1, __snnc_steps); loading one continues to the same bits. */
+snn_status snn_trainer_save_weights(snn_trainer *t, const char *path);
+snn_status snn_trainer_save_checkpoint(snn_trainer *t, const char *path);
+snn_status snn_trainer_load_checkpoint(snn_trainer *t, const char *path);
+/* An inference session (cpu) takes the trainer's current weights */
+snn_status snn_session_copy_weights(snn_session *s, snn_trainer *t);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,8 @@
  * same. */
 #include "runtime/train.h"
 
+#include "runtime/pool.h"
+
 #include <math.h>
 #include <stdbool.h>
 
@@ -141,6 +143,46 @@ rt_opt_step_baseline(const RtOptConfig *c, int64_t step, float *p, const float *
                      float *v, int64_t n)
 {
     opt_step_base(c, step, p, g, m, v, n);
+}
+
+void
+rt_bn_update_running(float *rm, float *rv, const float *mean, const double *var, int64_t C,
+                     double cnt)
+{
+    for (int64_t c = 0; c < C; c++) {
+        double unbiased = cnt > 1 ? var[c] * cnt / (cnt - 1) : var[c];
+        rm[c] = (float)(0.1 * (double)mean[c] + 0.9 * (double)rm[c]);
+        rv[c] = (float)(0.1 * unbiased + 0.9 * (double)rv[c]);
+    }
+}
+
+typedef struct OptJob {
+    const RtOptConfig *c;
+    int64_t step;
+    float *p, *m, *v;
+    const float *g;
+} OptJob;
+
+static void
+opt_chunk(void **bufs, int64_t batch, int64_t step, int64_t sample_base, int64_t lo, int64_t hi)
+{
+    (void)batch, (void)step, (void)sample_base;
+    const OptJob *j = bufs[0];
+    rt_opt_step(j->c, j->step, j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo);
+}
+
+void
+rt_opt_step_pool(struct RtPool *pool, const RtOptConfig *c, int64_t step, float *p,
+                 const float *g, float *m, float *v, int64_t n)
+{
+    if (!pool || n < 65536) {
+        rt_opt_step(c, step, p, g, m, v, n);
+        return;
+    }
+    OptJob j = {c, step, p, m, v, g};
+    void *bufs[1] = {&j};
+    SnnkRt *rt = rt_pool_rt(pool);
+    rt->parallel_for(rt, opt_chunk, bufs, 0, 0, 0, 0, n);
 }
 
 double

@@ -58,5 +58,16 @@ double rt_step_lr(double lr0, int64_t e, int64_t step_size, double gamma);
  * tensor's norm, then the norm of those, in double), and where max_norm / (norm + 1e-6) is
  * below 1 every gradient multiplied by it (rounded to float); returns the norm before */
 double rt_clip_grad_norm(float *const *g, const int64_t *n, int ng, double max_norm);
+/* PyTorch's running statistics of a batchnorm after a training batch from the batch's mean (as
+ * rounded to float) and biased variance per channel: momentum 0.1, the variance unbiased by
+ * cnt / (cnt - 1) (cnt: the values per channel), in double, stored to float */
+void rt_bn_update_running(float *rm, float *rv, const float *mean, const double *var, int64_t C,
+                          double cnt);
+
+struct RtPool;
+/* rt_opt_step split over a thread pool's threads (elementwise: the same bits however split; a
+ * NULL pool or a small n runs on the caller) */
+void rt_opt_step_pool(struct RtPool *pool, const RtOptConfig *c, int64_t step, float *p,
+                      const float *g, float *m, float *v, int64_t n);
 
 #endif

@@ -52,6 +52,10 @@ typedef struct CgLlvmObjectData {
  * name such as "x86-64-v3", or NULL/"native" for the host CPU and its features): the schedule
  * snnk_run (runtime/kernel_abi.h) and the constants of data, every one defined (a byte array of one
  * zero and a size of 0 where there is nothing). Returns false with a message in err. */
+/* p alone as an object whose one external symbol is its schedule, named `entry` (the halves of a
+ * trainable model.so's training step: snnk_train_fwd, snnk_train_bwd) */
+bool cg_llvm_write_entry_object(const KProgram *p, const char *cpu, const char *entry,
+                                const char *path, char *err, size_t errlen);
 bool cg_llvm_write_object(const KProgram *p, const char *cpu, const CgLlvmObjectData *data,
                           const char *path, char *err, size_t errlen);
 

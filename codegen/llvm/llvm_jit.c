@@ -355,6 +355,46 @@ add_u64(LLVMModuleRef mod, const char *name, uint64_t v)
 }
 
 bool
+cg_llvm_write_entry_object(const KProgram *p, const char *cpu, const char *entry,
+                           const char *path, char *err, size_t errlen)
+{
+    LLVMTargetMachineRef tm = llvm_target_machine(cpu, err, errlen);
+    if (!tm) return false;
+    LLVMContextRef ctx = LLVMContextCreate();
+    LLVMModuleRef mod = llvm_gen_module(p, ctx, tm, err, errlen);
+    bool is_ok = mod != NULL;
+    if (is_ok) {
+        /* the entry renamed; everything else internal, so that several such objects link into
+         * one library */
+        LLVMValueRef f = LLVMGetNamedFunction(mod, LLVM_GEN_ENTRY);
+        for (LLVMValueRef g = LLVMGetFirstFunction(mod); g; g = LLVMGetNextFunction(g))
+            if (g != f && !LLVMIsDeclaration(g)) LLVMSetLinkage(g, LLVMInternalLinkage);
+        for (LLVMValueRef g = LLVMGetFirstGlobal(mod); g; g = LLVMGetNextGlobal(g))
+            if (!LLVMIsDeclaration(g)) LLVMSetLinkage(g, LLVMInternalLinkage);
+        if (f) LLVMSetValueName2(f, entry, strlen(entry));
+        is_ok = f != NULL && llvm_optimise(mod, tm, err, errlen);
+        if (!f) diag_format(err, errlen, "LLVM: the program has no entry point");
+    }
+    if (is_ok) {
+        char *msg = NULL;
+        LLVMMemoryBufferRef obj = NULL;
+        if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) {
+            diag_format(err, errlen, "LLVM: cannot make the object file: %s", msg ? msg : "?");
+            is_ok = false;
+        } else {
+            is_ok = rt_write_file(path, LLVMGetBufferStart(obj), LLVMGetBufferSize(obj), err,
+                                  errlen) == 0;
+            LLVMDisposeMemoryBuffer(obj);
+        }
+        LLVMDisposeMessage(msg);
+    }
+    if (mod) LLVMDisposeModule(mod);
+    LLVMContextDispose(ctx);
+    LLVMDisposeTargetMachine(tm);
+    return is_ok;
+}
+
+bool
 cg_llvm_write_object(const KProgram *p, const char *cpu, const CgLlvmObjectData *data,
                      const char *path, char *err, size_t errlen)
 {

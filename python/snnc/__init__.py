@@ -6,12 +6,15 @@ arrays (ctypes over the model.so's C ABI, runtime/snn.h; numpy the only dependen
     rate = m(images)                              # [N, 784] float32 -> [N, 10]
     m = snnc.load("fmnist_mlp.so")                # a built model.so: no compiler needed
     snnc.train("model.snn", out="w.safetensors", inputs=x, labels=y, epochs=5)  # snnc --train
+    t = snnc.Trainer(snnc.load("mlp_train.so"))   # a library built with snnc --train -o X.so
+    loss, correct = t.step(images, labels)        # its compiled training step, batch by batch
 """
 from .compiler import compile, find_snnc, train
 from .model import Model, SnncError, Tensor
+from .trainer import Trainer
 
 __version__ = "0.1.0"
-__all__ = ["compile", "load", "train", "find_snnc", "Model", "SnncError", "Tensor"]
+__all__ = ["compile", "load", "train", "find_snnc", "Model", "SnncError", "Tensor", "Trainer"]
 
 
 def load(path, *, device: str = "auto", max_batch: int = 256, threads: int = 0,

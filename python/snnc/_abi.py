@@ -1,11 +1,11 @@
-"""ctypes declarations of a model.so's C ABI (runtime/snn.h, ABI version 2)."""
+"""ctypes declarations of a model.so's C ABI (runtime/snn.h, ABI version 3)."""
 import ctypes as C
 
 SNN_OK = 0
 SNN_MAX_RANK = 8
 SNN_MAX_BATCH = 1 << 20
 SNN_MAX_THREADS = 1024
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 STATUS = {0: "SNN_OK", 1: "SNN_ERR_ARGUMENT", 2: "SNN_ERR_DEVICE", 3: "SNN_ERR_WEIGHTS",
           4: "SNN_ERR_STATE", 5: "SNN_ERR_MEMORY", 6: "SNN_ERR_IO"}
@@ -20,6 +20,13 @@ class Stats(C.Structure):
     _fields_ = [("runs", C.c_int64), ("samples", C.c_int64), ("kernel_launches", C.c_int64),
                 ("seconds", C.c_double), ("last_seconds", C.c_double),
                 ("graph_launches", C.c_int64)]
+
+
+class TrainConfig(C.Structure):
+    _fields_ = [("loss", C.c_int), ("loss_output", C.c_int), ("optimizer", C.c_int),
+                ("lr", C.c_double), ("momentum", C.c_double), ("weight_decay", C.c_double),
+                ("beta1", C.c_double), ("beta2", C.c_double), ("eps", C.c_double),
+                ("nesterov", C.c_int), ("clip_grad_norm", C.c_double)]
 
 
 _P = C.c_void_p
@@ -51,6 +58,25 @@ FUNCTIONS = {
     "snn_session_reset_stats": (C.c_int, [_P]),
     "snn_session_threads": (C.c_int, [_P]),
     "snn_session_device": (C.c_char_p, [_P]),
+    # training (ABI 3)
+    "snn_train_config_default": (None, [C.POINTER(TrainConfig)]),
+    "snn_model_trainable": (C.c_int, [_P]),
+    "snn_trainer_create": (C.c_int, [_P, C.POINTER(TrainConfig), C.c_int, C.c_int,
+                                     C.POINTER(_P)]),
+    "snn_trainer_destroy": (None, [_P]),
+    "snn_train_step": (C.c_int, [_P, C.c_int64, C.c_int, C.POINTER(_P), C.c_void_p,
+                                 C.POINTER(C.c_double), C.POINTER(C.c_int64)]),
+    "snn_train_forward": (C.c_int, [_P, C.c_int64, C.c_int, C.POINTER(_P), C.POINTER(_P)]),
+    "snn_train_backward": (C.c_int, [_P, C.POINTER(_P), C.POINTER(_P)]),
+    "snn_trainer_apply": (C.c_int, [_P, C.POINTER(_P)]),
+    "snn_trainer_set_lr": (C.c_int, [_P, C.c_double]),
+    "snn_trainer_steps": (C.c_int64, [_P]),
+    "snn_trainer_get_weight": (C.c_int, [_P, C.c_int, C.c_void_p]),
+    "snn_trainer_load_weights_file": (C.c_int, [_P, C.c_char_p]),
+    "snn_trainer_save_weights": (C.c_int, [_P, C.c_char_p]),
+    "snn_trainer_save_checkpoint": (C.c_int, [_P, C.c_char_p]),
+    "snn_trainer_load_checkpoint": (C.c_int, [_P, C.c_char_p]),
+    "snn_session_copy_weights": (C.c_int, [_P, _P]),
 }
 
 

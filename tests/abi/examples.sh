@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # examples/c-api end to end: build the Fashion-MNIST MLP into a model.so, compile the C example with
 # the system compiler (it needs only snn.h, libdl and zlib), run it and the Python ctypes example
-# (when numpy is installed), and require the accuracy snnc itself reports on the same images.
+# (when numpy is installed), and require the accuracy snnc itself reports on the same images. Then
+# the training examples: the MLP built with --train into a library carrying its training step,
+# trained by train.c and train.py (snn_trainer_*) for an epoch over 2,560 images, which must give
+# the same weights, bit for bit, as `snnc --train --no-shuffle` on the same images.
 # Usage: examples.sh SNNC SOURCE_ROOT WORK_DIR
 set -eu
 snnc=$1 root=$2 work=$3
@@ -23,5 +26,24 @@ if python3 -c 'import numpy' 2> /dev/null; then
   diff <(grep spikes c.out) <(grep spikes py.out)
 else
   echo "numpy is not installed: the Python example is not run"
+fi
+# training through the library
+"$snnc" --train "$root/examples/fmnist_mlp.snn" -o fmnist_mlp_train.so
+${CC:-cc} -std=c11 -O2 -D_GNU_SOURCE -Wall -Wextra -Werror -I "$root/runtime" \
+  "$root/examples/c-api/train.c" -o train -ldl -lz
+./train ./fmnist_mlp_train.so --limit=2560 --batch=128 --test-limit=1000 -o c-train.safetensors \
+  | tee c-train.out
+"$snnc" --train "$root/examples/fmnist_mlp.snn" --data=fashion-mnist --limit=2560 --batch=128 \
+  --no-shuffle --test-limit=1000 -q -o snnc-train.safetensors
+cmp c-train.safetensors snnc-train.safetensors ||
+  { echo "FAIL: train.c's weights are not snnc --train's"; exit 1; }
+grep -q "^test accuracy 0\.8[5-9]" c-train.out || { echo "FAIL: train.c's test accuracy"; exit 1; }
+if python3 -c 'import numpy' 2> /dev/null; then
+  PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$root/examples/c-api/train.py" \
+    ./fmnist_mlp_train.so --limit=2560 --batch=128 --test-limit=1000 -o py-train.safetensors \
+    | tee py-train.out
+  cmp py-train.safetensors snnc-train.safetensors ||
+    { echo "FAIL: train.py's weights are not snnc --train's"; exit 1; }
+  diff <(grep "test accuracy" c-train.out) <(grep "test accuracy" py-train.out)
 fi
 echo PASS

@@ -564,7 +564,7 @@ main(void)
     /* before anything loads the driver: this process's CUDA is one that does not exist */
     setenv("SNN_CUDA_DRIVER", NO_DRIVER, 1);
 
-    CHECK(snn_abi_version() == 2);
+    CHECK(snn_abi_version() == SNN_ABI_VERSION);
     /* no generated object here: no model of its own */
     CHECK(snn_model_get() == NULL && strstr(snn_last_error(), "holds no compiled model"));
     test_work();

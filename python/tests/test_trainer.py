@@ -1,0 +1,110 @@
+"""snnc.Trainer (a library built with `snnc --train MODEL.snn -o MODEL.so`, runtime/snn.h
+snn_trainer_*) against `snnc --train`: SpikingJelly's conv net with batchnorm (tests/grad/sj_conv)
+trained two steps through the library gives the same bits as the command line; the forward /
+backward / apply pair gives what a step gives; a checkpoint continues to the same bits; errors
+are clear. Needs $SNNC (CMake's test sets it) or a built snnc in the checkout."""
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import snnc
+
+ROOT = Path(__file__).resolve().parents[2]
+CASE = ROOT / "tests" / "grad" / "sj_conv"
+SGD = dict(optimizer="sgd", lr=0.1, momentum=0.9)
+
+
+def cli(*args, cwd=None):
+    r = subprocess.run([snnc.find_snnc(), *map(str, args)], capture_output=True, text=True,
+                       cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trainer") / "sj_conv_train.so"
+    cli("--train", "model.snn", "--cuda-arch=none", "-o", out, cwd=CASE)
+    return out
+
+
+def data():
+    return np.load(CASE / "input.npy"), np.load(CASE / "labels.npy")
+
+
+def test_step_equals_the_command_line(lib, tmp_path):
+    x, y = data()
+    want = tmp_path / "cli.safetensors"
+    cli("--train", "--backend=cpu", "model.snn", "--input=input.npy", "--labels=labels.npy",
+        "--loss=mse", "--batch=8", "--epochs=2", "--no-shuffle", "--optimizer=sgd", "--lr=0.1",
+        "--momentum=0.9", "-q", "-o", want, cwd=CASE)
+    with snnc.load(lib, device="cpu", max_batch=8) as m, snnc.Trainer(m, **SGD) as t:
+        for e in range(2):
+            loss, correct = t.step(x, y, first_sample=e * len(y))
+            assert np.isfinite(loss) and 0 <= correct <= len(y)
+        assert t.steps == 2
+        t.save(tmp_path / "lib.safetensors")
+        w = t.weights()
+        assert set(w) == set(m.weights)
+        # the running statistics moved from their initial (0, 1)
+        assert not np.all(w["conv_fc.1.running_mean"] == 0)
+        t.sync()  # inference now runs the trained weights (running statistics for batchnorm)
+        assert m(x).shape == (len(y), 10)
+    assert (tmp_path / "lib.safetensors").read_bytes() == want.read_bytes()
+
+
+def test_forward_backward_apply_equal_a_step(lib):
+    x, y = data()
+    with snnc.load(lib, device="cpu", max_batch=8) as m:
+        with snnc.Trainer(m, **SGD) as a, snnc.Trainer(m, **SGD) as b:
+            a.step(x, y)
+            out = b.forward(x)["rate"]
+            # MSE's gradient as runtime/train.c computes it: (z - onehot) * float(2 / (B K))
+            onehot = np.eye(10, dtype=np.float32)[y.astype(int)]
+            g = (out - onehot) * np.float32(2.0 / out.size)
+            grads = b.backward({"rate": g})
+            assert np.abs(grads["conv_fc.9.weight"]).sum() > 0
+            assert not grads["conv_fc.1.running_mean"].any()  # no gradient reaches them
+            b.apply(grads)
+            wa, wb = a.weights(), b.weights()
+            for k in wa:
+                assert np.array_equal(wa[k], wb[k]), k
+
+
+def test_checkpoint_continues_exactly(lib, tmp_path):
+    x, y = data()
+    with snnc.load(lib, device="cpu", max_batch=8) as m:
+        with snnc.Trainer(m, optimizer="adam", lr=1e-3) as t:
+            t.step(x, y)
+            t.save_checkpoint(tmp_path / "ck.safetensors")
+            t.step(x, y)
+            want = t.weights()
+        with snnc.Trainer(m, optimizer="adam", lr=1e-3) as u:
+            u.load_checkpoint(tmp_path / "ck.safetensors")
+            assert u.steps == 1
+            u.step(x, y)
+            got = u.weights()
+    for k in want:
+        assert np.array_equal(want[k], got[k]), k
+
+
+def test_errors(lib, tmp_path):
+    x, y = data()
+    plain = tmp_path / "plain.so"
+    cli("model.snn", "--cuda-arch=none", "-o", plain, cwd=CASE)
+    with snnc.load(plain, device="cpu") as m:
+        with pytest.raises(snnc.SnncError, match="carries no training step"):
+            snnc.Trainer(m)
+    with snnc.load(lib, device="cpu", max_batch=8) as m:
+        with pytest.raises(ValueError, match="loss must be"):
+            snnc.Trainer(m, loss="hinge")
+        with snnc.Trainer(m) as t:
+            with pytest.raises(snnc.SnncError, match="not a class"):
+                t.step(x, np.full(len(y), 12, np.float32))
+            with pytest.raises(ValueError, match="1..8 samples"):
+                t.step(np.concatenate([x, x]), np.concatenate([y, y]))
+            with pytest.raises(snnc.SnncError, match="not a trainer checkpoint"):
+                t.save(tmp_path / "w.safetensors")
+                t.load_checkpoint(tmp_path / "w.safetensors")
