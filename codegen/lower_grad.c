@@ -45,6 +45,8 @@ is_supported_op(Op op)
     case OP_SUMPOOL2D:
     case OP_BATCHNORM:
     case OP_NEURON:
+    case OP_STATE:
+    case OP_SEQUENCE:
     case OP_MEAN:
     case OP_COUNT:
     case OP_LAST:
@@ -67,23 +69,25 @@ grad_problem(const Module *m, ValueId *where)
         if (!is_supported_op(n->op))
             return arena_printf((Arena *)&m->arena,
                                 "compiled training does not differentiate %s yet (dense, conv, "
-                                "pools, batchnorm, neuron layers, add, sub, mul, scale, flatten, "
-                                "mean, count and last readouts; --backend=interp trains every "
-                                "layer)",
+                                "pools, batchnorm, neuron layers and their state probes, add, "
+                                "sub, mul, scale, flatten, mean, count, last and sequence "
+                                "readouts; --backend=interp trains every layer)",
                                 node_op_name(m, n));
         if (n->op == OP_NEURON) {
             SurrogateFn sg;
             char why[256];
             if (!neuron_surrogate(m->neurons[n->neuron], &sg, why, sizeof why))
                 return arena_strdup((Arena *)&m->arena, why);
-            for (ValueId u = 0; u < m->nnodes; u++)
-                if (m->nodes[u].op == OP_STATE && m->nodes[u].args[0] == v)
-                    return "compiled training does not differentiate state probes yet";
         }
         if ((n->op == OP_DENSE || op_is_conv(n->op)) && m->nodes[n->args[0]].type.dtype == DT_I8)
             return "compiled training does not differentiate -1/0/1 spikes";
         if (op_is_conv(n->op) && conv_geom(m, n).G != 1)
             return "compiled training does not differentiate grouped convolutions yet";
+        bool is_output = false;
+        for (int k = 0; k < m->noutputs; k++)
+            is_output |= m->outputs[k] == v;
+        if (is_output && !is_step_readout(n->op) && n->op != OP_SEQUENCE && !n->type.has_time)
+            return "compiled training does not differentiate an output of a static value yet";
     }
     *where = -1;
     return NULL;
@@ -136,6 +140,39 @@ claim(G *g, ValueId v)
 
 /* ---- readouts ---- */
 
+/* element j = b*n + i of a [B][T][n] output at step t */
+static KExpr *
+seq_index(Lower *lw, KExpr *j, KExpr *t, int64_t n)
+{
+    KExpr *b = bin(lw, KB_DIV, j, ci(lw, n)), *i = bin(lw, KB_REM, j, ci(lw, n));
+    return bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, b, ci(lw, lw->T)), t), ci(lw, n)),
+               i);
+}
+
+/* An output that is a value itself, every step of it ([B][T][n]): its gradient starts as the
+ * output's, as the interpreter's slots do before any backward */
+static void
+grad_direct_output(G *g, ValueId v, int k)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    int64_t numel = lw->vs[root(lw, v)].numel;
+    bool first = claim(g, v);
+    begin_kernel(lw, v, describe(lw, v, "backward: the output's gradient, every step"), false);
+    lw->k.name = arena_printf(&p->arena, "grad_out_%s", lw->k.name);
+    KExpr *jv, *tv;
+    KStmt *fj =
+        loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
+    fj->is_lanes = true;
+    KStmt *ft = loop(lw, body(fj), "t", ci(lw, lw->T), false, &tv);
+    Pos ps = {0};
+    ps.j = jv;
+    ps.jn = numel;
+    ps.t = tv;
+    gadd(g, body(ft), v, &ps, kx_load(p, g->tr->out_grad[k], seq_index(lw, jv, tv, numel)), first);
+    end_kernel(lw);
+}
+
 static void
 grad_readout(G *g, ValueId v, int k)
 {
@@ -173,6 +210,9 @@ grad_readout(G *g, ValueId v, int k)
             gadd(g, els(i), x, &ps, zero(lw), true);
         break;
     }
+    case OP_SEQUENCE: /* the output's step t: [B][T][n] */
+        gadd(g, c, x, &ps, kx_load(p, g->tr->out_grad[k], seq_index(lw, jv, tv, numel)), first);
+        break;
     default:
         unreachable();
     }
@@ -574,6 +614,19 @@ grad_neuron(G *g, ValueId v)
         s_assign(lw, cu, a_out, gy);
     else
         adj_add(lw, cu, A.sp, gy);
+    /* and the state probes' gradients, each to its variable after the step */
+    for (ValueId u = 0; u < m->nnodes; u++) {
+        const Node *pn = &m->nodes[u];
+        if (pn->op != OP_STATE || pn->args[0] != v || g->gbuf[u] < 0) continue;
+        const char *name = pn->attrs[op_attr_index(OP_STATE, "var")].s;
+        int av = -1;
+        for (int k = 0; k < ns && av < 0; k++)
+            if (!strcmp(nd->states[k].name, name)) av = A.st[k];
+        for (int k = 0; k < nl_ && av < 0; k++)
+            if (!strcmp(nd->locals[k], name)) av = A.lc[k];
+        if (av < 0) die("kir: state probe %d names no variable of its neuron", (int)u);
+        adj_add(lw, cu, av, gload(g, u, &pt));
+    }
     for (int s = nst - 1; s >= 0; s--) {
         const NStmt *stm = &nd->stmts[s];
         const NLower *sn = &snap[s];
@@ -1608,7 +1661,9 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
     /* gradient buffers: the value's layout, f32 */
     for (ValueId v = 0; v < n; v++) {
         const Node *nd = &m->nodes[v];
-        if (!g.needs[v] || nd->op == OP_FLATTEN || is_step_readout(nd->op)) continue;
+        if (!g.needs[v] || nd->op == OP_FLATTEN || nd->op == OP_SEQUENCE ||
+            is_step_readout(nd->op))
+            continue;
         const VStore *vs = &lw->vs[v];
         if (vs->layout != LY_FULL && vs->layout != LY_STATIC)
             die("kir: value %d needs a gradient but has no buffer of its own", (int)v);
@@ -1624,6 +1679,13 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
                                   (KSize){numel, 0}, KB_TEMP, -1, -1);
         p->bufs[tr->out_grad[k]].is_written_first = true;
     }
+    /* outputs that are values themselves: their gradients first */
+    for (int o = 0; o < m->noutputs; o++) {
+        ValueId v = m->outputs[o];
+        const Node *nd = &m->nodes[v];
+        if (g.needs[v] && !is_step_readout(nd->op) && nd->op != OP_SEQUENCE)
+            grad_direct_output(&g, v, o);
+    }
     for (int k = n - 1; k >= 0; k--) {
         ValueId v = topo[k];
         const Node *nd = &m->nodes[v];
@@ -1633,7 +1695,11 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
             begin_kernel(lw, v, describe(lw, v, "backward: no reader, a zero gradient"), false);
             lw->k.name = arena_printf(&p->arena, "grad_zero_%s", value_name(lw, v));
             KExpr *iv;
-            KStmt *f = loop(lw, top(lw), "e", ci(lw, p->bufs[g.gbuf[v]].size.per_batch), true, &iv);
+            KSize sz = p->bufs[g.gbuf[v]].size; /* every sample's: per_batch * B + fixed */
+            KStmt *f = loop(lw, top(lw), "e",
+                            bin(lw, KB_ADD, bin(lw, KB_MUL, ci(lw, sz.per_batch), kx_kind(p, KX_BATCH)),
+                                ci(lw, sz.fixed)),
+                            true, &iv);
             f->is_lanes = true;
             s_store(lw, body(f), g.gbuf[v], iv, zero(lw));
             end_kernel(lw);
@@ -1643,6 +1709,7 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
         case OP_MEAN:
         case OP_COUNT:
         case OP_LAST:
+        case OP_SEQUENCE:
             for (int o = 0; o < m->noutputs; o++)
                 if (m->outputs[o] == v) grad_readout(&g, v, o);
             break;
