@@ -489,17 +489,22 @@ parse_options(int argc, char **argv, Options *o)
         }
         case O_DATA: o->data = optarg; break;
         case O_TRAIN: o->train = true; break;
-        case O_EPOCHS: o->epochs = parse_int("--epochs", optarg, 1, 1 << 20); break;
+        case O_EPOCHS:
+            o->epochs = parse_int("--epochs", optarg, 1, 1 << 20);
+            o->has_epochs = true;
+            break;
         case O_LOSS:
             if (strcmp(optarg, "mse") == 0) o->loss = RT_LOSS_MSE;
             else if (strcmp(optarg, "ce") == 0) o->loss = RT_LOSS_CE;
             else usage_error("--loss expects mse or ce, got '%s'", optarg);
+            o->has_loss = true;
             break;
         case O_OPTIMIZER:
             if (strcmp(optarg, "sgd") == 0) o->optimizer = RT_OPT_SGD;
             else if (strcmp(optarg, "adam") == 0) o->optimizer = RT_OPT_ADAM;
             else if (strcmp(optarg, "adamw") == 0) o->optimizer = RT_OPT_ADAMW;
             else usage_error("--optimizer expects sgd, adam or adamw, got '%s'", optarg);
+            o->has_optimizer = true;
             break;
         case O_LR: o->lr = parse_real("--lr", optarg, 0); o->has_lr = true; break;
         case O_MOMENTUM:
@@ -516,6 +521,8 @@ parse_options(int argc, char **argv, Options *o)
             is_step = strcmp(optarg, "step") == 0;
             if (!o->cosine && !is_step && strcmp(optarg, "constant") != 0)
                 usage_error("--schedule expects constant, cosine or step, got '%s'", optarg);
+            o->has_schedule = true;
+            o->step_schedule = is_step;
             break;
         case O_STEP_SIZE: o->step_size = parse_int("--step-size", optarg, 1, INT64_MAX); break;
         case O_GAMMA:
@@ -543,7 +550,10 @@ parse_options(int argc, char **argv, Options *o)
             o->input_args[o->ninput_args++] = optarg;
             break;
         case O_THREADS: o->threads = (int)parse_int("--threads", optarg, 1, 1024); break;
-        case O_BATCH: o->batch = (int)parse_int("--batch", optarg, 1, 1 << 20); break;
+        case O_BATCH:
+            o->batch = (int)parse_int("--batch", optarg, 1, 1 << 20);
+            o->has_batch = true;
+            break;
         case O_LIMIT: o->limit = parse_int("--limit", optarg, 1, INT64_MAX / 2); break;
         case O_SEED: o->seed = parse_int("--seed", optarg, 0, (int64_t)1 << 53); break;
         case O_OUTPUT: o->output = optarg; break;
@@ -728,10 +738,6 @@ parse_options(int argc, char **argv, Options *o)
     if (o->is_nir && o->model)
         usage_error("--model picks one model of a .snn file; a NIR graph is one model");
     if (o->train) {
-        if (o->nesterov && (o->optimizer != RT_OPT_SGD || !(o->momentum > 0)))
-            usage_error("--nesterov is SGD with momentum: give --optimizer=sgd and --momentum");
-        if (o->has_momentum && o->optimizer != RT_OPT_SGD)
-            usage_error("--momentum is for --optimizer=sgd");
         if (o->run || o->explain || (o->emit && strcmp(o->emit, "kernel") != 0))
             usage_error("--train trains and writes weights: not with --run, --explain or --emit "
                         "(but --emit=kernel, which prints the training step's kernels)");
@@ -773,10 +779,6 @@ parse_options(int argc, char **argv, Options *o)
         if (!backend_given || is_f64_asked)
             o->backend = has_backend("cpu") && !is_f64_asked ? "cpu" : "interp";
         o->precision = is_f64_asked ? INTERP_F64 : INTERP_F32;
-        if (is_step != (o->step_size > 0))
-            usage_error(is_step ? "--schedule=step needs --step-size=N"
-                                : "--step-size is for --schedule=step");
-        if (o->has_gamma && !is_step) usage_error("--gamma is for --schedule=step");
     } else {
         const char *given = o->has_lr              ? "--lr"
                             : o->has_momentum      ? "--momentum"

@@ -736,9 +736,59 @@ train_emit_kernel(Module *m, const Options *o)
     return rc;
 }
 
+/* The model's train block under the command line: each setting the command line did not give
+ * (frontend/lower.c checked the keys and values), then the checks of the settings together */
+static bool
+apply_train_block(const Module *m, Options *o)
+{
+    for (int i = 0; i < m->ntrain; i++) {
+        const TrainItem *t = &m->train[i];
+        const char *k = t->key, *w = t->word ? t->word : "";
+        if (!strcmp(k, "epochs") && !o->has_epochs) o->epochs = (int64_t)t->num;
+        else if (!strcmp(k, "batch") && !o->has_batch) o->batch = (int)t->num;
+        else if (!strcmp(k, "loss") && !o->has_loss)
+            o->loss = !strcmp(w, "ce") ? RT_LOSS_CE : RT_LOSS_MSE;
+        else if (!strcmp(k, "loss_output") && !o->loss_output) o->loss_output = t->word;
+        else if (!strcmp(k, "optimizer") && !o->has_optimizer)
+            o->optimizer = !strcmp(w, "sgd") ? RT_OPT_SGD : !strcmp(w, "adam") ? RT_OPT_ADAM
+                                                                              : RT_OPT_ADAMW;
+        else if (!strcmp(k, "lr") && !o->has_lr) o->lr = t->num, o->has_lr = true;
+        else if (!strcmp(k, "momentum") && !o->has_momentum)
+            o->momentum = t->num, o->has_momentum = true;
+        else if (!strcmp(k, "weight_decay") && !o->has_weight_decay)
+            o->weight_decay = t->num, o->has_weight_decay = true;
+        else if (!strcmp(k, "nesterov") && !o->nesterov) o->nesterov = !strcmp(w, "true");
+        else if (!strcmp(k, "schedule") && !o->has_schedule) {
+            o->cosine = !strcmp(w, "cosine");
+            o->step_schedule = !strcmp(w, "step");
+        } else if (!strcmp(k, "step_size") && !o->step_size) o->step_size = (int64_t)t->num;
+        else if (!strcmp(k, "gamma") && !o->has_gamma) o->gamma = t->num, o->has_gamma = true;
+        else if (!strcmp(k, "clip_grad_norm") && !(o->clip_norm > 0)) o->clip_norm = t->num;
+    }
+    const char *why = NULL;
+    if (o->step_schedule && !o->step_size) why = "--schedule=step needs --step-size=N";
+    else if (!o->step_schedule && o->step_size) why = "--step-size is for --schedule=step";
+    else if (!o->step_schedule && o->has_gamma) why = "--gamma is for --schedule=step";
+    else if (o->nesterov && (o->optimizer != RT_OPT_SGD || !(o->momentum > 0)))
+        why = "--nesterov is SGD with momentum: give --optimizer=sgd and --momentum";
+    else if (o->has_momentum && o->momentum != 0 && o->optimizer != RT_OPT_SGD)
+        why = "--momentum is for --optimizer=sgd";
+    if (!why) return true;
+    if (m->ntrain)
+        diag_error(m->train[0].loc, "%s (the command line together with the model's train "
+                   "block, where each option is its name without the dashes: step_size, ...)",
+                   why);
+    else
+        fprintf(stderr, "snnc: error: %s\n", why);
+    return false;
+}
+
 int
 train(Module *m, const Options *o)
 {
+    Options merged = *o; /* the command line over the model's train block */
+    if (!apply_train_block(m, &merged)) return 1;
+    o = &merged;
     module_clear_marks(m); /* the weights train in f32, whatever storage the model states */
     if (o->init) {
         m->weights_path = NULL;

@@ -64,6 +64,7 @@ typedef enum {
     MST_SCHEDULE,   /* schedule name (layer or step) */
     MST_MEMORY,     /* memory name (reuse or separate); `memory` is a keyword only there */
     MST_ACCUMULATE, /* accumulate name (exact or f32); likewise */
+    MST_TRAIN,      /* train { key value ... }: a an AST_CALL "train" of AST_KWARG items */
     MST_MARK,       /* a schedule mark (ir/marks.c, AstStmt.mark): `fuse name into a`, `events
                        name`, `weights name : a` ... (a: the target or word, an AST_IDENT) */
 } StmtKind;
@@ -115,6 +116,7 @@ extern const char fe_prelude_name[]; /* "<prelude>" */
 /* lower.c: read a .snn or .snnir file (following includes), prepend the prelude, and build the module.
  * Returns NULL after reporting errors. model_name selects a model when the main file has several. */
 Module *fe_load(const char *path, const char *model_name);
+
 /* Same from text already in memory (tests, fuzzing); includes resolve relative to the path's dir. */
 Module *fe_load_text(const char *path, const char *text, size_t len, const char *model_name);
 

@@ -1108,6 +1108,99 @@ choice_stmt(const AstStmt *st, const char *word, const char *a, const char *b, i
     return -1;
 }
 
+/* The keys of a train block (each a --train option, its dashes underscores) and their values: 'i'
+ * an integer >= 1, 'n' a number >= 0, 'w' one of `words`, or 'o' a name (an output) */
+static const struct {
+    const char *key;
+    char kind;
+    const char *words;
+} train_keys[] = {
+    {"epochs", 'i', NULL},
+    {"batch", 'i', NULL},
+    {"loss", 'w', "mse ce"},
+    {"loss_output", 'o', NULL},
+    {"optimizer", 'w', "adam adamw sgd"},
+    {"lr", 'n', NULL},
+    {"momentum", 'n', NULL},
+    {"weight_decay", 'n', NULL},
+    {"nesterov", 'w', "true false"},
+    {"schedule", 'w', "constant cosine step"},
+    {"step_size", 'i', NULL},
+    {"gamma", 'n', NULL},
+    {"clip_grad_norm", 'n', NULL},
+};
+
+/* whether word w is one of the space-separated words */
+static bool
+is_one_of(const char *w, const char *words)
+{
+    size_t n = strlen(w);
+    for (const char *p = words; *p;) {
+        size_t k = strcspn(p, " ");
+        if (k == n && strncmp(p, w, n) == 0) return true;
+        p += k + (p[k] == ' ');
+    }
+    return false;
+}
+
+static bool
+lower_train_block(Module *m, const AstStmt *st)
+{
+    if (m->has_train) {
+        diag_error(st->loc, "train is given twice");
+        return false;
+    }
+    m->has_train = true;
+    const Ast *call = st->a;
+    m->train = arena_alloc(&m->arena, (size_t)(call->nitems + 1) * sizeof *m->train);
+    for (int i = 0; i < call->nitems; i++) {
+        const Ast *kv = call->items[i];
+        int k = -1;
+        for (size_t j = 0; j < sizeof train_keys / sizeof train_keys[0] && k < 0; j++)
+            if (strcmp(kv->str, train_keys[j].key) == 0) k = (int)j;
+        if (k < 0) {
+            char list[512] = "";
+            for (size_t j = 0; j < sizeof train_keys / sizeof train_keys[0]; j++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
+                         train_keys[j].key);
+            diag_error(kv->loc, "unknown train setting '%s' (the settings: %s)", kv->str, list);
+            return false;
+        }
+        for (int j = 0; j < m->ntrain; j++)
+            if (strcmp(m->train[j].key, kv->str) == 0) {
+                diag_error(kv->loc, "train setting %s is given twice", kv->str);
+                return false;
+            }
+        const Ast *v = kv->a;
+        TrainItem *t = &m->train[m->ntrain];
+        *t = (TrainItem){train_keys[k].key, NULL, 0, false, kv->loc};
+        char kind = train_keys[k].kind;
+        if (kind == 'w' || kind == 'o') {
+            if (v->kind != AST_IDENT || (kind == 'w' && !is_one_of(v->str, train_keys[k].words))) {
+                if (kind == 'w')
+                    diag_error(v->loc, "train setting %s expects one of: %s", kv->str,
+                               train_keys[k].words);
+                else
+                    diag_error(v->loc, "train setting %s expects an output's name", kv->str);
+                return false;
+            }
+            t->word = arena_strdup(&m->arena, v->str);
+        } else {
+            if (v->kind != AST_NUM || (kind == 'i' && (!v->is_int || v->num < 1 || v->num > (1 << 20))) ||
+                !(v->num >= 0) || !isfinite(v->num)) {
+                diag_error(v->loc, "train setting %s expects %s", kv->str,
+                           kind == 'i' ? "a whole number from 1 to 1048576"
+                                       : "a number of at least 0");
+                return false;
+            }
+            t->num = v->num;
+            t->is_int = v->is_int;
+        }
+        m->ntrain++;
+    }
+    return true;
+}
+
 static bool
 lower_model(Lower *L, const AstItem *it, const char *path)
 {
@@ -1156,6 +1249,9 @@ lower_model(Lower *L, const AstItem *it, const char *path)
         }
         case MST_MARK:
             break; /* once every value is bound: below */
+        case MST_TRAIN:
+            if (!lower_train_block(m, st)) return false;
+            break;
         case MST_ACCUMULATE: {
             int k = choice_stmt(st, "accumulate", "exact", "f32", &has_accumulate);
             if (k < 0) return false;

@@ -286,7 +286,7 @@ loc_number(FeParser *p, const Ast *a)
 %token ASSIGN "=" LPAREN "(" RPAREN ")" LBRACKET "[" RBRACKET "]" LBRACE "{" RBRACE "}"
 %token COMMA "," SEMI ";"
 
-%type <list> items params param_list nstmts mstmts exprs args
+%type <list> items params param_list nstmts mstmts exprs args tstmts
 %type <item> item
 %type <stmt> nstmt mstmt
 %type <ast> name dim word
@@ -433,6 +433,16 @@ mstmt:
         $$ = stmt(p, k, @1, $2, no_expr());
         $$->mark = mark;
     }
+  | IDENT "{" tstmts "}" {
+        /* train { key value ... }: the --train settings the model gives */
+        if (strcmp($1->str, "train") != 0) {
+            fail(p, @1, "unexpected '%s {': the one block in a model is train { ... }", $1->str);
+            YYABORT;
+        }
+        FeExpr items = with_items(p, AST_CALL, @1, NULL, $3);
+        items.ast->str = "train";
+        $$ = stmt(p, MST_TRAIN, @1, NULL, items);
+    }
   | IDENT name ":" name {
         /* layout VALUE : bits|bytes, activations LAYER : f16|bf16|f32 (statement words only
          * here) */
@@ -478,6 +488,19 @@ mstmt:
         $$->has_loc = $6.file != NULL;
         $$->at = $6;
     }
+    ;
+
+/* tstmts := (word expr | ';')*: the settings of a train block */
+tstmts:
+    %empty { $$ = list_new(p); }
+  | tstmts word expr {
+        FeExpr kv = node(p, AST_KWARG, @2, 1 + $3.depth);
+        kv.ast->str = $2->str;
+        kv.ast->a = $3.ast;
+        $$ = push_expr(p, $1, kv);
+        CHECK();
+    }
+  | tstmts ";" { $$ = $1; }
     ;
 
 /* name := IDENT | VALNAME */

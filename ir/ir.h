@@ -357,6 +357,17 @@ typedef enum { MEMORY_SEPARATE, MEMORY_REUSE } MemoryPlan;
  * matters), at half the SIMD lanes. First in the enum: a zeroed Module sums in float. */
 typedef enum { ACC_F32, ACC_EXACT } Accumulate;
 
+/* One setting of a model's `train { ... }` block: a --train option the model gives (the command
+ * line overrides it). frontend/lower.c checks the key and the value's kind; driver/train.c
+ * applies them. */
+typedef struct TrainItem {
+    const char *key;  /* epochs, batch, loss, optimizer, lr, ... (frontend/lower.c train_keys) */
+    const char *word; /* a word value (adam, cosine, true, an output's name), or NULL: num */
+    double num;
+    bool is_int;
+    Loc loc;
+} TrainItem;
+
 typedef struct Module {
     Arena arena;
     const char *name;
@@ -372,6 +383,9 @@ typedef struct Module {
                                  text), then its includes; what no output may overwrite */
     int nfiles;
     int64_t seed;
+    TrainItem *train; /* the train { ... } block's settings, in order */
+    int ntrain;
+    bool has_train;   /* the model has a train block (perhaps empty) */
     Node *nodes;
     int nnodes, capnodes;
     NeuronDef **neurons;

@@ -364,6 +364,22 @@ ir_print(FILE *f, const Module *m)
         put_string(f, m->weights_path);
         fputc('\n', f);
     }
+    if (m->has_train) {
+        fputs("  train {\n", f);
+        for (int i = 0; i < m->ntrain; i++) {
+            const TrainItem *t = &m->train[i];
+            if (t->word)
+                fprintf(f, "    %s %s\n", t->key, t->word);
+            else if (t->is_int)
+                fprintf(f, "    %s %lld\n", t->key, (long long)t->num);
+            else {
+                fprintf(f, "    %s ", t->key);
+                put_double(f, t->num);
+                fputc('\n', f);
+            }
+        }
+        fputs("  }\n", f);
+    }
     /* nodes in step order (operands first; a delay may read a later node) */
     ValueId *order = malloc(((size_t)m->nnodes + 1) * sizeof *order);
     int *pos = malloc(((size_t)m->nnodes + 1) * sizeof *pos);
