@@ -9,7 +9,7 @@
  * emitting the adjoint arithmetic: reverse mode over the neuron's own program, `fire` through its
  * surrogate (ir/surrogates.def), interp_grad's arithmetic operation for operation. A dense layer:
  * dL/dx = dL/dy W (tiles over inputs, outputs summed in order), dW = dy^T x (rows summed in order,
- * zero inputs skipped: a spike-fed layer's weight gradient is event-driven), db the rows' sum.
+ * every term, as PyTorch's GEMM adds them), db the rows' sum.
  * Add, sub, mul and scale as the interpreter's.
  *
  * A value's gradient buffer has the value's layout (f32); its first contribution stores (+0 + the
@@ -781,8 +781,8 @@ dw_tiles(Lower *lw, Cur c, const DenseGrad *d, int lanes, int *t, KExpr **rv)
     return loop(lw, c, "r", d->rows, false, rv);
 }
 
-/* dW[o0 .. o0 + lanes, i .. i + ni) = sum over rows of x[row, i] dy[row, o] (zero inputs
- * skipped): ni inputs side by side, so that each row's dy vector, loaded once, feeds ni tiles */
+/* dW[o0 .. o0 + lanes, i .. i + ni) = sum over rows of x[row, i] dy[row, o]: ni inputs side by
+ * side, so that each row's dy vector, loaded once, feeds ni tiles */
 static void
 dense_weight_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
 {
@@ -797,7 +797,7 @@ dense_weight_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     for (int k = 0; k < ni; k++) {
         Pos px = row_pos(lw, d->x, rv, bin(lw, KB_ADD, d->row.i, ci(lw, k)));
         tile_fma(lw, body(fr), t[k], to(lw, KT_F32, vload(lw, d->x, &px)), g->gbuf[rvv], gi,
-                 d->is_sparse);
+                 false);
     }
     for (int k = 0; k < ni; k++) {
         KExpr *i = bin(lw, KB_ADD, d->row.i, ci(lw, k));
@@ -892,7 +892,7 @@ grad_dense(G *g, ValueId v)
                                      "parallel, inputs as lanes, rows in order"
                                    : "backward: dW over spikes, the outputs left over")
                       : (part == 0 ? "backward: dW = dL/dy^T x, blocks of inputs in parallel, rows "
-                                     "in order; zero inputs skipped"
+                                     "in order"
                                    : "backward: dW, the inputs left over");
         begin_kernel(lw, v, describe(lw, v, how), false);
         lw->k.name = arena_printf(&p->arena, "grad_w%s_%s", part ? "_tail" : "", name);
@@ -1357,7 +1357,6 @@ typedef struct ConvGrad {
     int acc;        /* the weight gradient's partial sums, [items][C][lanes] */
     KExpr *r, *ih, *iw;          /* dx: the row and input pixel */
     KExpr *item, *kh, *kw, *o0;  /* dW: the block's item, tap and first output channel */
-    bool is_sparse;
 } ConvGrad;
 
 /* dL/dx channels last at (r, ih, iw), channels [c0, c0 + lanes) = sum over taps (kh, kw) that
@@ -1398,9 +1397,8 @@ conv_data_tile(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
 }
 
 /* dW[o0 .. o0 + lanes, c .. c + ni, kh, kw] += the rows [r0, r0 + CONV_DW_ROWS) of the sum over
- * rows, oh, ow (in order, taps inside the input) of x[r, c, ih, iw] dy[r, o, oh, ow], zero
- * inputs skipped: ni tiles of partial sums in registers, loaded from and stored back to the
- * block's buffer */
+ * rows, oh, ow (in order, taps inside the input) of x[r, c, ih, iw] dy[r, o, oh, ow]: ni tiles
+ * of partial sums in registers, loaded from and stored back to the block's buffer */
 static void
 conv_weight_block(Lower *lw, Cur c, const ConvGrad *cg, KExpr *c0, int ni, int lanes, KExpr *r0)
 {
@@ -1447,7 +1445,7 @@ conv_weight_block(Lower *lw, Cur c, const ConvGrad *cg, KExpr *c0, int ni, int l
                              bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, d->H)), var(lw, ihv)),
                                  ci(lw, d->W)),
                              var(lw, iwv)));
-        tile_fma(lw, cp, t[k], to(lw, KT_F32, vload(lw, cg->x, &px)), cg->dyt, yi, cg->is_sparse);
+        tile_fma(lw, cp, t[k], to(lw, KT_F32, vload(lw, cg->x, &px)), cg->dyt, yi, false);
     }
     for (int k = 0; k < ni; k++)
         s_tile(lw, c, KS_VSTORE, t[k], cg->acc, ai[k], NULL);
@@ -1535,7 +1533,6 @@ grad_conv(G *g, ValueId v)
     cg.v = v;
     cg.x = n->args[0];
     cg.d = conv_geom(m, n);
-    cg.is_sparse = is_spike_value(lw, cg.x);
     const ConvGeom *d = &cg.d;
     const char *name = value_name(lw, v);
     int64_t P = d->OH * d->OW, steps = lw->is_static[v] ? 1 : lw->T;
@@ -1604,11 +1601,9 @@ grad_conv(G *g, ValueId v)
     int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
     int64_t ntiles = d->O / wl, tail = d->O % wl;
     if (ntiles > 0)
-        conv_weight_kernel(g, &cg, ntiles, 0, wl,
-                           dw,
+        conv_weight_kernel(g, &cg, ntiles, 0, wl, dw,
                            "backward: dW = the sum over rows and pixels of dy x, tiles of output "
-                           "channels times taps in parallel, rows and pixels in order, zero "
-                           "inputs skipped",
+                           "channels times taps in parallel, rows and pixels in order",
                            name);
     if (tail > 0)
         conv_weight_kernel(g, &cg, 1, ntiles * wl, (int)tail, dw,
@@ -1674,7 +1669,10 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
     }
     for (int k = 0; k < m->noutputs; k++) {
         ValueId v = m->outputs[k];
-        int64_t numel = type_numel(&m->nodes[v].type);
+        const Node *nd = &m->nodes[v];
+        /* as the output: [B][n], or [B][T][n] for one of every step */
+        int64_t numel = type_numel(&nd->type) *
+                        (nd->type.has_time && !is_step_readout(nd->op) ? lw->T : 1);
         tr->out_grad[k] = add_buf(lw, arena_printf(&p->arena, "%s.grad", value_name(lw, v)), KT_F32,
                                   (KSize){numel, 0}, KB_TEMP, -1, -1);
         p->bufs[tr->out_grad[k]].is_written_first = true;

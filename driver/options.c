@@ -384,6 +384,8 @@ parse_options(int argc, char **argv, Options *o)
     o->epochs = 1;
     o->optimizer = RT_OPT_ADAM;
     o->loss = RT_LOSS_MSE;
+    o->loss_on = 1;
+    o->loss_off = 0;
     o->test_limit = -1;
     o->backend = NULL; /* chosen after the options: see below */
     bool is_f64_asked = false, backend_given = false, is_step = false;
@@ -495,8 +497,13 @@ parse_options(int argc, char **argv, Options *o)
             break;
         case O_LOSS:
             if (strcmp(optarg, "mse") == 0) o->loss = RT_LOSS_MSE;
-            else if (strcmp(optarg, "ce") == 0) o->loss = RT_LOSS_CE;
-            else usage_error("--loss expects mse or ce, got '%s'", optarg);
+            else if (strcmp(optarg, "ce") == 0 || strcmp(optarg, "ce_count") == 0)
+                o->loss = RT_LOSS_CE;
+            else if (strcmp(optarg, "ce_rate") == 0) o->loss = RT_LOSS_CE_RATE;
+            else if (strcmp(optarg, "mse_count") == 0) o->loss = RT_LOSS_MSE_COUNT;
+            else if (strcmp(optarg, "mse_membrane") == 0) o->loss = RT_LOSS_MSE_MEMBRANE;
+            else usage_error("--loss expects mse, ce, ce_count, ce_rate, mse_count or "
+                             "mse_membrane, got '%s'", optarg);
             o->has_loss = true;
             break;
         case O_OPTIMIZER:
@@ -529,6 +536,18 @@ parse_options(int argc, char **argv, Options *o)
             o->gamma = parse_real("--gamma", optarg, 0);
             o->has_gamma = true;
             break;
+        case O_LOSS_TARGETS: {
+            char *end;
+            errno = 0;
+            o->loss_on = strtod(optarg, &end);
+            bool ok = !errno && end != optarg && *end == ',' && isfinite(o->loss_on);
+            const char *second = ok ? end + 1 : "";
+            o->loss_off = ok ? strtod(second, &end) : 0;
+            if (!ok || errno || end == second || *end || !isfinite(o->loss_off))
+                usage_error("--loss-targets expects ON,OFF (two numbers), got '%s'", optarg);
+            o->has_loss_targets = true;
+            break;
+        }
         case O_CLIP_GRAD_NORM:
             o->clip_norm = parse_real("--clip-grad-norm", optarg, 0);
             if (!(o->clip_norm > 0))
@@ -791,6 +810,7 @@ parse_options(int argc, char **argv, Options *o)
                             : o->step_size         ? "--step-size"
                             : o->has_gamma         ? "--gamma"
                             : o->clip_norm > 0     ? "--clip-grad-norm"
+                            : o->has_loss_targets  ? "--loss-targets"
                             : o->init              ? "--init"
                             : o->grads             ? "--grads"
                             : o->checkpoint        ? "--checkpoint"

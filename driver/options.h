@@ -71,6 +71,8 @@ typedef struct Options {
     int64_t step_size; /* --schedule=step: epochs between decays (0: no step schedule) */
     double gamma;      /* --gamma */
     double clip_norm;  /* --clip-grad-norm, or 0 */
+    double loss_on, loss_off; /* --loss-targets */
+    bool has_loss_targets;
     bool has_gamma;
     const char *labels;
     bool no_shuffle;

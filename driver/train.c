@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 typedef struct Batch {
-    RtLoss loss;
+    RtLossSpec loss;
     const float *labels; /* this batch's */
     float **outputs;
     int out;   /* the output the loss reads (--loss-output; default the first) */
@@ -34,17 +34,30 @@ typedef struct Batch {
     int64_t batch;
     double loss_sum;
     int64_t correct;
-    bool bad_label;
+    bool bad_label, bad_loss; /* a label no class; a loss not finite (the outputs are not) */
 } Batch;
 
 static void
 loss_grad(void *ctx, int64_t first, int nb, float **og)
 {
     Batch *b = ctx;
-    double l = rt_loss(b->loss, b->outputs[b->out] + first * b->k, b->labels + first, nb, b->k,
-                       b->batch, og[b->out], &b->correct);
-    if (isnan(l)) b->bad_label = true;
+    int64_t row = b->k * (rt_loss_per_step(b->loss.kind) ? b->loss.T : 1);
+    double l = rt_loss_spec(&b->loss, b->outputs[b->out] + first * row, b->labels + first, nb,
+                            b->k, b->batch, og[b->out], &b->correct);
+    for (int i = 0; i < nb; i++) {
+        float y = b->labels[first + i];
+        b->bad_label |= !(y >= 0 && y < (float)b->k && y == floorf(y));
+    }
+    b->bad_loss |= !isfinite(l);
     b->loss_sum += l;
+}
+
+static const char *
+loss_name(RtLoss k)
+{
+    static const char *const names[RT_LOSS_COUNT_] = {"mse", "ce", "ce_rate", "mse_count",
+                                                      "mse_membrane"};
+    return names[k];
 }
 
 /* the output the loss reads: --loss-output's, else the first; -1 after reporting */
@@ -98,13 +111,25 @@ check_trainable(const Module *m, const Options *o)
     int lo = loss_output(m, o);
     if (lo < 0) return false;
     const Node *out = &m->nodes[m->outputs[lo]];
-    if (out->type.has_time || type_numel(&out->type) < 2) {
-        diag_error(out->loc,
-                   "--train --loss=%s reads class scores [B, K] from %s; '%s' is %s (a count, "
-                   "mean, max or last readout gives them; --loss-output names another)",
-                   o->loss == RT_LOSS_CE ? "ce" : "mse",
-                   o->loss_output ? "--loss-output" : "the first output", out->name ? out->name : "?",
-                   out->type.has_time ? "a sequence" : "a single value");
+    bool per_step = rt_loss_per_step((RtLoss)o->loss);
+    if (out->type.has_time != per_step || type_numel(&out->type) < 2) {
+        if (per_step)
+            diag_error(out->loc,
+                       "--train --loss=%s reads class scores of every step [B, T, K] from %s; "
+                       "'%s' is %s (a sequence output gives them, e.g. output spikes = "
+                       "sequence(s); --loss-output names another)",
+                       loss_name((RtLoss)o->loss),
+                       o->loss_output ? "--loss-output" : "the first output",
+                       out->name ? out->name : "?",
+                       out->type.has_time ? "a single value a step" : "not a sequence");
+        else
+            diag_error(out->loc,
+                       "--train --loss=%s reads class scores [B, K] from %s; '%s' is %s (a count, "
+                       "mean, max or last readout gives them; --loss-output names another)",
+                       loss_name((RtLoss)o->loss),
+                       o->loss_output ? "--loss-output" : "the first output",
+                       out->name ? out->name : "?",
+                       out->type.has_time ? "a sequence" : "a single value");
         return false;
     }
     return ok;
@@ -241,6 +266,23 @@ epoch_order(int64_t *order, int64_t n, uint64_t seed, int64_t e, bool shuffle)
         order[i] = order[j];
         order[j] = t;
     }
+}
+
+/* row i's class: the argmax of its scores, or of their sum over T steps (a [B][T][k] output) */
+static int64_t argmax(const float *row, int64_t k);
+static int64_t
+class_of(const float *out, int64_t i, int64_t k, int T)
+{
+    if (!T) return argmax(out + i * k, k);
+    int64_t best = 0;
+    double best_sum = -INFINITY;
+    for (int64_t j = 0; j < k; j++) {
+        double sum = 0;
+        for (int t = 0; t < T; t++)
+            sum += out[(i * T + t) * k + j];
+        if (sum > best_sum) best_sum = sum, best = j;
+    }
+    return best;
 }
 
 static int64_t
@@ -638,7 +680,9 @@ test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions 
             bin[0][q] = (float)s->tbytes[first * 784 + q] / 255.0f;
         ok = engine_forward(e, m, io, nb, first, bin, outs, err, errlen);
         for (int i = 0; ok && i < nb; i++)
-            correct += (double)argmax(outs[lo] + i * k, k) == s->test_labels[first + i];
+            correct += (double)class_of(outs[lo], i, k, m->nodes[m->outputs[lo]].type.has_time
+                                                             ? m->timesteps : 0) ==
+                       s->test_labels[first + i];
     }
     return ok ? (double)correct / (double)s->ntest : NAN;
 }
@@ -669,9 +713,11 @@ engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t
     double t1 = rt_now_seconds();
     float **og = xcalloc((size_t)m->noutputs, sizeof *og);
     for (int k = 0; k < m->noutputs; k++) {
+        const Node *n = &m->nodes[m->outputs[k]];
         og[k] = e->bd->mem[e->tr.out_grad[k]];
         memset(og[k], 0,
-               (size_t)nb * (size_t)type_numel(&m->nodes[m->outputs[k]].type) * sizeof(float));
+               (size_t)nb * (size_t)type_numel(&n->type) * (n->type.has_time ? m->timesteps : 1) *
+                   sizeof(float));
     }
     loss_grad(b, 0, nb, og);
     free(og);
@@ -747,7 +793,11 @@ apply_train_block(const Module *m, Options *o)
         if (!strcmp(k, "epochs") && !o->has_epochs) o->epochs = (int64_t)t->num;
         else if (!strcmp(k, "batch") && !o->has_batch) o->batch = (int)t->num;
         else if (!strcmp(k, "loss") && !o->has_loss)
-            o->loss = !strcmp(w, "ce") ? RT_LOSS_CE : RT_LOSS_MSE;
+            o->loss = !strcmp(w, "ce") || !strcmp(w, "ce_count") ? RT_LOSS_CE
+                      : !strcmp(w, "ce_rate")                      ? RT_LOSS_CE_RATE
+                      : !strcmp(w, "mse_count")                    ? RT_LOSS_MSE_COUNT
+                      : !strcmp(w, "mse_membrane")                 ? RT_LOSS_MSE_MEMBRANE
+                                                                   : RT_LOSS_MSE;
         else if (!strcmp(k, "loss_output") && !o->loss_output) o->loss_output = t->word;
         else if (!strcmp(k, "optimizer") && !o->has_optimizer)
             o->optimizer = !strcmp(w, "sgd") ? RT_OPT_SGD : !strcmp(w, "adam") ? RT_OPT_ADAM
@@ -862,7 +912,7 @@ train(Module *m, const Options *o)
                cfg.kind == RT_OPT_SGD    ? "sgd"
                : cfg.kind == RT_OPT_ADAM ? "adam"
                                          : "adamw",
-               cfg.lr, o->loss == RT_LOSS_CE ? "ce" : "mse", m->timesteps,
+               cfg.lr, loss_name((RtLoss)o->loss), m->timesteps,
                eng.is_interp ? "reference interpreter"
                : eng.is_llvm ? "compiled for this CPU"
                              : "kernel-IR evaluator",
@@ -888,7 +938,8 @@ train(Module *m, const Options *o)
                     gather(&sets, i, s, bin[i] + (size_t)b * (size_t)d->numel[i]);
                 blabels[b] = d->labels[s];
             }
-            Batch bt = {(RtLoss)o->loss, blabels, outs, lo, k, nb, 0, 0, false};
+            Batch bt = {{(RtLoss)o->loss, m->timesteps, o->loss_on, o->loss_off}, blabels, outs, lo,
+                        k, nb, 0, 0, false, false};
             /* Poisson draws keyed by the epoch and position: fresh noise every epoch */
             if (!engine_step(&eng, m, &io, nb, e * N + first, bin, outs, &bt, gd, gf, gsrc, err,
                              sizeof err)) {
@@ -901,6 +952,14 @@ train(Module *m, const Options *o)
                         "snnc: error: a label in batch at sample %lld is not a class of "
                         "0..%lld\n",
                         (long long)first, (long long)(k - 1));
+                rc = 1;
+                break;
+            }
+            if (bt.bad_loss) {
+                fprintf(stderr,
+                        "snnc: error: the loss of the batch at sample %lld is not finite: output "
+                        "'%s' holds infinite or NaN values (look at the inputs and weights)\n",
+                        (long long)first, m->nodes[m->outputs[lo]].name);
                 rc = 1;
                 break;
             }

@@ -1117,7 +1117,7 @@ static const struct {
 } train_keys[] = {
     {"epochs", 'i', NULL},
     {"batch", 'i', NULL},
-    {"loss", 'w', "mse ce"},
+    {"loss", 'w', "mse ce ce_count ce_rate mse_count mse_membrane"},
     {"loss_output", 'o', NULL},
     {"optimizer", 'w', "adam adamw sgd"},
     {"lr", 'n', NULL},

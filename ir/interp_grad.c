@@ -326,7 +326,9 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
  * (codegen/lower_grad.c), once for every step at the node's first backward call (the passes go
  * layer by layer, so dL/dy is complete; the batch is one pass): rows r = t*B + b (a static
  * layer's B rows), dL/dx[r, i] = fma over outputs o in order from what it holds, dW[o, i] = fma
- * over rows in order from +0, db[o] = the rows' sum; in float under `accumulate f32` (fmaf), in
+ * over rows in order from +0 (every term, as PyTorch's GEMM: a zero input times an infinite or
+ * NaN gradient is NaN; finite zero terms leave a sum that never holds -0 as it is), db[o] = the
+ * rows' sum; in float under `accumulate f32` (fmaf), in
  * double under `accumulate exact`, rounded to float once at the end. */
 static void
 dense_backward_f32(Grad *G, ValueId v)
@@ -363,8 +365,7 @@ dense_backward_f32(Grad *G, ValueId v)
             for (int64_t q = 0; q < rows; q++) {
                 int t = (int)(q / ip->nb);
                 double xv = ip_val(ip, a, t)[(size_t)(q % ip->nb) * (size_t)in + (size_t)i];
-                if (xv != 0)
-                    s = FMA(xv, gslot(G, v, t)[(size_t)(q % ip->nb) * (size_t)out + (size_t)o], s);
+                s = FMA(xv, gslot(G, v, t)[(size_t)(q % ip->nb) * (size_t)out + (size_t)o], s);
             }
             dw[o * in + i] += (float)s;
         }
@@ -422,7 +423,7 @@ dense_backward(Grad *G, ValueId v, int t)
  * grad_conv), once for every step at the node's first backward call: rows q = t*B + b (a static
  * layer's B rows); dL/dx[q, c, ih, iw]: from +0, fma over the taps (kh, kw) that reach the pixel,
  * then output channels o, in order, rounded to float and added to what it holds; dW[o, c, kh,
- * kw]: fma over rows, then output pixels (oh, ow) in order from +0, zero inputs skipped; db[o]:
+ * kw]: fma over rows, then output pixels (oh, ow) in order from +0, every term; db[o]:
  * the sum over rows and output pixels. Float sums under `accumulate f32` (fmaf), double under
  * `accumulate exact`, rounded once at the end. */
 static void
@@ -481,7 +482,7 @@ conv_backward_f32(Grad *G, ValueId v)
                                 int64_t iw = ow * g.SW - g.PW + kw * g.DW;
                                 if (iw < 0 || iw >= g.W) continue;
                                 double xv = x[(c * g.H + ih) * g.W + iw];
-                                if (xv != 0) s = FMA(xv, gy[o * npix + oh * g.OW + ow], s);
+                                s = FMA(xv, gy[o * npix + oh * g.OW + ow], s);
                             }
                         }
                     }
@@ -950,9 +951,18 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
         for (ValueId v = 0; v < m->nnodes; v++)
             if (ip->nodes[v].neuron) interp_reset_neuron(ip, &ip->nodes[v]);
         if (layer_major) {
-            for (int k = 0; k < m->nnodes; k++)
-                for (int t = 0; t < ip->T; t++)
-                    interp_eval_node(ip, ip->order[k], t, NULL);
+            /* a state probe reads its neuron's state as the step leaves it: evaluated with its
+             * neuron, step by step (after all of them it would read the last step's) */
+            for (int k = 0; k < m->nnodes; k++) {
+                ValueId v = ip->order[k];
+                if (m->nodes[v].op == OP_STATE) continue;
+                for (int t = 0; t < ip->T; t++) {
+                    interp_eval_node(ip, v, t, NULL);
+                    for (ValueId u = 0; m->nodes[v].op == OP_NEURON && u < m->nnodes; u++)
+                        if (m->nodes[u].op == OP_STATE && m->nodes[u].args[0] == v)
+                            interp_eval_node(ip, u, t, NULL);
+                }
+            }
             for (int t = 0; t < ip->T; t++)
                 interp_write_step_outputs(ip, t);
         } else {

@@ -151,15 +151,26 @@ const char *snn_session_device(const snn_session *s); /* "cpu", "cuda:0"; NULL i
  * needs), snn_train_backward (from the outputs' gradients to the weights'), then
  * snn_trainer_apply (the optimiser over the gradients the backward kept or the caller gives). */
 typedef struct snn_trainer snn_trainer;
-typedef enum snn_loss { SNN_LOSS_MSE = 0, SNN_LOSS_CE = 1 } snn_loss;
+/* MSE to the one-hot label (SpikingJelly's, on rates), cross-entropy (snnTorch's ce_count_loss
+ * on counts); snnTorch's ce_rate_loss and mse_membrane_loss (on an output of every step:
+ * per_step), mse_count_loss (on counts) */
+typedef enum snn_loss {
+    SNN_LOSS_MSE = 0,
+    SNN_LOSS_CE = 1,
+    SNN_LOSS_CE_RATE = 2,
+    SNN_LOSS_MSE_COUNT = 3,
+    SNN_LOSS_MSE_MEMBRANE = 4
+} snn_loss;
 typedef enum snn_optimizer { SNN_OPT_ADAM = 0, SNN_OPT_ADAMW = 1, SNN_OPT_SGD = 2 } snn_optimizer;
 typedef struct snn_train_config {
-    snn_loss loss;           /* MSE to the one-hot label (SpikingJelly's, on rates), or CE */
-    int loss_output;         /* the output the loss reads: class scores [B, K] */
+    snn_loss loss;
+    int loss_output;         /* the output the loss reads: class scores [B, K] ([B, T, K]) */
     snn_optimizer optimizer; /* torch.optim's update and order */
     double lr, momentum, weight_decay, beta1, beta2, eps;
     int nesterov;
     double clip_grad_norm;   /* > 0: clip_grad_norm_ before every update */
+    double loss_on, loss_off; /* mse_count: correct and incorrect rates; mse_membrane: on and off
+                                 targets (defaults 1, 0) */
 } snn_train_config;
 /* PyTorch's defaults: MSE on output 0, Adam lr 1e-3, betas 0.9 0.999, eps 1e-8, no decay */
 void snn_train_config_default(snn_train_config *c);

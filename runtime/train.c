@@ -48,6 +48,90 @@ rt_loss(RtLoss kind, const float *out, const float *labels, int64_t n, int64_t k
     return total;
 }
 
+bool
+rt_loss_per_step(RtLoss kind)
+{
+    return kind == RT_LOSS_CE_RATE || kind == RT_LOSS_MSE_MEMBRANE;
+}
+
+/* the class of label lf among k, or -1 */
+static int64_t
+label_class(float lf, int64_t k)
+{
+    return lf >= 0 && lf < (double)k && lf == floorf(lf) ? (int64_t)lf : -1;
+}
+
+double
+rt_loss_spec(const RtLossSpec *s, const float *out, const float *labels, int64_t n, int64_t k,
+             int64_t batch, float *grad, int64_t *correct)
+{
+    if (s->kind == RT_LOSS_MSE || s->kind == RT_LOSS_CE)
+        return rt_loss(s->kind, out, labels, n, k, batch, grad, correct);
+    int T = s->T > 0 ? s->T : 1;
+    /* d(loss / T)/d(loss): autograd's DivBackward, 1 / T in float */
+    float inv_t = 1.0f / (float)T;
+    double total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t y = label_class(labels[i], k);
+        if (y < 0) return NAN;
+        if (s->kind == RT_LOSS_MSE_COUNT) {
+            /* MSELoss(count, target) / T: grad 2 / (B k) (count - target) (1 / T) */
+            const float *z = out + i * k;
+            float *g = grad + i * k;
+            float on = (float)(int)(T * s->on), off = (float)(int)(T * s->off);
+            float norm = (float)(2.0 / ((double)batch * (double)k));
+            int64_t best = 0;
+            for (int64_t j = 0; j < k; j++) {
+                if (z[j] > z[best]) best = j;
+                float d = z[j] - (j == y ? on : off);
+                total += (double)d * d / ((double)batch * (double)k) / T;
+                g[j] = norm * d * inv_t;
+            }
+            *correct += best == y;
+            continue;
+        }
+        /* per step: [T][k] of row i; the class from the sum over steps */
+        const float *zr = out + i * (int64_t)T * k;
+        float *gr = grad + i * (int64_t)T * k;
+        int64_t best = 0;
+        double best_sum = -INFINITY;
+        for (int64_t j = 0; j < k; j++) {
+            double sum = 0;
+            for (int t = 0; t < T; t++)
+                sum += zr[t * k + j];
+            if (sum > best_sum) best_sum = sum, best = j;
+        }
+        *correct += best == y;
+        for (int t = 0; t < T; t++) {
+            const float *z = zr + t * k;
+            float *g = gr + t * k;
+            if (s->kind == RT_LOSS_CE_RATE) {
+                int64_t zb = 0;
+                for (int64_t j = 1; j < k; j++)
+                    if (z[j] > z[zb]) zb = j;
+                double mx = z[zb], se = 0;
+                for (int64_t j = 0; j < k; j++)
+                    se += exp((double)z[j] - mx);
+                double lse = mx + log(se);
+                total += (lse - z[y]) / (double)batch / T;
+                for (int64_t j = 0; j < k; j++) {
+                    float p = (float)exp((double)z[j] - lse);
+                    g[j] = (p - (j == y ? 1.0f : 0.0f)) / (float)batch * inv_t;
+                }
+            } else { /* mse_membrane */
+                float on = (float)s->on, off = (float)s->off;
+                float norm = (float)(2.0 / ((double)batch * (double)k));
+                for (int64_t j = 0; j < k; j++) {
+                    float d = z[j] - (j == y ? on : off);
+                    total += (double)d * d / ((double)batch * (double)k) / T;
+                    g[j] = norm * d * inv_t;
+                }
+            }
+        }
+    }
+    return total;
+}
+
 RtOptConfig
 rt_opt_defaults(RtOptimizer kind)
 {

@@ -12,8 +12,29 @@
 typedef enum {
     RT_LOSS_MSE, /* F.mse_loss(out, one_hot(label)), mean over batch x classes (SpikingJelly's,
                     on firing rates) */
-    RT_LOSS_CE,  /* F.cross_entropy(out, label), mean over the batch (logits: counts, membranes) */
+    RT_LOSS_CE,  /* F.cross_entropy(out, label), mean over the batch (logits: counts, membranes);
+                    snnTorch's ce_count_loss on spike counts */
+    /* snnTorch's (snntorch.functional), on outputs of every step ([n][T][k]) or counts: */
+    RT_LOSS_CE_RATE,      /* ce_rate_loss: the mean over steps of each step's cross-entropy */
+    RT_LOSS_MSE_COUNT,    /* mse_count_loss: MSE of the counts to int(T on) / int(T off), / T */
+    RT_LOSS_MSE_MEMBRANE, /* mse_membrane_loss: the mean over steps of each step's MSE to on/off */
+    RT_LOSS_COUNT_
 } RtLoss;
+
+/* A loss with what snnTorch's need: T (the steps of a per-step output) and the targets
+ * (mse_count: the correct and incorrect rates; mse_membrane: the on and off targets) */
+typedef struct RtLossSpec {
+    RtLoss kind;
+    int T;
+    double on, off;
+} RtLossSpec;
+
+/* whether the loss reads an output of every step ([B][T][K]) */
+bool rt_loss_per_step(RtLoss kind);
+/* rt_loss for any spec; per-step outputs are [n][T][k] (grad too), and a row's class is the
+ * argmax of its sum over steps */
+double rt_loss_spec(const RtLossSpec *s, const float *out, const float *labels, int64_t n,
+                    int64_t k, int64_t batch, float *grad, int64_t *correct);
 
 /* The loss of rows out[0..n) ([n][k] scores, labels[i] in 0..k-1) of a batch of `batch` rows:
  * returns the sum over these rows of their share of the batch's mean loss (so the shares of a

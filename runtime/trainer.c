@@ -27,7 +27,7 @@ struct snn_trainer {
     const snn_model *m;
     int max_batch, batch; /* batch: the last forward's (0: none yet) */
     RtOptConfig opt;
-    snn_loss loss;
+    RtLossSpec loss;
     int loss_output;
     double clip;
     int64_t steps;
@@ -56,6 +56,7 @@ snn_train_config_default(snn_train_config *c)
     c->beta1 = d.beta1;
     c->beta2 = d.beta2;
     c->eps = d.eps;
+    c->loss_on = 1;
 }
 
 int
@@ -173,7 +174,7 @@ load_bytes(snn_trainer *t, const void *data, size_t size, const char *what)
 static snn_status
 config_check(const snn_model *m, const snn_train_config *c)
 {
-    if (c->loss != SNN_LOSS_MSE && c->loss != SNN_LOSS_CE)
+    if ((int)c->loss < 0 || (int)c->loss >= (int)RT_LOSS_COUNT_)
         return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: unknown loss %d", (int)c->loss);
     if (c->optimizer != SNN_OPT_ADAM && c->optimizer != SNN_OPT_ADAMW &&
         c->optimizer != SNN_OPT_SGD)
@@ -183,10 +184,17 @@ config_check(const snn_model *m, const snn_train_config *c)
         return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: loss_output %d out of range (the "
                        "model has %d outputs)", c->loss_output, m->noutputs);
     const snn_tensor_info *o = &m->outputs[c->loss_output].info;
-    if (o->per_step || o->numel < 2)
+    bool per_step = rt_loss_per_step((RtLoss)c->loss);
+    if (o->per_step != per_step || o->numel < 2 * (per_step ? m->timesteps : 1))
         return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: output '%s' is not class scores "
-                       "[B, K] (a count, mean, max or last readout of 2 or more values)",
-                       m->outputs[c->loss_output].name);
+                       "%s", m->outputs[c->loss_output].name,
+                       per_step ? "of every step [B, T, K] (a sequence output), which this loss "
+                                  "reads"
+                                : "[B, K] (a count, mean, max or last readout of 2 or more "
+                                  "values)");
+    if (!isfinite(c->loss_on) || !isfinite(c->loss_off))
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: loss_on and loss_off must be "
+                       "finite");
     double v[6] = {c->lr, c->momentum, c->weight_decay, c->beta1, c->beta2, c->eps};
     for (int i = 0; i < 6; i++)
         if (!(v[i] >= 0) || !isfinite(v[i]))
@@ -220,7 +228,7 @@ snn_trainer_create(const snn_model *m, const snn_train_config *c, int max_batch,
     pthread_mutex_init(&t->lock, NULL);
     t->m = m;
     t->max_batch = max_batch;
-    t->loss = c->loss;
+    t->loss = (RtLossSpec){(RtLoss)c->loss, m->timesteps, c->loss_on, c->loss_off};
     t->loss_output = c->loss_output;
     t->clip = c->clip_grad_norm;
     RtOptimizer kinds[] = {RT_OPT_ADAM, RT_OPT_ADAMW, RT_OPT_SGD};
@@ -387,11 +395,12 @@ snn_train_step(snn_trainer *t, int64_t first_sample, int batch, const float *con
     if (st == SNN_OK) {
         int lo = t->loss_output;
         int64_t k = m->outputs[lo].info.numel, ok = 0;
+        if (m->outputs[lo].info.per_step) k /= m->timesteps; /* classes: a step's values */
         for (int j = 0; j < m->noutputs; j++)
             memset(t->bufs[m->train_out_grad[j]], 0,
                    (size_t)batch * (size_t)m->outputs[j].info.numel * sizeof(float));
-        double l = rt_loss(t->loss == SNN_LOSS_CE ? RT_LOSS_CE : RT_LOSS_MSE, t->out[lo], labels,
-                           batch, k, batch, t->bufs[m->train_out_grad[lo]], &ok);
+        double l = rt_loss_spec(&t->loss, t->out[lo], labels, batch, k, batch,
+                                t->bufs[m->train_out_grad[lo]], &ok);
         if (isnan(l)) {
             st = rt_fail(SNN_ERR_ARGUMENT, "a label is not a class of 0..%lld", (long long)k - 1);
         } else {

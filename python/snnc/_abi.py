@@ -26,7 +26,8 @@ class TrainConfig(C.Structure):
     _fields_ = [("loss", C.c_int), ("loss_output", C.c_int), ("optimizer", C.c_int),
                 ("lr", C.c_double), ("momentum", C.c_double), ("weight_decay", C.c_double),
                 ("beta1", C.c_double), ("beta2", C.c_double), ("eps", C.c_double),
-                ("nesterov", C.c_int), ("clip_grad_norm", C.c_double)]
+                ("nesterov", C.c_int), ("clip_grad_norm", C.c_double),
+                ("loss_on", C.c_double), ("loss_off", C.c_double)]
 
 
 _P = C.c_void_p

@@ -19,21 +19,23 @@ import numpy as np
 from . import _abi
 from .model import Model, SnncError
 
-_LOSSES = {"mse": 0, "ce": 1}
+_LOSSES = {"mse": 0, "ce": 1, "ce_count": 1, "ce_rate": 2, "mse_count": 3, "mse_membrane": 4}
 _OPTIMIZERS = {"adam": 0, "adamw": 1, "sgd": 2}
 
 
 class Trainer:
     """Trains a Model's weights with its library's compiled training step. loss: "mse" (to the
-    one-hot label, SpikingJelly's on rates) or "ce"; loss_output: the output (name or index) the
-    loss reads; optimizer "adam", "adamw" or "sgd" with torch.optim's defaults unless given;
+    one-hot label, SpikingJelly's on rates), "ce", or snnTorch's "ce_count", "ce_rate",
+    "mse_count", "mse_membrane" (loss_targets: mse_count's correct and incorrect rates,
+    mse_membrane's on and off targets); loss_output: the output (name or index) the loss reads; optimizer "adam", "adamw" or "sgd" with torch.optim's defaults unless given;
     clip_grad_norm > 0 clips every step's gradients (clip_grad_norm_). max_batch defaults to
     the model's."""
 
     def __init__(self, model: Model, *, loss: str = "mse", loss_output=0, optimizer: str = "adam",
                  lr: float = 1e-3, momentum: float = 0.0, weight_decay: float | None = None,
                  betas=(0.9, 0.999), eps: float = 1e-8, nesterov: bool = False,
-                 clip_grad_norm: float = 0.0, max_batch: int | None = None, threads: int = 0):
+                 clip_grad_norm: float = 0.0, loss_targets=(1.0, 0.0),
+                 max_batch: int | None = None, threads: int = 0):
         self.model = model
         self._t = None
         lib = model._lib
@@ -59,6 +61,7 @@ class Trainer:
             c.beta1, c.beta2 = betas
             c.eps = eps
         c.clip_grad_norm = clip_grad_norm
+        c.loss_on, c.loss_off = loss_targets
         self.max_batch = max_batch or model.max_batch
         t = C.c_void_p()
         model._check(lib.snn_trainer_create(model._m, C.byref(c), self.max_batch, threads,

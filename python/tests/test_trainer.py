@@ -90,6 +90,28 @@ def test_checkpoint_continues_exactly(lib, tmp_path):
         assert np.array_equal(want[k], got[k]), k
 
 
+def test_snntorch_loss_equals_the_command_line(tmp_path):
+    """snnTorch's ce_rate_loss (on every step's spikes) through the library: the command line's
+    bits"""
+    case = ROOT / "tests" / "grad" / "snntorch_ce_rate"
+    so = tmp_path / "ce_rate.so"
+    cli("--train", "model.snn", "--cuda-arch=none", "-o", so, cwd=case)
+    want = tmp_path / "cli.safetensors"
+    cli("--train", "--backend=cpu", "model.snn", "--input=input.npy", "--labels=labels.npy",
+        "--loss=ce_rate", "--batch=16", "--no-shuffle", "--optimizer=adam", "--lr=1e-2", "-q",
+        "-o", want, cwd=case)
+    x, y = np.load(case / "input.npy"), np.load(case / "labels.npy")
+    with snnc.load(so, device="cpu", max_batch=16) as m:
+        with snnc.Trainer(m, loss="ce_rate", optimizer="adam", lr=1e-2) as t:
+            loss, _ = t.step(x, y)
+            assert abs(loss - float((case / "loss").read_text())) < 1e-6 * loss
+            t.save(tmp_path / "lib.safetensors")
+        snnc.Trainer(m, loss="ce_rate", loss_output="spikes", max_batch=4).close()
+        with pytest.raises(snnc.SnncError, match=r"is not class scores \[B, K\]"):
+            snnc.Trainer(m, loss="mse")  # a loss of one value a class, on a sequence
+    assert (tmp_path / "lib.safetensors").read_bytes() == want.read_bytes()
+
+
 def test_errors(lib, tmp_path):
     x, y = data()
     plain = tmp_path / "plain.so"

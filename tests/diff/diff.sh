@@ -183,7 +183,8 @@ one_seed() { # SEED
   # training: one epoch of the oracle's --train (the interpreter, float32) on the same inputs, the
   # loss on the first output that is class scores, labels from the sample index; where the compiled
   # trainer differentiates every layer, its gradients and weights must equal the oracle's (npycmp:
-  # NaNs equal); a model neither trains (a refractory neuron, -1 spikes, no such output) is skipped
+  # NaNs equal); a model neither trains (a refractory neuron, -1 spikes, no such output, outputs
+  # not finite) is skipped
   [ "$require" != cuda ] && train_leg "$dir" "$b2" "$n" "${args[@]}"
   # the kernel-IR evaluator (what the CPU backend compiles, evaluated directly): when cpu differs, says
   # whether the lowering or the LLVM code generation is at fault
@@ -253,7 +254,7 @@ train_leg() { # DIR BATCH SAMPLES DATA_ARGS...
      -o train-interp.safetensors --grads=grads-interp.safetensors) >"$dir/train-interp.log" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then
-    grep -q "cannot be trained" "$dir/train-interp.log" && return 0
+    grep -q "cannot be trained\|is not finite" "$dir/train-interp.log" && return 0
     { echo "  train-interp: snnc --train failed (exit status $rc):"
       sed 's/^/    /' "$dir/train-interp.log" | head -20; } >>"$dir/FAIL"
     return 1
