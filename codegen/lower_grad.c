@@ -145,7 +145,8 @@ static KExpr *
 seq_index(Lower *lw, KExpr *j, KExpr *t, int64_t n)
 {
     KExpr *b = bin(lw, KB_DIV, j, ci(lw, n)), *i = bin(lw, KB_REM, j, ci(lw, n));
-    return bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, b, ci(lw, lw->T)), t), ci(lw, n)),
+    return bin(lw, KB_ADD,
+               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, b, ci(lw, lw->T)), t), ci(lw, n)),
                i);
 }
 
@@ -796,8 +797,7 @@ dense_weight_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     KExpr *gi = vindex(lw, rvv, &py);
     for (int k = 0; k < ni; k++) {
         Pos px = row_pos(lw, d->x, rv, bin(lw, KB_ADD, d->row.i, ci(lw, k)));
-        tile_fma(lw, body(fr), t[k], to(lw, KT_F32, vload(lw, d->x, &px)), g->gbuf[rvv], gi,
-                 false);
+        tile_fma(lw, body(fr), t[k], to(lw, KT_F32, vload(lw, d->x, &px)), g->gbuf[rvv], gi, false);
     }
     for (int k = 0; k < ni; k++) {
         KExpr *i = bin(lw, KB_ADD, d->row.i, ci(lw, k));
@@ -867,8 +867,7 @@ grad_dense(G *g, ValueId v)
             dense_data_tile(lw, body(fi), &d, bin(lw, KB_MUL, it, ci(lw, nt)), nt);
         } else {
             KStmt *full = s_if(lw, body(fi), bin(lw, KB_LT, it, ci(lw, nfull)));
-            if (nfull > 0)
-                dense_data_tile(lw, body(full), &d, bin(lw, KB_MUL, it, ci(lw, nt)), nt);
+            if (nfull > 0) dense_data_tile(lw, body(full), &d, bin(lw, KB_MUL, it, ci(lw, nt)), nt);
             dense_data_tile(lw, els(full), &d, ci(lw, nfull * nt), (int)tail);
         }
         end_kernel(lw);
@@ -1002,12 +1001,12 @@ lower_batchnorm_batch(Lower *lw, ValueId v)
     int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1, inner = C ? lw->vs[v].numel / C : 0;
     const char *name = value_name(lw, v);
     KTrain *tr = lw->train;
-    tr->bn_mean[v] = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.mean", name), KT_F32,
-                                       (KSize){0, C});
-    tr->bn_invstd[v] = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.invstd", name), KT_F32,
-                                         (KSize){0, C});
-    tr->bn_var[v] = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.var", name), KT_F64,
-                                      (KSize){0, C});
+    tr->bn_mean[v] =
+        scratch_buf_sized(lw, arena_printf(&p->arena, "%s.mean", name), KT_F32, (KSize){0, C});
+    tr->bn_invstd[v] =
+        scratch_buf_sized(lw, arena_printf(&p->arena, "%s.invstd", name), KT_F32, (KSize){0, C});
+    tr->bn_var[v] =
+        scratch_buf_sized(lw, arena_printf(&p->arena, "%s.var", name), KT_F64, (KSize){0, C});
     lw->k.what = describe(lw, v,
                           "training: the batch's statistics per channel (every step, sample and "
                           "position, in order, in double), then (x - mean) invstd w + b");
@@ -1030,7 +1029,8 @@ lower_batchnorm_batch(Lower *lw, ValueId v)
     ps = row_pos(lw, x, rv, bin(lw, KB_ADD, base, iv));
     int d = local(lw, "d", KT_F64);
     s_assign(lw, body(fi), d, bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mu)));
-    s_assign(lw, body(fi), sq, bin(lw, KB_ADD, var(lw, sq), bin(lw, KB_MUL, var(lw, d), var(lw, d))));
+    s_assign(lw, body(fi), sq,
+             bin(lw, KB_ADD, var(lw, sq), bin(lw, KB_MUL, var(lw, d), var(lw, d))));
     KExpr *varc = bin(lw, KB_DIV, var(lw, sq), cnt);
     int mf = local(lw, "mean", KT_F64), is = local(lw, "invstd", KT_F64);
     s_assign(lw, c, mf, to(lw, KT_F64, to(lw, KT_F32, var(lw, mu))));
@@ -1102,7 +1102,8 @@ grad_batchnorm(G *g, ValueId v)
     s_assign(lw, body(fi), sg, bin(lw, KB_ADD, var(lw, sg), var(lw, gy)));
     KExpr *xc = bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mean));
     s_assign(lw, body(fi), sgx,
-             bin(lw, KB_ADD, var(lw, sgx), bin(lw, KB_MUL, bin(lw, KB_MUL, var(lw, gy), xc), var(lw, is))));
+             bin(lw, KB_ADD, var(lw, sgx),
+                 bin(lw, KB_MUL, bin(lw, KB_MUL, var(lw, gy), xc), var(lw, is))));
     s_store(lw, c, dw, cv, var(lw, sgx));
     s_store(lw, c, db, cv, var(lw, sg));
     if (needs_x) {
@@ -1110,7 +1111,8 @@ grad_batchnorm(G *g, ValueId v)
         KExpr *cnt = bin(lw, KB_MUL, kx_const(p, KT_F64, copies),
                          to(lw, KT_F64, bin(lw, KB_MUL, rows_of(lw, v), ci(lw, inner))));
         int mg = local(lw, "mg", KT_F64), mgx = local(lw, "mgx", KT_F64);
-        s_assign(lw, c, mg, bin(lw, KB_DIV, bin(lw, KB_MUL, kx_const(p, KT_F64, copies), var(lw, sg)), cnt));
+        s_assign(lw, c, mg,
+                 bin(lw, KB_DIV, bin(lw, KB_MUL, kx_const(p, KT_F64, copies), var(lw, sg)), cnt));
         s_assign(lw, c, mgx,
                  bin(lw, KB_DIV, bin(lw, KB_MUL, kx_const(p, KT_F64, copies), var(lw, sgx)), cnt));
         int wis = local(lw, "wis", KT_F64);
@@ -1120,11 +1122,13 @@ grad_batchnorm(G *g, ValueId v)
         fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
         fi->is_lanes = true;
         ps = row_pos(lw, v, rv, bin(lw, KB_ADD, base, iv));
-        KExpr *xh = bin(lw, KB_MUL, bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mean)),
-                        var(lw, is));
-        KExpr *e = bin(lw, KB_MUL, var(lw, wis),
-                       bin(lw, KB_SUB, bin(lw, KB_SUB, to(lw, KT_F64, gload(g, v, &ps)), var(lw, mg)),
-                           bin(lw, KB_MUL, xh, var(lw, mgx))));
+        KExpr *xh =
+            bin(lw, KB_MUL, bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mean)),
+                var(lw, is));
+        KExpr *e =
+            bin(lw, KB_MUL, var(lw, wis),
+                bin(lw, KB_SUB, bin(lw, KB_SUB, to(lw, KT_F64, gload(g, v, &ps)), var(lw, mg)),
+                    bin(lw, KB_MUL, xh, var(lw, mgx))));
         gadd(g, body(fi), x, &ps, to(lw, KT_F32, e), first);
     }
     end_kernel(lw);
@@ -1163,9 +1167,11 @@ tap_source(Lower *lw, Cur c, KExpr *in, KExpr *k, int64_t P, int64_t D, int64_t 
            KExpr **out)
 {
     int nv = local(lw, "num", KT_I64);
-    s_assign(lw, c, nv, bin(lw, KB_SUB, bin(lw, KB_ADD, in, ci(lw, P)), bin(lw, KB_MUL, k, ci(lw, D))));
+    s_assign(lw, c, nv,
+             bin(lw, KB_SUB, bin(lw, KB_ADD, in, ci(lw, P)), bin(lw, KB_MUL, k, ci(lw, D))));
     KExpr *num = var(lw, nv);
-    KExpr *cond = bin(lw, KB_AND, bin(lw, KB_GE, num, ci(lw, 0)), bin(lw, KB_LT, num, ci(lw, OUT * S)));
+    KExpr *cond =
+        bin(lw, KB_AND, bin(lw, KB_GE, num, ci(lw, 0)), bin(lw, KB_LT, num, ci(lw, OUT * S)));
     KStmt *i = s_if(lw, c, cond);
     if (S == 1) {
         *out = num;
@@ -1193,17 +1199,19 @@ grad_pool_tiled(G *g, ValueId v, const PoolGeom *q, bool first)
     KStmt *fh = loop(lw, body(fcn), "oh", ci(lw, q->OH), false, &oh);
     KStmt *fw = loop(lw, body(fh), "ow", ci(lw, q->OW), false, &ow);
     Cur c = body(fw);
-    Pos py = row_pos(lw, v, rv,
-                     bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, q->OH)), oh),
-                                         ci(lw, q->OW)),
-                         ow));
+    Pos py = row_pos(
+        lw, v, rv,
+        bin(lw, KB_ADD,
+            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, q->OH)), oh), ci(lw, q->OW)),
+            ow));
     int gv = local(lw, "gv", KT_F32);
     KExpr *gy = gload(g, v, &py);
     if (n->op == OP_AVGPOOL2D)
-        gy = to(lw, KT_F32, bin(lw, KB_DIV, to(lw, KT_F64, gy), kx_const(p, KT_F64, (double)(q->KH * q->KW))));
+        gy = to(lw, KT_F32,
+                bin(lw, KB_DIV, to(lw, KT_F64, gy), kx_const(p, KT_F64, (double)(q->KH * q->KW))));
     s_assign(lw, c, gv, gy);
     /* the element at window tap (kh, kw) */
-#define AT(kh_, kw_)                                                                              \
+#define AT(kh_, kw_)                                                                               \
     row_pos(lw, x, rv,                                                                             \
             bin(lw, KB_ADD,                                                                        \
                 bin(lw, KB_MUL,                                                                    \
@@ -1221,11 +1229,10 @@ grad_pool_tiled(G *g, ValueId v, const PoolGeom *q, bool first)
         KStmt *fkw = loop(lw, body(fkh), "kw", ci(lw, q->KW), false, &kw);
         Pos pj = AT(kh, kw);
         s_assign(lw, body(fkw), xv, to(lw, KT_F32, vload(lw, x, &pj)));
-        KExpr *better =
-            bin(lw, KB_OR, bin(lw, KB_LT, var(lw, arg), ci(lw, 0)),
-                bin(lw, KB_OR, bin(lw, KB_GT, var(lw, xv), var(lw, best)),
-                    bin(lw, KB_AND, bin(lw, KB_NE, var(lw, xv), var(lw, xv)),
-                        bin(lw, KB_EQ, var(lw, best), var(lw, best)))));
+        KExpr *better = bin(lw, KB_OR, bin(lw, KB_LT, var(lw, arg), ci(lw, 0)),
+                            bin(lw, KB_OR, bin(lw, KB_GT, var(lw, xv), var(lw, best)),
+                                bin(lw, KB_AND, bin(lw, KB_NE, var(lw, xv), var(lw, xv)),
+                                    bin(lw, KB_EQ, var(lw, best), var(lw, best)))));
         KStmt *upd = s_if(lw, body(fkw), better);
         s_assign(lw, body(upd), best, var(lw, xv));
         s_assign(lw, body(upd), arg, bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, q->KW)), kw));
@@ -1237,8 +1244,10 @@ grad_pool_tiled(G *g, ValueId v, const PoolGeom *q, bool first)
     KExpr *held = first ? zero(lw) : kx_load(p, g->gbuf[rx], vindex(lw, rx, &pj));
     KExpr *e = bin(lw, KB_ADD, held, var(lw, gv));
     if (is_max)
-        e = kx_select(p, bin(lw, KB_EQ, var(lw, arg), bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, q->KW)), kw)),
-                      e, held);
+        e = kx_select(
+            p,
+            bin(lw, KB_EQ, var(lw, arg), bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, q->KW)), kw)),
+            e, held);
     s_store(lw, body(fkw), g->gbuf[rx], vindex(lw, rx, &pj), e);
     end_kernel(lw);
 }
@@ -1276,30 +1285,36 @@ grad_pool(G *g, ValueId v)
     KStmt *fw = loop(lw, body(fh), "iw", ci(lw, q.W), false, &iw);
     Cur c = body(fw);
     KExpr *chan = bin(lw, KB_MUL, cc, ci(lw, q.H));
-    Pos px = row_pos(lw, x, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, chan, ih), ci(lw, q.W)), iw));
+    Pos px = row_pos(lw, x, rv,
+                     bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, chan, ih), ci(lw, q.W)), iw));
     int s = local(lw, "s", KT_F32);
     s_assign(lw, c, s, first ? zero(lw) : gload(g, x, &px));
     /* kh = KH-1-a: the windows in increasing oh */
     KStmt *fa = loop(lw, c, "a", ci(lw, q.KH), false, &a);
-    Cur ca = tap_source(lw, body(fa), ih, bin(lw, KB_SUB, ci(lw, q.KH - 1), a), q.PH, 1, q.SH, q.OH, &oh);
+    Cur ca = tap_source(lw, body(fa), ih, bin(lw, KB_SUB, ci(lw, q.KH - 1), a), q.PH, 1, q.SH, q.OH,
+                        &oh);
     KStmt *fb = loop(lw, ca, "b", ci(lw, q.KW), false, &bb);
-    Cur cb = tap_source(lw, body(fb), iw, bin(lw, KB_SUB, ci(lw, q.KW - 1), bb), q.PW, 1, q.SW, q.OW, &ow);
+    Cur cb = tap_source(lw, body(fb), iw, bin(lw, KB_SUB, ci(lw, q.KW - 1), bb), q.PW, 1, q.SW,
+                        q.OW, &ow);
     int ohv = local(lw, "oh", KT_I64), owv = local(lw, "ow", KT_I64);
     s_assign(lw, cb, ohv, oh);
     s_assign(lw, cb, owv, ow);
-    Pos py = row_pos(lw, v, rv,
-                     bin(lw, KB_ADD,
-                         bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, q.OH)), var(lw, ohv)),
-                             ci(lw, q.OW)),
-                         var(lw, owv)));
+    Pos py = row_pos(
+        lw, v, rv,
+        bin(lw, KB_ADD,
+            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, q.OH)), var(lw, ohv)),
+                ci(lw, q.OW)),
+            var(lw, owv)));
     KExpr *gv = gload(g, v, &py);
     if (n->op == OP_AVGPOOL2D)
-        gv = to(lw, KT_F32, bin(lw, KB_DIV, to(lw, KT_F64, gv), kx_const(p, KT_F64, (double)(q.KH * q.KW))));
+        gv = to(lw, KT_F32,
+                bin(lw, KB_DIV, to(lw, KT_F64, gv), kx_const(p, KT_F64, (double)(q.KH * q.KW))));
     if (!is_max) {
         s_assign(lw, cb, s, bin(lw, KB_ADD, var(lw, s), gv));
     } else {
         /* the window's first maximum: its position (ah, aw) */
-        int best = local(lw, "best", KT_F32), ah = local(lw, "ah", KT_I64), aw = local(lw, "aw", KT_I64);
+        int best = local(lw, "best", KT_F32), ah = local(lw, "ah", KT_I64),
+            aw = local(lw, "aw", KT_I64);
         s_assign(lw, cb, best, kx_const(p, KT_F32, -INFINITY));
         s_assign(lw, cb, ah, ci(lw, -1));
         s_assign(lw, cb, aw, ci(lw, -1));
@@ -1307,18 +1322,23 @@ grad_pool(G *g, ValueId v)
         int jh = local(lw, "jh", KT_I64), jw = local(lw, "jw", KT_I64);
         KStmt *fkh = loop(lw, cb, "kh", ci(lw, q.KH), false, &kh);
         s_assign(lw, body(fkh), jh,
-                 bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, ohv), ci(lw, q.SH)), ci(lw, q.PH)), kh));
+                 bin(lw, KB_ADD,
+                     bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, ohv), ci(lw, q.SH)), ci(lw, q.PH)),
+                     kh));
         KStmt *ifh = s_if(lw, body(fkh),
                           bin(lw, KB_AND, bin(lw, KB_GE, var(lw, jh), ci(lw, 0)),
                               bin(lw, KB_LT, var(lw, jh), ci(lw, q.H))));
         KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, q.KW), false, &kw);
         s_assign(lw, body(fkw), jw,
-                 bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, owv), ci(lw, q.SW)), ci(lw, q.PW)), kw));
+                 bin(lw, KB_ADD,
+                     bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, owv), ci(lw, q.SW)), ci(lw, q.PW)),
+                     kw));
         KStmt *ifw = s_if(lw, body(fkw),
                           bin(lw, KB_AND, bin(lw, KB_GE, var(lw, jw), ci(lw, 0)),
                               bin(lw, KB_LT, var(lw, jw), ci(lw, q.W))));
         Pos pj = row_pos(lw, x, rv,
-                         bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, chan, var(lw, jh)), ci(lw, q.W)),
+                         bin(lw, KB_ADD,
+                             bin(lw, KB_MUL, bin(lw, KB_ADD, chan, var(lw, jh)), ci(lw, q.W)),
                              var(lw, jw)));
         int xv = local(lw, "xv", KT_F32);
         s_assign(lw, body(ifw), xv, to(lw, KT_F32, vload(lw, x, &pj)));
@@ -1332,8 +1352,9 @@ grad_pool(G *g, ValueId v)
         s_assign(lw, body(upd), best, var(lw, xv));
         s_assign(lw, body(upd), ah, var(lw, jh));
         s_assign(lw, body(upd), aw, var(lw, jw));
-        KStmt *hit = s_if(lw, cb,
-                          bin(lw, KB_AND, bin(lw, KB_EQ, var(lw, ah), ih), bin(lw, KB_EQ, var(lw, aw), iw)));
+        KStmt *hit =
+            s_if(lw, cb,
+                 bin(lw, KB_AND, bin(lw, KB_EQ, var(lw, ah), ih), bin(lw, KB_EQ, var(lw, aw), iw)));
         s_assign(lw, body(hit), s, bin(lw, KB_ADD, var(lw, s), gv));
     }
     ValueId rx = root(lw, x);
@@ -1351,12 +1372,12 @@ typedef struct ConvGrad {
     G *g;
     ValueId v, x;
     ConvGeom d;
-    int wt;         /* W as [kh][kw][o][c] */
-    int dyt;        /* dL/dy channels last, [rows][OH*OW][O] */
-    int dxs;        /* dL/dx channels last, [rows][H*W][C] */
-    int acc;        /* the weight gradient's partial sums, [items][C][lanes] */
-    KExpr *r, *ih, *iw;          /* dx: the row and input pixel */
-    KExpr *item, *kh, *kw, *o0;  /* dW: the block's item, tap and first output channel */
+    int wt;                     /* W as [kh][kw][o][c] */
+    int dyt;                    /* dL/dy channels last, [rows][OH*OW][O] */
+    int dxs;                    /* dL/dx channels last, [rows][H*W][C] */
+    int acc;                    /* the weight gradient's partial sums, [items][C][lanes] */
+    KExpr *r, *ih, *iw;         /* dx: the row and input pixel */
+    KExpr *item, *kh, *kw, *o0; /* dW: the block's item, tap and first output channel */
 } ConvGrad;
 
 /* dL/dx channels last at (r, ih, iw), channels [c0, c0 + lanes) = sum over taps (kh, kw) that
@@ -1378,20 +1399,22 @@ conv_data_tile(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
     int owv = local(lw, "ow", KT_I64);
     s_assign(lw, cw, owv, ow);
     KStmt *fo = loop(lw, cw, "o", ci(lw, d->O), false, &o);
-    Pos py = row_pos(lw, cg->v, cg->r,
-                     bin(lw, KB_ADD,
-                         bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, d->OH)), var(lw, ohv)),
-                             ci(lw, d->OW)),
-                         var(lw, owv)));
+    Pos py = row_pos(
+        lw, cg->v, cg->r,
+        bin(lw, KB_ADD,
+            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, d->OH)), var(lw, ohv)),
+                ci(lw, d->OW)),
+            var(lw, owv)));
     KExpr *tap = bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, d->KW)), kw);
-    KExpr *wi = bin(lw, KB_ADD,
-                    bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, d->O)), o), ci(lw, d->C)),
-                    c0);
+    KExpr *wi = bin(
+        lw, KB_ADD,
+        bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, d->O)), o), ci(lw, d->C)), c0);
     tile_fma(lw, body(fo), t, gload(cg->g, cg->v, &py), cg->wt, wi, false);
     KExpr *px = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->ih, ci(lw, d->W)), cg->iw);
     s_tile(lw, c, KS_VSTORE, t, cg->dxs,
-           bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->r, ci(lw, d->H * d->W)), px),
-                               ci(lw, d->C)),
+           bin(lw, KB_ADD,
+               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->r, ci(lw, d->H * d->W)), px),
+                   ci(lw, d->C)),
                c0),
            NULL);
 }
@@ -1408,7 +1431,8 @@ conv_weight_block(Lower *lw, Cur c, const ConvGrad *cg, KExpr *c0, int ni, int l
     for (int k = 0; k < ni; k++) {
         t[k] = tile(lw, "dw", lanes);
         ai[k] = bin(lw, KB_MUL,
-                    bin(lw, KB_ADD, bin(lw, KB_MUL, cg->item, ci(lw, d->C)), bin(lw, KB_ADD, c0, ci(lw, k))),
+                    bin(lw, KB_ADD, bin(lw, KB_MUL, cg->item, ci(lw, d->C)),
+                        bin(lw, KB_ADD, c0, ci(lw, k))),
                     ci(lw, lanes));
         s_tile(lw, c, KS_VLOAD, t[k], cg->acc, ai[k], NULL);
     }
@@ -1435,16 +1459,18 @@ conv_weight_block(Lower *lw, Cur c, const ConvGrad *cg, KExpr *c0, int ni, int l
     Cur cp = body(ifw);
     KExpr *pix = bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, d->OW)), ow);
     KExpr *yi = bin(lw, KB_ADD,
-                    bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, rv), ci(lw, d->OH * d->OW)), pix),
+                    bin(lw, KB_MUL,
+                        bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, rv), ci(lw, d->OH * d->OW)), pix),
                         ci(lw, d->O)),
                     cg->o0);
     for (int k = 0; k < ni; k++) {
         KExpr *chan = bin(lw, KB_ADD, c0, ci(lw, k));
-        Pos px = row_pos(lw, cg->x, var(lw, rv),
-                         bin(lw, KB_ADD,
-                             bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, d->H)), var(lw, ihv)),
-                                 ci(lw, d->W)),
-                             var(lw, iwv)));
+        Pos px = row_pos(
+            lw, cg->x, var(lw, rv),
+            bin(lw, KB_ADD,
+                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, d->H)), var(lw, ihv)),
+                    ci(lw, d->W)),
+                var(lw, iwv)));
         tile_fma(lw, cp, t[k], to(lw, KT_F32, vload(lw, cg->x, &px)), cg->dyt, yi, false);
     }
     for (int k = 0; k < ni; k++)
@@ -1463,8 +1489,9 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
     int64_t taps = d->KH * d->KW, items = ntiles * taps;
     begin_kernel(lw, cg->v, describe(lw, cg->v, how), false);
     lw->k.name = arena_printf(&p->arena, "%s_%s", o_first ? "grad_w_tail" : "grad_w", name);
-    cg->acc = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dw%s", name, o_first ? "_tail" : ""),
-                                lw->acc, (KSize){0, items * d->C * lanes});
+    cg->acc =
+        scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dw%s", name, o_first ? "_tail" : ""),
+                          lw->acc, (KSize){0, items * d->C * lanes});
     KExpr *it;
     KStmt *fi = loop(lw, top(lw), "item", ci(lw, items), true, &it);
     Cur c = body(fi);
@@ -1474,7 +1501,8 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
     s_assign(lw, c, khv, bin(lw, KB_DIV, tapv, ci(lw, d->KW)));
     s_assign(lw, c, kwv, bin(lw, KB_REM, tapv, ci(lw, d->KW)));
     s_assign(lw, c, o0v,
-             bin(lw, KB_ADD, ci(lw, o_first), bin(lw, KB_MUL, bin(lw, KB_DIV, it, ci(lw, taps)), ci(lw, lanes))));
+             bin(lw, KB_ADD, ci(lw, o_first),
+                 bin(lw, KB_MUL, bin(lw, KB_DIV, it, ci(lw, taps)), ci(lw, lanes))));
     cg->kh = var(lw, khv);
     cg->kw = var(lw, kwv);
     cg->o0 = var(lw, o0v);
@@ -1483,7 +1511,8 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
     s_tile(lw, c, KS_VSET, tz, -1, NULL, kx_const(p, KT_F64, 0));
     KStmt *fz = loop(lw, c, "c", ci(lw, d->C), false, &cc);
     s_tile(lw, body(fz), KS_VSTORE, tz, cg->acc,
-           bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, it, ci(lw, d->C)), cc), ci(lw, lanes)), NULL);
+           bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, it, ci(lw, d->C)), cc), ci(lw, lanes)),
+           NULL);
     /* blocks of rows; in each, blocks of CONV_DW_CH channels, then those left over */
     KExpr *rb;
     KStmt *frb = loop(lw, c, "rb",
@@ -1507,14 +1536,17 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
     KStmt *fs = loop(lw, c, "c", ci(lw, d->C), false, &cc);
     int ts = tile(lw, "sum", lanes);
     s_tile(lw, body(fs), KS_VLOAD, ts, cg->acc,
-           bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, it, ci(lw, d->C)), cc), ci(lw, lanes)), NULL);
-    KExpr *wi = bin(lw, KB_ADD,
-                    bin(lw, KB_MUL,
-                        bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->o0, ci(lw, d->C)), cc),
-                                            ci(lw, d->KH)),
-                            cg->kh),
-                        ci(lw, d->KW)),
-                    cg->kw);
+           bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, it, ci(lw, d->C)), cc), ci(lw, lanes)),
+           NULL);
+    KExpr *wi =
+        bin(lw, KB_ADD,
+            bin(lw, KB_MUL,
+                bin(lw, KB_ADD,
+                    bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->o0, ci(lw, d->C)), cc),
+                        ci(lw, d->KH)),
+                    cg->kh),
+                ci(lw, d->KW)),
+            cg->kw);
     KStmt *st = s_tile(lw, body(fs), KS_VSTORE, ts, dw, wi, NULL);
     st->stride = d->C * d->KH * d->KW;
     end_kernel(lw);
@@ -1573,10 +1605,13 @@ grad_conv(G *g, ValueId v)
         KStmt *fc = loop(lw, body(fr), "c", ci(lw, d->C), false, &cc);
         KStmt *fq = loop(lw, body(fc), "q", ci(lw, d->H * d->W), false, &q);
         fq->is_lanes = true;
-        Pos px = row_pos(lw, cg.x, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, d->H * d->W)), q));
-        KExpr *si = bin(lw, KB_ADD,
-                        bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, d->H * d->W)), q), ci(lw, d->C)),
-                        cc);
+        Pos px =
+            row_pos(lw, cg.x, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, d->H * d->W)), q));
+        KExpr *si =
+            bin(lw, KB_ADD,
+                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, d->H * d->W)), q),
+                    ci(lw, d->C)),
+                cc);
         gadd(g, body(fq), cg.x, &px, kx_load(p, cg.dxs, si), first);
         end_kernel(lw);
     }
@@ -1590,7 +1625,9 @@ grad_conv(G *g, ValueId v)
     KStmt *fp = loop(lw, body(fo), "p", ci(lw, P), false, &pv);
     Pos py = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, ov, ci(lw, P)), pv));
     s_store(lw, body(fp), cg.dyt,
-            bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, P)), pv), ci(lw, d->O)), ov),
+            bin(lw, KB_ADD,
+                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, P)), pv), ci(lw, d->O)),
+                ov),
             gload(g, v, &py));
     end_kernel(lw);
     /* dW: tiles of output channels times taps in parallel */
@@ -1623,7 +1660,8 @@ grad_conv(G *g, ValueId v)
         KStmt *fr2 = loop(lw, body(fo2), "r", rows_of(lw, v), false, &rv);
         KStmt *fp2 = loop(lw, body(fr2), "p", ci(lw, P), false, &pv);
         Pos pb = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, ov, ci(lw, P)), pv));
-        s_assign(lw, body(fp2), sum, bin(lw, KB_ADD, var(lw, sum), to(lw, lw->acc, gload(g, v, &pb))));
+        s_assign(lw, body(fp2), sum,
+                 bin(lw, KB_ADD, var(lw, sum), to(lw, lw->acc, gload(g, v, &pb))));
         s_store(lw, body(fo2), db, ov, var(lw, sum));
         end_kernel(lw);
     }
@@ -1656,8 +1694,7 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
     /* gradient buffers: the value's layout, f32 */
     for (ValueId v = 0; v < n; v++) {
         const Node *nd = &m->nodes[v];
-        if (!g.needs[v] || nd->op == OP_FLATTEN || nd->op == OP_SEQUENCE ||
-            is_step_readout(nd->op))
+        if (!g.needs[v] || nd->op == OP_FLATTEN || nd->op == OP_SEQUENCE || is_step_readout(nd->op))
             continue;
         const VStore *vs = &lw->vs[v];
         if (vs->layout != LY_FULL && vs->layout != LY_STATIC)
@@ -1671,8 +1708,8 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
         ValueId v = m->outputs[k];
         const Node *nd = &m->nodes[v];
         /* as the output: [B][n], or [B][T][n] for one of every step */
-        int64_t numel = type_numel(&nd->type) *
-                        (nd->type.has_time && !is_step_readout(nd->op) ? lw->T : 1);
+        int64_t numel =
+            type_numel(&nd->type) * (nd->type.has_time && !is_step_readout(nd->op) ? lw->T : 1);
         tr->out_grad[k] = add_buf(lw, arena_printf(&p->arena, "%s.grad", value_name(lw, v)), KT_F32,
                                   (KSize){numel, 0}, KB_TEMP, -1, -1);
         p->bufs[tr->out_grad[k]].is_written_first = true;
@@ -1694,10 +1731,11 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
             lw->k.name = arena_printf(&p->arena, "grad_zero_%s", value_name(lw, v));
             KExpr *iv;
             KSize sz = p->bufs[g.gbuf[v]].size; /* every sample's: per_batch * B + fixed */
-            KStmt *f = loop(lw, top(lw), "e",
-                            bin(lw, KB_ADD, bin(lw, KB_MUL, ci(lw, sz.per_batch), kx_kind(p, KX_BATCH)),
-                                ci(lw, sz.fixed)),
-                            true, &iv);
+            KStmt *f =
+                loop(lw, top(lw), "e",
+                     bin(lw, KB_ADD, bin(lw, KB_MUL, ci(lw, sz.per_batch), kx_kind(p, KX_BATCH)),
+                         ci(lw, sz.fixed)),
+                     true, &iv);
             f->is_lanes = true;
             s_store(lw, body(f), g.gbuf[v], iv, zero(lw));
             end_kernel(lw);

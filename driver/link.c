@@ -106,8 +106,7 @@ emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, const Lin
     bool has_cuda = cuda && cuda->records;
     size_t rlen = (has_cuda ? strlen(cuda->records) : 0) + (train ? strlen(train->records) : 0);
     char *records = xmalloc(rlen + 1);
-    snprintf(records, rlen + 1, "%s%s", has_cuda ? cuda->records : "",
-             train ? train->records : "");
+    snprintf(records, rlen + 1, "%s%s", has_cuda ? cuda->records : "", train ? train->records : "");
     char *meta = kir_describe_with(kp, has_cuda ? "cpu,cuda" : "cpu", records);
     free(records);
     CgLlvmObjectData data = {meta, weights, wlen, has_cuda ? cuda->images : NULL,

@@ -68,9 +68,9 @@ typedef struct Options {
     bool train_library; /* --train -o MODEL.so: a library carrying the training step (no data) */
     /* which training settings the command line gave (a model's train block gives the others) */
     bool has_epochs, has_batch, has_loss, has_optimizer, has_schedule, step_schedule;
-    int64_t step_size; /* --schedule=step: epochs between decays (0: no step schedule) */
-    double gamma;      /* --gamma */
-    double clip_norm;  /* --clip-grad-norm, or 0 */
+    int64_t step_size;        /* --schedule=step: epochs between decays (0: no step schedule) */
+    double gamma;             /* --gamma */
+    double clip_norm;         /* --clip-grad-norm, or 0 */
     double loss_on, loss_off; /* --loss-targets */
     bool has_loss_targets;
     bool has_gamma;

@@ -42,8 +42,8 @@ loss_grad(void *ctx, int64_t first, int nb, float **og)
 {
     Batch *b = ctx;
     int64_t row = b->k * (rt_loss_per_step(b->loss.kind) ? b->loss.T : 1);
-    double l = rt_loss_spec(&b->loss, b->outputs[b->out] + first * row, b->labels + first, nb,
-                            b->k, b->batch, og[b->out], &b->correct);
+    double l = rt_loss_spec(&b->loss, b->outputs[b->out] + first * row, b->labels + first, nb, b->k,
+                            b->batch, og[b->out], &b->correct);
     for (int i = 0; i < nb; i++) {
         float y = b->labels[first + i];
         b->bad_label |= !(y >= 0 && y < (float)b->k && y == floorf(y));
@@ -123,13 +123,12 @@ check_trainable(const Module *m, const Options *o)
                        out->name ? out->name : "?",
                        out->type.has_time ? "a single value a step" : "not a sequence");
         else
-            diag_error(out->loc,
-                       "--train --loss=%s reads class scores [B, K] from %s; '%s' is %s (a count, "
-                       "mean, max or last readout gives them; --loss-output names another)",
-                       loss_name((RtLoss)o->loss),
-                       o->loss_output ? "--loss-output" : "the first output",
-                       out->name ? out->name : "?",
-                       out->type.has_time ? "a sequence" : "a single value");
+            diag_error(
+                out->loc,
+                "--train --loss=%s reads class scores [B, K] from %s; '%s' is %s (a count, "
+                "mean, max or last readout gives them; --loss-output names another)",
+                loss_name((RtLoss)o->loss), o->loss_output ? "--loss-output" : "the first output",
+                out->name ? out->name : "?", out->type.has_time ? "a sequence" : "a single value");
         return false;
     }
     return ok;
@@ -548,9 +547,9 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
         has_bn |= e->tr.bn_mean[v] >= 0;
     if (has_bn) {
         e->inf = kir_lower(m);
-        e->bdi = e->inf ? kir_bind(e->inf, o->batch, (const float *const *)bin, outs, err,
-                                   sizeof err)
-                        : NULL;
+        e->bdi = e->inf
+                     ? kir_bind(e->inf, o->batch, (const float *const *)bin, outs, err, sizeof err)
+                     : NULL;
         if (!e->bdi) {
             fprintf(stderr, "snnc: error: the inference program for testing: %s\n",
                     e->inf ? err : "not lowered");
@@ -595,7 +594,8 @@ engine_close(Engine *e)
         double total = 0;
         for (int k = 0; k < e->p->nkernels; k++)
             total += e->kt[k];
-        fprintf(stderr, "SNN_TRAIN_PROFILE: seconds per kernel of the training step (all epochs)\n");
+        fprintf(stderr,
+                "SNN_TRAIN_PROFILE: seconds per kernel of the training step (all epochs)\n");
         for (int k = 0; k < e->p->nkernels; k++) {
             fprintf(stderr, "%9.3f %5.1f%%  %s\n", e->kt[k], total > 0 ? 100 * e->kt[k] / total : 0,
                     e->p->kernels[k].name);
@@ -635,7 +635,7 @@ engine_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t
         for (int k = first; k < first + v->nkernels; k++) {
             double t0 = rt_now_seconds();
             ((SnnkEntryFn)(uintptr_t)cg_llvm_entry(e->ck[k]))(bd->mem, nb, base,
-                                                             rt_pool_rt(e->pool));
+                                                              rt_pool_rt(e->pool));
             e->kt[k] += rt_now_seconds() - t0;
         }
         return true;
@@ -680,9 +680,10 @@ test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions 
             bin[0][q] = (float)s->tbytes[first * 784 + q] / 255.0f;
         ok = engine_forward(e, m, io, nb, first, bin, outs, err, errlen);
         for (int i = 0; ok && i < nb; i++)
-            correct += (double)class_of(outs[lo], i, k, m->nodes[m->outputs[lo]].type.has_time
-                                                             ? m->timesteps : 0) ==
-                       s->test_labels[first + i];
+            correct +=
+                (double)class_of(outs[lo], i, k,
+                                 m->nodes[m->outputs[lo]].type.has_time ? m->timesteps : 0) ==
+                s->test_labels[first + i];
     }
     return ok ? (double)correct / (double)s->ntest : NAN;
 }
@@ -790,42 +791,55 @@ apply_train_block(const Module *m, Options *o)
     for (int i = 0; i < m->ntrain; i++) {
         const TrainItem *t = &m->train[i];
         const char *k = t->key, *w = t->word ? t->word : "";
-        if (!strcmp(k, "epochs") && !o->has_epochs) o->epochs = (int64_t)t->num;
-        else if (!strcmp(k, "batch") && !o->has_batch) o->batch = (int)t->num;
+        if (!strcmp(k, "epochs") && !o->has_epochs)
+            o->epochs = (int64_t)t->num;
+        else if (!strcmp(k, "batch") && !o->has_batch)
+            o->batch = (int)t->num;
         else if (!strcmp(k, "loss") && !o->has_loss)
             o->loss = !strcmp(w, "ce") || !strcmp(w, "ce_count") ? RT_LOSS_CE
-                      : !strcmp(w, "ce_rate")                      ? RT_LOSS_CE_RATE
-                      : !strcmp(w, "mse_count")                    ? RT_LOSS_MSE_COUNT
-                      : !strcmp(w, "mse_membrane")                 ? RT_LOSS_MSE_MEMBRANE
-                                                                   : RT_LOSS_MSE;
-        else if (!strcmp(k, "loss_output") && !o->loss_output) o->loss_output = t->word;
+                      : !strcmp(w, "ce_rate")                    ? RT_LOSS_CE_RATE
+                      : !strcmp(w, "mse_count")                  ? RT_LOSS_MSE_COUNT
+                      : !strcmp(w, "mse_membrane")               ? RT_LOSS_MSE_MEMBRANE
+                                                                 : RT_LOSS_MSE;
+        else if (!strcmp(k, "loss_output") && !o->loss_output)
+            o->loss_output = t->word;
         else if (!strcmp(k, "optimizer") && !o->has_optimizer)
-            o->optimizer = !strcmp(w, "sgd") ? RT_OPT_SGD : !strcmp(w, "adam") ? RT_OPT_ADAM
-                                                                              : RT_OPT_ADAMW;
-        else if (!strcmp(k, "lr") && !o->has_lr) o->lr = t->num, o->has_lr = true;
+            o->optimizer = !strcmp(w, "sgd")    ? RT_OPT_SGD
+                           : !strcmp(w, "adam") ? RT_OPT_ADAM
+                                                : RT_OPT_ADAMW;
+        else if (!strcmp(k, "lr") && !o->has_lr)
+            o->lr = t->num, o->has_lr = true;
         else if (!strcmp(k, "momentum") && !o->has_momentum)
             o->momentum = t->num, o->has_momentum = true;
         else if (!strcmp(k, "weight_decay") && !o->has_weight_decay)
             o->weight_decay = t->num, o->has_weight_decay = true;
-        else if (!strcmp(k, "nesterov") && !o->nesterov) o->nesterov = !strcmp(w, "true");
+        else if (!strcmp(k, "nesterov") && !o->nesterov)
+            o->nesterov = !strcmp(w, "true");
         else if (!strcmp(k, "schedule") && !o->has_schedule) {
             o->cosine = !strcmp(w, "cosine");
             o->step_schedule = !strcmp(w, "step");
-        } else if (!strcmp(k, "step_size") && !o->step_size) o->step_size = (int64_t)t->num;
-        else if (!strcmp(k, "gamma") && !o->has_gamma) o->gamma = t->num, o->has_gamma = true;
-        else if (!strcmp(k, "clip_grad_norm") && !(o->clip_norm > 0)) o->clip_norm = t->num;
+        } else if (!strcmp(k, "step_size") && !o->step_size)
+            o->step_size = (int64_t)t->num;
+        else if (!strcmp(k, "gamma") && !o->has_gamma)
+            o->gamma = t->num, o->has_gamma = true;
+        else if (!strcmp(k, "clip_grad_norm") && !(o->clip_norm > 0))
+            o->clip_norm = t->num;
     }
     const char *why = NULL;
-    if (o->step_schedule && !o->step_size) why = "--schedule=step needs --step-size=N";
-    else if (!o->step_schedule && o->step_size) why = "--step-size is for --schedule=step";
-    else if (!o->step_schedule && o->has_gamma) why = "--gamma is for --schedule=step";
+    if (o->step_schedule && !o->step_size)
+        why = "--schedule=step needs --step-size=N";
+    else if (!o->step_schedule && o->step_size)
+        why = "--step-size is for --schedule=step";
+    else if (!o->step_schedule && o->has_gamma)
+        why = "--gamma is for --schedule=step";
     else if (o->nesterov && (o->optimizer != RT_OPT_SGD || !(o->momentum > 0)))
         why = "--nesterov is SGD with momentum: give --optimizer=sgd and --momentum";
     else if (o->has_momentum && o->momentum != 0 && o->optimizer != RT_OPT_SGD)
         why = "--momentum is for --optimizer=sgd";
     if (!why) return true;
     if (m->ntrain)
-        diag_error(m->train[0].loc, "%s (the command line together with the model's train "
+        diag_error(m->train[0].loc,
+                   "%s (the command line together with the model's train "
                    "block, where each option is its name without the dashes: step_size, ...)",
                    why);
     else
@@ -938,8 +952,16 @@ train(Module *m, const Options *o)
                     gather(&sets, i, s, bin[i] + (size_t)b * (size_t)d->numel[i]);
                 blabels[b] = d->labels[s];
             }
-            Batch bt = {{(RtLoss)o->loss, m->timesteps, o->loss_on, o->loss_off}, blabels, outs, lo,
-                        k, nb, 0, 0, false, false};
+            Batch bt = {{(RtLoss)o->loss, m->timesteps, o->loss_on, o->loss_off},
+                        blabels,
+                        outs,
+                        lo,
+                        k,
+                        nb,
+                        0,
+                        0,
+                        false,
+                        false};
             /* Poisson draws keyed by the epoch and position: fresh noise every epoch */
             if (!engine_step(&eng, m, &io, nb, e * N + first, bin, outs, &bt, gd, gf, gsrc, err,
                              sizeof err)) {
@@ -986,7 +1008,7 @@ train(Module *m, const Options *o)
                 const char *slot = op_info(m->nodes[wt->node].op)->weights[wt->slot];
                 if (strncmp(slot, "running_", 8) == 0) continue;
                 rt_opt_step_pool(eng.pool, &ecfg, step, wt->data, gsrc[w], state[w],
-                             state[w] + wt->numel, wt->numel);
+                                 state[w] + wt->numel, wt->numel);
             }
             double to1 = rt_now_seconds();
             t_opt += to1 - to0;

@@ -1186,7 +1186,8 @@ lower_train_block(Module *m, const AstStmt *st)
             }
             t->word = arena_strdup(&m->arena, v->str);
         } else {
-            if (v->kind != AST_NUM || (kind == 'i' && (!v->is_int || v->num < 1 || v->num > (1 << 20))) ||
+            if (v->kind != AST_NUM ||
+                (kind == 'i' && (!v->is_int || v->num < 1 || v->num > (1 << 20))) ||
                 !(v->num >= 0) || !isfinite(v->num)) {
                 diag_error(v->loc, "train setting %s expects %s", kv->str,
                            kind == 'i' ? "a whole number from 1 to 1048576"

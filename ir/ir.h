@@ -385,7 +385,7 @@ typedef struct Module {
     int64_t seed;
     TrainItem *train; /* the train { ... } block's settings, in order */
     int ntrain;
-    bool has_train;   /* the model has a train block (perhaps empty) */
+    bool has_train; /* the model has a train block (perhaps empty) */
     Node *nodes;
     int nnodes, capnodes;
     NeuronDef **neurons;

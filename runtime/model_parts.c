@@ -567,9 +567,9 @@ train_check(const snn_model *m, char *why, size_t n)
         }
     for (int w = 0; w < m->nweights; w++) {
         int b = m->train_weight_grad[w];
-        if (b == -2 || (b >= 0 && (m->train_bufs[b].type != RT_ELEM_F32 ||
-                                   m->train_bufs[b].per_batch != 0 ||
-                                   m->train_bufs[b].fixed != m->weights[w].info.numel))) {
+        if (b == -2 ||
+            (b >= 0 && (m->train_bufs[b].type != RT_ELEM_F32 || m->train_bufs[b].per_batch != 0 ||
+                        m->train_bufs[b].fixed != m->weights[w].info.numel))) {
             snprintf(why, n, "weight %d has no train_weight_grad record of its size", w);
             return false;
         }
@@ -691,13 +691,13 @@ rt_model_parse(snn_model *m, const char *text, SnnkEntryFn entry, const void *we
         else if (!strcmp(key, "cuda_kernel")) parse_cuda_kernel(&ps, m);
         else if (!strcmp(key, "cuda_image")) parse_cuda_image(&ps, &m->cuda_images[nci++],
                                                               images ? images_size : 0);
-        else if (!strcmp(key, "train_buf")) parse_buf(&ps, &m->train_bufs[ntb++]);
+        else if (!strcmp(key, "train_buf"))
+            parse_buf(&ps, &m->train_bufs[ntb++]);
         else if (!strcmp(key, "train_layer")) { /* its spike counts: a trainer reports none */
             char name[RT_MAX_NAME];
             word(&ps, name, sizeof name);
             number(&ps);
-        }
-        else if (!strcmp(key, "train_out_grad") || !strcmp(key, "train_weight_grad")) {
+        } else if (!strcmp(key, "train_out_grad") || !strcmp(key, "train_weight_grad")) {
             bool is_out = key[6] == 'o';
             long long k = number(&ps), b = number(&ps);
             int n = is_out ? m->noutputs : m->nweights;
@@ -714,7 +714,8 @@ rt_model_parse(snn_model *m, const char *text, SnnkEntryFn entry, const void *we
             bn->running_var = (int)number(&ps);
             bn->C = number(&ps);
             bn->inner = number(&ps);
-        } else if (!strcmp(key, "end")) is_end = true;
+        } else if (!strcmp(key, "end"))
+            is_end = true;
         else ps.is_bad = true;
         end_line(&ps);
     }

@@ -91,9 +91,9 @@ typedef struct RtCudaImage {
 /* a batchnorm of the training step: its batch statistics' buffers (mean [C] f32, biased variance
  * [C] f64) and the weights that keep the running ones, updated after every step */
 typedef struct RtTrainBn {
-    int mean, var;                   /* train_bufs indices */
-    int running_mean, running_var;   /* weight indices */
-    int64_t C, inner;                /* channels; values per channel of one sample and step */
+    int mean, var;                 /* train_bufs indices */
+    int running_mean, running_var; /* weight indices */
+    int64_t C, inner;              /* channels; values per channel of one sample and step */
 } RtTrainBn;
 
 struct snn_model {

@@ -168,7 +168,7 @@ typedef struct snn_train_config {
     snn_optimizer optimizer; /* torch.optim's update and order */
     double lr, momentum, weight_decay, beta1, beta2, eps;
     int nesterov;
-    double clip_grad_norm;   /* > 0: clip_grad_norm_ before every update */
+    double clip_grad_norm;    /* > 0: clip_grad_norm_ before every update */
     double loss_on, loss_off; /* mse_count: correct and incorrect rates; mse_membrane: on and off
                                  targets (defaults 1, 0) */
 } snn_train_config;

@@ -256,8 +256,8 @@ opt_chunk(void **bufs, int64_t batch, int64_t step, int64_t sample_base, int64_t
 }
 
 void
-rt_opt_step_pool(struct RtPool *pool, const RtOptConfig *c, int64_t step, float *p,
-                 const float *g, float *m, float *v, int64_t n)
+rt_opt_step_pool(struct RtPool *pool, const RtOptConfig *c, int64_t step, float *p, const float *g,
+                 float *m, float *v, int64_t n)
 {
     if (!pool || n < 65536) {
         rt_opt_step(c, step, p, g, m, v, n);

@@ -33,13 +33,13 @@ struct snn_trainer {
     int64_t steps;
     RtPool *pool;
     pthread_mutex_t lock;
-    float **w;          /* [nweights] the weights, float32, the model's layout */
-    float **state;      /* [nweights] the optimiser's two tensors, 2 * numel each */
-    bool *is_stat;      /* [nweights] batchnorm running statistics: not trained */
-    float **zero_grad;  /* [nweights] zeros where no gradient flows */
-    void **bufs;        /* [ntrain_bufs] what the code gets */
-    bool *owned;        /* [ntrain_bufs] */
-    float **out;        /* [noutputs] the forward's outputs, max_batch rows */
+    float **w;         /* [nweights] the weights, float32, the model's layout */
+    float **state;     /* [nweights] the optimiser's two tensors, 2 * numel each */
+    bool *is_stat;     /* [nweights] batchnorm running statistics: not trained */
+    float **zero_grad; /* [nweights] zeros where no gradient flows */
+    void **bufs;       /* [ntrain_bufs] what the code gets */
+    bool *owned;       /* [ntrain_bufs] */
+    float **out;       /* [noutputs] the forward's outputs, max_batch rows */
     bool has_weights;
 };
 
@@ -144,8 +144,10 @@ weights_from(snn_trainer *t, const RtTensorSet *set, const char *what)
                            w->name, what);
         int64_t first;
         if (rt_count_nonfinite(x->data, x->numel, &first))
-            return rt_fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s holds a value that is not finite "
-                           "(element %lld)", w->name, what, (long long)first);
+            return rt_fail(SNN_ERR_WEIGHTS,
+                           "tensor '%s' in %s holds a value that is not finite "
+                           "(element %lld)",
+                           w->name, what, (long long)first);
     }
     for (int i = 0; i < m->nweights; i++) {
         const RtTensor *x = rt_tensorset_find(set, m->weights[i].info.name);
@@ -181,28 +183,32 @@ config_check(const snn_model *m, const snn_train_config *c)
         return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: unknown optimizer %d",
                        (int)c->optimizer);
     if (c->loss_output < 0 || c->loss_output >= m->noutputs)
-        return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: loss_output %d out of range (the "
-                       "model has %d outputs)", c->loss_output, m->noutputs);
+        return rt_fail(SNN_ERR_ARGUMENT,
+                       "snn_trainer_create: loss_output %d out of range (the "
+                       "model has %d outputs)",
+                       c->loss_output, m->noutputs);
     const snn_tensor_info *o = &m->outputs[c->loss_output].info;
     bool per_step = rt_loss_per_step((RtLoss)c->loss);
     if (o->per_step != per_step || o->numel < 2 * (per_step ? m->timesteps : 1))
-        return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: output '%s' is not class scores "
-                       "%s", m->outputs[c->loss_output].name,
+        return rt_fail(SNN_ERR_ARGUMENT,
+                       "snn_trainer_create: output '%s' is not class scores "
+                       "%s",
+                       m->outputs[c->loss_output].name,
                        per_step ? "of every step [B, T, K] (a sequence output), which this loss "
                                   "reads"
                                 : "[B, K] (a count, mean, max or last readout of 2 or more "
                                   "values)");
     if (!isfinite(c->loss_on) || !isfinite(c->loss_off))
         return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: loss_on and loss_off must be "
-                       "finite");
+                                         "finite");
     double v[6] = {c->lr, c->momentum, c->weight_decay, c->beta1, c->beta2, c->eps};
     for (int i = 0; i < 6; i++)
         if (!(v[i] >= 0) || !isfinite(v[i]))
             return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: lr, momentum, weight_decay, "
-                           "betas and eps must be finite and not negative");
+                                             "betas and eps must be finite and not negative");
     if (!(c->clip_grad_norm >= 0) || !isfinite(c->clip_grad_norm))
         return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: clip_grad_norm must be finite and "
-                       "not negative");
+                                         "not negative");
     return SNN_OK;
 }
 
@@ -214,13 +220,19 @@ snn_trainer_create(const snn_model *m, const snn_train_config *c, int max_batch,
     if (out) *out = NULL;
     if (!m || !c || !out)
         return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: %s is NULL",
-                       !m ? "model" : !c ? "config" : "out");
+                       !m   ? "model"
+                       : !c ? "config"
+                            : "out");
     if (!snn_model_trainable(m))
-        return rt_fail(SNN_ERR_STATE, "model '%s' carries no training step: build it with "
-                       "`snnc --train MODEL.snn -o MODEL.so`", m->name);
+        return rt_fail(SNN_ERR_STATE,
+                       "model '%s' carries no training step: build it with "
+                       "`snnc --train MODEL.snn -o MODEL.so`",
+                       m->name);
     if (max_batch < 1 || max_batch > SNN_MAX_BATCH || threads < 0 || threads > SNN_MAX_THREADS)
-        return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_create: max_batch must be 1..%d and "
-                       "threads 0..%d", SNN_MAX_BATCH, SNN_MAX_THREADS);
+        return rt_fail(SNN_ERR_ARGUMENT,
+                       "snn_trainer_create: max_batch must be 1..%d and "
+                       "threads 0..%d",
+                       SNN_MAX_BATCH, SNN_MAX_THREADS);
     snn_status st = config_check(m, c);
     if (st != SNN_OK) return st;
     snn_trainer *t = calloc(1, sizeof *t);
@@ -253,8 +265,8 @@ snn_trainer_create(const snn_model *m, const snn_train_config *c, int max_batch,
     t->bufs = calloc((size_t)nb + 1, sizeof *t->bufs);
     t->owned = calloc((size_t)nb + 1, sizeof *t->owned);
     t->out = calloc((size_t)m->noutputs + 1, sizeof *t->out);
-    bool ok = t->pool && t->w && t->state && t->is_stat && t->zero_grad && t->bufs && t->owned &&
-              t->out;
+    bool ok =
+        t->pool && t->w && t->state && t->is_stat && t->zero_grad && t->bufs && t->owned && t->out;
     for (int i = 0; ok && i < nw; i++) {
         size_t n = (size_t)(m->weights[i].info.numel ? m->weights[i].info.numel : 1);
         t->w[i] = calloc(n, sizeof(float));
@@ -306,7 +318,7 @@ forward(snn_trainer *t, int64_t first_sample, int batch, const float *const *inp
     const snn_model *m = t->m;
     if (!t->has_weights)
         return rt_fail(SNN_ERR_STATE, "the trainer has no weights yet (the library carries none: "
-                       "snn_trainer_load_weights_file)");
+                                      "snn_trainer_load_weights_file)");
     if (batch < 1 || batch > t->max_batch)
         return rt_fail(SNN_ERR_ARGUMENT, "batch %d out of range 1..%d", batch, t->max_batch);
     if (!inputs) return rt_fail(SNN_ERR_ARGUMENT, "inputs is NULL");
@@ -314,8 +326,10 @@ forward(snn_trainer *t, int64_t first_sample, int batch, const float *const *inp
         if (!inputs[i]) return rt_fail(SNN_ERR_ARGUMENT, "input %d is NULL", i);
     for (int b = 0; b < m->ntrain_bufs; b++) {
         const RtBuf *kb = &m->train_bufs[b];
-        if (kb->kind == RT_BUF_INPUT) t->bufs[b] = (void *)inputs[kb->io];
-        else if (kb->kind == RT_BUF_OUTPUT) t->bufs[b] = t->out[kb->io];
+        if (kb->kind == RT_BUF_INPUT)
+            t->bufs[b] = (void *)inputs[kb->io];
+        else if (kb->kind == RT_BUF_OUTPUT)
+            t->bufs[b] = t->out[kb->io];
         else if (kb->kind == RT_BUF_TEMP && kb->needs_zero)
             memset(t->bufs[b], 0, rt_buf_bytes(kb, batch));
     }
@@ -452,8 +466,10 @@ snn_train_backward(snn_trainer *t, const float *const *output_grads, float *cons
         for (int k = 0; k < m->noutputs; k++) {
             size_t n = (size_t)t->batch * (size_t)m->outputs[k].info.numel;
             float *dst = t->bufs[m->train_out_grad[k]];
-            if (output_grads[k]) memcpy(dst, output_grads[k], n * sizeof(float));
-            else memset(dst, 0, n * sizeof(float));
+            if (output_grads[k])
+                memcpy(dst, output_grads[k], n * sizeof(float));
+            else
+                memset(dst, 0, n * sizeof(float));
         }
         backward(t);
         for (int w = 0; weight_grads && w < m->nweights; w++)
@@ -483,20 +499,26 @@ snn_trainer_apply(snn_trainer *t, const float *const *weight_grads)
             size_t n = (size_t)m->weights[w].info.numel;
             g[w] = malloc((n ? n : 1) * sizeof(float));
             if (!g[w]) break;
-            if (weight_grads[w]) memcpy(g[w], weight_grads[w], n * sizeof(float));
-            else memset(g[w], 0, n * sizeof(float));
+            if (weight_grads[w])
+                memcpy(g[w], weight_grads[w], n * sizeof(float));
+            else
+                memset(g[w], 0, n * sizeof(float));
         }
         bool ok = g != NULL;
         for (int w = 0; ok && w < m->nweights; w++)
             ok = g[w] != NULL;
-        if (ok) apply(t, g);
-        else st = rt_fail(SNN_ERR_MEMORY, "out of memory");
+        if (ok)
+            apply(t, g);
+        else
+            st = rt_fail(SNN_ERR_MEMORY, "out of memory");
         for (int w = 0; g && w < m->nweights; w++)
             free(g[w]);
     } else {
         g = kept_grads(t);
-        if (g) apply(t, g);
-        else st = rt_fail(SNN_ERR_MEMORY, "out of memory");
+        if (g)
+            apply(t, g);
+        else
+            st = rt_fail(SNN_ERR_MEMORY, "out of memory");
     }
     free(g);
     pthread_mutex_unlock(&t->lock);
@@ -527,14 +549,35 @@ snn_status
 snn_trainer_get_weight(snn_trainer *t, int i, float *dst)
 {
     rt_clear_error();
-    if (!t || !dst) return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_get_weight: %s is NULL",
-                                   t ? "dst" : "trainer");
+    if (!t || !dst)
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_get_weight: %s is NULL",
+                       t ? "dst" : "trainer");
     if (i < 0 || i >= t->m->nweights)
-        return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_get_weight: index %d out of range (the "
-                       "model has %d)", i, t->m->nweights);
+        return rt_fail(SNN_ERR_ARGUMENT,
+                       "snn_trainer_get_weight: index %d out of range (the "
+                       "model has %d)",
+                       i, t->m->nweights);
     pthread_mutex_lock(&t->lock);
     memcpy(dst, t->w[i], (size_t)t->m->weights[i].info.numel * sizeof(float));
     pthread_mutex_unlock(&t->lock);
+    return SNN_OK;
+}
+
+/* a weights file or checkpoint (three times the weights at most: weights and an optimiser's
+ * two tensors each); what names it for messages */
+static snn_status
+read_set(const snn_trainer *t, const char *path, RtTensorSet *set, char *what, size_t whatlen)
+{
+    const snn_model *m = t->m;
+    int64_t numel = 0;
+    for (int i = 0; i < m->nweights; i++)
+        numel += m->weights[i].info.numel;
+    RtReadLimit lim = {3 * rt_weights_file_limit(numel, m->nweights), 0,
+                       "the model's weights and an optimiser state"};
+    char msg[1024];
+    if (rt_safetensors_read(path, &lim, set, msg, sizeof msg) != 0)
+        return rt_fail(SNN_ERR_IO, "%s", msg);
+    snprintf(what, whatlen, "'%s'", path);
     return SNN_OK;
 }
 
@@ -545,20 +588,12 @@ snn_trainer_load_weights_file(snn_trainer *t, const char *path)
     if (!t || !path)
         return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_load_weights_file: %s is NULL",
                        t ? "path" : "trainer");
-    const snn_model *m = t->m;
-    int64_t numel = 0;
-    for (int i = 0; i < m->nweights; i++)
-        numel += m->weights[i].info.numel;
-    /* a checkpoint holds three times the weights */
-    RtReadLimit lim = {3 * rt_weights_file_limit(numel, m->nweights), 0,
-                       "the model's weights and an optimiser state"};
     RtTensorSet set;
-    char msg[1024], what[600];
-    if (rt_safetensors_read(path, &lim, &set, msg, sizeof msg) != 0)
-        return rt_fail(SNN_ERR_IO, "%s", msg);
-    snprintf(what, sizeof what, "'%s'", path);
+    char what[600];
+    snn_status st = read_set(t, path, &set, what, sizeof what);
+    if (st != SNN_OK) return st;
     pthread_mutex_lock(&t->lock);
-    snn_status st = weights_from(t, &set, what);
+    st = weights_from(t, &set, what);
     pthread_mutex_unlock(&t->lock);
     rt_tensorset_free(&set);
     return st;
@@ -633,17 +668,10 @@ snn_trainer_load_checkpoint(snn_trainer *t, const char *path)
         return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_load_checkpoint: %s is NULL",
                        t ? "path" : "trainer");
     const snn_model *m = t->m;
-    int64_t numel = 0;
-    for (int i = 0; i < m->nweights; i++)
-        numel += m->weights[i].info.numel;
-    RtReadLimit lim = {3 * rt_weights_file_limit(numel, m->nweights), 0,
-                       "the model's weights and an optimiser state"};
     RtTensorSet set;
-    char msg[1024], what[600], name[RT_MAX_NAME + 16];
-    if (rt_safetensors_read(path, &lim, &set, msg, sizeof msg) != 0)
-        return rt_fail(SNN_ERR_IO, "%s", msg);
-    snprintf(what, sizeof what, "'%s'", path);
-    snn_status st = SNN_OK;
+    char what[600], name[RT_MAX_NAME + 16];
+    snn_status st = read_set(t, path, &set, what, sizeof what);
+    if (st != SNN_OK) return st;
     const RtTensor *steps = rt_tensorset_find(&set, "__snnc_steps");
     if (!steps || steps->numel != 2)
         st = rt_fail(SNN_ERR_WEIGHTS, "%s is not a trainer checkpoint (no __snnc_steps)", what);
@@ -652,8 +680,10 @@ snn_trainer_load_checkpoint(snn_trainer *t, const char *path)
             snprintf(name, sizeof name, "%s.__opt%d", m->weights[w].info.name, part);
             const RtTensor *x = rt_tensorset_find(&set, name);
             if (!x || x->numel != m->weights[w].info.numel)
-                st = rt_fail(SNN_ERR_WEIGHTS, "%s has no optimiser tensor '%s' of the weight's "
-                             "size", what, name);
+                st = rt_fail(SNN_ERR_WEIGHTS,
+                             "%s has no optimiser tensor '%s' of the weight's "
+                             "size",
+                             what, name);
         }
     pthread_mutex_lock(&t->lock);
     if (st == SNN_OK) st = weights_from(t, &set, what);

@@ -354,9 +354,30 @@ add_u64(LLVMModuleRef mod, const char *name, uint64_t v)
     LLVMSetGlobalConstant(g, 1);
 }
 
+/* mod as an object file at path: into memory, then through the one writer (LLVM's own file output
+ * aborts the process on a write error: "LLVM ERROR: IO failure on output stream") */
+static bool
+write_object_file(LLVMTargetMachineRef tm, LLVMModuleRef mod, const char *path, char *err,
+                  size_t errlen)
+{
+    char *msg = NULL;
+    LLVMMemoryBufferRef obj = NULL;
+    bool is_ok;
+    if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) {
+        diag_format(err, errlen, "LLVM: cannot make the object file: %s", msg ? msg : "?");
+        is_ok = false;
+    } else {
+        is_ok =
+            rt_write_file(path, LLVMGetBufferStart(obj), LLVMGetBufferSize(obj), err, errlen) == 0;
+        LLVMDisposeMemoryBuffer(obj);
+    }
+    LLVMDisposeMessage(msg);
+    return is_ok;
+}
+
 bool
-cg_llvm_write_entry_object(const KProgram *p, const char *cpu, const char *entry,
-                           const char *path, char *err, size_t errlen)
+cg_llvm_write_entry_object(const KProgram *p, const char *cpu, const char *entry, const char *path,
+                           char *err, size_t errlen)
 {
     LLVMTargetMachineRef tm = llvm_target_machine(cpu, err, errlen);
     if (!tm) return false;
@@ -375,19 +396,7 @@ cg_llvm_write_entry_object(const KProgram *p, const char *cpu, const char *entry
         is_ok = f != NULL && llvm_optimise(mod, tm, err, errlen);
         if (!f) diag_format(err, errlen, "LLVM: the program has no entry point");
     }
-    if (is_ok) {
-        char *msg = NULL;
-        LLVMMemoryBufferRef obj = NULL;
-        if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) {
-            diag_format(err, errlen, "LLVM: cannot make the object file: %s", msg ? msg : "?");
-            is_ok = false;
-        } else {
-            is_ok = rt_write_file(path, LLVMGetBufferStart(obj), LLVMGetBufferSize(obj), err,
-                                  errlen) == 0;
-            LLVMDisposeMemoryBuffer(obj);
-        }
-        LLVMDisposeMessage(msg);
-    }
+    if (is_ok) is_ok = write_object_file(tm, mod, path, err, errlen);
     if (mod) LLVMDisposeModule(mod);
     LLVMContextDispose(ctx);
     LLVMDisposeTargetMachine(tm);
@@ -427,21 +436,7 @@ cg_llvm_write_object(const KProgram *p, const char *cpu, const CgLlvmObjectData 
         add_u64(mod, "snnk_cuda_images_size", clen);
         is_ok = llvm_optimise(mod, tm, err, errlen);
     }
-    if (is_ok) {
-        /* into memory, then through the one writer: LLVM's own file output aborts the process on
-         * a write error ("LLVM ERROR: IO failure on output stream") */
-        char *msg = NULL;
-        LLVMMemoryBufferRef obj = NULL;
-        if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) {
-            diag_format(err, errlen, "LLVM: cannot make the object file: %s", msg ? msg : "?");
-            is_ok = false;
-        } else {
-            is_ok = rt_write_file(path, LLVMGetBufferStart(obj), LLVMGetBufferSize(obj), err,
-                                  errlen) == 0;
-            LLVMDisposeMemoryBuffer(obj);
-        }
-        LLVMDisposeMessage(msg);
-    }
+    if (is_ok) is_ok = write_object_file(tm, mod, path, err, errlen);
     if (mod) LLVMDisposeModule(mod);
     LLVMContextDispose(ctx);
     LLVMDisposeTargetMachine(tm);

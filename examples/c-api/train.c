@@ -21,11 +21,12 @@
 
 #include "snn.h"
 
-#define SNN_FUNCTIONS(X)                                                                          \
-    X(snn_last_error) X(snn_model_get) X(snn_model_name) X(snn_model_output)                      \
-    X(snn_model_trainable) X(snn_train_config_default) X(snn_trainer_create)                      \
-    X(snn_trainer_destroy) X(snn_train_step) X(snn_trainer_save_weights) X(snn_session_create)    \
-    X(snn_session_destroy) X(snn_session_copy_weights) X(snn_run)
+#define SNN_FUNCTIONS(X)                                                                           \
+    X(snn_last_error)                                                                              \
+    X(snn_model_get) X(snn_model_name) X(snn_model_output) X(snn_model_trainable)                  \
+        X(snn_train_config_default) X(snn_trainer_create) X(snn_trainer_destroy) X(snn_train_step) \
+            X(snn_trainer_save_weights) X(snn_session_create) X(snn_session_destroy)               \
+                X(snn_session_copy_weights) X(snn_run)
 #define DECLARE(f) static __typeof__(f) *p_##f;
 SNN_FUNCTIONS(DECLARE)
 
@@ -75,15 +76,24 @@ main(int argc, char **argv)
     long limit = -1, test_limit = -1, batch = 128, threads = 0, epochs = 1;
     double lr = 1e-3;
     for (int i = 1; i < argc; i++) {
-        if (!strncmp(argv[i], "--limit=", 8)) limit = strtol(argv[i] + 8, NULL, 10);
-        else if (!strncmp(argv[i], "--test-limit=", 13)) test_limit = strtol(argv[i] + 13, NULL, 10);
-        else if (!strncmp(argv[i], "--batch=", 8)) batch = strtol(argv[i] + 8, NULL, 10);
-        else if (!strncmp(argv[i], "--epochs=", 9)) epochs = strtol(argv[i] + 9, NULL, 10);
-        else if (!strncmp(argv[i], "--threads=", 10)) threads = strtol(argv[i] + 10, NULL, 10);
-        else if (!strncmp(argv[i], "--lr=", 5)) lr = strtod(argv[i] + 5, NULL);
-        else if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-        else if (!lib) lib = argv[i];
-        else dir = argv[i];
+        if (!strncmp(argv[i], "--limit=", 8))
+            limit = strtol(argv[i] + 8, NULL, 10);
+        else if (!strncmp(argv[i], "--test-limit=", 13))
+            test_limit = strtol(argv[i] + 13, NULL, 10);
+        else if (!strncmp(argv[i], "--batch=", 8))
+            batch = strtol(argv[i] + 8, NULL, 10);
+        else if (!strncmp(argv[i], "--epochs=", 9))
+            epochs = strtol(argv[i] + 9, NULL, 10);
+        else if (!strncmp(argv[i], "--threads=", 10))
+            threads = strtol(argv[i] + 10, NULL, 10);
+        else if (!strncmp(argv[i], "--lr=", 5))
+            lr = strtod(argv[i] + 5, NULL);
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc)
+            out = argv[++i];
+        else if (!lib)
+            lib = argv[i];
+        else
+            dir = argv[i];
     }
     if (!lib || batch < 1 || threads < 0 || epochs < 1) {
         fprintf(stderr, "usage: train MODEL.so [DATA_DIR] [--limit=N] [--epochs=E] [--batch=B] "
@@ -97,17 +107,18 @@ main(int argc, char **argv)
         fprintf(stderr, "train: %s\n", dlerror());
         return 1;
     }
-#define LOOKUP(f)                                                                                 \
-    if (!(*(void **)&p_##f = dlsym(h, #f))) {                                                     \
-        fprintf(stderr, "train: %s: no %s (a library of ABI 3 or later is needed)\n", lib, #f);   \
-        return 1;                                                                                 \
+#define LOOKUP(f)                                                                                  \
+    if (!(*(void **)&p_##f = dlsym(h, #f))) {                                                      \
+        fprintf(stderr, "train: %s: no %s (a library of ABI 3 or later is needed)\n", lib, #f);    \
+        return 1;                                                                                  \
     }
     SNN_FUNCTIONS(LOOKUP)
     const snn_model *m = p_snn_model_get();
     if (!m || !p_snn_model_trainable(m)) {
-        fprintf(stderr, "train: %s\n", m ? "the library carries no training step (build it with "
-                                           "snnc --train MODEL.snn -o MODEL.so)"
-                                         : p_snn_last_error());
+        fprintf(stderr, "train: %s\n",
+                m ? "the library carries no training step (build it with "
+                    "snnc --train MODEL.snn -o MODEL.so)"
+                  : p_snn_last_error());
         return 1;
     }
     unsigned char *img, *lab, *timg, *tlab;
@@ -127,8 +138,8 @@ main(int argc, char **argv)
     float *x = malloc((size_t)batch * 784 * sizeof *x), *y = malloc((size_t)batch * sizeof *y);
     float *scores = malloc((size_t)batch * 10 * sizeof *scores);
     if (!x || !y || !scores) return 1;
-    printf("training %s on %ld images: %ld epochs, batch %ld, adam lr %g\n", p_snn_model_name(m),
-           n, epochs, batch, lr);
+    printf("training %s on %ld images: %ld epochs, batch %ld, adam lr %g\n", p_snn_model_name(m), n,
+           epochs, batch, lr);
     for (long e = 0; e < epochs; e++) {
         double loss_sum = 0;
         int64_t correct = 0;
