@@ -757,10 +757,11 @@ parse_options(int argc, char **argv, Options *o)
     if (o->is_nir && o->model)
         usage_error("--model picks one model of a .snn file; a NIR graph is one model");
     if (o->train) {
-        if (o->run || o->explain || (o->emit && strcmp(o->emit, "kernel") != 0))
-            usage_error("--train trains and writes weights: not with --run, --explain or --emit "
-                        "(but --emit=kernel, which prints the training step's kernels)");
-        if (!o->out && !o->emit)
+        if (o->run || (o->emit && strcmp(o->emit, "kernel") != 0) || (o->explain && o->emit))
+            usage_error("--train trains and writes weights: not with --run or --emit (but "
+                        "--emit=kernel, which prints the training step's kernels, or --explain, "
+                        "its buffers and memory)");
+        if (!o->out && !o->emit && !o->explain)
             usage_error("--train needs -o FILE.safetensors for the trained weights");
         size_t olen = o->out ? strlen(o->out) : 0;
         o->train_library = !o->emit && olen > 3 && strcmp(o->out + olen - 3, ".so") == 0;
@@ -779,8 +780,8 @@ parse_options(int argc, char **argv, Options *o)
                 usage_error("--train -o %s builds a library that carries the training step "
                             "(runtime/snn.h snn_trainer_*): it takes no data, checkpoint or "
                             "gradients file", o->out);
-        } else if (o->emit) {
-            /* --emit=kernel: the program only; no data, no training */
+        } else if (o->emit || o->explain) {
+            /* --emit=kernel, --explain: the program only; no data, no training */
         } else if (!o->data && !o->ninput_args)
             usage_error("--train needs data: --data=fashion-mnist, or --input=FILE.npy with "
                         "--labels=FILE.npy");

@@ -220,7 +220,7 @@ main(int argc, char **argv)
     }
     if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
     if (m && o.train && !o.train_library) { /* the interpreter runs the module as written */
-        int rc = o.emit ? train_emit_kernel(m, &o) : train(m, &o);
+        int rc = o.emit || o.explain ? train_emit_kernel(m, &o) : train(m, &o);
         release(m, &import, nir_text_path, nir_weights_path);
         return finish(rc);
     }

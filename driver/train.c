@@ -7,6 +7,7 @@
 
 #include "codegen/kir.h"
 #include "driver/build.h"
+#include "driver/explain.h"
 #include "driver/load.h"
 #include "runtime/pool.h"
 #ifdef SNN_HAVE_LLVM
@@ -741,9 +742,14 @@ engine_weights_changed(Engine *e, char *err, size_t errlen)
     return e->is_interp || kir_rebind_weights(e->p, e->bd, err, errlen);
 }
 
+static bool apply_train_block(const Module *m, Options *o);
+
 int
 train_emit_kernel(Module *m, const Options *o)
 {
+    Options merged = *o; /* --explain reports the optimiser the run would use */
+    if (!apply_train_block(m, &merged)) return 1;
+    o = &merged;
     module_clear_marks(m);
     m->schedule = SCHEDULE_LAYER;
     m->memory = MEMORY_SEPARATE;
@@ -758,6 +764,21 @@ train_emit_kernel(Module *m, const Options *o)
     size_t len = 0;
     FILE *f = o->out ? open_memstream(&text, &len) : stdout;
     if (!f) die("out of memory");
+    if (o->explain) {
+        /* the training step's buffers and memory at --batch, and what lives outside it */
+        explain_print(f, p, o->batch);
+        int64_t wbytes = 0;
+        for (int w = 0; w < m->nweights; w++)
+            wbytes += 4 * m->weights[w].numel;
+        int nstate = o->optimizer == RT_OPT_SGD ? (o->momentum > 0) : 2;
+        fprintf(f,
+                "\noutside the program: the weights in f32 %.1f MiB, the optimiser's state "
+                "(%s: %d tensor%s a weight) %.1f MiB; the step's buffers above include every "
+                "value's every step, the gradients and the weights' packed copies\n",
+                (double)wbytes / 1048576.0,
+                o->optimizer == RT_OPT_SGD ? "sgd" : o->optimizer == RT_OPT_ADAM ? "adam" : "adamw",
+                nstate, nstate == 1 ? "" : "s", (double)(nstate * wbytes) / 1048576.0);
+    } else {
     fprintf(f,
             "# the training step: kernels 0..%d the forward; the caller writes the loss gradient "
             "into",
@@ -770,6 +791,7 @@ train_emit_kernel(Module *m, const Options *o)
         if (tr.weight_grad[w] >= 0) fprintf(f, " @%s", p->bufs[tr.weight_grad[w]].name);
     fputs("\n", f);
     kir_print(f, p);
+    }
     int rc = 0;
     if (f != stdout) {
         if (fclose(f) != 0) die("out of memory");
