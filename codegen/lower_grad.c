@@ -81,8 +81,6 @@ grad_problem(const Module *m, ValueId *where)
         }
         if ((n->op == OP_DENSE || op_is_conv(n->op)) && m->nodes[n->args[0]].type.dtype == DT_I8)
             return "compiled training does not differentiate -1/0/1 spikes";
-        if (op_is_conv(n->op) && conv_geom(m, n).G != 1)
-            return "compiled training does not differentiate grouped convolutions yet";
         bool is_output = false;
         for (int k = 0; k < m->noutputs; k++)
             is_output |= m->outputs[k] == v;
@@ -1372,12 +1370,13 @@ typedef struct ConvGrad {
     G *g;
     ValueId v, x;
     ConvGeom d;
-    int wt;                     /* W as [kh][kw][o][c] */
+    int wt;                     /* W as [kh][kw][o][cg] */
     int dyt;                    /* dL/dy channels last, [rows][OH*OW][O] */
     int dxs;                    /* dL/dx channels last, [rows][H*W][C] */
-    int acc;                    /* the weight gradient's partial sums, [items][C][lanes] */
-    KExpr *r, *ih, *iw;         /* dx: the row and input pixel */
+    int acc;                    /* the weight gradient's partial sums, [items][Cg][lanes] */
+    KExpr *r, *ih, *iw, *grp;   /* dx: the row, input pixel and group */
     KExpr *item, *kh, *kw, *o0; /* dW: the block's item, tap and first output channel */
+    KExpr *xc0;                 /* dW: the first input channel of o0's group */
 } ConvGrad;
 
 /* dL/dx channels last at (r, ih, iw), channels [c0, c0 + lanes) = sum over taps (kh, kw) that
@@ -1398,24 +1397,27 @@ conv_data_tile(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
     Cur cw = tap_source(lw, body(fkw), cg->iw, kw, d->PW, d->DW, d->SW, d->OW, &ow);
     int owv = local(lw, "ow", KT_I64);
     s_assign(lw, cw, owv, ow);
-    KStmt *fo = loop(lw, cw, "o", ci(lw, d->O), false, &o);
+    /* the group's output channels: g Og + o */
+    KStmt *fo = loop(lw, cw, "o", ci(lw, d->Og), false, &o);
+    KExpr *oa = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Og)), o);
     Pos py = row_pos(
         lw, cg->v, cg->r,
         bin(lw, KB_ADD,
-            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, d->OH)), var(lw, ohv)),
+            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, oa, ci(lw, d->OH)), var(lw, ohv)),
                 ci(lw, d->OW)),
             var(lw, owv)));
     KExpr *tap = bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, d->KW)), kw);
     KExpr *wi = bin(
         lw, KB_ADD,
-        bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, d->O)), o), ci(lw, d->C)), c0);
+        bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, d->O)), oa), ci(lw, d->Cg)),
+        c0);
     tile_fma(lw, body(fo), t, gload(cg->g, cg->v, &py), cg->wt, wi, false);
     KExpr *px = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->ih, ci(lw, d->W)), cg->iw);
     s_tile(lw, c, KS_VSTORE, t, cg->dxs,
            bin(lw, KB_ADD,
                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->r, ci(lw, d->H * d->W)), px),
                    ci(lw, d->C)),
-               c0),
+               bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Cg)), c0)),
            NULL);
 }
 
@@ -1431,7 +1433,7 @@ conv_weight_block(Lower *lw, Cur c, const ConvGrad *cg, KExpr *c0, int ni, int l
     for (int k = 0; k < ni; k++) {
         t[k] = tile(lw, "dw", lanes);
         ai[k] = bin(lw, KB_MUL,
-                    bin(lw, KB_ADD, bin(lw, KB_MUL, cg->item, ci(lw, d->C)),
+                    bin(lw, KB_ADD, bin(lw, KB_MUL, cg->item, ci(lw, d->Cg)),
                         bin(lw, KB_ADD, c0, ci(lw, k))),
                     ci(lw, lanes));
         s_tile(lw, c, KS_VLOAD, t[k], cg->acc, ai[k], NULL);
@@ -1464,7 +1466,7 @@ conv_weight_block(Lower *lw, Cur c, const ConvGrad *cg, KExpr *c0, int ni, int l
                         ci(lw, d->O)),
                     cg->o0);
     for (int k = 0; k < ni; k++) {
-        KExpr *chan = bin(lw, KB_ADD, c0, ci(lw, k));
+        KExpr *chan = bin(lw, KB_ADD, cg->xc0, bin(lw, KB_ADD, c0, ci(lw, k)));
         Pos px = row_pos(
             lw, cg->x, var(lw, rv),
             bin(lw, KB_ADD,
@@ -1491,7 +1493,7 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
     lw->k.name = arena_printf(&p->arena, "%s_%s", o_first ? "grad_w_tail" : "grad_w", name);
     cg->acc =
         scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dw%s", name, o_first ? "_tail" : ""),
-                          lw->acc, (KSize){0, items * d->C * lanes});
+                          lw->acc, (KSize){0, items * d->Cg * lanes});
     KExpr *it;
     KStmt *fi = loop(lw, top(lw), "item", ci(lw, items), true, &it);
     Cur c = body(fi);
@@ -1506,12 +1508,15 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
     cg->kh = var(lw, khv);
     cg->kw = var(lw, kwv);
     cg->o0 = var(lw, o0v);
+    /* the first input channel of the tile's group (a tile lies in one group) */
+    cg->xc0 = d->G == 1 ? ci(lw, 0)
+                        : bin(lw, KB_MUL, bin(lw, KB_DIV, cg->o0, ci(lw, d->Og)), ci(lw, d->Cg));
     KExpr *cc;
     int tz = tile(lw, "zero", lanes);
     s_tile(lw, c, KS_VSET, tz, -1, NULL, kx_const(p, KT_F64, 0));
-    KStmt *fz = loop(lw, c, "c", ci(lw, d->C), false, &cc);
+    KStmt *fz = loop(lw, c, "c", ci(lw, d->Cg), false, &cc);
     s_tile(lw, body(fz), KS_VSTORE, tz, cg->acc,
-           bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, it, ci(lw, d->C)), cc), ci(lw, lanes)),
+           bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, it, ci(lw, d->Cg)), cc), ci(lw, lanes)),
            NULL);
     /* blocks of rows; in each, blocks of CONV_DW_CH channels, then those left over */
     KExpr *rb;
@@ -1520,35 +1525,35 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
                           ci(lw, CONV_DW_ROWS)),
                       false, &rb);
     KExpr *r0 = bin(lw, KB_MUL, rb, ci(lw, CONV_DW_ROWS));
-    int64_t nblk = d->C / CONV_DW_CH, done = nblk * CONV_DW_CH;
+    int64_t nblk = d->Cg / CONV_DW_CH, done = nblk * CONV_DW_CH;
     if (nblk > 0) {
         KExpr *cb;
         KStmt *fcb = loop(lw, body(frb), "cb", ci(lw, nblk), false, &cb);
         conv_weight_block(lw, body(fcb), cg, bin(lw, KB_MUL, cb, ci(lw, CONV_DW_CH)), CONV_DW_CH,
                           lanes, r0);
     }
-    if (done < d->C) {
+    if (done < d->Cg) {
         KExpr *cr;
-        KStmt *fcr = loop(lw, body(frb), "cr", ci(lw, d->C - done), false, &cr);
+        KStmt *fcr = loop(lw, body(frb), "cr", ci(lw, d->Cg - done), false, &cr);
         conv_weight_block(lw, body(fcr), cg, bin(lw, KB_ADD, cr, ci(lw, done)), 1, lanes, r0);
     }
     /* the sums into dW's own layout, [O][C][KH][KW] */
-    KStmt *fs = loop(lw, c, "c", ci(lw, d->C), false, &cc);
+    KStmt *fs = loop(lw, c, "c", ci(lw, d->Cg), false, &cc);
     int ts = tile(lw, "sum", lanes);
     s_tile(lw, body(fs), KS_VLOAD, ts, cg->acc,
-           bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, it, ci(lw, d->C)), cc), ci(lw, lanes)),
+           bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, it, ci(lw, d->Cg)), cc), ci(lw, lanes)),
            NULL);
     KExpr *wi =
         bin(lw, KB_ADD,
             bin(lw, KB_MUL,
                 bin(lw, KB_ADD,
-                    bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->o0, ci(lw, d->C)), cc),
+                    bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->o0, ci(lw, d->Cg)), cc),
                         ci(lw, d->KH)),
                     cg->kh),
                 ci(lw, d->KW)),
             cg->kw);
     KStmt *st = s_tile(lw, body(fs), KS_VSTORE, ts, dw, wi, NULL);
-    st->stride = d->C * d->KH * d->KW;
+    st->stride = d->Cg * d->KH * d->KW;
     end_kernel(lw);
 }
 
@@ -1601,7 +1606,16 @@ grad_conv(G *g, ValueId v)
         cg.r = rv;
         cg.ih = ih;
         cg.iw = iw;
-        for_tiles(lw, body(fw), d->C, tile_lanes(lw, CONV_NT), conv_data_tile, &cg);
+        /* each group's input channels in tiles */
+        if (d->G == 1) {
+            cg.grp = ci(lw, 0);
+            for_tiles(lw, body(fw), d->Cg, tile_lanes(lw, CONV_NT), conv_data_tile, &cg);
+        } else {
+            KExpr *gv;
+            KStmt *fg = loop(lw, body(fw), "g", ci(lw, d->G), false, &gv);
+            cg.grp = gv;
+            for_tiles(lw, body(fg), d->Cg, tile_lanes(lw, CONV_NT), conv_data_tile, &cg);
+        }
         KStmt *fc = loop(lw, body(fr), "c", ci(lw, d->C), false, &cc);
         KStmt *fq = loop(lw, body(fc), "q", ci(lw, d->H * d->W), false, &q);
         fq->is_lanes = true;
@@ -1636,6 +1650,8 @@ grad_conv(G *g, ValueId v)
     p->bufs[dw].is_written_first = true;
     g->tr->weight_grad[w] = dw;
     int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
+    if (d->G > 1) /* tiles inside groups: the largest divisor of Og up to wl lanes */
+        while (d->Og % wl) wl--;
     int64_t ntiles = d->O / wl, tail = d->O % wl;
     if (ntiles > 0)
         conv_weight_kernel(g, &cg, ntiles, 0, wl, dw,

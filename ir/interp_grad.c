@@ -422,9 +422,9 @@ dense_backward(Grad *G, ValueId v, int t)
 /* Conv backward in float32 mode: the compiled trainer's sums in its order (codegen/lower_grad.c,
  * grad_conv), once for every step at the node's first backward call: rows q = t*B + b (a static
  * layer's B rows); dL/dx[q, c, ih, iw]: from +0, fma over the taps (kh, kw) that reach the pixel,
- * then output channels o, in order, rounded to float and added to what it holds; dW[o, c, kh,
- * kw]: fma over rows, then output pixels (oh, ow) in order from +0, every term; db[o]:
- * the sum over rows and output pixels. Float sums under `accumulate f32` (fmaf), double under
+ * then its group's output channels o, in order, rounded to float and added to what it holds;
+ * dW[o, c, kh, kw]: fma over rows, then output pixels (oh, ow) in order from +0, every term;
+ * db[o]: the sum over rows and output pixels. Float sums under `accumulate f32` (fmaf), double under
  * `accumulate exact`, rounded once at the end. */
 static void
 conv_backward_f32(Grad *G, ValueId v)
@@ -451,6 +451,7 @@ conv_backward_f32(Grad *G, ValueId v)
             for (int64_t ih = 0; ih < g.H; ih++)
                 for (int64_t iw = 0; iw < g.W; iw++) {
                     double s = 0;
+                    int64_t grp = c / g.Cg, cg = c % g.Cg;
                     for (int64_t kh = 0; kh < g.KH; kh++) {
                         int64_t nh = ih + g.PH - kh * g.DH;
                         if (nh < 0 || nh >= g.OH * g.SH || nh % g.SH) continue;
@@ -458,16 +459,16 @@ conv_backward_f32(Grad *G, ValueId v)
                             int64_t nw = iw + g.PW - kw * g.DW;
                             if (nw < 0 || nw >= g.OW * g.SW || nw % g.SW) continue;
                             int64_t oh = nh / g.SH, ow = nw / g.SW;
-                            for (int64_t o = 0; o < g.O; o++)
+                            for (int64_t o = grp * g.Og; o < (grp + 1) * g.Og; o++)
                                 s = FMA(gy[o * npix + oh * g.OW + ow],
-                                        (double)w[((o * g.C + c) * g.KH + kh) * g.KW + kw], s);
+                                        (double)w[((o * g.Cg + cg) * g.KH + kh) * g.KW + kw], s);
                         }
                     }
                     acc(ip, &gx[(c * g.H + ih) * g.W + iw], (float)s);
                 }
     }
     for (int64_t o = 0; o < g.O && (dw || db); o++) {
-        for (int64_t c = 0; c < g.C && dw; c++)
+        for (int64_t cg = 0; cg < g.Cg && dw; cg++)
             for (int64_t kh = 0; kh < g.KH; kh++)
                 for (int64_t kw = 0; kw < g.KW; kw++) {
                     double s = 0;
@@ -481,12 +482,12 @@ conv_backward_f32(Grad *G, ValueId v)
                             for (int64_t ow = 0; ow < g.OW; ow++) {
                                 int64_t iw = ow * g.SW - g.PW + kw * g.DW;
                                 if (iw < 0 || iw >= g.W) continue;
-                                double xv = x[(c * g.H + ih) * g.W + iw];
+                                double xv = x[(((o / g.Og) * g.Cg + cg) * g.H + ih) * g.W + iw];
                                 s = FMA(xv, gy[o * npix + oh * g.OW + ow], s);
                             }
                         }
                     }
-                    dw[((o * g.C + c) * g.KH + kh) * g.KW + kw] += (float)s;
+                    dw[((o * g.Cg + cg) * g.KH + kh) * g.KW + kw] += (float)s;
                 }
         if (db) {
             double s = 0;
@@ -506,7 +507,7 @@ static void
 conv_backward(Grad *G, ValueId v, int t)
 {
     Interp *ip = &G->ip;
-    if (G->compiled_order && conv_geom(ip->m, &ip->m->nodes[v]).G == 1) {
+    if (G->compiled_order) {
         if (t == (ip->nodes[v].is_static ? 0 : ip->T - 1)) conv_backward_f32(G, v);
         return;
     }
