@@ -54,6 +54,7 @@ is_supported_op(Op op)
     case OP_SUB:
     case OP_MUL:
     case OP_SCALE:
+    case OP_DELAY:
         return true;
     default:
         return false;
@@ -63,6 +64,15 @@ is_supported_op(Op op)
 const char *
 grad_problem(const Module *m, ValueId *where)
 {
+    ValueId *order = xmalloc(((size_t)m->nnodes + 1) * sizeof *order);
+    bool is_recurrent = ir_topo_order(m, order) == m->nnodes && ir_has_recurrence(m, order);
+    free(order);
+    for (ValueId v = 0; v < m->nnodes && is_recurrent; v++)
+        if (m->nodes[v].op == OP_DELAY) {
+            *where = v;
+            return "compiled training does not differentiate recurrence (prev or delay in a "
+                   "loop) yet";
+        }
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
         *where = v;
@@ -1683,6 +1693,40 @@ grad_conv(G *g, ValueId v)
     }
 }
 
+/* ---- delays (no recurrence: the operand comes first) ---- */
+
+/* dL/dx at step t - steps += dL/dy at t (t >= steps); a first contributor stores +0 at the last
+ * steps, which nothing reaches */
+static void
+grad_delay(G *g, ValueId v)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    if (!g->needs[x]) return;
+    int64_t steps = node_attr_i(n, "steps", 0), numel = lw->vs[root(lw, v)].numel;
+    if (lw->is_static[v] != lw->is_static[x] || lw->is_static[x])
+        die("kir: a delay of a static value in training");
+    bool first = claim(g, x);
+    begin_kernel(lw, v, describe(lw, v, "backward: dL/dx at t - steps from dL/dy at t"), false);
+    lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
+    KExpr *jv, *tv;
+    KStmt *fj =
+        loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
+    fj->is_lanes = true;
+    KStmt *ft = loop(lw, body(fj), "t", ci(lw, lw->T), false, &tv);
+    Pos px = {0}, py = {0};
+    px.j = py.j = jv;
+    px.jn = py.jn = numel;
+    px.t = tv;
+    py.t = bin(lw, KB_ADD, tv, ci(lw, steps));
+    KStmt *i = s_if(lw, body(ft), bin(lw, KB_LT, tv, ci(lw, lw->T - steps)));
+    gadd(g, body(i), x, &px, gload(g, v, &py), first);
+    if (first) gadd(g, els(i), x, &px, zero(lw), true);
+    end_kernel(lw);
+}
+
 /* ---- the pass ---- */
 
 void
@@ -1782,6 +1826,9 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
             break;
         case OP_BATCHNORM:
             grad_batchnorm(&g, v);
+            break;
+        case OP_DELAY:
+            grad_delay(&g, v);
             break;
         case OP_ADD:
         case OP_SUB:

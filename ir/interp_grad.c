@@ -894,14 +894,16 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
             return false;
         }
     }
-    /* Without delays every value depends only on values before it in the topological order,
-     * so the passes may run layer by layer (each node all its steps): what batch statistics
-     * need; with a delay, step by step (forward) and reverse step by step (backward). */
-    bool layer_major = true, has_bn = false;
-    for (ValueId v = 0; v < m->nnodes; v++) {
-        layer_major &= m->nodes[v].op != OP_DELAY;
+    /* Where every value depends only on values before it in the topological order (no delay
+     * reads a later node: no recurrence), the passes may run layer by layer (each node all its
+     * steps): what batch statistics need and the compiled trainer does; with recurrence, step by
+     * step (forward) and reverse step by step (backward). */
+    ValueId *topo = xmalloc(((size_t)m->nnodes + 1) * sizeof *topo);
+    bool layer_major = ir_topo_order(m, topo) == m->nnodes && !ir_has_recurrence(m, topo);
+    bool has_bn = false;
+    free(topo);
+    for (ValueId v = 0; v < m->nnodes; v++)
         has_bn |= m->nodes[v].op == OP_BATCHNORM;
-    }
     G.compiled_order = ip->is_f32 && layer_major;
     ip->one_pass = G.compiled_order;
     if (ip->batch_stats && has_bn && !layer_major) {

@@ -525,6 +525,8 @@ bool ir_verify_fusions(const Module *m);
 bool neuron_analyse(NeuronDef *nd);
 /* Nodes in an order where every operand except delay inputs comes first; returns count (== nnodes) */
 int ir_topo_order(const Module *m, ValueId *order);
+/* whether a delay reads a node at or after itself in order (ir_topo_order's): recurrence */
+bool ir_has_recurrence(const Module *m, const ValueId *order);
 /* is_static[v]: v is the same at every step (a static input, or stateless per-step layers over static
  * values only), so backends compute it once per sample instead of T times. order: ir_topo_order's. */
 void ir_fill_static(const Module *m, const ValueId *order, bool *is_static);

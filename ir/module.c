@@ -400,6 +400,19 @@ wstore_name(WeightStore s)
     return s == WSTORE_F16 ? "f16" : s == WSTORE_BF16 ? "bf16" : "f32";
 }
 
+bool
+ir_has_recurrence(const Module *m, const ValueId *order)
+{
+    int *pos = xmalloc(((size_t)m->nnodes + 1) * sizeof *pos);
+    for (int k = 0; k < m->nnodes; k++)
+        pos[order[k]] = k;
+    bool has = false;
+    for (ValueId v = 0; v < m->nnodes && !has; v++)
+        has = m->nodes[v].op == OP_DELAY && pos[m->nodes[v].args[0]] >= pos[v];
+    free(pos);
+    return has;
+}
+
 ValueId
 through_flattens(const Module *m, ValueId v)
 {
