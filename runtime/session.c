@@ -7,6 +7,7 @@
  *   snnk_weights, snnk_weights_size   the weights as safetensors bytes (size 0: none embedded)
  *   snnk_cuda_images, snnk_cuda_images_size   the CUDA images its cuda_image records index (size 0:
  *                      no CUDA code; an object from before the CUDA backend has neither)
+ *   snnk_train_fwd, snnk_train_bwd   the training step's halves, in a library built with --train
  * They are weak (and hidden) here, so that snnc, which links this runtime without a generated
  * object and makes its models with rt_model_create, links too; snn_model_get() then says there is
  * no model. Nothing here prints or exits; runs allocate nothing. */
@@ -38,6 +39,9 @@ extern const uint64_t snnk_weights_size SNNK_WEAK;
 extern const unsigned char snnk_cuda_images[] SNNK_WEAK;
 extern const uint64_t snnk_cuda_images_size SNNK_WEAK;
 void snnk_run(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt) SNNK_WEAK;
+/* a trainable library's training step (runtime/trainer.c runs it) */
+void snnk_train_fwd(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt) SNNK_WEAK;
+void snnk_train_bwd(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt) SNNK_WEAK;
 
 enum { ARENA_ALIGN = 64 };
 
@@ -85,8 +89,6 @@ snn_status_name(snn_status status)
 
 /* ---- the model: this library's, parsed from snnk_meta once ---- */
 
-void rt_model_attach_train(snn_model *m);
-
 static snn_model model;
 static const snn_model *model_ok; /* &model once parsed and checked, else NULL */
 static char model_error[512];
@@ -106,7 +108,8 @@ model_parse(void)
     if (rt_model_parse(&model, snnk_meta, snnk_run, snnk_weights, snnk_weights ? wsize : 0,
                        snnk_cuda_images, snnk_cuda_images ? isize : 0, model_error,
                        sizeof model_error)) {
-        rt_model_attach_train(&model); /* trainer.c: the training step's code, where there is one */
+        model.train_fwd = snnk_train_fwd; /* the training step's code, where there is one */
+        model.train_bwd = snnk_train_bwd;
         model_ok = &model;
     }
 }

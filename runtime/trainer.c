@@ -18,11 +18,6 @@
 #include "runtime/tensor_io.h"
 #include "runtime/train.h"
 
-/* defined by a trainable library's generated object; NULL (weak) elsewhere */
-#define SNNK_WEAK __attribute__((weak, visibility("hidden")))
-void snnk_train_fwd(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt) SNNK_WEAK;
-void snnk_train_bwd(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt) SNNK_WEAK;
-
 struct snn_trainer {
     const snn_model *m;
     int max_batch, batch; /* batch: the last forward's (0: none yet) */
@@ -64,15 +59,6 @@ snn_model_trainable(const snn_model *m)
 {
     rt_clear_error();
     return m && m->ntrain_bufs > 0 && m->train_fwd && m->train_bwd;
-}
-
-/* the library's own model gets its halves' code here (session.c parses it without them) */
-void rt_model_attach_train(snn_model *m);
-void
-rt_model_attach_train(snn_model *m)
-{
-    m->train_fwd = snnk_train_fwd;
-    m->train_bwd = snnk_train_bwd;
 }
 
 static void

@@ -375,7 +375,7 @@ test_invalid(void)
         "t.snn:1:22: error: unexpected '=', expected an operator, ')' or ','");
     BAD("model m { timesteps }", "t.snn:1:21: error: unexpected '}', expected an expression");
     BAD("model m { foo }",
-        "t.snn:1:15: error: unexpected '}', expected an identifier, a value name or '='");
+        "t.snn:1:15: error: unexpected '}', expected an identifier, a value name, '=' or '{'");
     BAD("model m { foo bar }",
         "t.snn:1:11: error: unexpected 'foo bar': a model statement is NAME = ..., output, input, "
         "timesteps, seed, weights, schedule, memory, accumulate, events, epilogue, layout, "
