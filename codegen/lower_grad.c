@@ -477,6 +477,20 @@ snapshot(const NLower *nl, int *st, int *lc, int sp)
     return s;
 }
 
+/* neurons per block of a neuron layer's kept states (a multiple of the SIMD width) */
+enum { HIST_BLOCK = 16 };
+
+/* state k of neuron j before step t in the kept states: ((j / HIST_BLOCK) kept + t ncarry + k)
+ * HIST_BLOCK + j % HIST_BLOCK, kept = T ncarry */
+static KExpr *
+hist_index(Lower *lw, KExpr *j, KExpr *t, int k, int64_t kept, int ncarry)
+{
+    KExpr *blk = bin(lw, KB_DIV, j, ci(lw, HIST_BLOCK)), *lane = bin(lw, KB_REM, j, ci(lw, HIST_BLOCK));
+    KExpr *row = bin(lw, KB_ADD, bin(lw, KB_MUL, blk, ci(lw, kept)),
+                     bin(lw, KB_ADD, bin(lw, KB_MUL, t, ci(lw, ncarry)), ci(lw, k)));
+    return bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, HIST_BLOCK)), lane);
+}
+
 static void
 grad_neuron(G *g, ValueId v)
 {
@@ -532,21 +546,19 @@ grad_neuron(G *g, ValueId v)
         gsum = local(lw, "d_x", KT_F32);
         s_assign(lw, c, gsum, first ? zero(lw) : gload(g, x, &ps));
     }
-    /* the forward once more, each step's states kept before it runs: [T][ncarry][B*numel] (a
-     * neuron's values side by side in memory, as its SIMD lanes load them) */
-    KExpr *BN = bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel));
+    /* the forward once more, each step's states kept before it runs: in blocks of HIST_BLOCK
+     * neurons, [B*numel / HIST_BLOCK][T][ncarry][HIST_BLOCK] (a block's neurons side by side, as
+     * its SIMD lanes load them, and all its steps in one page: [T][ncarry][B*numel] put each
+     * step of a lane vector a whole layer apart, a TLB miss per step and state) */
+    int64_t kept = (int64_t)lw->T * cp.ncarry;
     int hist = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.states", value_name(lw, v)),
-                                 KT_F32, (KSize){(int64_t)lw->T * cp.ncarry * numel, 0});
+                                 KT_F32, (KSize){kept * numel, kept * HIST_BLOCK});
     for (int k = 0; k < cp.ncarry; k++)
         s_assign(lw, c, cp.carry[k], cp.init[k]);
     KExpr *sv;
     KStmt *fs = loop(lw, c, "s", ci(lw, lw->T), false, &sv);
     for (int k = 0; k < cp.ncarry; k++)
-        s_store(lw, body(fs), hist,
-                bin(lw, KB_ADD,
-                    bin(lw, KB_MUL,
-                        bin(lw, KB_ADD, bin(lw, KB_MUL, sv, ci(lw, cp.ncarry)), ci(lw, k)), BN),
-                    jv),
+        s_store(lw, body(fs), hist, hist_index(lw, jv, sv, k, kept, cp.ncarry),
                 var(lw, cp.carry[k]));
     Pos pss = ps;
     pss.t = sv;
@@ -562,11 +574,7 @@ grad_neuron(G *g, ValueId v)
     for (int k = 0; k < cp.ncarry; k++)
         s_assign(
             lw, cu, cp.carry[k],
-            kx_load(p, hist,
-                    bin(lw, KB_ADD,
-                        bin(lw, KB_MUL,
-                            bin(lw, KB_ADD, bin(lw, KB_MUL, tv, ci(lw, cp.ncarry)), ci(lw, k)), BN),
-                        jv)));
+            kx_load(p, hist, hist_index(lw, jv, tv, k, kept, cp.ncarry)));
     /* step t, each statement's inputs kept */
     Pos pt = ps;
     pt.t = tv;
