@@ -164,6 +164,10 @@ bool rt_cuda_work_eval(const RtCudaWork *w, int64_t batch, int64_t *out, char *e
 void rt_cuda_work_free(RtCudaWork *w);
 
 /* set the message snn_last_error() returns on this thread (error.c) and return st */
+struct RtTensorSet;
+/* session.c: every weight of m is in set, of its shape, f32, f16 or bf16 and finite; else the
+ * status with the message naming the tensor and `what` holds it */
+snn_status rt_weights_check(const snn_model *m, const struct RtTensorSet *set, const char *what);
 snn_status rt_fail(snn_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* every snn_ function but snn_last_error starts here: a call that succeeds leaves no message */
 void rt_clear_error(void);

@@ -238,9 +238,9 @@ snn_model_devices(const snn_model *m)
 /* Check set against the model and build packed weight memory into mem[nbufs] for the program
  * buffers bufs (the CPU's or CUDA's; NULL where a buffer is not a weight). On failure frees what
  * it made and returns the status. */
-static snn_status
-weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, const RtBuf *bufs,
-                 int nbufs, void **mem)
+/* every weight of m in set, of its shape, a float type, finite (model_parts.h) */
+snn_status
+rt_weights_check(const snn_model *m, const RtTensorSet *set, const char *what)
 {
     for (int i = 0; i < m->nweights; i++) {
         const snn_tensor_info *w = &m->weights[i].info;
@@ -274,6 +274,15 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
                                           : t->data[first] > 0             ? "inf"
                                                                            : "-inf");
     }
+    return SNN_OK;
+}
+
+static snn_status
+weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, const RtBuf *bufs,
+                 int nbufs, void **mem)
+{
+    snn_status st = rt_weights_check(m, set, what);
+    if (st != SNN_OK) return st;
     for (int i = 0; i < set->ntensors; i++) {
         const char *name = set->tensors[i].name ? set->tensors[i].name : "";
         bool is_used = false;

@@ -116,25 +116,8 @@ static snn_status
 weights_from(snn_trainer *t, const RtTensorSet *set, const char *what)
 {
     const snn_model *m = t->m;
-    for (int i = 0; i < m->nweights; i++) {
-        const snn_tensor_info *w = &m->weights[i].info;
-        const RtTensor *x = rt_tensorset_find(set, w->name);
-        if (!x)
-            return rt_fail(SNN_ERR_WEIGHTS, "%s has no tensor '%s' (the model's weight %d)", what,
-                           w->name, i);
-        bool same = x->numel == w->numel && x->rank == w->rank;
-        for (int d = 0; same && d < w->rank; d++)
-            same = x->dims[d] == w->dims[d];
-        if (!same)
-            return rt_fail(SNN_ERR_WEIGHTS, "tensor '%s' in %s does not have the weight's shape",
-                           w->name, what);
-        int64_t first;
-        if (rt_count_nonfinite(x->data, x->numel, &first))
-            return rt_fail(SNN_ERR_WEIGHTS,
-                           "tensor '%s' in %s holds a value that is not finite "
-                           "(element %lld)",
-                           w->name, what, (long long)first);
-    }
+    snn_status st = rt_weights_check(m, set, what); /* a checkpoint's extra tensors are fine */
+    if (st != SNN_OK) return st;
     for (int i = 0; i < m->nweights; i++) {
         const RtTensor *x = rt_tensorset_find(set, m->weights[i].info.name);
         if (x->numel) memcpy(t->w[i], x->data, (size_t)x->numel * sizeof(float));
