@@ -298,6 +298,13 @@ void kir_free(KProgram *p);
  * so the two give the same bits. */
 typedef struct KTrain {
     int nforward;
+    /* has_input_grads (kir_lower_train_inputs): input k's gradient in buffer input_grad[k] (f32,
+     * the input's layout; -1: none), from kernels [nforward, nkernels); kernels
+     * [ninput_first, nkernels) serve only those, so a step that wants none ends before them
+     * (without: ninput_first == nkernels, input_grad all -1) */
+    bool has_input_grads;
+    int ninput_first;
+    int *input_grad;
     int *out_grad;
     int *weight_grad;
     /* per node: a batchnorm's batch statistics, [C] each: the mean and 1 / sqrt(var + eps)
@@ -307,6 +314,8 @@ typedef struct KTrain {
 } KTrain;
 /* NULL with the reason in err (grad_problem's, naming the layer) */
 KProgram *kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen);
+/* the same with the inputs' gradients too (KTrain.has_input_grads) */
+KProgram *kir_lower_train_inputs(const Module *m, KTrain *tr, char *err, size_t errlen);
 /* the same check alone: NULL when m can be trained by compiled code, else why (at *where) */
 const char *kir_train_problem(const Module *m, ValueId *where);
 int64_t ksize_eval(KSize s, int64_t batch);

@@ -494,8 +494,22 @@ kir_train_problem(const Module *m, ValueId *where)
     return grad_problem(m, where);
 }
 
+static KProgram *lower_train(const Module *m, KTrain *tr, bool inputs, char *err, size_t errlen);
+
 KProgram *
 kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen)
+{
+    return lower_train(m, tr, false, err, errlen);
+}
+
+KProgram *
+kir_lower_train_inputs(const Module *m, KTrain *tr, char *err, size_t errlen)
+{
+    return lower_train(m, tr, true, err, errlen);
+}
+
+static KProgram *
+lower_train(const Module *m, KTrain *tr, bool inputs, char *err, size_t errlen)
 {
     ValueId where;
     const char *why = kir_train_problem(m, &where);
@@ -506,6 +520,7 @@ kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen)
         return NULL;
     }
     memset(tr, 0, sizeof *tr);
+    tr->has_input_grads = inputs;
     KProgram *p = lower_program(m, KTARGET_CPU, tr);
     if (!p) diag_format(err, errlen, "the training program could not be lowered");
     return p;

@@ -82,6 +82,8 @@ kir_describe_train(const KProgram *p, const KTrain *tr)
         put(&t, "train_out_grad %d %d\n", k, tr->out_grad[k]);
     for (int w = 0; w < m->nweights; w++)
         put(&t, "train_weight_grad %d %d\n", w, tr->weight_grad[w]);
+    for (int k = 0; tr->has_input_grads && k < m->ninputs; k++)
+        put(&t, "train_input_grad %d %d\n", k, tr->input_grad[k]);
     for (ValueId v = 0; v < m->nnodes; v++) {
         if (tr->bn_mean[v] < 0) continue;
         const Node *n = &m->nodes[v];

@@ -1735,6 +1735,82 @@ grad_delay(G *g, ValueId v)
     end_kernel(lw);
 }
 
+/* ---- the inputs' gradients last ---- */
+
+/* what kernel statements s load (reads) and store (writes), by buffer */
+static void
+expr_reads(const KExpr *e, bool *reads)
+{
+    if (!e) return;
+    if (e->kind == KX_LOAD) reads[e->buf] = true;
+    expr_reads(e->a, reads);
+    expr_reads(e->b, reads);
+    expr_reads(e->c, reads);
+}
+
+static void
+stmt_uses(KStmt *const *s, int n, bool *reads, bool *writes)
+{
+    for (int i = 0; i < n; i++) {
+        const KStmt *st = s[i];
+        if (st->kind == KS_VLOAD || st->kind == KS_VFMA) reads[st->buf] = true;
+        if (st->kind == KS_STORE || st->kind == KS_VSTORE || st->kind == KS_COUNT)
+            writes[st->buf] = true;
+        expr_reads(st->lo, reads);
+        expr_reads(st->hi, reads);
+        expr_reads(st->index, reads);
+        expr_reads(st->a, reads);
+        stmt_uses(st->body, st->nbody, reads, writes);
+        stmt_uses(st->els, st->nels, reads, writes);
+    }
+}
+
+/* Moves the backward kernels [first, nkernels) that only the inputs' gradients need after the
+ * others (each part in its order), and returns where they start. From the last kernel back, one
+ * is such a kernel when everything it stores is a gradient that only an input's needs (is_only)
+ * or a temporary that no kernel kept so far reads (nor the caller: a weight's gradient). Nothing
+ * the rest computes depends on them: a value whose gradient a weight's needs has only such values
+ * as its readers. */
+static int
+split_input_kernels(KProgram *p, const KTrain *tr, const bool *is_only)
+{
+    int nk = p->nkernels, nb = p->nbufs, first = tr->nforward;
+    bool *read_later = xcalloc((size_t)nb + 1, sizeof(bool));
+    for (int w = 0; w < p->m->nweights; w++) /* the results: the caller reads them */
+        if (tr->weight_grad[w] >= 0) read_later[tr->weight_grad[w]] = true;
+    bool *reads = xcalloc((size_t)nb + 1, sizeof(bool));
+    bool *writes = xcalloc((size_t)nb + 1, sizeof(bool));
+    bool *is_in = xcalloc((size_t)nk + 1, sizeof(bool));
+    for (int k = nk - 1; k >= first; k--) {
+        memset(reads, 0, (size_t)nb * sizeof(bool));
+        memset(writes, 0, (size_t)nb * sizeof(bool));
+        stmt_uses(p->kernels[k].body, p->kernels[k].nbody, reads, writes);
+        bool only = !p->kernels[k].is_step;
+        for (int b = 0; b < nb && only; b++)
+            if (writes[b])
+                only = is_only[b] || (p->bufs[b].kind == KB_TEMP && !read_later[b] &&
+                                      p->bufs[b].is_written_first);
+        is_in[k] = only;
+        for (int b = 0; b < nb && !only; b++)
+            read_later[b] = read_later[b] || reads[b];
+    }
+    Kernel *ks = xmalloc(((size_t)nk + 1) * sizeof *ks);
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = first; k < nk; k++)
+            if (is_in[k] == (pass == 1)) ks[n++] = p->kernels[k];
+    int split = nk;
+    for (int k = first; k < nk; k++)
+        split -= is_in[k];
+    memcpy(p->kernels + first, ks, (size_t)n * sizeof *ks);
+    free(ks);
+    free(is_in);
+    free(writes);
+    free(reads);
+    free(read_later);
+    return split;
+}
+
 /* ---- the pass ---- */
 
 void
@@ -1751,11 +1827,16 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
     for (int w = 0; w < m->nweights; w++)
         tr->weight_grad[w] = -1;
     /* which values a weight's gradient flows through: those that depend on a weight */
+    bool *needs_w = arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(bool));
     for (int k = 0; k < n; k++) {
         ValueId v = topo[k];
         const Node *nd = &m->nodes[v];
-        g.needs[v] = op_info(nd->op)->nweights > 0;
+        needs_w[v] = op_info(nd->op)->nweights > 0;
         for (int a = 0; a < nd->nargs; a++)
+            needs_w[v] = needs_w[v] || needs_w[nd->args[a]];
+        /* with the inputs' gradients: also what depends on an input but through a sampling */
+        g.needs[v] = needs_w[v] || (tr->has_input_grads && nd->op == OP_INPUT);
+        for (int a = 0; a < nd->nargs && nd->op != OP_POISSON; a++)
             g.needs[v] = g.needs[v] || g.needs[nd->args[a]];
         g.gbuf[v] = -1;
     }
@@ -1765,9 +1846,11 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
         if (!g.needs[v] || nd->op == OP_FLATTEN || nd->op == OP_SEQUENCE || is_step_readout(nd->op))
             continue;
         const VStore *vs = &lw->vs[v];
-        if (vs->layout != LY_FULL && vs->layout != LY_STATIC)
+        if (vs->layout != LY_FULL && vs->layout != LY_STATIC && vs->layout != LY_INPUT &&
+            vs->layout != LY_INPUT_STEP)
             die("kir: value %d needs a gradient but has no buffer of its own", (int)v);
-        KSize size = {vs->layout == LY_FULL ? lw->T * vs->numel : vs->numel, 0};
+        bool is_steps = vs->layout == LY_FULL || vs->layout == LY_INPUT_STEP;
+        KSize size = {is_steps ? lw->T * vs->numel : vs->numel, 0};
         g.gbuf[v] = add_buf(lw, arena_printf(&p->arena, "%s.grad", value_name(lw, v)), KT_F32, size,
                             KB_TEMP, -1, -1);
         p->bufs[g.gbuf[v]].is_written_first = true;
@@ -1847,5 +1930,15 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
         default:
             break; /* flatten (a view), inputs */
         }
+    }
+    tr->input_grad = arena_alloc(&p->arena, ((size_t)m->ninputs + 1) * sizeof(int));
+    tr->ninput_first = p->nkernels;
+    for (int k = 0; k < m->ninputs; k++)
+        tr->input_grad[k] = g.gbuf[m->inputs[k]];
+    if (tr->has_input_grads) {
+        bool *is_only = arena_alloc(&lw->scratch, ((size_t)p->nbufs + 1) * sizeof(bool));
+        for (ValueId v = 0; v < n; v++)
+            if (g.gbuf[v] >= 0 && !needs_w[v]) is_only[g.gbuf[v]] = true;
+        tr->ninput_first = split_input_kernels(p, tr, is_only);
     }
 }

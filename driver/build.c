@@ -273,12 +273,12 @@ build_binary(Module *m, const Options *o)
         tm->schedule = SCHEDULE_LAYER;
         tm->memory = MEMORY_SEPARATE;
         char terr[512];
-        tp = kir_lower_train(tm, &tr, terr, sizeof terr);
+        tp = kir_lower_train_inputs(tm, &tr, terr, sizeof terr);
         if (!tp) {
             diag_file_error(o->out, "cannot build its training step: %s", terr);
             is_ok = false;
         } else {
-            lt = (LinkTrain){tp, tr.nforward, kir_describe_train(tp, &tr)};
+            lt = (LinkTrain){tp, tr.nforward, tr.ninput_first, kir_describe_train(tp, &tr)};
         }
     }
     if (is_ok)

@@ -129,19 +129,26 @@ link_emit_object(const KProgram *kp, const char *cpu, const LinkCuda *cuda, cons
     return emit_object(kp, cpu, cuda, NULL, path, embed_weights, NULL);
 }
 
-/* the training step's halves as objects of their own (snnk_train_fwd, snnk_train_bwd) */
+/* the training step's parts as objects of their own: snnk_train_fwd, snnk_train_bwd and
+ * snnk_train_bwd_in (the kernels only the inputs' gradients need, after the backward) */
 static bool
 emit_train_objects(const LinkTrain *train, const char *cpu, const char *fwd, const char *bwd,
-                   const char *library)
+                   const char *bwd_in, const char *library)
 {
-    KProgram half = *train->p;
+    KProgram part = *train->p;
     char err[1024];
-    half.nkernels = train->nforward;
-    bool is_ok = cg_llvm_write_entry_object(&half, cpu, "snnk_train_fwd", fwd, err, sizeof err);
+    part.nkernels = train->nforward;
+    bool is_ok = cg_llvm_write_entry_object(&part, cpu, "snnk_train_fwd", fwd, err, sizeof err);
     if (is_ok) {
-        half.kernels = train->p->kernels + train->nforward;
-        half.nkernels = train->p->nkernels - train->nforward;
-        is_ok = cg_llvm_write_entry_object(&half, cpu, "snnk_train_bwd", bwd, err, sizeof err);
+        part.kernels = train->p->kernels + train->nforward;
+        part.nkernels = train->ninput_first - train->nforward;
+        is_ok = cg_llvm_write_entry_object(&part, cpu, "snnk_train_bwd", bwd, err, sizeof err);
+    }
+    if (is_ok) {
+        part.kernels = train->p->kernels + train->ninput_first;
+        part.nkernels = train->p->nkernels - train->ninput_first;
+        is_ok =
+            cg_llvm_write_entry_object(&part, cpu, "snnk_train_bwd_in", bwd_in, err, sizeof err);
     }
     if (!is_ok) diag_file_error(library, "cannot build its training step: %s", err);
     return is_ok;
@@ -160,14 +167,15 @@ link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda,
         diag_file_error(dir, "cannot make a temporary directory: %s", strerror(errno));
         return false;
     }
-    char obj[4200], map[4200], lib[4200], tfwd[4200], tbwd[4200];
+    char obj[4200], map[4200], lib[4200], tfwd[4200], tbwd[4200], tbin[4200];
     snprintf(obj, sizeof obj, "%s/model.o", dir);
     snprintf(map, sizeof map, "%s/exports.map", dir);
     snprintf(lib, sizeof lib, "%s/model.so", dir);
     snprintf(tfwd, sizeof tfwd, "%s/train_fwd.o", dir);
     snprintf(tbwd, sizeof tbwd, "%s/train_bwd.o", dir);
+    snprintf(tbin, sizeof tbin, "%s/train_bwd_in.o", dir);
     bool is_ok = emit_object(kp, cpu, cuda, train, obj, embed_weights, out);
-    if (is_ok && train) is_ok = emit_train_objects(train, cpu, tfwd, tbwd, out);
+    if (is_ok && train) is_ok = emit_train_objects(train, cpu, tfwd, tbwd, tbin, out);
     if (is_ok) {
         static const char script[] = "{\n  global: snn_*;\n  local: *;\n};\n";
         char msg[512];
@@ -188,6 +196,7 @@ link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda,
         if (train) {
             argv[n++] = tfwd;
             argv[n++] = tbwd;
+            argv[n++] = tbin;
         }
         argv[n++] = "-Wl,--whole-archive"; /* nothing in the object calls snn_*: keep them all */
         argv[n++] = runtime;
@@ -216,6 +225,7 @@ link_shared_library(const KProgram *kp, const char *cpu, const LinkCuda *cuda,
     unlink(obj);
     unlink(tfwd);
     unlink(tbwd);
+    unlink(tbin);
     unlink(map);
     rmdir(dir);
     return is_ok;

@@ -22,7 +22,7 @@ typedef struct LinkCuda {
  * train_* description records (kir_describe_train). NULL: none. */
 typedef struct LinkTrain {
     const KProgram *p;
-    int nforward;
+    int nforward, ninput_first; /* KTrain's: the forward, the backward, the inputs' gradients */
     const char *records;
 } LinkTrain;
 

@@ -294,15 +294,33 @@ argmax(const float *row, int64_t k)
     return best;
 }
 
-/* the gradients g (one float array per weight) as f32 safetensors under the weights' names */
+static int64_t input_numel(const Module *m, int i);
+
+/* the gradients g (one float array per weight) as f32 safetensors under the weights' names, and
+ * the inputs' of the batch (nb samples of each in ig) as INPUT.grad, [nb, (T,) dims] */
 static bool
-write_grads(const Module *m, float *const *g, const char *path)
+write_grads(const Module *m, float *const *g, float *const *ig, int nb, const char *path)
 {
     RtTensor *ts = weights_as_tensors(m);
+    ts = xrealloc(ts, ((size_t)m->nweights + (size_t)m->ninputs + 1) * sizeof *ts);
     for (int w = 0; w < m->nweights; w++)
         ts[w].data = g[w];
+    for (int i = 0; i < m->ninputs; i++) {
+        const Node *n = &m->nodes[m->inputs[i]];
+        RtTensor *t = &ts[m->nweights + i];
+        memset(t, 0, sizeof *t);
+        t->name = arena_printf((Arena *)&m->arena, "%s.grad", n->name);
+        t->dtype = RT_F32;
+        t->dims[t->rank++] = nb;
+        if (n->is_per_step_input) t->dims[t->rank++] = m->timesteps;
+        for (int d = 0; d < n->type.rank && t->rank < RT_MAX_RANK; d++)
+            t->dims[t->rank++] = n->type.dims[d];
+        t->numel = nb * input_numel(m, i);
+        t->data = ig[i];
+    }
     char msg[512];
-    bool ok = rt_safetensors_write(path, ts, m->nweights, RT_F32, msg, sizeof msg) == 0;
+    bool ok =
+        rt_safetensors_write(path, ts, m->nweights + m->ninputs, RT_F32, msg, sizeof msg) == 0;
     if (!ok) diag_reader_error(path, msg);
     free(ts);
     return ok;
@@ -479,7 +497,9 @@ typedef struct Engine {
     double t_forward, t_loss, t_backward; /* seconds this epoch (--report=json "phases") */
     KProgram *p;
     KTrain tr;
-    KProgram fwd, bwd; /* views of p: its forward and backward kernels */
+    /* views of p: its forward and backward kernels, and with --grads the kernels only the
+     * inputs' gradients need */
+    KProgram fwd, bwd, bwd_in;
     KBinding *bd;
     /* with batchnorm: the inference program testing runs (running statistics), its binding (the
      * same batch arrays) */
@@ -487,7 +507,7 @@ typedef struct Engine {
     KBinding *bdi;
     RtPool *pool;
 #ifdef SNN_HAVE_LLVM
-    CgLlvm *cf, *cb, *ci;
+    CgLlvm *cf, *cb, *cbi, *ci;
     /* SNN_TRAIN_PROFILE=1: every kernel of p compiled alone and timed (seconds in kt), the
      * table printed to stderr at the end */
     CgLlvm **ck;
@@ -527,7 +547,9 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
     if (e->is_interp) return true;
     m->schedule = SCHEDULE_LAYER; /* every layer over all its steps, each value in its buffer */
     m->memory = MEMORY_SEPARATE;
-    e->p = kir_lower_train(m, &e->tr, err, sizeof err);
+    /* --grads writes the inputs' gradients of the first batch too */
+    e->p = o->grads ? kir_lower_train_inputs(m, &e->tr, err, sizeof err)
+                    : kir_lower_train(m, &e->tr, err, sizeof err);
     if (!e->p) {
         fprintf(stderr, "snnc: error: --backend=%s: %s; --backend=interp trains it\n", o->backend,
                 err);
@@ -537,7 +559,10 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
     e->fwd.nkernels = e->tr.nforward;
     e->bwd = *e->p;
     e->bwd.kernels = e->p->kernels + e->tr.nforward;
-    e->bwd.nkernels = e->p->nkernels - e->tr.nforward;
+    e->bwd.nkernels = e->tr.ninput_first - e->tr.nforward;
+    e->bwd_in = *e->p;
+    e->bwd_in.kernels = e->p->kernels + e->tr.ninput_first;
+    e->bwd_in.nkernels = e->p->nkernels - e->tr.ninput_first;
     e->bd = kir_bind(e->p, o->batch, (const float *const *)bin, outs, err, sizeof err);
     if (!e->bd) {
         fprintf(stderr, "snnc: error: %s\n", err);
@@ -562,8 +587,9 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
         e->is_llvm = true;
         e->cf = cg_llvm_compile(&e->fwd, err, sizeof err);
         if (e->cf) e->cb = cg_llvm_compile(&e->bwd, err, sizeof err);
+        if (e->cb && o->grads) e->cbi = cg_llvm_compile(&e->bwd_in, err, sizeof err);
         if (e->cb && e->inf) e->ci = cg_llvm_compile(e->inf, err, sizeof err);
-        if (!e->cb || (e->inf && !e->ci)) {
+        if (!e->cb || (o->grads && !e->cbi) || (e->inf && !e->ci)) {
             fprintf(stderr, "snnc: error: compiling the training step: %s\n", err);
             return false;
         }
@@ -607,6 +633,7 @@ engine_close(Engine *e)
     }
     cg_llvm_free(e->cf);
     cg_llvm_free(e->cb);
+    cg_llvm_free(e->cbi);
     cg_llvm_free(e->ci);
 #endif
     rt_pool_free(e->pool);
@@ -614,6 +641,13 @@ engine_close(Engine *e)
     kir_free(e->p);
     kir_unbind(e->bdi);
     kir_free(e->inf);
+}
+
+/* where view v starts in the program */
+static int
+view_first(const Engine *e, const KProgram *v)
+{
+    return v == &e->bwd ? e->tr.nforward : v == &e->bwd_in ? e->tr.ninput_first : 0;
 }
 
 /* kernels of view v on the binding; before a forward, the temporaries that are not always
@@ -632,7 +666,7 @@ engine_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t
         }
 #ifdef SNN_HAVE_LLVM
     if (e->is_llvm && e->ck && !is_inf) {
-        int first = v == &e->bwd ? e->tr.nforward : 0;
+        int first = view_first(e, v);
         for (int k = first; k < first + v->nkernels; k++) {
             double t0 = rt_now_seconds();
             ((SnnkEntryFn)(uintptr_t)cg_llvm_entry(e->ck[k]))(bd->mem, nb, base,
@@ -642,13 +676,13 @@ engine_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t
         return true;
     }
     if (e->is_llvm) {
-        CgLlvm *cg = is_inf ? e->ci : v == &e->fwd ? e->cf : e->cb;
+        CgLlvm *cg = is_inf ? e->ci : v == &e->fwd ? e->cf : v == &e->bwd ? e->cb : e->cbi;
         SnnkEntryFn entry = (SnnkEntryFn)(uintptr_t)cg_llvm_entry(cg);
         entry(bd->mem, nb, base, rt_pool_rt(e->pool));
         return true;
     }
 #endif
-    int first = v == &e->bwd ? e->tr.nforward : 0;
+    int first = view_first(e, v);
     return kir_eval_bound(whole, bd, nb, base, first, first + v->nkernels, NULL, err, errlen);
 }
 
@@ -689,17 +723,39 @@ test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions 
     return ok ? (double)correct / (double)s->ntest : NAN;
 }
 
+/* floats of input i of one sample */
+static int64_t
+input_numel(const Module *m, int i)
+{
+    const Node *n = &m->nodes[m->inputs[i]];
+    return type_numel(&n->type) * (n->is_per_step_input ? m->timesteps : 1);
+}
+
 /* One step: forward, loss gradient (b's), backward; g[w] then points at weight w's float32
  * gradient (the interpreter's double sums rounded into gf, or the compiled program's buffer;
- * zeros where none flows); gd, per weight, is the interpreter's (zeroed here after use) */
+ * zeros where none flows); gd, per weight, is the interpreter's (zeroed here after use). With ig
+ * (per input, nb samples' floats), also the inputs' gradients into it. */
 static bool
 engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t base, float **bin,
-            float **outs, Batch *b, double **gd, float **gf, float **g, char *err, size_t errlen)
+            float **outs, Batch *b, double **gd, float **gf, float **g, float **ig, char *err,
+            size_t errlen)
 {
     if (e->is_interp) {
         double t0 = rt_now_seconds();
-        bool ok = interp_grad(m, io, nb, base, (const float *const *)bin, outs, loss_grad, b, NULL,
+        double **igd = NULL;
+        if (ig) {
+            igd = xcalloc((size_t)m->ninputs + 1, sizeof *igd);
+            for (int i = 0; i < m->ninputs; i++)
+                igd[i] = xcalloc((size_t)nb * (size_t)input_numel(m, i) + 1, sizeof(double));
+        }
+        bool ok = interp_grad(m, io, nb, base, (const float *const *)bin, outs, loss_grad, b, igd,
                               gd, err, errlen);
+        for (int i = 0; ig && i < m->ninputs; i++) {
+            for (int64_t q = 0; q < nb * input_numel(m, i); q++)
+                ig[i][q] = (float)igd[i][q];
+            free(igd[i]);
+        }
+        free(igd);
         e->t_backward += rt_now_seconds() - t0; /* the interpreter's forward and backward */
         for (int w = 0; w < m->nweights; w++) {
             for (int64_t i = 0; i < m->weights[w].numel; i++) {
@@ -725,6 +781,14 @@ engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t
     free(og);
     double t2 = rt_now_seconds();
     if (!engine_run(e, &e->bwd, nb, base, err, errlen)) return false;
+    if (ig && !engine_run(e, &e->bwd_in, nb, base, err, errlen)) return false;
+    for (int i = 0; ig && i < m->ninputs; i++) {
+        size_t bytes = (size_t)nb * (size_t)input_numel(m, i) * sizeof(float);
+        if (e->tr.input_grad[i] >= 0)
+            memcpy(ig[i], e->bd->mem[e->tr.input_grad[i]], bytes);
+        else
+            memset(ig[i], 0, bytes);
+    }
     double t3 = rt_now_seconds();
     e->t_forward += t1 - t0;
     e->t_loss += t2 - t1;
@@ -924,6 +988,10 @@ train(Module *m, const Options *o)
                           (size_t)(n->type.has_time ? m->timesteps : 1) * sizeof(float));
     }
     float *blabels = xmalloc((size_t)o->batch * sizeof(float));
+    /* --grads: the first batch's input gradients */
+    float **igrad = xcalloc((size_t)m->ninputs + 1, sizeof *igrad);
+    for (int i = 0; o->grads && i < m->ninputs; i++)
+        igrad[i] = xcalloc((size_t)o->batch * (size_t)input_numel(m, i) + 1, sizeof(float));
     float **clip_g = xcalloc((size_t)nw + 1, sizeof *clip_g);
     int64_t *clip_n = xcalloc((size_t)nw + 1, sizeof *clip_n);
     int64_t *order = xmalloc((size_t)(N ? N : 1) * sizeof *order);
@@ -985,8 +1053,8 @@ train(Module *m, const Options *o)
                         false,
                         false};
             /* Poisson draws keyed by the epoch and position: fresh noise every epoch */
-            if (!engine_step(&eng, m, &io, nb, e * N + first, bin, outs, &bt, gd, gf, gsrc, err,
-                             sizeof err)) {
+            if (!engine_step(&eng, m, &io, nb, e * N + first, bin, outs, &bt, gd, gf, gsrc,
+                             step == 0 && o->grads ? igrad : NULL, err, sizeof err)) {
                 fprintf(stderr, "snnc: error: %s\n", err);
                 rc = 1;
                 break;
@@ -1008,7 +1076,7 @@ train(Module *m, const Options *o)
                 break;
             }
             step++;
-            if (step == 1 && o->grads && !write_grads(m, gsrc, o->grads)) {
+            if (step == 1 && o->grads && !write_grads(m, gsrc, igrad, nb, o->grads)) {
                 rc = 1;
                 break;
             }
@@ -1109,6 +1177,9 @@ train(Module *m, const Options *o)
         free(outs[j]);
     free(outs);
     free(blabels);
+    for (int i = 0; i < m->ninputs; i++)
+        free(igrad[i]);
+    free(igrad);
     free(clip_g);
     free(clip_n);
     free(order);

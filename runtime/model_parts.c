@@ -20,6 +20,9 @@
  *                                      (optional: a library built with --train)
  *   train_out_grad K BUF               the train_buf that takes output K's loss gradient
  *   train_weight_grad W BUF            the train_buf that holds weight W's gradient (-1: none)
+ *   train_input_grad K BUF             the train_buf that holds input K's gradient after
+ *                                      snnk_train_bwd_in (-1: none flows; no records: the
+ *                                      library computes no input gradients)
  *   train_bn MEAN VAR RMEAN RVAR C INNER   a batchnorm's statistics (train_bufs) and the weights
  *                                      keeping its running ones
  *   end                                the last line
@@ -574,6 +577,19 @@ train_check(const snn_model *m, char *why, size_t n)
             return false;
         }
     }
+    /* input gradients: a record for every input or none, each buffer f32 of the input's size */
+    int nin = 0;
+    for (int k = 0; k < m->ninputs; k++)
+        nin += m->train_input_grad[k] != -2;
+    for (int k = 0; nin && k < m->ninputs; k++) {
+        int b = m->train_input_grad[k];
+        if (b == -2 ||
+            (b >= 0 && (m->train_bufs[b].type != RT_ELEM_F32 || m->train_bufs[b].fixed != 0 ||
+                        m->train_bufs[b].per_batch != m->inputs[k].info.numel))) {
+            snprintf(why, n, "input %d has no train_input_grad record of its size", k);
+            return false;
+        }
+    }
     for (int i = 0; i < m->ntrain_bn; i++) {
         const RtTrainBn *bn = &m->train_bn[i];
         bool ok = bn->mean >= 0 && bn->mean < m->ntrain_bufs && bn->var >= 0 &&
@@ -612,6 +628,7 @@ rt_model_clear(snn_model *m)
     free(m->train_bufs);
     free(m->train_out_grad);
     free(m->train_weight_grad);
+    free(m->train_input_grad);
     free(m->train_bn);
     memset(m, 0, sizeof *m);
 }
@@ -645,10 +662,11 @@ rt_model_parse(snn_model *m, const char *text, SnnkEntryFn entry, const void *we
     m->train_bufs = calloc((size_t)m->ntrain_bufs + 1, sizeof *m->train_bufs);
     m->train_out_grad = calloc((size_t)m->noutputs + 1, sizeof *m->train_out_grad);
     m->train_weight_grad = calloc((size_t)m->nweights + 1, sizeof *m->train_weight_grad);
+    m->train_input_grad = calloc((size_t)m->ninputs + 1, sizeof *m->train_input_grad);
     m->train_bn = calloc((size_t)m->ntrain_bn + 1, sizeof *m->train_bn);
     if (!m->inputs || !m->outputs || !m->weights || !m->layers || !m->bufs || !m->cuda_kernels ||
         !m->cuda_images || !m->cuda_bufs || !m->cuda_layers || !m->train_bufs ||
-        !m->train_out_grad || !m->train_weight_grad || !m->train_bn) {
+        !m->train_out_grad || !m->train_weight_grad || !m->train_input_grad || !m->train_bn) {
         rt_model_clear(m);
         snprintf(err, errlen, "out of memory reading the model description");
         return false;
@@ -660,6 +678,8 @@ rt_model_parse(snn_model *m, const char *text, SnnkEntryFn entry, const void *we
         m->train_out_grad[i] = -1;
     for (int i = 0; i < m->nweights; i++)
         m->train_weight_grad[i] = -2; /* -2: no record yet */
+    for (int i = 0; i < m->ninputs; i++)
+        m->train_input_grad[i] = -2;
     long long abi = -1;
     bool is_end = false;
     while (*ps.p && !ps.is_bad && !is_end) {
@@ -697,11 +717,14 @@ rt_model_parse(snn_model *m, const char *text, SnnkEntryFn entry, const void *we
             char name[RT_MAX_NAME];
             word(&ps, name, sizeof name);
             number(&ps);
-        } else if (!strcmp(key, "train_out_grad") || !strcmp(key, "train_weight_grad")) {
-            bool is_out = key[6] == 'o';
+        } else if (!strcmp(key, "train_out_grad") || !strcmp(key, "train_weight_grad") ||
+                   !strcmp(key, "train_input_grad")) {
+            bool is_out = key[6] == 'o', is_in = key[6] == 'i';
             long long k = number(&ps), b = number(&ps);
-            int n = is_out ? m->noutputs : m->nweights;
-            int *slot = is_out ? m->train_out_grad : m->train_weight_grad;
+            int n = is_out ? m->noutputs : is_in ? m->ninputs : m->nweights;
+            int *slot = is_out  ? m->train_out_grad
+                        : is_in ? m->train_input_grad
+                                : m->train_weight_grad;
             if (k < 0 || k >= n || b < (is_out ? 0 : -1) || b >= m->ntrain_bufs || slot[k] >= 0)
                 ps.is_bad = true;
             else

@@ -130,9 +130,10 @@ struct snn_model {
     int ntrain_bufs;
     int *train_out_grad;    /* [noutputs] */
     int *train_weight_grad; /* [nweights] */
+    int *train_input_grad;  /* [ninputs] (-1: none flows; -2: the library computes none) */
     RtTrainBn *train_bn;
     int ntrain_bn;
-    SnnkEntryFn train_fwd, train_bwd;
+    SnnkEntryFn train_fwd, train_bwd, train_bwd_in; /* train_bwd_in: NULL in older libraries */
     bool is_made;     /* by rt_model_create: owns weight_data and image_data */
     snn_model *next;  /* the list of models rt_model_create made */
 };

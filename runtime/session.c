@@ -8,6 +8,7 @@
  *   snnk_cuda_images, snnk_cuda_images_size   the CUDA images its cuda_image records index (size 0:
  *                      no CUDA code; an object from before the CUDA backend has neither)
  *   snnk_train_fwd, snnk_train_bwd   the training step's halves, in a library built with --train
+ *   snnk_train_bwd_in                 its kernels only the inputs' gradients need
  * They are weak (and hidden) here, so that snnc, which links this runtime without a generated
  * object and makes its models with rt_model_create, links too; snn_model_get() then says there is
  * no model. Nothing here prints or exits; runs allocate nothing. */
@@ -42,6 +43,7 @@ void snnk_run(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt) SNNK_
 /* a trainable library's training step (runtime/trainer.c runs it) */
 void snnk_train_fwd(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt) SNNK_WEAK;
 void snnk_train_bwd(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt) SNNK_WEAK;
+void snnk_train_bwd_in(void **bufs, int64_t batch, int64_t sample_base, SnnkRt *rt) SNNK_WEAK;
 
 enum { ARENA_ALIGN = 64 };
 
@@ -110,6 +112,7 @@ model_parse(void)
                        sizeof model_error)) {
         model.train_fwd = snnk_train_fwd; /* the training step's code, where there is one */
         model.train_bwd = snnk_train_bwd;
+        model.train_bwd_in = snnk_train_bwd_in;
         model_ok = &model;
     }
 }

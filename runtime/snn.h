@@ -148,8 +148,9 @@ const char *snn_session_device(const snn_session *s); /* "cpu", "cuda:0"; NULL i
  *   snn_session_copy_weights(session, t);  (an inference session now runs the trained weights)
  *
  * Framework integration uses the pair: snn_train_forward (the outputs; it keeps what the backward
- * needs), snn_train_backward (from the outputs' gradients to the weights'), then
- * snn_trainer_apply (the optimiser over the gradients the backward kept or the caller gives). */
+ * needs), snn_train_backward (from the outputs' gradients to the weights'; _inputs: and the
+ * inputs'), then snn_trainer_apply (the optimiser over the gradients the backward kept or the
+ * caller gives), or the caller's own optimiser writing weights back with snn_trainer_set_weight. */
 typedef struct snn_trainer snn_trainer;
 /* MSE to the one-hot label (SpikingJelly's, on rates), cross-entropy (snnTorch's ce_count_loss
  * on counts); snnTorch's ce_rate_loss and mse_membrane_loss (on an output of every step:
@@ -195,12 +196,20 @@ snn_status snn_train_forward(snn_trainer *t, int64_t first_sample, int batch,
  * weight_grads[w] ([numel] floats) where weight_grads and it are not NULL */
 snn_status snn_train_backward(snn_trainer *t, const float *const *output_grads,
                               float *const *weight_grads);
+/* The same, and each input's gradient dLoss/dinput into input_grads[i] where input_grads and it
+ * are not NULL ([batch, numel] floats, the input's layout; a static input's is summed over the
+ * steps; zeros where none flows: a Poisson encoder samples its input). SNN_ERR_STATE from a
+ * library built before input gradients existed. */
+snn_status snn_train_backward_inputs(snn_trainer *t, const float *const *output_grads,
+                                     float *const *input_grads, float *const *weight_grads);
 /* One optimiser update from weight_grads (NULL: the last backward's), clipped as configured */
 snn_status snn_trainer_apply(snn_trainer *t, const float *const *weight_grads);
 snn_status snn_trainer_set_lr(snn_trainer *t, double lr);
 int64_t snn_trainer_steps(const snn_trainer *t); /* updates so far; -1 if t is NULL */
 /* weight i as float32 ([numel]: snn_model_weight's shape) */
 snn_status snn_trainer_get_weight(snn_trainer *t, int i, float *dst);
+/* weight i from src (float32, [numel]); the optimiser's state stays as it is */
+snn_status snn_trainer_set_weight(snn_trainer *t, int i, const float *src);
 snn_status snn_trainer_load_weights_file(snn_trainer *t, const char *path);
 /* The weights as safetensors (the model's names, float32), through a temporary file: a failed
  * write leaves any old file as it was. A checkpoint adds the optimiser's state and step count

@@ -36,6 +36,7 @@ struct snn_trainer {
     bool *owned;       /* [ntrain_bufs] */
     float **out;       /* [noutputs] the forward's outputs, max_batch rows */
     bool has_weights;
+    bool *w_set; /* [nweights] set by snn_trainer_set_weight before has_weights */
 };
 
 void
@@ -79,6 +80,7 @@ trainer_free(snn_trainer *t)
     free(t->w);
     free(t->state);
     free(t->is_stat);
+    free(t->w_set);
     free(t->zero_grad);
     free(t->bufs);
     free(t->owned);
@@ -230,12 +232,13 @@ snn_trainer_create(const snn_model *m, const snn_train_config *c, int max_batch,
     t->w = calloc((size_t)nw + 1, sizeof *t->w);
     t->state = calloc((size_t)nw + 1, sizeof *t->state);
     t->is_stat = calloc((size_t)nw + 1, sizeof *t->is_stat);
+    t->w_set = calloc((size_t)nw + 1, sizeof *t->w_set);
     t->zero_grad = calloc((size_t)nw + 1, sizeof *t->zero_grad);
     t->bufs = calloc((size_t)nb + 1, sizeof *t->bufs);
     t->owned = calloc((size_t)nb + 1, sizeof *t->owned);
     t->out = calloc((size_t)m->noutputs + 1, sizeof *t->out);
-    bool ok =
-        t->pool && t->w && t->state && t->is_stat && t->zero_grad && t->bufs && t->owned && t->out;
+    bool ok = t->pool && t->w && t->state && t->is_stat && t->w_set && t->zero_grad && t->bufs &&
+              t->owned && t->out;
     for (int i = 0; ok && i < nw; i++) {
         size_t n = (size_t)(m->weights[i].info.numel ? m->weights[i].info.numel : 1);
         t->w[i] = calloc(n, sizeof(float));
@@ -419,8 +422,24 @@ snn_train_forward(snn_trainer *t, int64_t first_sample, int batch, const float *
     return st;
 }
 
+/* whether input_grads asks for any input's gradient */
+static bool
+wants_inputs(const snn_model *m, float *const *input_grads)
+{
+    for (int i = 0; input_grads && i < m->ninputs; i++)
+        if (input_grads[i]) return true;
+    return false;
+}
+
 snn_status
 snn_train_backward(snn_trainer *t, const float *const *output_grads, float *const *weight_grads)
+{
+    return snn_train_backward_inputs(t, output_grads, NULL, weight_grads);
+}
+
+snn_status
+snn_train_backward_inputs(snn_trainer *t, const float *const *output_grads,
+                          float *const *input_grads, float *const *weight_grads)
 {
     rt_clear_error();
     if (!t || !output_grads)
@@ -429,8 +448,12 @@ snn_train_backward(snn_trainer *t, const float *const *output_grads, float *cons
     pthread_mutex_lock(&t->lock);
     const snn_model *m = t->m;
     snn_status st = SNN_OK;
+    bool inputs = wants_inputs(m, input_grads);
     if (!t->batch) {
         st = rt_fail(SNN_ERR_STATE, "snn_train_backward before any snn_train_forward");
+    } else if (inputs && (!m->train_bwd_in || (m->ninputs && m->train_input_grad[0] == -2))) {
+        st = rt_fail(SNN_ERR_STATE, "this library computes no input gradients (built by an older "
+                                    "snnc: build it again with --train)");
     } else {
         for (int k = 0; k < m->noutputs; k++) {
             size_t n = (size_t)t->batch * (size_t)m->outputs[k].info.numel;
@@ -441,6 +464,16 @@ snn_train_backward(snn_trainer *t, const float *const *output_grads, float *cons
                 memset(dst, 0, n * sizeof(float));
         }
         backward(t);
+        if (inputs) m->train_bwd_in(t->bufs, t->batch, 0, rt_pool_rt(t->pool));
+        for (int i = 0; inputs && i < m->ninputs; i++) {
+            if (!input_grads[i]) continue;
+            size_t bytes = (size_t)t->batch * (size_t)m->inputs[i].info.numel * sizeof(float);
+            int b = m->train_input_grad[i];
+            if (b >= 0)
+                memcpy(input_grads[i], t->bufs[b], bytes);
+            else
+                memset(input_grads[i], 0, bytes); /* none flows (a Poisson encoder samples it) */
+        }
         for (int w = 0; weight_grads && w < m->nweights; w++)
             if (weight_grads[w])
                 memcpy(weight_grads[w], grad_of(t, w),
@@ -528,6 +561,29 @@ snn_trainer_get_weight(snn_trainer *t, int i, float *dst)
                        i, t->m->nweights);
     pthread_mutex_lock(&t->lock);
     memcpy(dst, t->w[i], (size_t)t->m->weights[i].info.numel * sizeof(float));
+    pthread_mutex_unlock(&t->lock);
+    return SNN_OK;
+}
+
+snn_status
+snn_trainer_set_weight(snn_trainer *t, int i, const float *src)
+{
+    rt_clear_error();
+    if (!t || !src)
+        return rt_fail(SNN_ERR_ARGUMENT, "snn_trainer_set_weight: %s is NULL",
+                       t ? "src" : "trainer");
+    if (i < 0 || i >= t->m->nweights)
+        return rt_fail(SNN_ERR_ARGUMENT,
+                       "snn_trainer_set_weight: index %d out of range (the model has %d)", i,
+                       t->m->nweights);
+    pthread_mutex_lock(&t->lock);
+    memcpy(t->w[i], src, (size_t)t->m->weights[i].info.numel * sizeof(float));
+    if (!t->has_weights) t->w_set[i] = true;
+    bool all = true;
+    for (int w = 0; w < t->m->nweights; w++)
+        all = all && (t->has_weights || t->w_set[w]);
+    t->has_weights = all; /* every weight given one by one counts as loaded */
+    repack(t);
     pthread_mutex_unlock(&t->lock);
     return SNN_OK;
 }

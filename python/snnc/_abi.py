@@ -80,6 +80,12 @@ FUNCTIONS = {
     "snn_session_copy_weights": (C.c_int, [_P, _P]),
 }
 
+# added within ABI 3: a library built before them lacks them (the calls then raise)
+OPTIONAL = {
+    "snn_train_backward_inputs": (C.c_int, [_P, C.POINTER(_P), C.POINTER(_P), C.POINTER(_P)]),
+    "snn_trainer_set_weight": (C.c_int, [_P, C.c_int, C.c_void_p]),
+}
+
 
 def bind(lib):
     """Declares every function of the ABI on a loaded library; a missing one is an error."""
@@ -87,4 +93,9 @@ def bind(lib):
         fn = getattr(lib, name)  # AttributeError: not a model.so of this ABI
         fn.restype = restype
         fn.argtypes = argtypes
+    for name, (restype, argtypes) in OPTIONAL.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
     return lib

@@ -107,9 +107,18 @@ class Trainer:
         self._n = n
         return outs
 
-    def backward(self, output_grads: dict) -> dict:
+    def _optional(self, name):
+        fn = getattr(self._lib, name, None)
+        if fn is None:
+            raise SnncError(f"{self.model.path}: the library has no {name} (built by an older "
+                            f"snnc: build it again with `snnc --train`)")
+        return fn
+
+    def backward(self, output_grads: dict, *, input_grads: bool = False):
         """After forward(): dLoss/doutput by name (missing ones zero) to every weight's gradient
-        (float32 arrays by name), kept for apply()"""
+        (float32 arrays by name), kept for apply(). input_grads=True: (the weights' gradients,
+        the inputs' by name: [N, ...] as the inputs, a static input's summed over the steps,
+        zeros through a Poisson encoder)."""
         t = self._live()
         keep = []
         ptrs = (C.c_void_p * len(self.model.outputs))()
@@ -120,8 +129,17 @@ class Trainer:
                 ptrs[i] = g.ctypes.data
         grads = {k: np.empty(w.shape, np.float32) for k, w in self.model.weights.items()}
         gptrs = (C.c_void_p * len(grads))(*[g.ctypes.data for g in grads.values()])
-        self.model._check(self._lib.snn_train_backward(t, ptrs, gptrs), "backward")
-        return grads
+        if not input_grads:
+            self.model._check(self._lib.snn_train_backward(t, ptrs, gptrs), "backward")
+            return grads
+        n = getattr(self, "_n", 0)
+        if not n:
+            raise SnncError(f"{self.model.name}: backward before any forward")
+        ins = {k: np.empty((n,) + s.shape, np.float32) for k, s in self.model.inputs.items()}
+        iptrs = (C.c_void_p * len(ins))(*[a.ctypes.data for a in ins.values()])
+        self.model._check(self._optional("snn_train_backward_inputs")(t, ptrs, iptrs, gptrs),
+                          "backward")
+        return grads, ins
 
     def apply(self, grads: dict | None = None):
         """One optimiser update from grads (by name; missing ones zero), or from the last
@@ -159,6 +177,23 @@ class Trainer:
             self.model._check(self._lib.snn_trainer_get_weight(t, i, a.ctypes.data), k)
             out[k] = a
         return out
+
+    def set_weights(self, weights: dict):
+        """Weights by name (float32 arrays of the model's shapes; others stay as they are); the
+        optimiser's state is kept"""
+        t = self._live()
+        names = list(self.model.weights)
+        unknown = sorted(set(weights) - set(names))
+        if unknown:
+            raise ValueError(f"{self.model.name} has no weight {', '.join(unknown)}")
+        fn = self._optional("snn_trainer_set_weight")
+        for k, a in weights.items():
+            if hasattr(a, "detach"):
+                a = a.detach().cpu().numpy()
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            if a.shape != tuple(self.model.weights[k].shape):
+                raise ValueError(f"{k}: shape {a.shape}, expected {self.model.weights[k].shape}")
+            self.model._check(fn(t, names.index(k), a.ctypes.data), k)
 
     def sync(self):
         """The model's inference session takes the trainer's weights"""

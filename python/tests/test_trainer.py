@@ -73,6 +73,54 @@ def test_forward_backward_apply_equal_a_step(lib):
                 assert np.array_equal(wa[k], wb[k]), k
 
 
+def read_safetensors(path):
+    import json
+    import struct
+    raw = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    head = json.loads(raw[8:8 + n])
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
+                             np.float32).reshape(v["shape"])
+            for k, v in head.items() if k != "__metadata__"}
+
+
+def test_input_gradients_equal_the_interpreter(lib, tmp_path):
+    """snn_train_backward_inputs: the inputs' gradients (the image's, summed over the steps) and
+    the weights' equal the interpreter's for the first batch (`snnc --train --grads`), bit for
+    bit; weights set from outside change what the forward computes"""
+    x, y = data()
+    grads = tmp_path / "grads.safetensors"
+    cli("--train", "--backend=interp", "--precision=f32", "model.snn", "--input=input.npy",
+        "--labels=labels.npy", "--loss=mse", "--batch=8", "--no-shuffle", "-q",
+        f"--grads={grads}", "-o", tmp_path / "w.safetensors", cwd=CASE)
+    want = read_safetensors(grads)
+    with snnc.load(lib, device="cpu", max_batch=8) as m, snnc.Trainer(m, **SGD) as t:
+        out = t.forward(x)["rate"]
+        onehot = np.eye(10, dtype=np.float32)[y.astype(int)]
+        g = (out - onehot) * np.float32(2.0 / out.size)
+        wg, ig = t.backward({"rate": g}, input_grads=True)
+        name = next(iter(m.inputs))
+        assert ig[name].shape == (len(y),) + m.inputs[name].shape
+        assert np.abs(ig[name]).sum() > 0
+        assert np.array_equal(ig[name], want[name + ".grad"])
+        for k in wg:
+            assert np.array_equal(wg[k], want[k]), k
+        # the pair again, without the inputs': the same weights' gradients
+        t.forward(x)
+        again = t.backward({"rate": g})
+        for k in wg:
+            assert np.array_equal(again[k], wg[k]), k
+        w = t.weights()
+        w2 = {k: v * 0 for k, v in w.items() if k.endswith(".weight") and "running" not in k}
+        t.set_weights(w2)
+        assert np.array_equal(t.weights()["conv_fc.9.weight"], w2["conv_fc.9.weight"])
+        assert not t.forward(x)["rate"].any()  # zero weights: no spikes reach the output
+        with pytest.raises(ValueError, match="no weight"):
+            t.set_weights({"nope": w2["conv_fc.9.weight"]})
+        with pytest.raises(ValueError, match="shape"):
+            t.set_weights({"conv_fc.9.weight": np.zeros(3, np.float32)})
+
+
 def test_checkpoint_continues_exactly(lib, tmp_path):
     x, y = data()
     with snnc.load(lib, device="cpu", max_batch=8) as m:

@@ -1,6 +1,6 @@
 """W0 W1 G LIMIT: one SGD step of lr 1 from W0 to W1 under --clip-grad-norm=LIMIT with raw
 gradients G (--grads): the update W0 - W1 is G scaled by LIMIT / (|G| + 1e-6), so its global norm
-is LIMIT (to the float rounding of W0 - update). Prints the norms; fails otherwise. Safetensors read by hand (numpy only)."""
+is LIMIT (to the float rounding of W0 - update); the inputs' gradients in G are not clipped. Prints the norms; fails otherwise. Safetensors read by hand (numpy only)."""
 import json
 import struct
 import sys
@@ -23,6 +23,7 @@ def read(path):
 
 
 w0, w1, g = read(sys.argv[1]), read(sys.argv[2]), read(sys.argv[3])
+g = {k: v for k, v in g.items() if k in w0}  # the weights' (--grads adds the inputs')
 limit = float(sys.argv[4])
 gnorm = np.sqrt(sum(float((v ** 2).sum()) for v in g.values()))
 upd = {k: w0[k] - w1[k] for k in w0}
