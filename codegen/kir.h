@@ -290,7 +290,8 @@ KProgram *kir_lower_for(const Module *m, KTarget target);
 void kir_free(KProgram *p);
 /* A training step in kernel IR (codegen/lower_grad.c): the forward lowered with every value in a
  * buffer of its own (the module must be in the layer-by-layer schedule, without fusion, event
- * lists, packed spikes or a memory plan: passes "time-batch" alone), then the backward:
+ * lists, packed spikes or a memory plan: passes "time-batch" alone), then the backward, the
+ * temporaries placed by a plan over both (plan_train_memory):
  * kernels [0, nforward) compute the outputs; the caller writes dLoss/d(output k) into buffer
  * out_grad[k] (f32, the output's layout for the batch), and kernels [nforward, nkernels) leave
  * each trained weight's gradient in buffer weight_grad[w] (f32, the weight's own layout; -1: no

@@ -47,6 +47,12 @@ uses_stmts(KStmt *const *s, int n, int ki, int *first, int *last)
 void
 plan_memory(KProgram *p)
 {
+    plan_memory_with(p, NULL, NULL);
+}
+
+void
+plan_memory_with(KProgram *p, const int *first_at, const int *last_at)
+{
     int nb = p->nbufs, nk = p->nkernels;
     Arena scratch = {0}; /* freed at the end */
     int *first = arena_alloc(&scratch, ((size_t)nb + 1) * sizeof *first);
@@ -65,6 +71,10 @@ plan_memory(KProgram *p)
     }
     for (int i = 0; i < p->nstats; i++)
         last[p->stats[i].buf] = nk;
+    for (int b = 0; b < nb && first_at; b++)
+        if (last[b] >= 0 && first_at[b] >= 0 && first_at[b] < first[b]) first[b] = first_at[b];
+    for (int b = 0; b < nb && last_at; b++)
+        if (last[b] >= 0 && last_at[b] > last[b]) last[b] = last_at[b];
     for (int i = 0; i < nk;) {
         if (!p->kernels[i].is_step) {
             i++;

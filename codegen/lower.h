@@ -423,5 +423,11 @@ void lower_batchnorm_batch(Lower *lw, ValueId v);
 
 /* kir_memory.c */
 void plan_memory(KProgram *p);
+/* the same with lifetimes widened: buffer b from kernel first_at[b] and to kernel last_at[b] at
+ * least (-1: as its uses say; either array NULL: none); a buffer no kernel uses keeps memory of
+ * its own */
+void plan_memory_with(KProgram *p, const int *first_at, const int *last_at);
+/* lower_grad.c: the plan of a training program (kir_lower_train), over forward and backward */
+void plan_train_memory(KProgram *p, const KTrain *tr);
 
 #endif

@@ -199,31 +199,63 @@ grad_readout(G *g, ValueId v, int k)
         loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
     fj->is_lanes = true;
     KExpr *og = kx_load(p, g->tr->out_grad[k], jv);
-    KStmt *ft = loop(lw, body(fj), "t", ci(lw, lw->T), false, &tv);
     Pos ps = {0};
     ps.j = jv;
     ps.jn = numel;
-    ps.t = tv;
+    /* a static value's gradient: every step's contribution added, from the last step to the
+     * first as the interpreter adds them, to what its buffer holds, then stored */
+    bool is_static = lw->is_static[root(lw, x)];
+    int sum = -1;
+    KExpr *uv;
+    if (is_static) {
+        sum = local(lw, "d_x", KT_F32);
+        s_assign(lw, body(fj), sum, first ? zero(lw) : gload(g, x, &ps));
+    }
+    KStmt *ft = loop(lw, body(fj), is_static ? "u" : "t", ci(lw, lw->T), false, &uv);
     Cur c = body(ft);
+    tv = uv;
+    if (is_static) {
+        int tl = local(lw, "t", KT_I64);
+        s_assign(lw, c, tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), uv));
+        tv = var(lw, tl);
+    }
+    ps.t = tv;
+    KExpr *e = NULL;
     switch (n->op) {
     case OP_COUNT:
-        gadd(g, c, x, &ps, og, first);
+        e = og;
         break;
     case OP_MEAN:
-        gadd(g, c, x, &ps, bin(lw, KB_DIV, og, kx_const(p, KT_F32, lw->T)), first);
+        e = bin(lw, KB_DIV, og, kx_const(p, KT_F32, lw->T));
         break;
-    case OP_LAST: {
+    case OP_LAST: /* at the last step only (below) */
+        e = og;
+        break;
+    case OP_SEQUENCE: /* the output's step t: [B][T][n] */
+        e = kx_load(p, g->tr->out_grad[k], seq_index(lw, jv, tv, numel));
+        break;
+    default:
+        unreachable();
+    }
+    if (is_static && n->op == OP_LAST) {
+        /* only the last step's: the others add nothing */
+        KStmt *i = s_if(lw, c, bin(lw, KB_EQ, tv, ci(lw, lw->T - 1)));
+        s_assign(lw, body(i), sum, bin(lw, KB_ADD, var(lw, sum), og));
+    } else if (is_static) {
+        s_assign(lw, c, sum, bin(lw, KB_ADD, var(lw, sum), e));
+    } else if (n->op == OP_LAST) {
         KStmt *i = s_if(lw, c, bin(lw, KB_EQ, tv, ci(lw, lw->T - 1)));
         gadd(g, body(i), x, &ps, og, first);
         if (first) /* the other steps get +0 stored: the buffer is written whole */
             gadd(g, els(i), x, &ps, zero(lw), true);
-        break;
+    } else {
+        gadd(g, c, x, &ps, e, first);
     }
-    case OP_SEQUENCE: /* the output's step t: [B][T][n] */
-        gadd(g, c, x, &ps, kx_load(p, g->tr->out_grad[k], seq_index(lw, jv, tv, numel)), first);
-        break;
-    default:
-        unreachable();
+    if (is_static) {
+        ValueId r = root(lw, x);
+        Pos p0 = ps;
+        p0.t = NULL;
+        s_store(lw, body(fj), g->gbuf[r], vindex(lw, r, &p0), var(lw, sum));
     }
     end_kernel(lw);
 }
@@ -477,8 +509,13 @@ snapshot(const NLower *nl, int *st, int *lc, int sp)
     return s;
 }
 
-/* neurons per block of a neuron layer's kept states (a multiple of the SIMD width) */
-enum { HIST_BLOCK = 16 };
+/* neurons per block of a neuron layer's kept states (a multiple of the SIMD width); at most
+ * KEPT_IN_REGISTERS kept states a neuron (T times the carried ones) stay in locals instead */
+enum { HIST_BLOCK = 16, KEPT_IN_REGISTERS = 16 };
+
+static void grad_neuron_step(G *g, ValueId v, Cur c, const NCopy *cpp, const Adj *Ap, KExpr *t,
+                             const int *keptv, int hist, KExpr *jv, int gsum, int a_out, bool first,
+                             const SurrogateFn *sgp);
 
 /* state k of neuron j before step t in the kept states: ((j / HIST_BLOCK) kept + t ncarry + k)
  * HIST_BLOCK + j % HIST_BLOCK, kept = T ncarry */
@@ -501,7 +538,7 @@ grad_neuron(G *g, ValueId v)
     const NeuronDef *nd = m->neurons[n->neuron];
     ValueId x = n->args[0];
     int64_t numel = lw->vs[v].numel;
-    int ns = nd->nstates, nl_ = nd->nlocals, nst = nd->nstmts;
+    int ns = nd->nstates, nl_ = nd->nlocals;
     bool is_static_x = lw->is_static[x], needs_x = g->needs[x];
     bool first = needs_x ? claim(g, x) : false;
     SurrogateFn sg;
@@ -514,7 +551,7 @@ grad_neuron(G *g, ValueId v)
                           "neuron's program"),
                  false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
-    KExpr *jv, *uv;
+    KExpr *jv;
     KStmt *fj =
         loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
     fj->is_lanes = true;
@@ -551,30 +588,91 @@ grad_neuron(G *g, ValueId v)
      * its SIMD lanes load them, and all its steps in one page: [T][ncarry][B*numel] put each
      * step of a lane vector a whole layer apart, a TLB miss per step and state) */
     int64_t kept = (int64_t)lw->T * cp.ncarry;
-    int hist = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.states", value_name(lw, v)),
+    /* few enough: kept in locals (registers), both loops over the steps unrolled; else in a
+     * scratch buffer */
+    bool in_regs = kept <= KEPT_IN_REGISTERS;
+    int *keptv = NULL, hist = -1;
+    if (in_regs) {
+        keptv = arena_alloc(&p->arena, (size_t)(kept + 1) * sizeof *keptv);
+        for (int64_t q = 0; q < kept; q++)
+            keptv[q] = local(lw, arena_printf(&p->arena, "kept_%lld", (long long)q), KT_F32);
+    } else {
+        hist = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.states", value_name(lw, v)),
                                  KT_F32, (KSize){kept * numel, kept * HIST_BLOCK});
+    }
     for (int k = 0; k < cp.ncarry; k++)
         s_assign(lw, c, cp.carry[k], cp.init[k]);
-    KExpr *sv;
-    KStmt *fs = loop(lw, c, "s", ci(lw, lw->T), false, &sv);
-    for (int k = 0; k < cp.ncarry; k++)
-        s_store(lw, body(fs), hist, hist_index(lw, jv, sv, k, kept, cp.ncarry),
-                var(lw, cp.carry[k]));
-    Pos pss = ps;
-    pss.t = sv;
-    s_assign(lw, body(fs), nl.input, to(lw, KT_F32, vload(lw, x, &pss)));
-    neuron_step(lw, body(fs), &nl);
+    for (int s = 0; s < (in_regs ? lw->T : 1); s++) {
+        KExpr *sv;
+        Cur cs = c;
+        if (in_regs) {
+            sv = ci(lw, s);
+            for (int k = 0; k < cp.ncarry; k++)
+                s_assign(lw, cs, keptv[s * cp.ncarry + k], var(lw, cp.carry[k]));
+        } else {
+            KStmt *fs = loop(lw, c, "s", ci(lw, lw->T), false, &sv);
+            cs = body(fs);
+            for (int k = 0; k < cp.ncarry; k++)
+                s_store(lw, cs, hist, hist_index(lw, jv, sv, k, kept, cp.ncarry),
+                        var(lw, cp.carry[k]));
+        }
+        Pos pss = ps;
+        pss.t = sv;
+        s_assign(lw, cs, nl.input, to(lw, KT_F32, vload(lw, x, &pss)));
+        neuron_step(lw, cs, &nl);
+    }
     /* steps t = T-1 .. 0 */
-    KStmt *fu = loop(lw, c, "u", ci(lw, lw->T), false, &uv);
-    Cur cu = body(fu);
-    int tl = local(lw, "t", KT_I64);
-    s_assign(lw, cu, tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), uv));
-    KExpr *tv = var(lw, tl);
-    /* the states before step t, as the forward pass left them (kept by the first loop) */
+    for (int r = 0; r < (in_regs ? lw->T : 1); r++)
+        grad_neuron_step(g, v, c, &cp, &A, in_regs ? ci(lw, lw->T - 1 - r) : NULL, keptv, hist, jv,
+                         gsum, a_out, first, &sg);
+    if (gsum >= 0) {
+        ValueId r = root(lw, x);
+        s_store(lw, c, g->gbuf[r], vindex(lw, r, &ps), var(lw, gsum));
+    }
+    end_kernel(lw);
+}
+
+/* One step of a neuron layer's backward (grad_neuron) at step t, or (t NULL) the loop over the
+ * steps in reverse: the states before the step from the kept ones (locals keptv, or the scratch
+ * buffer hist), the step once more with its statements' inputs in locals, then its statements
+ * walked backwards. */
+static void
+grad_neuron_step(G *g, ValueId v, Cur c, const NCopy *cpp, const Adj *Ap, KExpr *t,
+                 const int *keptv, int hist, KExpr *jv, int gsum, int a_out, bool first,
+                 const SurrogateFn *sgp)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Module *m = lw->m;
+    const Node *n = &m->nodes[v];
+    const NeuronDef *nd = m->neurons[n->neuron];
+    ValueId x = n->args[0];
+    int64_t numel = lw->vs[v].numel;
+    int ns = nd->nstates, nl_ = nd->nlocals, nst = nd->nstmts;
+    bool is_static_x = lw->is_static[x], needs_x = g->needs[x];
+    NCopy cp = *cpp;
+    NLower nl = cp.nl;
+    Adj A = *Ap;
+    SurrogateFn sg = *sgp;
+    int64_t kept = (int64_t)lw->T * cp.ncarry;
+    Pos ps = {0};
+    ps.j = jv;
+    ps.jn = numel;
+    Cur cu = c;
+    KExpr *tv = t;
+    if (!t) {
+        KExpr *uv;
+        KStmt *fu = loop(lw, c, "u", ci(lw, lw->T), false, &uv);
+        cu = body(fu);
+        int tl = local(lw, "t", KT_I64);
+        s_assign(lw, cu, tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), uv));
+        tv = var(lw, tl);
+    }
+    /* the states before step t, as the forward pass left them */
     for (int k = 0; k < cp.ncarry; k++)
-        s_assign(
-            lw, cu, cp.carry[k],
-            kx_load(p, hist, hist_index(lw, jv, tv, k, kept, cp.ncarry)));
+        s_assign(lw, cu, cp.carry[k],
+                 keptv ? var(lw, keptv[(int64_t)tv->num * cp.ncarry + k])
+                       : kx_load(p, hist, hist_index(lw, jv, tv, k, kept, cp.ncarry)));
     /* step t, each statement's inputs kept */
     Pos pt = ps;
     pt.t = tv;
@@ -716,11 +814,6 @@ grad_neuron(G *g, ValueId v)
         else
             gadd(g, cu, x, &pt, var(lw, A.in), first);
     }
-    if (gsum >= 0) {
-        ValueId r = root(lw, x);
-        s_store(lw, c, g->gbuf[r], vindex(lw, r, &ps), var(lw, gsum));
-    }
-    end_kernel(lw);
 }
 
 /* ---- dense layers ---- */
@@ -1809,6 +1902,37 @@ split_input_kernels(KProgram *p, const KTrain *tr, const bool *is_only)
     free(reads);
     free(read_later);
     return split;
+}
+
+/* ---- memory ---- */
+
+/* The memory plan over the forward and the backward: temporaries whose lifetimes do not overlap
+ * share memory. What the caller touches between or after the kernels lives past them: the
+ * outputs' gradients from the backward's start (written after the forward), the weights' and the
+ * inputs' gradients and the batch statistics to the end (read after the forward or the step). */
+void
+plan_train_memory(KProgram *p, const KTrain *tr)
+{
+    const Module *m = p->m;
+    int nb = p->nbufs, end = p->nkernels;
+    int *first_at = xmalloc(((size_t)nb + 1) * sizeof *first_at);
+    int *last_at = xmalloc(((size_t)nb + 1) * sizeof *last_at);
+    for (int b = 0; b < nb; b++)
+        first_at[b] = last_at[b] = -1;
+    for (int k = 0; k < m->noutputs; k++)
+        first_at[tr->out_grad[k]] = tr->nforward;
+    for (int w = 0; w < m->nweights; w++)
+        if (tr->weight_grad[w] >= 0) last_at[tr->weight_grad[w]] = end;
+    for (int k = 0; tr->input_grad && k < m->ninputs; k++)
+        if (tr->input_grad[k] >= 0) last_at[tr->input_grad[k]] = end;
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        if (tr->bn_mean[v] >= 0) last_at[tr->bn_mean[v]] = end;
+        if (tr->bn_invstd[v] >= 0) last_at[tr->bn_invstd[v]] = end;
+        if (tr->bn_var[v] >= 0) last_at[tr->bn_var[v]] = end;
+    }
+    plan_memory_with(p, first_at, last_at);
+    free(first_at);
+    free(last_at);
 }
 
 /* ---- the pass ---- */

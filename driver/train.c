@@ -572,7 +572,11 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
     for (ValueId v = 0; v < m->nnodes; v++)
         has_bn |= e->tr.bn_mean[v] >= 0;
     if (has_bn) {
+        /* its temporaries share memory where their lifetimes allow (the training program's
+         * plan is its own) */
+        m->memory = MEMORY_REUSE;
         e->inf = kir_lower(m);
+        m->memory = MEMORY_SEPARATE;
         e->bdi = e->inf
                      ? kir_bind(e->inf, o->batch, (const float *const *)bin, outs, err, sizeof err)
                      : NULL;

@@ -34,6 +34,7 @@ struct snn_trainer {
     float **zero_grad; /* [nweights] zeros where no gradient flows */
     void **bufs;       /* [ntrain_bufs] what the code gets */
     bool *owned;       /* [ntrain_bufs] */
+    unsigned char *arena; /* the temporaries, placed by the program's memory plan */
     float **out;       /* [noutputs] the forward's outputs, max_batch rows */
     bool has_weights;
     bool *w_set; /* [nweights] set by snn_trainer_set_weight before has_weights */
@@ -75,6 +76,7 @@ trainer_free(snn_trainer *t)
     }
     for (int b = 0; t->bufs && b < m->ntrain_bufs; b++)
         if (t->owned[b]) free(t->bufs[b]);
+    free(t->arena);
     for (int k = 0; t->out && k < m->noutputs; k++)
         free(t->out[k]);
     free(t->w);
@@ -251,18 +253,40 @@ snn_trainer_create(const snn_model *m, const snn_train_config *c, int max_batch,
         t->is_stat[m->train_bn[i].running_mean] = true;
         t->is_stat[m->train_bn[i].running_var] = true;
     }
+    /* the temporaries in one arena (those of a slot share their region), packed weight copies
+     * on their own */
+    size_t *bytes = calloc((size_t)nb + 1, sizeof *bytes),
+           *off = calloc((size_t)nb + 1, sizeof *off);
+    int *slots = calloc((size_t)nb + 1, sizeof *slots);
+    ok = ok && bytes && off && slots;
+    for (int b = 0; ok && b < nb; b++) {
+        const RtBuf *kb = &m->train_bufs[b];
+        bytes[b] = kb->kind == RT_BUF_TEMP ? rt_buf_bytes(kb, max_batch) : SIZE_MAX;
+        slots[b] = kb->slot;
+    }
+    if (ok) {
+        size_t total = rt_arena_layout(nb, bytes, slots, 64, off);
+        ok = (t->arena = aligned_alloc(64, (total + 63) / 64 * 64 + 64)) != NULL;
+    }
     for (int b = 0; ok && b < nb; b++) {
         const RtBuf *kb = &m->train_bufs[b];
         if (kb->kind == RT_BUF_INPUT || kb->kind == RT_BUF_OUTPUT) continue;
+        if (kb->kind == RT_BUF_TEMP) {
+            t->bufs[b] = t->arena + off[b];
+            continue;
+        }
         if (kb->kind == RT_BUF_WEIGHT && !kb->nperm) {
             t->bufs[b] = t->w[kb->io];
             continue;
         }
-        size_t bytes = rt_buf_bytes(kb, max_batch);
-        t->bufs[b] = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+        size_t n = rt_buf_bytes(kb, max_batch);
+        t->bufs[b] = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
         t->owned[b] = true;
         ok = t->bufs[b] != NULL;
     }
+    free(bytes);
+    free(off);
+    free(slots);
     for (int k = 0; ok && k < m->noutputs; k++)
         ok = (t->out[k] = calloc((size_t)max_batch * (size_t)m->outputs[k].info.numel + 1,
                                  sizeof(float))) != NULL;
