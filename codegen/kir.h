@@ -358,6 +358,12 @@ bool kir_eval_bound(const KProgram *p, KBinding *bd, int batch, int64_t sample_b
 /* packs again the weights a binding holds packed copies of (after the module's weights changed:
  * an optimiser step); the others are the module's data itself. False with a message. */
 bool kir_rebind_weights(const KProgram *p, KBinding *bd, char *err, size_t errlen);
+/* bd's packed weight copies that binding fbd of program from holds alike (the same weight, type,
+ * transpose and split) become fbd's, their own freed: two programs over one module's weights
+ * (training and its testing) keep one copy. fbd must outlive bd; whoever repacks fbd repacks
+ * them. Returns the bytes freed. */
+size_t kir_share_weights(const KProgram *p, KBinding *bd, const KProgram *from,
+                         const KBinding *fbd);
 /* Add the spikes of the program's stats buffers (p->stats; mem[i] the memory of buffer i, of a batch
  * of `batch`) to spike_counts[value]: each buffer summed as integers, then added as a double (exact:
  * counts are integers). Shared by kir_eval and the compiled backends so that they count alike. */

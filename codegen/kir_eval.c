@@ -647,6 +647,31 @@ kir_unbind(KBinding *bd)
     free(bd);
 }
 
+size_t
+kir_share_weights(const KProgram *p, KBinding *bd, const KProgram *from, const KBinding *fbd)
+{
+    size_t freed = 0;
+    for (int b = 0; b < p->nbufs; b++) {
+        const KBuf *kb = &p->bufs[b];
+        if (kb->kind != KB_WEIGHT || !bd->owned[b]) continue;
+        for (int f = 0; f < from->nbufs; f++) {
+            const KBuf *o = &from->bufs[f];
+            bool same = o->kind == KB_WEIGHT && fbd->owned[f] && o->io == kb->io &&
+                        o->type == kb->type && o->nperm == kb->nperm && o->split == kb->split &&
+                        o->size.fixed == kb->size.fixed && o->size.per_batch == kb->size.per_batch;
+            for (int d = 0; same && d < kb->nperm; d++)
+                same = o->perm[d] == kb->perm[d];
+            if (!same) continue;
+            freed += (size_t)kbytes(kb->type, kb->size.fixed);
+            free(bd->mem[b]);
+            bd->mem[b] = fbd->mem[f];
+            bd->owned[b] = false;
+            break;
+        }
+    }
+    return freed;
+}
+
 bool
 kir_rebind_weights(const KProgram *p, KBinding *bd, char *err, size_t errlen)
 {

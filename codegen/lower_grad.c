@@ -26,7 +26,13 @@ typedef struct G {
     int *gbuf;     /* per node: the gradient's buffer, or -1 */
     bool *written; /* per node: holds a contribution already */
     bool *needs;   /* per node: a weight's gradient flows through it */
+    /* per node: a neuron layer whose one reader is a pool tiling it: that pool, whose backward
+     * the neuron's reads inline (no gradient buffer, no pool kernel), or -1 */
+    ValueId *pool_of;
 } G;
+
+typedef struct PoolGeom PoolGeom;
+static KExpr *pool_grad_inline(G *g, ValueId u, Pos *px);
 
 /* ---- what it differentiates ---- */
 
@@ -723,7 +729,7 @@ grad_neuron_step(G *g, ValueId v, Cur c, const NCopy *cpp, const Adj *Ap, KExpr 
     }
     /* the adjoints after the step: the layer's output gradient (the spike's, or the output
      * expression's), added as the interpreter adds it */
-    KExpr *gy = gload(g, v, &pt);
+    KExpr *gy = g->pool_of[v] >= 0 ? pool_grad_inline(g, g->pool_of[v], &pt) : gload(g, v, &pt);
     s_assign(lw, cu, A.in, zero(lw));
     if (cp.has_output)
         s_assign(lw, cu, a_out, gy);
@@ -1245,9 +1251,17 @@ grad_batchnorm(G *g, ValueId v)
 
 /* ---- pooling ---- */
 
-typedef struct PoolGeom {
+struct PoolGeom {
     int64_t C, H, W, OH, OW, KH, KW, SH, SW, PH, PW;
-} PoolGeom;
+};
+
+/* windows that tile the input: each element in exactly one */
+static bool
+pool_tiles(const PoolGeom *q)
+{
+    return q->SH == q->KH && q->SW == q->KW && q->PH == 0 && q->PW == 0 && q->OH * q->KH == q->H &&
+           q->OW * q->KW == q->W;
+}
 
 static PoolGeom
 pool_geom(const Module *m, const Node *n)
@@ -1361,6 +1375,65 @@ grad_pool_tiled(G *g, ValueId v, const PoolGeom *q, bool first)
     end_kernel(lw);
 }
 
+/* dL/dx at px of a pool u's input x where the windows tile it (pool_of): what grad_pool's
+ * kernel would have left there: +0 + dL/dy of its window (avg: divided by KH KW, rounded), a max
+ * pool's only where the element is its window's first maximum (+0 elsewhere) */
+static KExpr *
+pool_grad_inline(G *g, ValueId u, Pos *px)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Node *n = &lw->m->nodes[u];
+    ValueId x = n->args[0];
+    PoolGeom q = pool_geom(lw->m, n);
+    int64_t numel = lw->vs[x].numel, onumel = lw->vs[u].numel;
+    /* j = b numel + (c H + h) W + w */
+    KExpr *b = bin(lw, KB_DIV, px->j, ci(lw, numel)), *i = bin(lw, KB_REM, px->j, ci(lw, numel));
+    KExpr *cc = bin(lw, KB_DIV, i, ci(lw, q.H * q.W));
+    KExpr *hw = bin(lw, KB_REM, i, ci(lw, q.H * q.W));
+    KExpr *h = bin(lw, KB_DIV, hw, ci(lw, q.W)), *w = bin(lw, KB_REM, hw, ci(lw, q.W));
+    KExpr *oh = bin(lw, KB_DIV, h, ci(lw, q.KH)), *ow = bin(lw, KB_DIV, w, ci(lw, q.KW));
+    Pos py = *px;
+    py.jn = onumel;
+    py.j = bin(
+        lw, KB_ADD, bin(lw, KB_MUL, b, ci(lw, onumel)),
+        bin(lw, KB_ADD,
+            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, q.OH)), oh), ci(lw, q.OW)),
+            ow));
+    KExpr *gy = gload(g, u, &py);
+    if (n->op == OP_AVGPOOL2D)
+        gy = to(lw, KT_F32,
+                bin(lw, KB_DIV, to(lw, KT_F64, gy), kx_const(p, KT_F64, (double)(q.KH * q.KW))));
+    KExpr *e = bin(lw, KB_ADD, zero(lw), gy);
+    if (n->op != OP_MAXPOOL2D) return e;
+    /* the first maximum of the window, taps in (kh, kw) order: is it this element? */
+    KExpr *base =
+        bin(lw, KB_SUB, px->j,
+            bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_REM, h, ci(lw, q.KH)), ci(lw, q.W)),
+                bin(lw, KB_REM, w, ci(lw, q.KW))));
+    KExpr *best = NULL, *arg = NULL;
+    for (int64_t kh = 0; kh < q.KH; kh++)
+        for (int64_t kw = 0; kw < q.KW; kw++) {
+            Pos pj = *px;
+            pj.j = bin(lw, KB_ADD, base, ci(lw, kh * q.W + kw));
+            KExpr *xv = to(lw, KT_F32, vload(lw, x, &pj));
+            KExpr *k = ci(lw, kh * q.KW + kw);
+            if (!best) {
+                best = xv;
+                arg = k;
+                continue;
+            }
+            KExpr *better =
+                bin(lw, KB_OR, bin(lw, KB_GT, xv, best),
+                    bin(lw, KB_AND, bin(lw, KB_NE, xv, xv), bin(lw, KB_EQ, best, best)));
+            arg = kx_select(p, better, k, arg);
+            best = kx_select(p, better, xv, best);
+        }
+    KExpr *mine = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_REM, h, ci(lw, q.KH)), ci(lw, q.KW)),
+                      bin(lw, KB_REM, w, ci(lw, q.KW)));
+    return kx_select(p, bin(lw, KB_EQ, arg, mine), e, zero(lw));
+}
+
 /* Pool backward, gathered (parallel over rows, each input element once): the windows holding the
  * element in increasing (oh, ow), the order in which interp_grad.c's scatter adds them; each
  * adds dL/dy (avg: divided by KH KW, rounded), a max pool's only where the element is its
@@ -1372,7 +1445,7 @@ grad_pool(G *g, ValueId v)
     KProgram *p = lw->p;
     const Node *n = &lw->m->nodes[v];
     ValueId x = n->args[0];
-    if (!g->needs[x]) return;
+    if (!g->needs[x] || g->pool_of[x] == v) return; /* x's backward reads this one's inline */
     PoolGeom q = pool_geom(lw->m, n);
     bool first = claim(g, x), is_max = n->op == OP_MAXPOOL2D;
     begin_kernel(lw, v,
@@ -1383,8 +1456,7 @@ grad_pool(G *g, ValueId v)
                  false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
     KExpr *rv, *cc, *ih, *iw, *a, *bb, *oh, *ow;
-    if (q.SH == q.KH && q.SW == q.KW && q.PH == 0 && q.PW == 0 && q.OH * q.KH == q.H &&
-        q.OW * q.KW == q.W) {
+    if (pool_tiles(&q)) {
         grad_pool_tiled(g, v, &q, first);
         return;
     }
@@ -1943,9 +2015,12 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
     const Module *m = lw->m;
     KProgram *p = lw->p;
     int n = m->nnodes;
-    G g = {lw, tr, arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(int)),
+    G g = {lw,
+           tr,
+           arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(int)),
            arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(bool)),
-           arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(bool))};
+           arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(bool)),
+           arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(ValueId))};
     tr->out_grad = arena_alloc(&p->arena, ((size_t)m->noutputs + 1) * sizeof(int));
     tr->weight_grad = arena_alloc(&p->arena, ((size_t)m->nweights + 1) * sizeof(int));
     for (int w = 0; w < m->nweights; w++)
@@ -1964,10 +2039,30 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
             g.needs[v] = g.needs[v] || g.needs[nd->args[a]];
         g.gbuf[v] = -1;
     }
+    /* a neuron layer read by one pool that tiles it (and nothing else): its backward computes the
+     * pool's inline, so neither the pool's kernel nor the layer's gradient buffer exists */
+    int *readers = arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(int));
+    for (ValueId v = 0; v < n; v++) {
+        g.pool_of[v] = -1;
+        for (int a = 0; a < m->nodes[v].nargs; a++)
+            readers[m->nodes[v].args[a]]++;
+    }
+    for (int o = 0; o < m->noutputs; o++)
+        readers[m->outputs[o]]++;
+    for (ValueId u = 0; u < n; u++) {
+        const Node *nd = &m->nodes[u];
+        if (nd->op != OP_MAXPOOL2D && nd->op != OP_AVGPOOL2D && nd->op != OP_SUMPOOL2D) continue;
+        ValueId x = nd->args[0];
+        PoolGeom q = pool_geom(m, nd);
+        if (m->nodes[x].op == OP_NEURON && readers[x] == 1 && g.needs[x] && pool_tiles(&q) &&
+            lw->vs[x].layout == LY_FULL && lw->vs[u].layout == LY_FULL)
+            g.pool_of[x] = u;
+    }
     /* gradient buffers: the value's layout, f32 */
     for (ValueId v = 0; v < n; v++) {
         const Node *nd = &m->nodes[v];
-        if (!g.needs[v] || nd->op == OP_FLATTEN || nd->op == OP_SEQUENCE || is_step_readout(nd->op))
+        if (!g.needs[v] || nd->op == OP_FLATTEN || nd->op == OP_SEQUENCE ||
+            is_step_readout(nd->op) || g.pool_of[v] >= 0)
             continue;
         const VStore *vs = &lw->vs[v];
         if (vs->layout != LY_FULL && vs->layout != LY_STATIC && vs->layout != LY_INPUT &&

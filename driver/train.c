@@ -585,6 +585,8 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
                     e->inf ? err : "not lowered");
             return false;
         }
+        /* its packed weights are the training forward's (repacked after every update) */
+        kir_share_weights(e->inf, e->bdi, e->p, e->bd);
     }
     if (strcmp(o->backend, "cpu") == 0) {
 #ifdef SNN_HAVE_LLVM
