@@ -141,6 +141,8 @@ enum {
     DENSE_SPIKE_TILE = 32, /* most outputs a spike-fed dense layer keeps in one tile */
     SCATTER_NT = 32,       /* lanes per step of the event-driven dense scatter */
     CONV_NT = 32,          /* channels per conv tile */
+    CONV_NP = 4,           /* real-valued input: output pixels per register block ... */
+    CONV_NP_NT = 16,       /* ... of this many channels each (f64 lanes: two AVX-512 registers) */
     /* GPU (KG_FLAT) tiles: what one thread sums in registers (kir.h tiles of float or double) */
     GPU_DENSE_MR = 4,              /* dense: rows per thread */
     GPU_DENSE_NT = 4,              /* dense: neighbouring outputs per thread */

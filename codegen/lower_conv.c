@@ -119,17 +119,12 @@ conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, in
     tile_store(lw, c, cv->v, &py, cv->d.OH * cv->d.OW, t);
 }
 
-/* real-valued input: one tile of output channels [o0, o0 + lanes) of group g at every output
- * pixel, summed over (kh, kw, c), the interpreter's order (the tile outer: its weights stay in
- * cache over the pixels) */
+/* one output pixel (oh, ow): a tile of channels [o0, o0 + lanes) summed over (kh, kw, c), the
+ * interpreter's order, padding skipped */
 static void
-conv_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+conv_pixel(Lower *lw, Cur px, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, int lanes)
 {
-    const Conv *cv = ctx;
-    KExpr *oh, *ow, *kh, *kw, *ih, *iw, *cg;
-    KStmt *foh = loop(lw, c, "oh", ci(lw, cv->d.OH), false, &oh);
-    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->d.OW), false, &ow);
-    Cur px = body(fow);
+    KExpr *kh, *kw, *ih, *iw, *cg;
     int t = tile(lw, "acc", lanes);
     s_tile(lw, px, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
     Cur in = conv_taps(lw, px, cv, oh, ow, &kh, &kw, &ih, &iw);
@@ -137,6 +132,83 @@ conv_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     tile_fma(lw, body(fc), t, conv_input(lw, cv, cg, ih, iw), cv->w,
              conv_weight(lw, cv, cg, kh, kw, o0), false);
     conv_store(lw, px, cv, oh, ow, o0, t);
+}
+
+/* CONV_NP neighbouring output pixels (oh, ow0 ..) whose every tap column lies inside the input:
+ * one tile each, every weight vector loaded once for all of them (the single pixel's loop
+ * streams the layer's weights from L2 once per pixel); each tile's terms in the same (kh, kw, c)
+ * order as conv_pixel's */
+static void
+conv_pixels(Lower *lw, Cur px, const Conv *cv, KExpr *oh, KExpr *ow0, KExpr *o0, int lanes)
+{
+    const ConvGeom *d = &cv->d;
+    int t[CONV_NP];
+    for (int q = 0; q < CONV_NP; q++) {
+        t[q] = tile(lw, "acc", lanes);
+        s_tile(lw, px, KS_VSET, t[q], -1, NULL, kx_const(lw->p, KT_F64, 0));
+    }
+    KExpr *kh, *kw, *cg;
+    KStmt *fkh = loop(lw, px, "kh", ci(lw, d->KH), false, &kh);
+    int ihv = local(lw, "ih", KT_I64);
+    s_assign(lw, body(fkh), ihv,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, d->SH)), ci(lw, d->PH)),
+                 bin(lw, KB_MUL, kh, ci(lw, d->DH))));
+    KExpr *ih = var(lw, ihv);
+    KStmt *ifh =
+        s_if(lw, body(fkh),
+             bin(lw, KB_AND, bin(lw, KB_GE, ih, ci(lw, 0)), bin(lw, KB_LT, ih, ci(lw, d->H))));
+    KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, d->KW), false, &kw);
+    int iwv = local(lw, "iw", KT_I64);
+    s_assign(lw, body(fkw), iwv,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow0, ci(lw, d->SW)), ci(lw, d->PW)),
+                 bin(lw, KB_MUL, kw, ci(lw, d->DW))));
+    KStmt *fc = loop(lw, body(fkw), "c", ci(lw, d->Cg), false, &cg);
+    KExpr *w = conv_weight(lw, cv, cg, kh, kw, o0);
+    for (int q = 0; q < CONV_NP; q++)
+        tile_fma(lw, body(fc), t[q],
+                 conv_input(lw, cv, cg, ih, bin(lw, KB_ADD, var(lw, iwv), ci(lw, q * d->SW))),
+                 cv->w, w, false);
+    for (int q = 0; q < CONV_NP; q++)
+        conv_store(lw, px, cv, oh, bin(lw, KB_ADD, ow0, ci(lw, q)), o0, t[q]);
+}
+
+/* pixels [from, from + n) of output row oh one at a time */
+static void
+conv_pixel_run(Lower *lw, Cur row, const Conv *cv, KExpr *oh, int64_t from, int64_t n, KExpr *o0,
+               int lanes)
+{
+    if (n <= 0) return;
+    KExpr *u;
+    KStmt *fu = loop(lw, row, "ow", ci(lw, n), false, &u);
+    conv_pixel(lw, body(fu), cv, oh, from ? bin(lw, KB_ADD, u, ci(lw, from)) : u, o0, lanes);
+}
+
+/* real-valued input: one tile of output channels [o0, o0 + lanes) of group g at every output
+ * pixel, summed over (kh, kw, c), the interpreter's order (the tile outer: its weights stay in
+ * cache over the pixels): the pixels of a row whose every tap column lies inside the input in
+ * blocks of CONV_NP (conv_pixels), the others one at a time */
+static void
+conv_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const Conv *cv = ctx;
+    const ConvGeom *d = &cv->d;
+    KExpr *oh, *ob;
+    KStmt *foh = loop(lw, c, "oh", ci(lw, d->OH), false, &oh);
+    Cur row = body(foh);
+    /* inside: ow SW - PW >= 0 and ow SW - PW + (KW - 1) DW <= W - 1 */
+    int64_t lo = (d->PW + d->SW - 1) / d->SW, span = d->W - 1 + d->PW - (d->KW - 1) * d->DW;
+    int64_t hi = span < 0 ? -1 : span / d->SW;
+    if (hi > d->OW - 1) hi = d->OW - 1;
+    int64_t nblk = hi >= lo ? (hi - lo + 1) / CONV_NP : 0;
+    if (nblk == 0) lo = 0;
+    conv_pixel_run(lw, row, cv, oh, 0, lo, o0, lanes);
+    if (nblk > 0) {
+        KStmt *fb = loop(lw, row, "ob", ci(lw, nblk), false, &ob);
+        KExpr *ow0 = bin(lw, KB_ADD, bin(lw, KB_MUL, ob, ci(lw, CONV_NP)), ci(lw, lo));
+        conv_pixels(lw, body(fb), cv, oh, ow0, o0, lanes);
+    }
+    int64_t done = lo + nblk * CONV_NP;
+    conv_pixel_run(lw, row, cv, oh, done, d->OW - done, o0, lanes);
 }
 
 /* spikes: one tile of the output pixel's channels over the pixel's term list */
@@ -230,7 +302,7 @@ conv_groups(Lower *lw, Cur c, Conv *cv)
         cv->g = ci(lw, 0);
     }
     if (cv->list < 0)
-        for_tiles(lw, c, cv->d.Og, tile_lanes(lw, CONV_NT), conv_tile, cv);
+        for_tiles(lw, c, cv->d.Og, tile_lanes(lw, CONV_NP_NT), conv_tile, cv);
     else
         conv_event_pixels(lw, c, cv);
     if (lw->is_epilogue_by_row) batchnorm_row(lw, row, cv);

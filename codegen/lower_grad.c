@@ -1604,6 +1604,90 @@ conv_data_tile(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
            NULL);
 }
 
+/* conv_data_tile for CONV_NP neighbouring input pixels (ih, iw .. iw + CONV_NP) of a stride-1,
+ * dilation-1 conv that every tap column reaches inside the output: each weight vector loaded
+ * once for all of them; each tile's terms in conv_data_tile's order */
+static void
+conv_data_tiles(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
+{
+    const ConvGrad *cg = ctx;
+    const ConvGeom *d = &cg->d;
+    int t[CONV_NP];
+    for (int q = 0; q < CONV_NP; q++) {
+        t[q] = tile(lw, "dx", lanes);
+        s_tile(lw, c, KS_VSET, t[q], -1, NULL, kx_const(lw->p, KT_F64, 0));
+    }
+    KExpr *kh, *kw, *oh, *o;
+    KStmt *fkh = loop(lw, c, "kh", ci(lw, d->KH), false, &kh);
+    Cur ch = tap_source(lw, body(fkh), cg->ih, kh, d->PH, d->DH, d->SH, d->OH, &oh);
+    int ohv = local(lw, "oh", KT_I64);
+    s_assign(lw, ch, ohv, oh);
+    KStmt *fkw = loop(lw, ch, "kw", ci(lw, d->KW), false, &kw);
+    int owv = local(lw, "ow", KT_I64); /* the first pixel's: iw + PW - kw */
+    s_assign(lw, body(fkw), owv, bin(lw, KB_SUB, bin(lw, KB_ADD, cg->iw, ci(lw, d->PW)), kw));
+    KStmt *fo = loop(lw, body(fkw), "o", ci(lw, d->Og), false, &o);
+    KExpr *oa = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Og)), o);
+    KExpr *tap = bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, d->KW)), kw);
+    KExpr *wi =
+        bin(lw, KB_ADD,
+            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, d->O)), oa), ci(lw, d->Cg)),
+            c0);
+    for (int q = 0; q < CONV_NP; q++) {
+        Pos py = row_pos(
+            lw, cg->v, cg->r,
+            bin(lw, KB_ADD,
+                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, oa, ci(lw, d->OH)), var(lw, ohv)),
+                    ci(lw, d->OW)),
+                bin(lw, KB_ADD, var(lw, owv), ci(lw, q))));
+        tile_fma(lw, body(fo), t[q], gload(cg->g, cg->v, &py), cg->wt, wi, false);
+    }
+    for (int q = 0; q < CONV_NP; q++) {
+        KExpr *px = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->ih, ci(lw, d->W)),
+                        bin(lw, KB_ADD, cg->iw, ci(lw, q)));
+        s_tile(lw, c, KS_VSTORE, t[q], cg->dxs,
+               bin(lw, KB_ADD,
+                   bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->r, ci(lw, d->H * d->W)), px),
+                       ci(lw, d->C)),
+                   bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Cg)), c0)),
+               NULL);
+    }
+}
+
+/* dL/dx of a row's input pixels (ih, from .. from + n) one at a time */
+static void
+conv_data_run(Lower *lw, Cur c, ConvGrad *cg, int64_t from, int64_t n)
+{
+    if (n <= 0) return;
+    KExpr *u;
+    KStmt *fu = loop(lw, c, "iw", ci(lw, n), false, &u);
+    cg->iw = from ? bin(lw, KB_ADD, u, ci(lw, from)) : u;
+    for_tiles(lw, body(fu), cg->d.Cg, tile_lanes(lw, CONV_NT), conv_data_tile, cg);
+}
+
+/* dL/dx of input row ih of group cg->grp: where the conv has stride and dilation 1 across, the
+ * pixels every tap column reaches inside the output (iw + PW - kw in [0, OW) for every kw) in
+ * blocks of CONV_NP (conv_data_tiles), the others one at a time */
+static void
+conv_data_row(Lower *lw, Cur c, ConvGrad *cg)
+{
+    const ConvGeom *d = &cg->d;
+    int64_t lo = d->KW - 1 - d->PW, hi = d->OW - 1 - d->PW;
+    if (lo < 0) lo = 0;
+    if (hi > d->W - 1) hi = d->W - 1;
+    int64_t nblk = d->SW == 1 && d->DW == 1 && hi >= lo ? (hi - lo + 1) / CONV_NP : 0;
+    if (nblk == 0) {
+        conv_data_run(lw, c, cg, 0, d->W);
+        return;
+    }
+    conv_data_run(lw, c, cg, 0, lo);
+    KExpr *b;
+    KStmt *fb = loop(lw, c, "ib", ci(lw, nblk), false, &b);
+    cg->iw = bin(lw, KB_ADD, bin(lw, KB_MUL, b, ci(lw, CONV_NP)), ci(lw, lo));
+    for_tiles(lw, body(fb), d->Cg, tile_lanes(lw, CONV_NP_NT), conv_data_tiles, cg);
+    int64_t done = lo + nblk * CONV_NP;
+    conv_data_run(lw, c, cg, done, d->W - done);
+}
+
 /* dW[o0 .. o0 + lanes, c .. c + ni, kh, kw] += the rows [r0, r0 + CONV_DW_ROWS) of the sum over
  * rows, oh, ow (in order, taps inside the input) of x[r, c, ih, iw] dy[r, o, oh, ow]: ni tiles
  * of partial sums in registers, loaded from and stored back to the block's buffer */
@@ -1783,21 +1867,19 @@ grad_conv(G *g, ValueId v)
                      false);
         lw->k.name = arena_printf(&p->arena, "grad_x_%s", name);
         KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
-        KExpr *ih, *iw, *cc, *q;
+        KExpr *ih, *cc, *q;
         KStmt *fh = loop(lw, body(fr), "ih", ci(lw, d->H), false, &ih);
-        KStmt *fw = loop(lw, body(fh), "iw", ci(lw, d->W), false, &iw);
         cg.r = rv;
         cg.ih = ih;
-        cg.iw = iw;
-        /* each group's input channels in tiles */
+        /* each group's input channels in tiles, pixel by pixel or in blocks */
         if (d->G == 1) {
             cg.grp = ci(lw, 0);
-            for_tiles(lw, body(fw), d->Cg, tile_lanes(lw, CONV_NT), conv_data_tile, &cg);
+            conv_data_row(lw, body(fh), &cg);
         } else {
             KExpr *gv;
-            KStmt *fg = loop(lw, body(fw), "g", ci(lw, d->G), false, &gv);
+            KStmt *fg = loop(lw, body(fh), "g", ci(lw, d->G), false, &gv);
             cg.grp = gv;
-            for_tiles(lw, body(fg), d->Cg, tile_lanes(lw, CONV_NT), conv_data_tile, &cg);
+            conv_data_row(lw, body(fg), &cg);
         }
         KStmt *fc = loop(lw, body(fr), "c", ci(lw, d->C), false, &cc);
         KStmt *fq = loop(lw, body(fc), "q", ci(lw, d->H * d->W), false, &q);
