@@ -141,7 +141,7 @@ enum {
     DENSE_SPIKE_TILE = 32, /* most outputs a spike-fed dense layer keeps in one tile */
     SCATTER_NT = 32,       /* lanes per step of the event-driven dense scatter */
     CONV_NT = 32,          /* channels per conv tile */
-    CONV_NP = 4,           /* real-valued input: output pixels per register block ... */
+    CONV_NP = 4,           /* real-valued input: output pixels per register block (at most) ... */
     CONV_NP_NT = 16,       /* ... of this many channels each (f64 lanes: two AVX-512 registers) */
     /* GPU (KG_FLAT) tiles: what one thread sums in registers (kir.h tiles of float or double) */
     GPU_DENSE_MR = 4,              /* dense: rows per thread */
@@ -354,6 +354,10 @@ KExpr *pointwise_expr(Lower *lw, ValueId v, Pos *ps);
 void lower_elementwise(Lower *lw, ValueId v);
 bool is_spike_value(Lower *lw, ValueId v);
 int tile_lanes(const Lower *lw, int n);
+/* whether this host's vector registers are AVX-512's (32 of 512 bits: register blocks may be
+ * twice as large) unless SNN_VEC512=0 says not to use them: block sizes only, never what a sum
+ * adds or in which order */
+bool lower_wide_vectors(void);
 bool has_bias(const Node *n);
 int wbuf_transposed(Lower *lw, const Node *n, int slot, int rank, const int *perm);
 KExpr *rows_of(Lower *lw, ValueId v);

@@ -134,16 +134,16 @@ conv_pixel(Lower *lw, Cur px, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, i
     conv_store(lw, px, cv, oh, ow, o0, t);
 }
 
-/* CONV_NP neighbouring output pixels (oh, ow0 ..) whose every tap column lies inside the input:
- * one tile each, every weight vector loaded once for all of them (the single pixel's loop
- * streams the layer's weights from L2 once per pixel); each tile's terms in the same (kh, kw, c)
- * order as conv_pixel's */
+/* np (at most CONV_NP) neighbouring output pixels (oh, ow0 ..) whose every tap column lies
+ * inside the input: one tile each, every weight vector loaded once for all of them (the single
+ * pixel's loop streams the layer's weights from L2 once per pixel); each tile's terms in the same
+ * (kh, kw, c) order as conv_pixel's */
 static void
-conv_pixels(Lower *lw, Cur px, const Conv *cv, KExpr *oh, KExpr *ow0, KExpr *o0, int lanes)
+conv_pixels(Lower *lw, Cur px, const Conv *cv, KExpr *oh, KExpr *ow0, KExpr *o0, int lanes, int np)
 {
     const ConvGeom *d = &cv->d;
     int t[CONV_NP];
-    for (int q = 0; q < CONV_NP; q++) {
+    for (int q = 0; q < np; q++) {
         t[q] = tile(lw, "acc", lanes);
         s_tile(lw, px, KS_VSET, t[q], -1, NULL, kx_const(lw->p, KT_F64, 0));
     }
@@ -164,11 +164,11 @@ conv_pixels(Lower *lw, Cur px, const Conv *cv, KExpr *oh, KExpr *ow0, KExpr *o0,
                  bin(lw, KB_MUL, kw, ci(lw, d->DW))));
     KStmt *fc = loop(lw, body(fkw), "c", ci(lw, d->Cg), false, &cg);
     KExpr *w = conv_weight(lw, cv, cg, kh, kw, o0);
-    for (int q = 0; q < CONV_NP; q++)
+    for (int q = 0; q < np; q++)
         tile_fma(lw, body(fc), t[q],
                  conv_input(lw, cv, cg, ih, bin(lw, KB_ADD, var(lw, iwv), ci(lw, q * d->SW))),
                  cv->w, w, false);
-    for (int q = 0; q < CONV_NP; q++)
+    for (int q = 0; q < np; q++)
         conv_store(lw, px, cv, oh, bin(lw, KB_ADD, ow0, ci(lw, q)), o0, t[q]);
 }
 
@@ -186,7 +186,7 @@ conv_pixel_run(Lower *lw, Cur row, const Conv *cv, KExpr *oh, int64_t from, int6
 /* real-valued input: one tile of output channels [o0, o0 + lanes) of group g at every output
  * pixel, summed over (kh, kw, c), the interpreter's order (the tile outer: its weights stay in
  * cache over the pixels): the pixels of a row whose every tap column lies inside the input in
- * blocks of CONV_NP (conv_pixels), the others one at a time */
+ * blocks of CONV_NP (2 without AVX-512: conv_pixels), the others one at a time */
 static void
 conv_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
 {
@@ -199,15 +199,16 @@ conv_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     int64_t lo = (d->PW + d->SW - 1) / d->SW, span = d->W - 1 + d->PW - (d->KW - 1) * d->DW;
     int64_t hi = span < 0 ? -1 : span / d->SW;
     if (hi > d->OW - 1) hi = d->OW - 1;
-    int64_t nblk = hi >= lo ? (hi - lo + 1) / CONV_NP : 0;
+    int np = lower_wide_vectors() ? CONV_NP : 2; /* AVX2's 16 registers: 2 pixels */
+    int64_t nblk = hi >= lo ? (hi - lo + 1) / np : 0;
     if (nblk == 0) lo = 0;
     conv_pixel_run(lw, row, cv, oh, 0, lo, o0, lanes);
     if (nblk > 0) {
         KStmt *fb = loop(lw, row, "ob", ci(lw, nblk), false, &ob);
-        KExpr *ow0 = bin(lw, KB_ADD, bin(lw, KB_MUL, ob, ci(lw, CONV_NP)), ci(lw, lo));
-        conv_pixels(lw, body(fb), cv, oh, ow0, o0, lanes);
+        KExpr *ow0 = bin(lw, KB_ADD, bin(lw, KB_MUL, ob, ci(lw, np)), ci(lw, lo));
+        conv_pixels(lw, body(fb), cv, oh, ow0, o0, lanes, np);
     }
-    int64_t done = lo + nblk * CONV_NP;
+    int64_t done = lo + nblk * np;
     conv_pixel_run(lw, row, cv, oh, done, d->OW - done, o0, lanes);
 }
 

@@ -827,8 +827,11 @@ grad_neuron_step(G *g, ValueId v, Cur c, const NCopy *cpp, const Adj *Ap, KExpr 
 /* the weight gradient's register block: inputs side by side, each a tile of DW_LANES outputs
  * (f32: 4 x 2 AVX2 registers of accumulators, the row's dy vector and the inputs' broadcasts) */
 enum { DW_INPUTS = 4, DW_LANES = 16 };
+/* over spikes: outputs per block (at most; 4 without AVX-512), each a tile of DW_LANES inputs
+ * sharing the row's widened spike vector (8 AVX-512 registers of accumulators) */
+enum { DW_SPIKE_OUTPUTS = 8 };
 /* dL/dx's register block: rows sharing each weight vector, each a tile of DW_LANES inputs */
-enum { DX_ROWS = 4 };
+enum { DX_ROWS = 8 }; /* at most; 4 without AVX-512 (dense_data_tile) */
 
 typedef struct DenseGrad {
     G *g;
@@ -877,12 +880,13 @@ static void
 dense_data_tile(Lower *lw, Cur c, const DenseGrad *d, KExpr *i0, int lanes)
 {
     KExpr *R = rows_of(lw, d->v), *rb, *rr;
-    KExpr *nblk = bin(lw, KB_DIV, R, ci(lw, DX_ROWS));
+    int mr = lower_wide_vectors() ? DX_ROWS : 4;
+    KExpr *nblk = bin(lw, KB_DIV, R, ci(lw, mr));
     KStmt *fb = loop(lw, c, "rb", nblk, false, &rb);
-    dense_data_rows(lw, body(fb), d, bin(lw, KB_MUL, rb, ci(lw, DX_ROWS)), DX_ROWS, i0, lanes);
-    KStmt *fr = loop(lw, c, "rr", bin(lw, KB_REM, R, ci(lw, DX_ROWS)), false, &rr);
-    dense_data_rows(lw, body(fr), d, bin(lw, KB_ADD, bin(lw, KB_MUL, nblk, ci(lw, DX_ROWS)), rr), 1,
-                    i0, lanes);
+    dense_data_rows(lw, body(fb), d, bin(lw, KB_MUL, rb, ci(lw, mr)), mr, i0, lanes);
+    KStmt *fr = loop(lw, c, "rr", bin(lw, KB_REM, R, ci(lw, mr)), false, &rr);
+    dense_data_rows(lw, body(fr), d, bin(lw, KB_ADD, bin(lw, KB_MUL, nblk, ci(lw, mr)), rr), 1, i0,
+                    lanes);
 }
 
 /* a weight-gradient block: d->ni tiles of `lanes` from +0, and the loop over the rows in order
@@ -932,7 +936,7 @@ dense_weight_tile_inputs(Lower *lw, Cur c, KExpr *i0, int lanes, const void *ctx
 {
     const DenseGrad *d = ctx;
     G *g = d->g;
-    int ni = d->ni, t[DW_INPUTS];
+    int ni = d->ni, t[DW_SPIKE_OUTPUTS];
     KExpr *rv;
     KStmt *fr = dw_tiles(lw, c, d, lanes, t, &rv);
     Pos px = row_pos(lw, d->x, rv, i0);
@@ -996,7 +1000,8 @@ grad_dense(G *g, ValueId v)
      * a time */
     bool by_inputs = d.is_sparse && lw->vs[root(lw, x)].layout != LY_NONE;
     int64_t nout = by_inputs ? d.O : d.K; /* what the parallel loop runs over */
-    int64_t nblocks = nout / DW_INPUTS, done = nblocks * DW_INPUTS;
+    int per = !by_inputs ? DW_INPUTS : lower_wide_vectors() ? DW_SPIKE_OUTPUTS : DW_INPUTS;
+    int64_t nblocks = nout / per, done = nblocks * per;
     int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
     for (int part = 0; part < 2; part++) {
         int64_t n_iter = part == 0 ? nblocks : nout - done;
@@ -1014,9 +1019,8 @@ grad_dense(G *g, ValueId v)
         KStmt *fi = loop(lw, top(lw), "ib", ci(lw, n_iter), true, &iv);
         d.rows = rows_of(lw, v);
         memset(&d.row, 0, sizeof d.row);
-        d.ni = part == 0 ? DW_INPUTS : 1;
-        d.row.i =
-            part == 0 ? bin(lw, KB_MUL, iv, ci(lw, DW_INPUTS)) : bin(lw, KB_ADD, iv, ci(lw, done));
+        d.ni = part == 0 ? per : 1;
+        d.row.i = part == 0 ? bin(lw, KB_MUL, iv, ci(lw, per)) : bin(lw, KB_ADD, iv, ci(lw, done));
         if (by_inputs) /* d.row.i is then the block's first output */
             for_tiles(lw, body(fi), d.K, wl, dense_weight_tile_inputs, &d);
         else
@@ -1560,6 +1564,7 @@ typedef struct ConvGrad {
     KExpr *r, *ih, *iw, *grp;   /* dx: the row, input pixel and group */
     KExpr *item, *kh, *kw, *o0; /* dW: the block's item, tap and first output channel */
     KExpr *xc0;                 /* dW: the first input channel of o0's group */
+    int np;                     /* dx: input pixels per block (conv_data_tiles) */
 } ConvGrad;
 
 /* dL/dx channels last at (r, ih, iw), channels [c0, c0 + lanes) = sum over taps (kh, kw) that
@@ -1612,8 +1617,8 @@ conv_data_tiles(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
 {
     const ConvGrad *cg = ctx;
     const ConvGeom *d = &cg->d;
-    int t[CONV_NP];
-    for (int q = 0; q < CONV_NP; q++) {
+    int np = cg->np, t[CONV_NP];
+    for (int q = 0; q < np; q++) {
         t[q] = tile(lw, "dx", lanes);
         s_tile(lw, c, KS_VSET, t[q], -1, NULL, kx_const(lw->p, KT_F64, 0));
     }
@@ -1632,7 +1637,7 @@ conv_data_tiles(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
         bin(lw, KB_ADD,
             bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, d->O)), oa), ci(lw, d->Cg)),
             c0);
-    for (int q = 0; q < CONV_NP; q++) {
+    for (int q = 0; q < np; q++) {
         Pos py = row_pos(
             lw, cg->v, cg->r,
             bin(lw, KB_ADD,
@@ -1641,7 +1646,7 @@ conv_data_tiles(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
                 bin(lw, KB_ADD, var(lw, owv), ci(lw, q))));
         tile_fma(lw, body(fo), t[q], gload(cg->g, cg->v, &py), cg->wt, wi, false);
     }
-    for (int q = 0; q < CONV_NP; q++) {
+    for (int q = 0; q < np; q++) {
         KExpr *px = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->ih, ci(lw, d->W)),
                         bin(lw, KB_ADD, cg->iw, ci(lw, q)));
         s_tile(lw, c, KS_VSTORE, t[q], cg->dxs,
@@ -1666,7 +1671,7 @@ conv_data_run(Lower *lw, Cur c, ConvGrad *cg, int64_t from, int64_t n)
 
 /* dL/dx of input row ih of group cg->grp: where the conv has stride and dilation 1 across, the
  * pixels every tap column reaches inside the output (iw + PW - kw in [0, OW) for every kw) in
- * blocks of CONV_NP (conv_data_tiles), the others one at a time */
+ * blocks of CONV_NP (2 without AVX-512: conv_data_tiles), the others one at a time */
 static void
 conv_data_row(Lower *lw, Cur c, ConvGrad *cg)
 {
@@ -1674,7 +1679,8 @@ conv_data_row(Lower *lw, Cur c, ConvGrad *cg)
     int64_t lo = d->KW - 1 - d->PW, hi = d->OW - 1 - d->PW;
     if (lo < 0) lo = 0;
     if (hi > d->W - 1) hi = d->W - 1;
-    int64_t nblk = d->SW == 1 && d->DW == 1 && hi >= lo ? (hi - lo + 1) / CONV_NP : 0;
+    int np = cg->np = lower_wide_vectors() ? CONV_NP : 2; /* AVX2's 16 registers: 2 pixels */
+    int64_t nblk = d->SW == 1 && d->DW == 1 && hi >= lo ? (hi - lo + 1) / np : 0;
     if (nblk == 0) {
         conv_data_run(lw, c, cg, 0, d->W);
         return;
@@ -1682,9 +1688,9 @@ conv_data_row(Lower *lw, Cur c, ConvGrad *cg)
     conv_data_run(lw, c, cg, 0, lo);
     KExpr *b;
     KStmt *fb = loop(lw, c, "ib", ci(lw, nblk), false, &b);
-    cg->iw = bin(lw, KB_ADD, bin(lw, KB_MUL, b, ci(lw, CONV_NP)), ci(lw, lo));
+    cg->iw = bin(lw, KB_ADD, bin(lw, KB_MUL, b, ci(lw, np)), ci(lw, lo));
     for_tiles(lw, body(fb), d->Cg, tile_lanes(lw, CONV_NP_NT), conv_data_tiles, cg);
-    int64_t done = lo + nblk * CONV_NP;
+    int64_t done = lo + nblk * np;
     conv_data_run(lw, c, cg, done, d->W - done);
 }
 

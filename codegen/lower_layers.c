@@ -123,6 +123,24 @@ tile_lanes(const Lower *lw, int n)
 }
 
 bool
+lower_wide_vectors(void)
+{
+    static int wide = -1; /* the lowering runs on one thread */
+    if (wide < 0) {
+        const char *env = getenv("SNN_VEC512");
+        bool off = env && strcmp(env, "0") == 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        __builtin_cpu_init();
+        wide = !off && __builtin_cpu_supports("avx512f");
+#else
+        (void)off;
+        wide = 0;
+#endif
+    }
+    return wide != 0;
+}
+
+bool
 has_bias(const Node *n)
 {
     return (int)node_attr_i(n, "bias", 0) != 0;
