@@ -169,14 +169,14 @@ def child(name, images, epochs, threads, net="mlp"):
         raise SystemExit(f"no conv net for peer {name}")
     elif name == "sj":
         from spikingjelly.activation_based import functional, layer, neuron
-        net = nn.Sequential(layer.Flatten(), layer.Linear(784, 256), neuron.LIFNode(tau=2.0),
+        mlp = nn.Sequential(layer.Flatten(), layer.Linear(784, 256), neuron.LIFNode(tau=2.0),
                             layer.Linear(256, 10), neuron.LIFNode(tau=2.0))
-        functional.set_step_mode(net, "m")
+        functional.set_step_mode(mlp, "m")
 
         def forward(x):
-            functional.reset_net(net)
-            return net(x.unsqueeze(0).repeat(T, 1, 1, 1, 1)).mean(0)
-        params = net.parameters()
+            functional.reset_net(mlp)
+            return mlp(x.unsqueeze(0).repeat(T, 1, 1, 1, 1)).mean(0)
+        params = mlp.parameters()
     elif name in ("hand", "hand-compile"):
         fc1, fc2 = nn.Linear(784, 256), nn.Linear(256, 10)
 
