@@ -1551,7 +1551,7 @@ grad_pool(G *g, ValueId v)
 
 /* rows of a block of the weight gradient: its partial sums stay in registers over these rows'
  * pixels, the rows' dL/dy (channels last) in cache */
-enum { CONV_DW_ROWS = 8, CONV_DW_CH = 4 };
+enum { CONV_DW_ROWS = 8, CONV_DW_CH = 8 }; /* channels: at most; 4 without AVX-512 */
 
 typedef struct ConvGrad {
     G *g;
@@ -1798,12 +1798,12 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
                           ci(lw, CONV_DW_ROWS)),
                       false, &rb);
     KExpr *r0 = bin(lw, KB_MUL, rb, ci(lw, CONV_DW_ROWS));
-    int64_t nblk = d->Cg / CONV_DW_CH, done = nblk * CONV_DW_CH;
+    int nch = lower_wide_vectors() ? CONV_DW_CH : 4;
+    int64_t nblk = d->Cg / nch, done = nblk * nch;
     if (nblk > 0) {
         KExpr *cb;
         KStmt *fcb = loop(lw, body(frb), "cb", ci(lw, nblk), false, &cb);
-        conv_weight_block(lw, body(fcb), cg, bin(lw, KB_MUL, cb, ci(lw, CONV_DW_CH)), CONV_DW_CH,
-                          lanes, r0);
+        conv_weight_block(lw, body(fcb), cg, bin(lw, KB_MUL, cb, ci(lw, nch)), nch, lanes, r0);
     }
     if (done < d->Cg) {
         KExpr *cr;
