@@ -118,7 +118,9 @@ typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
  *     stored channel by channel, OH*OW apart):
  *     real-valued input: per channel tile (outer: its weights stay in cache), per output pixel,
  *       a tile gathers over (c, kh, kw) in the interpreter's order; padding is skipped by bounds
- *       checks, never added.
+ *       checks, never added. The pixels of a row whose taps all lie inside the input go in
+ *       blocks of CONV_NP (2 without AVX-512: lower_wide_vectors), one tile each, sharing every
+ *       weight vector load (one pixel alone streams the layer's weights from L2 per pixel).
  *     spikes: per row, the spiking channels of every input pixel (count and list, in channel
  *       order); per output pixel, its terms gathered from its taps' lists into one list of
  *       (weight row, input) pairs, in (kh, kw, c) order; then every channel tile runs one loop

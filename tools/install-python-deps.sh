@@ -3,15 +3,17 @@
 # they are all there already.
 #   tools/install-python-deps.sh --tests   what the test suite needs (numpy: lit tests make and
 #                                          compare .npy/.npz arrays with it; h5py: they edit .nir
-#                                          files' metadata; pytest and nir: the Python
-#                                          package's tests, python/tests); tools/test.sh runs this
+#                                          files' metadata; pytest, nir and torch: the Python
+#                                          package's tests, python/tests, snnc.torch and
+#                                          DistributedDataParallel among them); tools/test.sh
+#                                          runs this
 #   tools/install-python-deps.sh           that, and what the fixture scripts (tools/fixtures/*.py)
 #                                          and the benchmarks (bench/) use, at the versions the
 #                                          committed fixtures and docs/benchmarks.md were made with
 # pip installs them; where python3 is a system Python that pip may not change (Debian's, marked
 # EXTERNALLY-MANAGED), the test packages come from Debian's python3-* packages instead.
 set -euo pipefail
-tests=(numpy==2.4.6 h5py==3.16.0 pytest==9.2.0 nir==1.0.8)
+tests=(numpy==2.4.6 h5py==3.16.0 pytest==9.2.0 nir==1.0.8 torch==2.15.0)
 packages=("${tests[@]}"
   safetensors==0.8.0                             # files
   torch==2.15.0                                  # the frameworks' base
@@ -53,6 +55,11 @@ if [ "$managed" = 1 ] && [ "${1:-}" = --tests ]; then
     if [ "${spec%%==*}" = nir ]; then # on PyPI only
       echo "install-python-deps: nir is not packaged by Debian: the Python package's NIR-object" \
            "tests skip on $python (a virtual environment runs them)" >&2
+      continue
+    fi
+    if [ "${spec%%==*}" = torch ]; then # Debian's is older than torch.library.custom_op
+      echo "install-python-deps: Debian's torch is too old for snnc.torch: its tests skip on" \
+           "$python (a virtual environment runs them)" >&2
       continue
     fi
     debs+=("python3-${spec%%==*}")
