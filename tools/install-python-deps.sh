@@ -5,15 +5,15 @@
 #                                          compare .npy/.npz arrays with it; h5py: they edit .nir
 #                                          files' metadata; pytest, nir and torch: the Python
 #                                          package's tests, python/tests, snnc.torch and
-#                                          DistributedDataParallel among them); tools/test.sh
-#                                          runs this
+#                                          DistributedDataParallel among them; ray[data]:
+#                                          snnc.ray's); tools/test.sh runs this
 #   tools/install-python-deps.sh           that, and what the fixture scripts (tools/fixtures/*.py)
 #                                          and the benchmarks (bench/) use, at the versions the
 #                                          committed fixtures and docs/benchmarks.md were made with
 # pip installs them; where python3 is a system Python that pip may not change (Debian's, marked
 # EXTERNALLY-MANAGED), the test packages come from Debian's python3-* packages instead.
 set -euo pipefail
-tests=(numpy==2.4.6 h5py==3.16.0 pytest==9.2.0 nir==1.0.8 torch==2.15.0)
+tests=(numpy==2.4.6 h5py==3.16.0 pytest==9.2.0 nir==1.0.8 torch==2.15.0 "ray[data]==2.40.0")
 packages=("${tests[@]}"
   safetensors==0.8.0                             # files
   torch==2.15.0                                  # the frameworks' base
@@ -38,6 +38,7 @@ have() { python3 -c "import importlib.metadata as m; print(m.version('$1'))" 2>/
 missing=()
 for spec in "${wanted[@]}"; do
   name=${spec%%==*} want=${spec##*==}
+  name=${name%%\[*} # ray[data]: the distribution is ray
   [ "$(have "$name")" = "$want" ] && continue
   # the test suite needs the package, not this exact version: any installed one will do
   [ "${1:-}" = --tests ] && [ -n "$(have "$name")" ] && continue
@@ -60,6 +61,11 @@ if [ "$managed" = 1 ] && [ "${1:-}" = --tests ]; then
     if [ "${spec%%==*}" = torch ]; then # Debian's is older than torch.library.custom_op
       echo "install-python-deps: Debian's torch is too old for snnc.torch: its tests skip on" \
            "$python (a virtual environment runs them)" >&2
+      continue
+    fi
+    if [ "${spec%%==*}" = "ray[data]" ]; then # on PyPI only
+      echo "install-python-deps: ray is not packaged by Debian: snnc.ray's test skips on" \
+           "$python (a virtual environment runs it)" >&2
       continue
     fi
     debs+=("python3-${spec%%==*}")
