@@ -1567,6 +1567,32 @@ typedef struct ConvGrad {
     int np;                     /* dx: input pixels per block (conv_data_tiles) */
 } ConvGrad;
 
+/* W[oa][c0 + l][kh][kw] in the taps-first copy, [KH][KW][O][Cg] */
+static KExpr *
+conv_tap_weight(Lower *lw, const ConvGeom *d, KExpr *kh, KExpr *kw, KExpr *oa, KExpr *c0)
+{
+    KExpr *tap = bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, d->KW)), kw);
+    return bin(
+        lw, KB_ADD,
+        bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, d->O)), oa), ci(lw, d->Cg)),
+        c0);
+}
+
+/* tile t into the channels-last dL/dx scratch at (cg->r, cg->ih, iw), channels [c0, ..) of
+ * group cg->grp */
+static void
+conv_dx_store(Lower *lw, Cur c, const ConvGrad *cg, KExpr *iw, KExpr *c0, int t)
+{
+    const ConvGeom *d = &cg->d;
+    KExpr *px = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->ih, ci(lw, d->W)), iw);
+    s_tile(lw, c, KS_VSTORE, t, cg->dxs,
+           bin(lw, KB_ADD,
+               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->r, ci(lw, d->H * d->W)), px),
+                   ci(lw, d->C)),
+               bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Cg)), c0)),
+           NULL);
+}
+
 /* dL/dx channels last at (r, ih, iw), channels [c0, c0 + lanes) = sum over taps (kh, kw) that
  * reach it, then output channels o in order, of dy[r, o, oh, ow] W[o, c, kh, kw], from +0 */
 static void
@@ -1594,19 +1620,9 @@ conv_data_tile(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
             bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, oa, ci(lw, d->OH)), var(lw, ohv)),
                 ci(lw, d->OW)),
             var(lw, owv)));
-    KExpr *tap = bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, d->KW)), kw);
-    KExpr *wi = bin(
-        lw, KB_ADD,
-        bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, d->O)), oa), ci(lw, d->Cg)),
-        c0);
-    tile_fma(lw, body(fo), t, gload(cg->g, cg->v, &py), cg->wt, wi, false);
-    KExpr *px = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->ih, ci(lw, d->W)), cg->iw);
-    s_tile(lw, c, KS_VSTORE, t, cg->dxs,
-           bin(lw, KB_ADD,
-               bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->r, ci(lw, d->H * d->W)), px),
-                   ci(lw, d->C)),
-               bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Cg)), c0)),
-           NULL);
+    tile_fma(lw, body(fo), t, gload(cg->g, cg->v, &py), cg->wt,
+             conv_tap_weight(lw, d, kh, kw, oa, c0), false);
+    conv_dx_store(lw, c, cg, cg->iw, c0, t);
 }
 
 /* conv_data_tile for CONV_NP neighbouring input pixels (ih, iw .. iw + CONV_NP) of a stride-1,
@@ -1632,11 +1648,7 @@ conv_data_tiles(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
     s_assign(lw, body(fkw), owv, bin(lw, KB_SUB, bin(lw, KB_ADD, cg->iw, ci(lw, d->PW)), kw));
     KStmt *fo = loop(lw, body(fkw), "o", ci(lw, d->Og), false, &o);
     KExpr *oa = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Og)), o);
-    KExpr *tap = bin(lw, KB_ADD, bin(lw, KB_MUL, kh, ci(lw, d->KW)), kw);
-    KExpr *wi =
-        bin(lw, KB_ADD,
-            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, tap, ci(lw, d->O)), oa), ci(lw, d->Cg)),
-            c0);
+    KExpr *wi = conv_tap_weight(lw, d, kh, kw, oa, c0);
     for (int q = 0; q < np; q++) {
         Pos py = row_pos(
             lw, cg->v, cg->r,
@@ -1646,16 +1658,8 @@ conv_data_tiles(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
                 bin(lw, KB_ADD, var(lw, owv), ci(lw, q))));
         tile_fma(lw, body(fo), t[q], gload(cg->g, cg->v, &py), cg->wt, wi, false);
     }
-    for (int q = 0; q < np; q++) {
-        KExpr *px = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->ih, ci(lw, d->W)),
-                        bin(lw, KB_ADD, cg->iw, ci(lw, q)));
-        s_tile(lw, c, KS_VSTORE, t[q], cg->dxs,
-               bin(lw, KB_ADD,
-                   bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->r, ci(lw, d->H * d->W)), px),
-                       ci(lw, d->C)),
-                   bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Cg)), c0)),
-               NULL);
-    }
+    for (int q = 0; q < np; q++)
+        conv_dx_store(lw, c, cg, bin(lw, KB_ADD, cg->iw, ci(lw, q)), c0, t[q]);
 }
 
 /* dL/dx of a row's input pixels (ih, from .. from + n) one at a time */
