@@ -32,7 +32,7 @@ typedef struct G {
 } G;
 
 typedef struct PoolGeom PoolGeom;
-static KExpr *pool_grad_inline(G *g, ValueId u, Pos *px);
+static KExpr *pool_grad_inline(G *g, ValueId u, Cur c, Pos *px);
 
 /* ---- what it differentiates ---- */
 
@@ -729,7 +729,7 @@ grad_neuron_step(G *g, ValueId v, Cur c, const NCopy *cpp, const Adj *Ap, KExpr 
     }
     /* the adjoints after the step: the layer's output gradient (the spike's, or the output
      * expression's), added as the interpreter adds it */
-    KExpr *gy = g->pool_of[v] >= 0 ? pool_grad_inline(g, g->pool_of[v], &pt) : gload(g, v, &pt);
+    KExpr *gy = g->pool_of[v] >= 0 ? pool_grad_inline(g, g->pool_of[v], cu, &pt) : gload(g, v, &pt);
     s_assign(lw, cu, A.in, zero(lw));
     if (cp.has_output)
         s_assign(lw, cu, a_out, gy);
@@ -1383,7 +1383,7 @@ grad_pool_tiled(G *g, ValueId v, const PoolGeom *q, bool first)
  * kernel would have left there: +0 + dL/dy of its window (avg: divided by KH KW, rounded), a max
  * pool's only where the element is its window's first maximum (+0 elsewhere) */
 static KExpr *
-pool_grad_inline(G *g, ValueId u, Pos *px)
+pool_grad_inline(G *g, ValueId u, Cur c, Pos *px)
 {
     Lower *lw = g->lw;
     KProgram *p = lw->p;
@@ -1415,24 +1415,27 @@ pool_grad_inline(G *g, ValueId u, Pos *px)
         bin(lw, KB_SUB, px->j,
             bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_REM, h, ci(lw, q.KH)), ci(lw, q.W)),
                 bin(lw, KB_REM, w, ci(lw, q.KW))));
-    KExpr *best = NULL, *arg = NULL;
+    int bestv = local(lw, "best", KT_F32), argv = local(lw, "arg", KT_I64);
+    int xvv = local(lw, "xv", KT_F32);
     for (int64_t kh = 0; kh < q.KH; kh++)
         for (int64_t kw = 0; kw < q.KW; kw++) {
             Pos pj = *px;
             pj.j = bin(lw, KB_ADD, base, ci(lw, kh * q.W + kw));
-            KExpr *xv = to(lw, KT_F32, vload(lw, x, &pj));
             KExpr *k = ci(lw, kh * q.KW + kw);
-            if (!best) {
-                best = xv;
-                arg = k;
+            if (kh == 0 && kw == 0) {
+                s_assign(lw, c, bestv, to(lw, KT_F32, vload(lw, x, &pj)));
+                s_assign(lw, c, argv, k);
                 continue;
             }
+            s_assign(lw, c, xvv, to(lw, KT_F32, vload(lw, x, &pj)));
+            KExpr *xv = var(lw, xvv), *best = var(lw, bestv);
             KExpr *better =
                 bin(lw, KB_OR, bin(lw, KB_GT, xv, best),
                     bin(lw, KB_AND, bin(lw, KB_NE, xv, xv), bin(lw, KB_EQ, best, best)));
-            arg = kx_select(p, better, k, arg);
-            best = kx_select(p, better, xv, best);
+            s_assign(lw, c, argv, kx_select(p, better, k, var(lw, argv)));
+            s_assign(lw, c, bestv, kx_select(p, better, xv, var(lw, bestv)));
         }
+    KExpr *arg = var(lw, argv);
     KExpr *mine = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_REM, h, ci(lw, q.KH)), ci(lw, q.KW)),
                       bin(lw, KB_REM, w, ci(lw, q.KW)));
     return kx_select(p, bin(lw, KB_EQ, arg, mine), e, zero(lw));
