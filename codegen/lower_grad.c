@@ -1003,9 +1003,34 @@ grad_dense(G *g, ValueId v)
     int per = !by_inputs ? DW_INPUTS : lower_wide_vectors() ? DW_SPIKE_OUTPUTS : DW_INPUTS;
     int64_t nblocks = nout / per, done = nblocks * per;
     int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
+    /* over spikes with whole tiles of inputs: the parallel loop runs over (block, input tile)
+     * pairs, and the outputs left over make one block (a block of outputs alone left too few
+     * iterations to share: a 10-class layer's one block of 8) */
+    bool pairs = by_inputs && d.K % wl == 0;
     for (int part = 0; part < 2; part++) {
         int64_t n_iter = part == 0 ? nblocks : nout - done;
         if (n_iter == 0) continue;
+        if (pairs) {
+            int64_t ntl = d.K / wl;
+            begin_kernel(lw, v,
+                         describe(lw, v,
+                                  part == 0 ? "backward: dW = dL/dy^T x over spikes, (block of "
+                                              "outputs, tile of inputs) in parallel, rows in order"
+                                            : "backward: dW over spikes, the outputs left over as "
+                                              "one block, tiles of inputs in parallel"),
+                         false);
+            lw->k.name = arena_printf(&p->arena, "grad_w%s_%s", part ? "_tail" : "", name);
+            KExpr *iv;
+            KStmt *fi = loop(lw, top(lw), "ib", ci(lw, (part == 0 ? n_iter : 1) * ntl), true, &iv);
+            KExpr *blk = bin(lw, KB_DIV, iv, ci(lw, ntl)), *it = bin(lw, KB_REM, iv, ci(lw, ntl));
+            d.rows = rows_of(lw, v);
+            memset(&d.row, 0, sizeof d.row);
+            d.ni = part == 0 ? per : (int)n_iter;
+            d.row.i = part == 0 ? bin(lw, KB_MUL, blk, ci(lw, per)) : ci(lw, done);
+            dense_weight_tile_inputs(lw, body(fi), bin(lw, KB_MUL, it, ci(lw, wl)), wl, &d);
+            end_kernel(lw);
+            continue;
+        }
         const char *how =
             by_inputs ? (part == 0 ? "backward: dW = dL/dy^T x over spikes, blocks of outputs in "
                                      "parallel, inputs as lanes, rows in order"
