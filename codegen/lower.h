@@ -137,7 +137,8 @@ typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
  * DENSE_MR * DENSE_NT / 4 = 12 accumulators, a weight vector and the broadcast inputs; a conv
  * tile 8 accumulators. */
 enum {
-    DENSE_MR = 3,          /* real-valued input: rows per register block */
+    DENSE_MR = 3,          /* real-valued input: rows per register block ... */
+    DENSE_MR_WIDE = 6,     /* ... with AVX-512's 32 registers (lower_wide_vectors) */
     SPIKE_MR = 3,          /* spike input: rows per register block */
     DENSE_NT = 16,         /* outputs per dense tile */
     DENSE_SPIKE_TILE = 32, /* most outputs a spike-fed dense layer keeps in one tile */

@@ -826,7 +826,7 @@ grad_neuron_step(G *g, ValueId v, Cur c, const NCopy *cpp, const Adj *Ap, KExpr 
 
 /* the weight gradient's register block: inputs side by side, each a tile of DW_LANES outputs
  * (f32: 4 x 2 AVX2 registers of accumulators, the row's dy vector and the inputs' broadcasts) */
-enum { DW_INPUTS = 4, DW_LANES = 16 };
+enum { DW_INPUTS = 4, DW_INPUTS_WIDE = 8, DW_LANES = 16 }; /* WIDE: with AVX-512 */
 /* over spikes: outputs per block (at most; 4 without AVX-512), each a tile of DW_LANES inputs
  * sharing the row's widened spike vector (8 AVX-512 registers of accumulators) */
 enum { DW_SPIKE_OUTPUTS = 8 };
@@ -908,7 +908,7 @@ dense_weight_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
 {
     const DenseGrad *d = ctx;
     G *g = d->g;
-    int ni = d->ni, t[DW_INPUTS];
+    int ni = d->ni, t[DW_INPUTS_WIDE];
     KExpr *rv;
     KStmt *fr = dw_tiles(lw, c, d, lanes, t, &rv);
     Pos py = row_pos(lw, d->v, rv, o0);
@@ -1000,7 +1000,7 @@ grad_dense(G *g, ValueId v)
      * a time */
     bool by_inputs = d.is_sparse && lw->vs[root(lw, x)].layout != LY_NONE;
     int64_t nout = by_inputs ? d.O : d.K; /* what the parallel loop runs over */
-    int per = !by_inputs ? DW_INPUTS : lower_wide_vectors() ? DW_SPIKE_OUTPUTS : DW_INPUTS;
+    int per = lower_wide_vectors() ? (by_inputs ? DW_SPIKE_OUTPUTS : DW_INPUTS_WIDE) : DW_INPUTS;
     int64_t nblocks = nout / per, done = nblocks * per;
     int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
     /* over spikes with whole tiles of inputs: the parallel loop runs over (block, input tile)

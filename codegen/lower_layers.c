@@ -319,7 +319,7 @@ static void
 dense_micro(Lower *lw, Cur c, const Dense *d, KExpr *r0, int m, KExpr *o0, int lanes)
 {
     _Static_assert(SPIKE_MR <= DENSE_MR, "a block's tiles: the most rows of any block");
-    int t[GPU_DENSE_MR > DENSE_MR ? GPU_DENSE_MR : DENSE_MR];
+    int t[GPU_DENSE_MR > DENSE_MR_WIDE ? GPU_DENSE_MR : DENSE_MR_WIDE];
     for (int i = 0; i < m; i++) {
         t[i] = tile(lw, "acc", lanes);
         tile_init(lw, c, t[i], d->bias, o0);
@@ -366,7 +366,7 @@ lower_dense(Lower *lw, ValueId v)
     /* spikes into few outputs: all outputs in one tile (a wide layer over spikes comes here
      * only when not marked events: then tiled like real inputs, zeros still skipped) */
     bool is_one_tile = d.is_sparse && d.O <= DENSE_SPIKE_TILE;
-    d.mr = is_one_tile ? SPIKE_MR : DENSE_MR;
+    d.mr = is_one_tile ? SPIKE_MR : lower_wide_vectors() ? DENSE_MR_WIDE : DENSE_MR;
     d.bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
     int nt = d.O < tile_lanes(lw, DENSE_NT) || is_one_tile ? (int)d.O : tile_lanes(lw, DENSE_NT);
     /* whole tiles: each packed contiguous, [O/nt][K][nt], so a block's k walk streams its panel;
