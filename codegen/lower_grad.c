@@ -2053,32 +2053,53 @@ stmt_uses(KStmt *const *s, int n, bool *reads, bool *writes)
 /* Moves the backward kernels [first, nkernels) that only the inputs' gradients need after the
  * others (each part in its order), and returns where they start. From the last kernel back, one
  * is such a kernel when everything it stores is a gradient that only an input's needs (is_only)
- * or a temporary that no kernel kept so far reads (nor the caller: a weight's gradient). Nothing
- * the rest computes depends on them: a value whose gradient a weight's needs has only such values
- * as its readers. */
+ * or a temporary that no kernel kept so far reads (nor the caller: a weight's gradient), and no
+ * kept kernel stores there too (else the contributions' order would change: then it is kept, and
+ * the scan runs again). Nothing the rest computes depends on them: a value whose gradient a
+ * weight's needs has only such values as its readers. */
 static int
 split_input_kernels(KProgram *p, const KTrain *tr, const bool *is_only)
 {
     int nk = p->nkernels, nb = p->nbufs, first = tr->nforward;
-    bool *read_later = xcalloc((size_t)nb + 1, sizeof(bool));
-    for (int w = 0; w < p->m->nweights; w++) /* the results: the caller reads them */
-        if (tr->weight_grad[w] >= 0) read_later[tr->weight_grad[w]] = true;
-    bool *reads = xcalloc((size_t)nb + 1, sizeof(bool));
-    bool *writes = xcalloc((size_t)nb + 1, sizeof(bool));
+    size_t nbb = (size_t)nb + 1;
+    /* each backward kernel's loads and stores */
+    bool *reads = xcalloc((size_t)(nk - first + 1) * nbb, sizeof(bool));
+    bool *writes = xcalloc((size_t)(nk - first + 1) * nbb, sizeof(bool));
+    for (int k = first; k < nk; k++)
+        stmt_uses(p->kernels[k].body, p->kernels[k].nbody, reads + (size_t)(k - first) * nbb,
+                  writes + (size_t)(k - first) * nbb);
+    bool *read_later = xcalloc(nbb, sizeof(bool));
+    /* buffers a kept kernel stores to: a moved kernel storing there too would change the order
+     * of the contributions (an input's gradient that a kept layer's kernel adds to) */
+    bool *pinned = xcalloc(nbb, sizeof(bool));
     bool *is_in = xcalloc((size_t)nk + 1, sizeof(bool));
-    for (int k = nk - 1; k >= first; k--) {
-        memset(reads, 0, (size_t)nb * sizeof(bool));
-        memset(writes, 0, (size_t)nb * sizeof(bool));
-        stmt_uses(p->kernels[k].body, p->kernels[k].nbody, reads, writes);
-        bool only = !p->kernels[k].is_step;
-        for (int b = 0; b < nb && only; b++)
-            if (writes[b])
-                only = is_only[b] || (p->bufs[b].kind == KB_TEMP && !read_later[b] &&
-                                      p->bufs[b].is_written_first);
-        is_in[k] = only;
-        for (int b = 0; b < nb && !only; b++)
-            read_later[b] = read_later[b] || reads[b];
+    for (bool again = true; again;) {
+        memset(read_later, 0, nbb * sizeof(bool));
+        for (int w = 0; w < p->m->nweights; w++) /* the results: the caller reads them */
+            if (tr->weight_grad[w] >= 0) read_later[tr->weight_grad[w]] = true;
+        for (int k = nk - 1; k >= first; k--) {
+            const bool *rd = reads + (size_t)(k - first) * nbb;
+            const bool *wr = writes + (size_t)(k - first) * nbb;
+            bool only = !p->kernels[k].is_step;
+            for (int b = 0; b < nb && only; b++)
+                if (wr[b])
+                    only = !pinned[b] &&
+                           (is_only[b] || (p->bufs[b].kind == KB_TEMP && !read_later[b] &&
+                                           p->bufs[b].is_written_first));
+            is_in[k] = only;
+            for (int b = 0; b < nb && !only; b++)
+                read_later[b] = read_later[b] || rd[b];
+        }
+        again = false;
+        for (int k = first; k < nk; k++)
+            for (int b = 0; b < nb && !is_in[k]; b++)
+                if (writes[(size_t)(k - first) * nbb + b] && !pinned[b]) {
+                    pinned[b] = true;
+                    for (int q = first; q < nk; q++)
+                        again = again || (is_in[q] && writes[(size_t)(q - first) * nbb + b]);
+                }
     }
+    free(pinned);
     Kernel *ks = xmalloc(((size_t)nk + 1) * sizeof *ks);
     int n = 0;
     for (int pass = 0; pass < 2; pass++)
