@@ -1074,57 +1074,102 @@ grad_dense(G *g, ValueId v)
 
 /* ---- elementwise ---- */
 
-static void
-grad_elementwise(G *g, ValueId v)
+/* the contribution of elementwise node v's dL/dy at ps to operand k's gradient (k 0: a, 1: b) */
+static KExpr *
+elementwise_term(G *g, ValueId v, int k, Pos *ps)
 {
     Lower *lw = g->lw;
     KProgram *p = lw->p;
     const Node *n = &lw->m->nodes[v];
-    ValueId a = n->args[0], bb = n->nargs > 1 ? n->args[1] : -1;
-    bool na = g->needs[a], nb = bb >= 0 && g->needs[bb];
-    if (!na && !nb) return;
-    begin_kernel(lw, v, describe(lw, v, "backward: elementwise"), false);
-    lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
-    int64_t numel = lw->vs[v].numel;
-    KExpr *jv;
-    KStmt *fj = loop(lw, top(lw), "j", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, numel)), true, &jv);
-    fj->is_lanes = true;
-    Cur c = body(fj);
-    Pos ps = row_pos(lw, v, bin(lw, KB_DIV, jv, ci(lw, numel)), bin(lw, KB_REM, jv, ci(lw, numel)));
-    KExpr *gy = gload(g, v, &ps);
-    /* claims in the interpreter's order: a before b (add(x, x) adds twice) */
-    bool fa = na ? claim(g, a) : false;
-    bool fb = nb ? claim(g, bb) : false;
+    KExpr *gy = gload(g, v, ps);
     switch (n->op) {
     case OP_ADD:
-        if (na) gadd(g, c, a, &ps, gy, fa);
-        if (nb) gadd(g, c, bb, &ps, gy, fb && !(na && root(lw, a) == root(lw, bb)));
-        break;
+        return gy;
     case OP_SUB:
-        if (na) gadd(g, c, a, &ps, gy, fa);
-        if (nb)
-            gadd(g, c, bb, &ps, kx_un(p, KU_NEG, gy), fb && !(na && root(lw, a) == root(lw, bb)));
-        break;
-    case OP_MUL: {
-        KExpr *va = to(lw, KT_F32, vload(lw, a, &ps)), *vb = to(lw, KT_F32, vload(lw, bb, &ps));
-        if (na) gadd(g, c, a, &ps, bin(lw, KB_MUL, gy, vb), fa);
-        if (nb)
-            gadd(g, c, bb, &ps, bin(lw, KB_MUL, gy, va),
-                 fb && !(na && root(lw, a) == root(lw, bb)));
-        break;
-    }
+        return k == 0 ? gy : kx_un(p, KU_NEG, gy);
+    case OP_MUL:
+        return bin(lw, KB_MUL, gy, to(lw, KT_F32, vload(lw, n->args[1 - k], ps)));
     case OP_SCALE: {
         double factor = (double)(float)node_attr_f(n, "factor"),
                divisor = (double)(float)node_attr_f(n, "divisor");
         KExpr *e = gy;
         if (divisor != 1) e = bin(lw, KB_DIV, e, kx_const(p, KT_F32, divisor));
         if (factor != 1) e = bin(lw, KB_MUL, e, kx_const(p, KT_F32, factor));
-        gadd(g, c, a, &ps, e, fa);
-        break;
+        return e;
     }
     default:
         unreachable();
     }
+}
+
+/* Add, sub, mul and scale as the interpreter's: operands of v's own layout in one pass over its
+ * elements (a before b: add(x, x) adds twice); a static operand of a per-step node gets every
+ * step's terms summed in a pass of its own, from the last step to the first as the interpreter
+ * adds them into its one slot */
+static void
+grad_elementwise(G *g, ValueId v)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Node *n = &lw->m->nodes[v];
+    ValueId ops[2] = {n->args[0], n->nargs > 1 ? n->args[1] : -1};
+    bool need[2] = {g->needs[ops[0]], ops[1] >= 0 && g->needs[ops[1]]};
+    if (!need[0] && !need[1]) return;
+    int64_t numel = lw->vs[v].numel;
+    /* which operands sum over the steps (static, under a per-step node) */
+    bool over_t[2] = {false, false};
+    for (int k = 0; k < 2; k++)
+        over_t[k] = need[k] && !lw->is_static[v] && lw->is_static[root(lw, ops[k])];
+    bool same = need[0] && need[1] && root(lw, ops[0]) == root(lw, ops[1]);
+    /* claims in the interpreter's order: a before b */
+    bool first[2] = {need[0] ? claim(g, ops[0]) : false, need[1] ? claim(g, ops[1]) : false};
+    if (same) first[1] = false;
+    if ((need[0] && !over_t[0]) || (need[1] && !over_t[1])) {
+        begin_kernel(lw, v, describe(lw, v, "backward: elementwise"), false);
+        lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
+        KExpr *jv;
+        KStmt *fj =
+            loop(lw, top(lw), "j", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, numel)), true, &jv);
+        fj->is_lanes = true;
+        Pos ps =
+            row_pos(lw, v, bin(lw, KB_DIV, jv, ci(lw, numel)), bin(lw, KB_REM, jv, ci(lw, numel)));
+        for (int k = 0; k < 2; k++)
+            if (need[k] && !over_t[k])
+                gadd(g, body(fj), ops[k], &ps, elementwise_term(g, v, k, &ps), first[k]);
+        end_kernel(lw);
+    }
+    if (!over_t[0] && !over_t[1]) return;
+    begin_kernel(lw, v, describe(lw, v, "backward: elementwise, a static operand's steps summed"),
+                 false);
+    lw->k.name = arena_printf(&p->arena, "grad_t_%s", lw->k.name);
+    KExpr *jv, *uv;
+    KStmt *fj =
+        loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
+    fj->is_lanes = true;
+    Pos p0 = {0};
+    p0.j = jv;
+    p0.jn = numel;
+    int sum[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) {
+        if (!over_t[k] || (k == 1 && same)) continue;
+        sum[k] = local(lw, k ? "d_b" : "d_a", KT_F32);
+        s_assign(lw, body(fj), sum[k], first[k] ? zero(lw) : gload(g, ops[k], &p0));
+    }
+    KStmt *fu = loop(lw, body(fj), "u", ci(lw, lw->T), false, &uv);
+    int tl = local(lw, "t", KT_I64);
+    s_assign(lw, body(fu), tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), uv));
+    Pos pt = p0;
+    pt.t = var(lw, tl);
+    for (int k = 0; k < 2; k++) {
+        if (!over_t[k]) continue;
+        int s_ = sum[k == 1 && same ? 0 : k];
+        s_assign(lw, body(fu), s_, bin(lw, KB_ADD, var(lw, s_), elementwise_term(g, v, k, &pt)));
+    }
+    for (int k = 0; k < 2; k++)
+        if (sum[k] >= 0) {
+            ValueId r = root(lw, ops[k]);
+            s_store(lw, body(fj), g->gbuf[r], vindex(lw, r, &p0), var(lw, sum[k]));
+        }
     end_kernel(lw);
 }
 
@@ -1999,9 +2044,33 @@ grad_delay(G *g, ValueId v)
     ValueId x = n->args[0];
     if (!g->needs[x]) return;
     int64_t steps = node_attr_i(n, "steps", 0), numel = lw->vs[root(lw, v)].numel;
-    if (lw->is_static[v] != lw->is_static[x] || lw->is_static[x])
-        die("kir: a delay of a static value in training");
+    if (lw->is_static[v]) die("kir: a static delay in training");
     bool first = claim(g, x);
+    if (lw->is_static[root(lw, x)]) {
+        /* a static value delayed: the steps from `steps` on read it, their gradients summed
+         * from the last step to the first as the interpreter adds them into its one slot */
+        begin_kernel(lw, v, describe(lw, v, "backward: dL/dx, a static value's steps summed"),
+                     false);
+        lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
+        KExpr *jv, *uv;
+        KStmt *fj =
+            loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
+        fj->is_lanes = true;
+        Pos p0 = {0};
+        p0.j = jv;
+        p0.jn = numel;
+        int sum = local(lw, "d_x", KT_F32);
+        s_assign(lw, body(fj), sum, first ? zero(lw) : gload(g, x, &p0));
+        KStmt *fu =
+            loop(lw, body(fj), "u", ci(lw, lw->T - steps > 0 ? lw->T - steps : 0), false, &uv);
+        Pos pt = p0;
+        pt.t = bin(lw, KB_SUB, ci(lw, lw->T - 1), uv);
+        s_assign(lw, body(fu), sum, bin(lw, KB_ADD, var(lw, sum), gload(g, v, &pt)));
+        ValueId r = root(lw, x);
+        s_store(lw, body(fj), g->gbuf[r], vindex(lw, r, &p0), var(lw, sum));
+        end_kernel(lw);
+        return;
+    }
     begin_kernel(lw, v, describe(lw, v, "backward: dL/dx at t - steps from dL/dy at t"), false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
     KExpr *jv, *tv;
@@ -2053,7 +2122,7 @@ stmt_uses(KStmt *const *s, int n, bool *reads, bool *writes)
 /* Moves the backward kernels [first, nkernels) that only the inputs' gradients need after the
  * others (each part in its order), and returns where they start. From the last kernel back, one
  * is such a kernel when everything it stores is a gradient that only an input's needs (is_only)
- * or a temporary that no kernel kept so far reads (nor the caller: a weight's gradient), and no
+ * or a temporary, that no kernel kept so far reads (nor the caller: a weight's gradient), and no
  * kept kernel stores there too (else the contributions' order would change: then it is kept, and
  * the scan runs again). Nothing the rest computes depends on them: a value whose gradient a
  * weight's needs has only such values as its readers. */
@@ -2083,9 +2152,9 @@ split_input_kernels(KProgram *p, const KTrain *tr, const bool *is_only)
             bool only = !p->kernels[k].is_step;
             for (int b = 0; b < nb && only; b++)
                 if (wr[b])
-                    only = !pinned[b] &&
-                           (is_only[b] || (p->bufs[b].kind == KB_TEMP && !read_later[b] &&
-                                           p->bufs[b].is_written_first));
+                    only =
+                        !pinned[b] && !read_later[b] &&
+                        (is_only[b] || (p->bufs[b].kind == KB_TEMP && p->bufs[b].is_written_first));
             is_in[k] = only;
             for (int b = 0; b < nb && !only; b++)
                 read_later[b] = read_later[b] || rd[b];
