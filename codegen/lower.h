@@ -395,6 +395,7 @@ void lower_conv2d_events(Lower *lw, ValueId v);
 /* what a neuron program's names are in the kernel */
 typedef struct NLower {
     const NeuronDef *nd;
+    const Node *node; /* the layer: its learned parameters are loads of their weights */
     const double *params;
     int *state; /* locals */
     int *let;
@@ -413,6 +414,8 @@ typedef struct NCopy {
 void neuron_copy(Lower *lw, const Node *n, const char *suffix, NCopy *cp);
 /* NExpr -> f32 (or bool) KExpr with the interpreter's float32 rounding, parameters folded */
 KExpr *nexpr(Lower *lw, const NLower *nl, const NExpr *e);
+/* e depends on the layer's fixed parameters and numbers only (not a learned parameter) */
+bool nexpr_is_fixed(const NLower *nl, const NExpr *e);
 /* one step of the neuron program (the interpreter's eval_neuron for one neuron) */
 void neuron_step(Lower *lw, Cur c, const NLower *nl);
 void lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool);

@@ -273,6 +273,7 @@ grad_readout(G *g, ValueId v, int k)
 typedef struct Adj {
     int *st, *lc;
     int sp, in, out;
+    int *pa; /* per parameter: a learned one's adjoint, summed in f64 (else -1) */
 } Adj;
 
 /* A(var) = A(var) + e */
@@ -282,37 +283,20 @@ adj_add(Lower *lw, Cur c, int a, KExpr *e)
     s_assign(lw, c, a, bin(lw, KB_ADD, var(lw, a), e));
 }
 
-static bool
-is_param_only(const NExpr *e)
-{
-    switch (e->kind) {
-    case NX_NUM:
-    case NX_PARAM:
-        return true;
-    case NX_STATE:
-    case NX_LOCAL:
-    case NX_INPUT:
-    case NX_SPIKE:
-        return false;
-    default:
-        break;
-    }
-    for (int i = 0; i < nexpr_arity(e); i++)
-        if (!is_param_only(e->args[i])) return false;
-    return true;
-}
-
 /* Emits A += a * d(e)/d(each variable), e read through nl (the locals holding the values before
  * the statement): interp_grad's backprop, the same operations in the same order. */
 static void
 backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj *A)
 {
     KProgram *p = lw->p;
-    if (is_param_only(e)) return;
+    if (nexpr_is_fixed(nl, e)) return;
     const NExpr *x0 = nexpr_arity(e) > 0 ? e->args[0] : NULL;
     const NExpr *x1 = nexpr_arity(e) > 1 ? e->args[1] : NULL;
     KExpr *f32one = kx_const(p, KT_F32, 1);
     switch (e->kind) {
+    case NX_PARAM: /* learned (a fixed one returned above) */
+        s_assign(lw, c, A->pa[e->idx], bin(lw, KB_ADD, var(lw, A->pa[e->idx]), to(lw, KT_F64, a)));
+        return;
     case NX_STATE:
         adj_add(lw, c, A->st[e->idx], a);
         return;
@@ -347,7 +331,7 @@ backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj
         case NB_DIV: {
             KExpr *y = nexpr(lw, nl, x1);
             backprop(lw, c, nl, x0, bin(lw, KB_DIV, a, y), A);
-            if (!is_param_only(x1))
+            if (!nexpr_is_fixed(nl, x1))
                 backprop(lw, c, nl, x1,
                          bin(lw, KB_DIV, bin(lw, KB_MUL, kx_un(p, KU_NEG, a), nexpr(lw, nl, x0)),
                              bin(lw, KB_MUL, y, y)),
@@ -358,7 +342,7 @@ backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj
             return; /* comparisons and logic: piecewise constant */
         }
     case NX_COND: {
-        if (is_param_only(x0)) {
+        if (nexpr_is_fixed(nl, x0)) {
             backprop(lw, c, nl, e->args[nexpr_fold(x0, nl->params) != 0 ? 1 : 2], a, A);
             return;
         }
@@ -414,7 +398,7 @@ backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj
                      bin(lw, KB_MUL, a,
                          bin(lw, KB_MUL, y, bin(lw, KB_POW, x, bin(lw, KB_SUB, y, f32one)))),
                      A);
-            if (!is_param_only(x1))
+            if (!nexpr_is_fixed(nl, x1))
                 backprop(lw, c, nl, x1,
                          bin(lw, KB_MUL, a, bin(lw, KB_MUL, nexpr(lw, nl, e), kx_un(p, KU_LOG, x))),
                          A);
@@ -428,7 +412,7 @@ backprop(Lower *lw, Cur c, const NLower *nl, const NExpr *e, KExpr *a, const Adj
             return;
         }
         case NF_SELECT: {
-            if (is_param_only(x0)) {
+            if (nexpr_is_fixed(nl, x0)) {
                 backprop(lw, c, nl, e->args[nexpr_fold(x0, nl->params) != 0 ? 1 : 2], a, A);
                 return;
             }
@@ -534,6 +518,35 @@ hist_index(Lower *lw, KExpr *j, KExpr *t, int k, int64_t kept, int ncarry)
     return bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, HIST_BLOCK)), lane);
 }
 
+/* the gradient of neuron layer v's learned parameter i: the neurons' shares (partial, f64, one
+ * per neuron) summed in order, in double from +0, rounded to float once (interp_grad's order) */
+static void
+learned_grad(G *g, ValueId v, int i, int partial)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Module *m = lw->m;
+    int w = node_param_weight(m, &m->nodes[v], i);
+    int dw = add_buf(lw, arena_printf(&p->arena, "%s.grad", m->weights[w].name), KT_F32,
+                     (KSize){0, 1}, KB_TEMP, -1, -1);
+    p->bufs[dw].is_written_first = true;
+    g->tr->weight_grad[w] = dw;
+    begin_kernel(lw, v,
+                 describe(lw, v,
+                          "backward: a learned parameter's gradient, the neurons' shares "
+                          "summed in order"),
+                 false);
+    lw->k.name = arena_printf(&p->arena, "grad_%s", m->weights[w].name);
+    int sum = local(lw, "sum", KT_F64);
+    s_assign(lw, top(lw), sum, kx_const(p, KT_F64, 0));
+    KExpr *jv;
+    KStmt *fj = loop(lw, top(lw), "j",
+                     bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, lw->vs[v].numel)), false, &jv);
+    s_assign(lw, body(fj), sum, bin(lw, KB_ADD, var(lw, sum), kx_load(p, partial, jv)));
+    s_store(lw, top(lw), dw, ci(lw, 0), var(lw, sum));
+    end_kernel(lw);
+}
+
 static void
 grad_neuron(G *g, ValueId v)
 {
@@ -567,7 +580,11 @@ grad_neuron(G *g, ValueId v)
     NLower nl = cp.nl;
     /* the adjoints carried from step t + 1 to step t: states, lets, spike */
     Adj A = {arena_alloc(&p->arena, (size_t)(ns + 1) * sizeof(int)),
-             arena_alloc(&p->arena, (size_t)(nl_ + 1) * sizeof(int)), -1, -1, -1};
+             arena_alloc(&p->arena, (size_t)(nl_ + 1) * sizeof(int)),
+             -1,
+             -1,
+             -1,
+             NULL};
     for (int k = 0; k < ns; k++) {
         A.st[k] = local(lw, arena_printf(&p->arena, "d_%s", nd->states[k].name), KT_F32);
         s_assign(lw, c, A.st[k], zero(lw));
@@ -580,6 +597,20 @@ grad_neuron(G *g, ValueId v)
     s_assign(lw, c, A.sp, zero(lw));
     A.in = local(lw, "d_I", KT_F32);
     int a_out = local(lw, "d_out", KT_F32);
+    /* learned parameters: each neuron's share over its steps, in f64, stored per neuron and
+     * summed over the neurons in order by a kernel of its own (learned_grad) */
+    A.pa = arena_alloc(&p->arena, (size_t)(nd->nparams + 1) * sizeof(int));
+    int *partial = arena_alloc(&p->arena, (size_t)(nd->nparams + 1) * sizeof(int));
+    for (int i = 0; i < nd->nparams; i++) {
+        A.pa[i] = partial[i] = -1;
+        if (!node_learns(n, i)) continue;
+        A.pa[i] = local(lw, arena_printf(&p->arena, "d_%s", nd->params[i].name), KT_F64);
+        s_assign(lw, c, A.pa[i], kx_const(p, KT_F64, 0));
+        partial[i] = add_buf(
+            lw, arena_printf(&p->arena, "%s.%s.partial", value_name(lw, v), nd->params[i].name),
+            KT_F64, (KSize){numel, 0}, KB_TEMP, -1, -1);
+        p->bufs[partial[i]].is_written_first = true;
+    }
     Pos ps = {0};
     ps.j = jv;
     ps.jn = numel;
@@ -635,7 +666,11 @@ grad_neuron(G *g, ValueId v)
         ValueId r = root(lw, x);
         s_store(lw, c, g->gbuf[r], vindex(lw, r, &ps), var(lw, gsum));
     }
+    for (int i = 0; i < nd->nparams; i++)
+        if (partial[i] >= 0) s_store(lw, c, partial[i], jv, var(lw, A.pa[i]));
     end_kernel(lw);
+    for (int i = 0; i < nd->nparams; i++)
+        if (partial[i] >= 0) learned_grad(g, v, i, partial[i]);
 }
 
 /* One step of a neuron layer's backward (grad_neuron) at step t, or (t NULL) the loop over the
@@ -2240,7 +2275,7 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
     for (int k = 0; k < n; k++) {
         ValueId v = topo[k];
         const Node *nd = &m->nodes[v];
-        needs_w[v] = op_info(nd->op)->nweights > 0;
+        needs_w[v] = op_info(nd->op)->nweights > 0 || (nd->op == OP_NEURON && nd->learned);
         for (int a = 0; a < nd->nargs; a++)
             needs_w[v] = needs_w[v] || needs_w[nd->args[a]];
         /* with the inputs' gradients: also what depends on an input but through a sampling */

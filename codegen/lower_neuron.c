@@ -39,11 +39,15 @@ nlower(Lower *lw, const NLower *nl, const NExpr *e)
         a[i] = nlower(lw, nl, e->args[i]);
         all_folded = all_folded && a[i].is_folded;
     }
-    if (e->kind == NX_NUM || e->kind == NX_PARAM || (na > 0 && all_folded))
+    bool is_learned = e->kind == NX_PARAM && nl->node && node_learns(nl->node, e->idx);
+    if (e->kind == NX_NUM || (e->kind == NX_PARAM && !is_learned) || (na > 0 && all_folded))
         return (NT){kx_const(lw->p, KT_F32, nexpr_fold(e, nl->params)), true};
     KProgram *p = lw->p;
     KExpr *r = NULL;
     switch (e->kind) {
+    case NX_PARAM: /* learned: its weight, read at run time */
+        r = kx_load(p, node_param_weight(lw->m, nl->node, e->idx), ci(lw, 0));
+        break;
     case NX_STATE: r = var(lw, nl->state[e->idx]); break;
     case NX_LOCAL: r = var(lw, nl->let[e->idx]); break;
     case NX_INPUT: r = var(lw, nl->input); break;
@@ -110,6 +114,27 @@ KExpr *
 nexpr(Lower *lw, const NLower *nl, const NExpr *e)
 {
     return nlower(lw, nl, e).e;
+}
+
+bool
+nexpr_is_fixed(const NLower *nl, const NExpr *e)
+{
+    switch (e->kind) {
+    case NX_NUM:
+        return true;
+    case NX_PARAM:
+        return !nl->node || !node_learns(nl->node, e->idx);
+    case NX_STATE:
+    case NX_LOCAL:
+    case NX_INPUT:
+    case NX_SPIKE:
+        return false;
+    default:
+        break;
+    }
+    for (int i = 0; i < nexpr_arity(e); i++)
+        if (!nexpr_is_fixed(nl, e->args[i])) return false;
+    return true;
 }
 
 /* floor(x) as a step count, saturated: NaN and negatives give 0 (the interpreter's rule) */
@@ -318,7 +343,7 @@ neuron_copy(Lower *lw, const Node *n, const char *suffix, NCopy *cp)
 {
     KProgram *p = lw->p;
     const NeuronDef *nd = lw->m->neurons[n->neuron];
-    NLower nl = {nd, n->params, NULL, NULL, -1, -1, -1, -1};
+    NLower nl = {nd, n, n->params, NULL, NULL, -1, -1, -1, -1};
     if (!nl.params) {
         double *defaults = arena_alloc(&p->arena, (size_t)(nd->nparams + 1) * sizeof *defaults);
         for (int i = 0; i < nd->nparams; i++)

@@ -1092,7 +1092,7 @@ train(Module *m, const Options *o)
                 int ng = 0;
                 for (int w = 0; w < nw; w++) {
                     const Weight *wt = &m->weights[w];
-                    if (strncmp(op_info(m->nodes[wt->node].op)->weights[wt->slot], "running_", 8)) {
+                    if (strncmp(weight_slot_name(m, wt), "running_", 8)) {
                         clip_g[ng] = gsrc[w];
                         clip_n[ng++] = wt->numel;
                     }
@@ -1101,8 +1101,7 @@ train(Module *m, const Options *o)
             }
             for (int w = 0; w < nw; w++) {
                 Weight *wt = &m->weights[w];
-                const char *slot = op_info(m->nodes[wt->node].op)->weights[wt->slot];
-                if (strncmp(slot, "running_", 8) == 0) continue;
+                if (strncmp(weight_slot_name(m, wt), "running_", 8) == 0) continue;
                 rt_opt_step_pool(eng.pool, &ecfg, step, wt->data, gsrc[w], state[w],
                                  state[w] + wt->numel, wt->numel);
             }

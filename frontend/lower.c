@@ -834,6 +834,16 @@ lower_op_call(Lower *L, const Ast *e, Op op)
     return v;
 }
 
+static bool
+uses_param(const NExpr *e, int pi)
+{
+    if (!e) return false;
+    if (e->kind == NX_PARAM) return e->idx == pi;
+    for (int i = 0; i < nexpr_arity(e); i++)
+        if (uses_param(e->args[i], pi)) return true;
+    return false;
+}
+
 static ValueId
 lower_neuron_call(Lower *L, const Ast *e, int ni)
 {
@@ -878,6 +888,27 @@ lower_neuron_call(Lower *L, const Ast *e, int ni)
             return -1;
         }
         seen[pi] = true;
+        /* p = learn(x): a learned parameter, x its initial value */
+        if (val->kind == AST_CALL && strcmp(val->str, "learn") == 0) {
+            if (val->nitems != 1 || val->items[0]->kind == AST_KWARG) {
+                diag_error(val->loc, "learn(x) takes one argument: the parameter's initial value");
+                return -1;
+            }
+            if (pi >= 32) {
+                diag_error(val->loc, "only the first 32 parameters of a neuron can be learned");
+                return -1;
+            }
+            for (int k = 0; k < nd->nstates; k++)
+                if (uses_param(nd->states[k].init, pi)) {
+                    diag_error(val->loc,
+                               "parameter '%s' of neuron '%s' gives state '%s' its initial value "
+                               "and cannot be learned",
+                               nd->params[pi].name, nd->name, nd->states[k].name);
+                    return -1;
+                }
+            L->m->nodes[v].learned |= 1u << pi;
+            val = val->items[0];
+        }
         double x;
         if (!const_eval(val, &x) || !isfinite(x)) {
             diag_error(val->loc, "parameter '%s' of neuron '%s' must be a finite constant",

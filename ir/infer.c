@@ -44,9 +44,13 @@ add_weight(Infer *in, ValueId v, int slot, int rank, const int64_t *dims)
     if (n->first_weight < 0)
         n->first_weight = m->nweights;
     Weight w = {0};
-    w.name = arena_printf(&m->arena, "%s.%s", node_layer_name(m, n), oi->weights[slot]);
+    /* slot < 0: neuron parameter -1 - slot, learned */
+    const char *what =
+        slot >= 0 ? oi->weights[slot] : m->neurons[n->neuron]->params[-1 - slot].name;
+    w.name = arena_printf(&m->arena, "%s.%s", node_layer_name(m, n), what);
     w.node = v;
-    w.slot = slot;
+    w.slot = slot < 0 ? -1 : slot;
+    w.param = slot < 0 ? -1 - slot : 0;
     w.rank = rank;
     w.numel = 1;
     for (int i = 0; i < rank; i++) {
@@ -276,6 +280,8 @@ infer_node(Infer *in, ValueId v)
         const NeuronDef *nd = m->neurons[n->neuron];
         DType dt = nd->has_output ? DT_F32 : nd->is_bipolar ? DT_I8 : DT_SPIKE;
         set_type(n, dt, true, x->rank, x->dims);
+        for (int i = 0; i < nd->nparams && i < 32; i++)
+            if (in->final && node_learns(n, i) && !add_weight(in, v, -1 - i, 0, NULL)) return -1;
         return 1;
     }
     case OP_STATE: {

@@ -60,6 +60,7 @@ typedef struct Compiler {
     CExpr *pool;
     int n;
     const double *params;
+    const double *learned; /* per parameter: its weight's value, NaN where not learned */
     bool is_f32;
 } Compiler;
 
@@ -73,8 +74,14 @@ compile_expr(Compiler *c, const NExpr *e)
     ce->num = e->num;
     bool is_param_only = true;
     switch (e->kind) {
-    case NX_NUM:
-    case NX_PARAM: break;
+    case NX_NUM: break;
+    case NX_PARAM:
+        /* a learned parameter is a value of the run, rounded per operation as a state is */
+        if (!isnan(c->learned[e->idx])) {
+            ce->num = c->learned[e->idx];
+            return ce;
+        }
+        break;
     case NX_STATE:
     case NX_LOCAL:
     case NX_INPUT:
@@ -108,7 +115,7 @@ interp_ceval(const CExpr *e, const NCtx *c)
     double a[3];
     switch (e->kind) {
     case NX_NUM:
-    case NX_PARAM: return e->num; /* a parameter is always folded into a number */
+    case NX_PARAM: return e->num; /* a learned parameter's value; others are folded */
     case NX_STATE: return c->st[e->idx];
     case NX_LOCAL: return c->lc[e->idx];
     case NX_INPUT: return c->input;
@@ -168,7 +175,17 @@ setup_neuron(Interp *ip, ValueId v)
         free(defaults);
         return false;
     }
-    Compiler c = {nr->pool, 0, params, ip->is_f32};
+    double *learned = interp_alloc(ip, (size_t)nd->nparams + 1, sizeof *learned);
+    if (!learned) {
+        free(defaults);
+        return false;
+    }
+    for (int i = 0; i < nd->nparams; i++) {
+        int w = node_param_weight(m, n, i);
+        learned[i] = w < 0 ? NAN : m->weights[w].data ? m->weights[w].data[0] : params[i];
+        if (!isnan(learned[i]) && ip->is_f32) learned[i] = (float)learned[i];
+    }
+    Compiler c = {nr->pool, 0, params, learned, ip->is_f32};
     nr->has_output = nd->has_output;
     nr->has_refractory = nd->has_refractory;
     for (int s = 0; s < nd->nstmts; s++) {
@@ -186,6 +203,7 @@ setup_neuron(Interp *ip, ValueId v)
         nr->init[k] = init ? ip_rnd(ip, nexpr_fold(init, params)) : 0.0;
     }
     free(defaults);
+    free(learned);
 
     size_t nj = (size_t)ip->chunk * (size_t)r->numel;
     nr->states = interp_alloc(ip, nj * (size_t)(nd->nstates ? nd->nstates : 1), sizeof(double));

@@ -19,6 +19,10 @@ typedef struct Grad {
     double **rg; /* per step readout: [chunk][numel] */
     double *const *input_grads, *const *weight_grads;
     double *scratch; /* [max numel] */
+    /* per neuron layer with learned parameters: [chunk][numel][nparams], each neuron's share of
+     * each learned parameter's gradient, summed over its steps (from the last) in double; added
+     * to the weight's gradient neuron by neuron in order after the pass (learned_flush) */
+    double **pacc;
     /* float32 mode, layer by layer: the dense backward in the compiled trainer's order
      * (dense_backward_f32), the batch in one pass */
     bool compiled_order;
@@ -44,6 +48,7 @@ acc(const Interp *ip, double *dst, double x)
 typedef struct Adj {
     double *st, *lc; /* per state and local */
     double sp, in;   /* the spike variable, the input */
+    double *pa;      /* per parameter: the learned ones' adjoints, summed in double */
 } Adj;
 
 /* adds a * d(e)/d(each variable) into A, e evaluated in context c */
@@ -53,7 +58,9 @@ backprop(const Interp *ip, const CExpr *e, const NCtx *c, double a, Adj *A)
     double x, y, z;
     switch (e->kind) {
     case NX_NUM:
-    case NX_PARAM:
+        return;
+    case NX_PARAM: /* only a learned parameter is left unfolded */
+        if (A->pa) A->pa[e->idx] += a;
         return;
     case NX_STATE:
         acc(ip, &A->st[e->idx], a);
@@ -245,7 +252,8 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
         }
         /* the adjoints after the step: carried from step t + 1, plus what readers of this step's
          * output (the spike, or the output expression) and of its state probes give */
-        Adj A = {cv, cv + ns, cv[ns + nl], 0};
+        Adj A = {cv, cv + ns, cv[ns + nl], 0,
+                 G->pacc && G->pacc[v] ? G->pacc[v] + j * (size_t)nd->nparams : NULL};
         double a_out = 0;
         if (nr->has_output)
             a_out = gy[j];
@@ -864,6 +872,25 @@ node_backward(Grad *G, ValueId v, int t, double **carry, double *snap)
     }
 }
 
+/* adds each neuron's share of its layer's learned parameters' gradients to the weights'
+ * gradients, neuron by neuron in order (samples, then elements): the compiled trainer's order */
+static void
+learned_flush(Grad *G, ValueId v)
+{
+    const Interp *ip = &G->ip;
+    const Node *n = &ip->m->nodes[v];
+    const NeuronDef *nd = ip->nodes[v].neuron->nd;
+    size_t nj = (size_t)ip->nb * (size_t)ip->nodes[v].numel, np = (size_t)nd->nparams;
+    for (int i = 0; i < nd->nparams; i++) {
+        int w = node_param_weight(ip->m, n, i);
+        if (w < 0 || !G->weight_grads || !G->weight_grads[w]) continue;
+        double s = G->weight_grads[w][0];
+        for (size_t j = 0; j < nj; j++)
+            s += G->pacc[v][j * np + (size_t)i];
+        G->weight_grads[w][0] = s;
+    }
+}
+
 static bool
 is_step_readout(Op op)
 {
@@ -917,6 +944,7 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
     if (ok) {
         G.g = interp_alloc(ip, (size_t)m->nnodes, sizeof *G.g);
         G.rg = interp_alloc(ip, (size_t)m->nnodes, sizeof *G.rg);
+        G.pacc = interp_alloc(ip, (size_t)m->nnodes, sizeof *G.pacc);
         carry = interp_alloc(ip, (size_t)m->nnodes, sizeof *carry);
         og = interp_alloc(ip, (size_t)m->noutputs, sizeof *og);
         size_t maxnumel = 1, maxsnap = 1;
@@ -933,6 +961,8 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
                 const NeuronDef *nd = r->neuron->nd;
                 size_t nv = (size_t)(nd->nstates + nd->nlocals + 1);
                 carry[v] = interp_alloc(ip, cj * nv, sizeof(double));
+                if (n->learned)
+                    G.pacc[v] = interp_alloc(ip, cj * (size_t)(nd->nparams + 1), sizeof(double));
                 char why[8];
                 neuron_surrogate(r->neuron->nd, &r->neuron->sg, why, sizeof why);
                 if ((size_t)(nd->nstmts + 1) * nv > maxsnap)
@@ -995,6 +1025,8 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
             if (carry[v]) {
                 const NeuronDef *nd = r->neuron->nd;
                 memset(carry[v], 0, cj * (size_t)(nd->nstates + nd->nlocals + 1) * sizeof(double));
+                if (G.pacc[v])
+                    memset(G.pacc[v], 0, cj * (size_t)(nd->nparams + 1) * sizeof(double));
             }
         }
         for (int k = 0; k < m->noutputs; k++) {
@@ -1020,12 +1052,15 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
                 for (int k = m->nnodes - 1; k >= 0; k--)
                     node_backward(&G, ip->order[k], t, carry, snap);
         }
+        for (ValueId v = 0; v < m->nnodes && !ip->failed; v++)
+            if (G.pacc[v]) learned_flush(&G, v);
     }
     if (G.g)
         for (ValueId v = 0; v < m->nnodes; v++) {
             free(G.g[v]);
             free(G.rg[v]);
             free(carry[v]);
+            if (G.pacc) free(G.pacc[v]);
         }
     if (og)
         for (int k = 0; k < m->noutputs; k++)
@@ -1033,6 +1068,7 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
     free(og);
     free(G.g);
     free(G.rg);
+    free(G.pacc);
     free(carry);
     free(snap);
     free(G.scratch);

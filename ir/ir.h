@@ -270,6 +270,10 @@ typedef struct Node {
     AttrVal attrs[IR_MAX_ATTRS]; /* one per op_info(op)->attrs, in table order */
     int neuron;                  /* OP_NEURON: index into Module.neurons */
     double *params;              /* OP_NEURON: one per neuron parameter */
+    /* OP_NEURON: bit i set: parameter i is learned (written `p = learn(x)`): a weight of one
+     * element named LAYER.p (PyTorch's name for SpikingJelly's PLIF w, snnTorch's learn_beta and
+     * learn_threshold), params[i] its initial value; compiled code reads it at run time */
+    uint32_t learned;
     Type type;                   /* inferred; OP_INPUT: declared (has_time = per-step input) */
     bool is_output;
     bool is_per_step_input;      /* OP_INPUT declared with a leading T */
@@ -327,7 +331,8 @@ typedef struct Node {
 typedef struct Weight {
     const char *name; /* "fc1.weight" */
     ValueId node;
-    int slot;         /* index into op_info(op)->weights */
+    int slot;  /* index into op_info(op)->weights (-1: a learned parameter) */
+    int param; /* a neuron's learned parameter: its index (slot -1) */
     int rank;
     int64_t dims[IR_MAX_RANK];
     int64_t numel;
@@ -415,6 +420,17 @@ ValueId module_find_value(const Module *m, const char *name);
 int module_find_weight(const Module *m, const char *name);
 const char *wstore_name(WeightStore s); /* "f32", "f16", "bf16" */
 const char *spike_layout_name(SpikeLayout l); /* "bytes", "bits" */
+/* neuron layer n learns its parameter i */
+static inline bool
+node_learns(const Node *n, int i)
+{
+    return i >= 0 && i < 32 && (n->learned >> i & 1u);
+}
+/* the weight of neuron layer n's learned parameter i, or -1 (not learned) */
+int node_param_weight(const Module *m, const Node *n, int i);
+/* what a weight is to its layer: the op's slot name ("weight", "bias", ...) or, for a learned
+ * neuron parameter, the parameter's name */
+const char *weight_slot_name(const Module *m, const Weight *w);
 /* the index into Module.weights of the weight Node.wstore applies to, or -1 (not a dense or conv
  * layer) */
 int node_stored_weight(const Module *m, const Node *n);

@@ -459,6 +459,23 @@ node_stored_weight(const Module *m, const Node *n)
     return n->first_weight;
 }
 
+int
+node_param_weight(const Module *m, const Node *n, int i)
+{
+    if (n->op != OP_NEURON || !node_learns(n, i) || n->first_weight < 0) return -1;
+    /* the learned parameters' weights follow in parameter order */
+    int w = n->first_weight + __builtin_popcount(n->learned & ((1u << i) - 1));
+    return w < m->nweights && m->weights[w].slot < 0 && m->weights[w].param == i ? w : -1;
+}
+
+const char *
+weight_slot_name(const Module *m, const Weight *w)
+{
+    const Node *n = &m->nodes[w->node];
+    if (w->slot < 0) return m->neurons[n->neuron]->params[w->param].name;
+    return op_info(n->op)->weights[w->slot];
+}
+
 static int
 attr_slot(const Node *n, const char *name)
 {

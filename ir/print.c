@@ -291,8 +291,9 @@ put_node(FILE *f, const Module *m, const int *pos, ValueId v)
         fprintf(f, "%s(", nd->name);
         put_value(f, m, pos, n->args[0]);
         for (int i = 0; i < nd->nparams; i++) {
-            fprintf(f, ", %s = ", nd->params[i].name);
+            fprintf(f, ", %s = %s", nd->params[i].name, node_learns(n, i) ? "learn(" : "");
             put_double(f, n->params[i]);
+            if (node_learns(n, i)) fputc(')', f);
         }
     } else {
         fprintf(f, "%s(", oi->name);

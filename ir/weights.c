@@ -43,8 +43,12 @@ static void
 init_seeded(Module *m, Weight *w)
 {
     const Node *n = &m->nodes[w->node];
-    const char *slot = op_info(n->op)->weights[w->slot];
     w->data = arena_alloc(&m->arena, (size_t)(w->numel ? w->numel : 1) * sizeof(float));
+    if (w->slot < 0) { /* a learned neuron parameter starts from the value the model gives */
+        w->data[0] = (float)n->params[w->param];
+        return;
+    }
+    const char *slot = op_info(n->op)->weights[w->slot];
     if (n->op == OP_BATCHNORM) {
         float v = strcmp(slot, "weight") == 0 || strcmp(slot, "running_var") == 0 ? 1.0f : 0.0f;
         for (int64_t i = 0; i < w->numel; i++)
@@ -91,6 +95,7 @@ check_tensor(const Module *m, const Weight *w, const RtTensor *t, const char *pa
     bool same = t->rank == w->rank;
     for (int i = 0; same && i < w->rank; i++)
         same = t->dims[i] == w->dims[i];
+    same = same || (w->slot < 0 && t->numel == 1); /* a learned parameter: [] or [1] */
     if (!same) {
         diag_error(n->loc, "tensor '%s' in '%s' has shape %s; layer '%s' expects %s", w->name, path,
                    shape_str(got, sizeof got, t->rank, t->dims), node_layer_name(m, n), want);

@@ -199,7 +199,11 @@ param(const Module *m, const Node *n, const char *name)
 {
     const NeuronDef *nd = m->neurons[n->neuron];
     for (int i = 0; i < nd->nparams; i++)
-        if (strcmp(nd->params[i].name, name) == 0) return n->params[i];
+        if (strcmp(nd->params[i].name, name) == 0) {
+            /* a learned parameter: its weight's value */
+            int w = node_param_weight(m, n, i);
+            return w >= 0 && m->weights[w].data ? m->weights[w].data[0] : n->params[i];
+        }
     die("neuron %s has no parameter %s", nd->name, name);
 }
 
