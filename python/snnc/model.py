@@ -310,7 +310,7 @@ def _safetensors(tensors: dict) -> bytes:
     for name, a in tensors.items():
         if hasattr(a, "detach") and hasattr(a, "numpy"):
             a = a.detach().cpu().numpy()
-        a = np.ascontiguousarray(a, dtype="<f4")
+        a = np.asarray(a, dtype="<f4", order="C")  # a 0-d tensor stays []
         b = a.tobytes()
         header[str(name)] = {"dtype": "F32", "shape": list(a.shape),
                              "data_offsets": [offset, offset + len(b)]}

@@ -190,7 +190,7 @@ class Trainer:
         for k, a in weights.items():
             if hasattr(a, "detach"):
                 a = a.detach().cpu().numpy()
-            a = np.ascontiguousarray(a, dtype=np.float32)
+            a = np.asarray(a, dtype=np.float32, order="C")  # keeps a 0-d one 0-d
             if a.shape != tuple(self.model.weights[k].shape):
                 raise ValueError(f"{k}: shape {a.shape}, expected {self.model.weights[k].shape}")
             self.model._check(fn(t, names.index(k), a.ctypes.data), k)

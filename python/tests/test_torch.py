@@ -146,3 +146,34 @@ def test_errors(lib, tmp_path):
         out = net(torch.from_numpy(x).requires_grad_())
         with pytest.raises(Exception, match="eval-mode"):
             out.sum().backward()
+
+
+def test_learned_neuron_parameters(tmp_path):
+    """SpikingJelly's PLIF with w learned (tests/grad/sj_plif_learn): w is a 0-d nn.Parameter, as
+    in the framework's state_dict, its gradient the C trainer's, and the framework's own gradient
+    to the fixture's tolerance"""
+    case = ROOT / "tests" / "grad" / "sj_plif_learn"
+    out = tmp_path / "plif.so"
+    r = subprocess.run([snnc.find_snnc(), "--train", "model.snn", "--cuda-arch=none", "-o",
+                        str(out)], capture_output=True, text=True, cwd=case)
+    assert r.returncode == 0, r.stderr
+    x, y = np.load(case / "input.npy"), np.load(case / "labels.npy")
+    onehot = np.eye(10, dtype=np.float32)[y.astype(int)]
+    from safetensors.numpy import load_file
+    want = load_file(str(case / "grads.safetensors"))
+    with snnc.load(out, device="cpu", max_batch=4) as m:
+        net = st.Module(m)
+        params = dict(net.named_parameters())
+        assert params["s.w"].shape == ()
+        assert float(params["s.w"].detach()) == float(np.log(2.0).astype(np.float32))
+        outp = net(torch.from_numpy(x.copy()))
+        seen = {}
+        outp.register_hook(lambda g: seen.setdefault("g", g.clone()))
+        F.mse_loss(outp, torch.from_numpy(onehot)).backward()
+        with snnc.Trainer(m, optimizer="sgd", lr=0.1) as ref:
+            ref.forward(x)
+            wg = ref.backward({"rate": seen["g"].numpy()})
+        for k, p in params.items():
+            assert np.array_equal(p.grad.numpy(), wg[k]), k
+        assert np.allclose(params["s.w"].grad.numpy(), want["s.w"], rtol=1e-4, atol=0)
+        assert float(params["s.w"].grad.detach()) != 0

@@ -266,6 +266,25 @@ test_finite_differences(void)
                              " s1 = LIF(dense(x, 4), decay_input = 0, v_reset = -0.25)\n"
                              " s2 = LIFBox(dense(x, 4), tau_mem_inv = 500.0)\n"
                              " output a = count(s1)\n output b = count(s2)\n}\n");
+    /* learned neuron parameters: PLIF's w (under a sigmoid), snnTorch's beta (clamped) and
+     * threshold (in fire and the reset), a user neuron's parameter in a let and its output, and
+     * one inside a recurrence (step by step) */
+    check_case("learned", "neuron Gain(k = 1.0) {\n state v = 0.0\n let a = tanh(k * I)\n"
+                          " v = 0.5 * v + a * k\n output v\n}\n"
+                          /* snnTorch's Leaky but with the reset not detached: the smooth
+                           * network's true gradient */
+                          "neuron LeakyA(beta = 0.9, threshold = 1.0) {\n state u = 0.0\n"
+                          " u = clamp(beta, 0, 1) * u + I\n reset u -= threshold\n"
+                          " fire u > threshold\n surrogate atan(alpha = 2.0)\n}\n"
+                          "model learned {\n timesteps 4\n input x : f32[T, 4]\n"
+                          " s = PLIF(dense(x, 5), w = learn(0.4))\n"
+                          " l = LeakyA(dense(s, 4), beta = learn(0.7), threshold = learn(0.6))\n"
+                          " g = Gain(dense(x, 3), k = learn(1.3))\n"
+                          " output a = count(l)\n output b = mean(g)\n}\n");
+    check_case("learned-recurrent",
+               "model lr {\n timesteps 5\n input x : f32[T, 3]\n"
+               " s = PLIF(add(dense(x, 4), dense(prev(s), 4)), w = learn(-0.3), v_th = 0.8)\n"
+               " output seq = sequence(s)\n}\n");
     /* batchnorm in training mode: the batch's statistics over every step, on a static conv
      * output (counted T times) and on a per-step dense output */
     check_case_stats("batchnorm-static",
