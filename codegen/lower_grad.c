@@ -56,6 +56,7 @@ is_supported_op(Op op)
     case OP_MEAN:
     case OP_COUNT:
     case OP_LAST:
+    case OP_MAX:
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:
@@ -71,14 +72,31 @@ const char *
 grad_problem(const Module *m, ValueId *where)
 {
     ValueId *order = xmalloc(((size_t)m->nnodes + 1) * sizeof *order);
-    bool is_recurrent = ir_topo_order(m, order) == m->nnodes && ir_has_recurrence(m, order);
+    ValueId *sched = xmalloc(((size_t)m->nnodes + 1) * sizeof *sched);
+    int *region = xmalloc(((size_t)m->nnodes + 1) * sizeof *region);
+    bool has_order = ir_topo_order(m, order) == m->nnodes;
+    for (ValueId v = 0; v < m->nnodes; v++)
+        region[v] = -1;
+    if (has_order) ir_schedule_order(m, order, region, sched);
     free(order);
-    for (ValueId v = 0; v < m->nnodes && is_recurrent; v++)
-        if (m->nodes[v].op == OP_DELAY) {
-            *where = v;
-            return "compiled training does not differentiate recurrence (prev or delay in a "
-                   "loop) yet";
+    free(sched);
+    for (ValueId v = 0; v < m->nnodes; v++) {
+        const Node *n = &m->nodes[v];
+        *where = v;
+        Op op = n->op;
+        bool in_loop = region[v] >= 0;
+        if (in_loop && op != OP_NEURON && op != OP_DENSE && op != OP_ADD && op != OP_SUB &&
+            op != OP_MUL && op != OP_SCALE && op != OP_DELAY && op != OP_STATE &&
+            op != OP_FLATTEN) {
+            free(region);
+            return arena_printf((Arena *)&m->arena,
+                                "compiled training does not differentiate %s inside a "
+                                "recurrence yet (there it does dense, neuron, add, sub, mul, "
+                                "scale and delay layers; --backend=interp trains it)",
+                                node_op_name(m, n));
         }
+    }
+    free(region);
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
         *where = v;
@@ -217,6 +235,30 @@ grad_readout(G *g, ValueId v, int k)
         sum = local(lw, "d_x", KT_F32);
         s_assign(lw, body(fj), sum, first ? zero(lw) : gload(g, x, &ps));
     }
+    /* last and max: to one step, the last or the first holding the maximum (torch.max's index;
+     * a NaN is the maximum, the interpreter's rule) */
+    KExpr *at = ci(lw, lw->T - 1);
+    if (n->op == OP_MAX) {
+        int best = local(lw, "best", KT_I64), bv = local(lw, "best_x", KT_F32);
+        Pos p0 = ps;
+        p0.t = ci(lw, 0);
+        s_assign(lw, body(fj), best, ci(lw, 0));
+        s_assign(lw, body(fj), bv, to(lw, KT_F32, vload(lw, x, &p0)));
+        KExpr *sv;
+        KStmt *fs = loop(lw, body(fj), "s", ci(lw, lw->T), false, &sv);
+        Pos pss = ps;
+        pss.t = sv;
+        int xs = local(lw, "x_s", KT_F32);
+        s_assign(lw, body(fs), xs, to(lw, KT_F32, vload(lw, x, &pss)));
+        KExpr *is_nan = bin(lw, KB_NE, var(lw, xs), var(lw, xs)),
+              *was_nan = bin(lw, KB_NE, var(lw, bv), var(lw, bv));
+        KStmt *i = s_if(lw, body(fs),
+                        bin(lw, KB_OR, bin(lw, KB_GT, var(lw, xs), var(lw, bv)),
+                            bin(lw, KB_AND, is_nan, kx_un(p, KU_NOT, was_nan))));
+        s_assign(lw, body(i), best, sv);
+        s_assign(lw, body(i), bv, var(lw, xs));
+        at = var(lw, best);
+    }
     KStmt *ft = loop(lw, body(fj), is_static ? "u" : "t", ci(lw, lw->T), false, &uv);
     Cur c = body(ft);
     tv = uv;
@@ -234,7 +276,8 @@ grad_readout(G *g, ValueId v, int k)
     case OP_MEAN:
         e = bin(lw, KB_DIV, og, kx_const(p, KT_F32, lw->T));
         break;
-    case OP_LAST: /* at the last step only (below) */
+    case OP_LAST: /* at one step only (below) */
+    case OP_MAX:
         e = og;
         break;
     case OP_SEQUENCE: /* the output's step t: [B][T][n] */
@@ -243,14 +286,15 @@ grad_readout(G *g, ValueId v, int k)
     default:
         unreachable();
     }
-    if (is_static && n->op == OP_LAST) {
-        /* only the last step's: the others add nothing */
-        KStmt *i = s_if(lw, c, bin(lw, KB_EQ, tv, ci(lw, lw->T - 1)));
+    bool one_step = n->op == OP_LAST || n->op == OP_MAX;
+    if (is_static && one_step) {
+        /* only that step's: the others add nothing */
+        KStmt *i = s_if(lw, c, bin(lw, KB_EQ, tv, at));
         s_assign(lw, body(i), sum, bin(lw, KB_ADD, var(lw, sum), og));
     } else if (is_static) {
         s_assign(lw, c, sum, bin(lw, KB_ADD, var(lw, sum), e));
-    } else if (n->op == OP_LAST) {
-        KStmt *i = s_if(lw, c, bin(lw, KB_EQ, tv, ci(lw, lw->T - 1)));
+    } else if (one_step) {
+        KStmt *i = s_if(lw, c, bin(lw, KB_EQ, tv, at));
         gadd(g, body(i), x, &ps, og, first);
         if (first) /* the other steps get +0 stored: the buffer is written whole */
             gadd(g, els(i), x, &ps, zero(lw), true);
@@ -547,6 +591,27 @@ learned_grad(G *g, ValueId v, int i, int partial)
     end_kernel(lw);
 }
 
+/* the forward of neuron j once more from the layer's input x, the states before each step stored
+ * in hist (hist_index's layout) */
+static void
+kept_states(Lower *lw, Cur c, ValueId x, const NCopy *cp, KExpr *jv, int hist)
+{
+    int64_t kept = (int64_t)lw->T * cp->ncarry;
+    for (int k = 0; k < cp->ncarry; k++)
+        s_assign(lw, c, cp->carry[k], cp->init[k]);
+    KExpr *sv;
+    KStmt *fs = loop(lw, c, "s", ci(lw, lw->T), false, &sv);
+    for (int k = 0; k < cp->ncarry; k++)
+        s_store(lw, body(fs), hist, hist_index(lw, jv, sv, k, kept, cp->ncarry),
+                var(lw, cp->carry[k]));
+    Pos ps = {0};
+    ps.j = jv;
+    ps.jn = lw->vs[x].numel;
+    ps.t = sv;
+    s_assign(lw, body(fs), cp->nl.input, to(lw, KT_F32, vload(lw, x, &ps)));
+    neuron_step(lw, body(fs), &cp->nl);
+}
+
 static void
 grad_neuron(G *g, ValueId v)
 {
@@ -637,26 +702,19 @@ grad_neuron(G *g, ValueId v)
         hist = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.states", value_name(lw, v)),
                                  KT_F32, (KSize){kept * numel, kept * HIST_BLOCK});
     }
-    for (int k = 0; k < cp.ncarry; k++)
-        s_assign(lw, c, cp.carry[k], cp.init[k]);
-    for (int s = 0; s < (in_regs ? lw->T : 1); s++) {
-        KExpr *sv;
-        Cur cs = c;
-        if (in_regs) {
-            sv = ci(lw, s);
+    if (in_regs) {
+        for (int k = 0; k < cp.ncarry; k++)
+            s_assign(lw, c, cp.carry[k], cp.init[k]);
+        for (int s = 0; s < lw->T; s++) {
             for (int k = 0; k < cp.ncarry; k++)
-                s_assign(lw, cs, keptv[s * cp.ncarry + k], var(lw, cp.carry[k]));
-        } else {
-            KStmt *fs = loop(lw, c, "s", ci(lw, lw->T), false, &sv);
-            cs = body(fs);
-            for (int k = 0; k < cp.ncarry; k++)
-                s_store(lw, cs, hist, hist_index(lw, jv, sv, k, kept, cp.ncarry),
-                        var(lw, cp.carry[k]));
+                s_assign(lw, c, keptv[s * cp.ncarry + k], var(lw, cp.carry[k]));
+            Pos pss = ps;
+            pss.t = ci(lw, s);
+            s_assign(lw, c, nl.input, to(lw, KT_F32, vload(lw, x, &pss)));
+            neuron_step(lw, c, &nl);
         }
-        Pos pss = ps;
-        pss.t = sv;
-        s_assign(lw, cs, nl.input, to(lw, KT_F32, vload(lw, x, &pss)));
-        neuron_step(lw, cs, &nl);
+    } else {
+        kept_states(lw, c, x, &cp, jv, hist);
     }
     /* steps t = T-1 .. 0 */
     for (int r = 0; r < (in_regs ? lw->T : 1); r++)
@@ -989,7 +1047,7 @@ dense_weight_tile_inputs(Lower *lw, Cur c, KExpr *i0, int lanes, const void *ctx
 }
 
 static void
-grad_dense(G *g, ValueId v)
+dense_grad_init(G *g, ValueId v, DenseGrad *dg)
 {
     Lower *lw = g->lw;
     KProgram *p = lw->p;
@@ -1001,6 +1059,19 @@ grad_dense(G *g, ValueId v)
     int w = n->first_weight;
     d.wrows = add_buf(lw, arena_printf(&p->arena, "%s.rows", m->weights[w].name), KT_F32,
                       (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
+    *dg = d;
+}
+
+static void dense_grad_weights(G *g, DenseGrad *dg);
+
+static void
+grad_dense(G *g, ValueId v)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    ValueId x = lw->m->nodes[v].args[0];
+    DenseGrad d;
+    dense_grad_init(g, v, &d);
     const char *name = value_name(lw, v);
     int nt = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
     /* dL/dx, where a weight's gradient flows through x */
@@ -1026,6 +1097,21 @@ grad_dense(G *g, ValueId v)
         }
         end_kernel(lw);
     }
+    dense_grad_weights(g, &d);
+}
+
+/* dW and db over all the rows */
+static void
+dense_grad_weights(G *g, DenseGrad *dg)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Module *m = lw->m;
+    DenseGrad d = *dg;
+    ValueId v = d.v, x = d.x;
+    const Node *n = &m->nodes[v];
+    int w = n->first_weight;
+    const char *name = value_name(lw, v);
     /* dW: parallel over inputs i, tiles of outputs, the rows in order */
     d.dw = add_buf(lw, arena_printf(&p->arena, "%s.grad", m->weights[w].name), KT_F32,
                    (KSize){0, m->weights[w].numel}, KB_TEMP, -1, -1);
@@ -2124,6 +2210,260 @@ grad_delay(G *g, ValueId v)
     end_kernel(lw);
 }
 
+/* a kernel storing zeros over buffer buf (every sample's elements) */
+static void
+zero_kernel(Lower *lw, ValueId v, int buf, const char *what)
+{
+    KProgram *p = lw->p;
+    begin_kernel(lw, v, describe(lw, v, what), false);
+    lw->k.name = arena_printf(&p->arena, "grad_zero_%s", p->bufs[buf].name);
+    KExpr *iv;
+    KSize sz = p->bufs[buf].size; /* every sample's: per_batch * B + fixed */
+    KStmt *f = loop(lw, top(lw), "e",
+                    bin(lw, KB_ADD, bin(lw, KB_MUL, ci(lw, sz.per_batch), kx_kind(p, KX_BATCH)),
+                        ci(lw, sz.fixed)),
+                    true, &iv);
+    f->is_lanes = true;
+    s_store(lw, body(f), buf, iv, kx_const(p, ktype_value(p->bufs[buf].type), 0));
+    end_kernel(lw);
+}
+
+/* ---- recurrent regions ----
+ * A region (a cycle through delays, ir_schedule_order: contiguous, its readers outside it already
+ * done) goes backwards step by step, as interp_grad does it: one kernel, parallel over samples (a
+ * recurrence couples a sample's steps, never two samples), the steps from the last, at each step
+ * the region's nodes in reverse order: a neuron layer's step (grad_neuron_step, its states before
+ * the step kept by a kernel of their own, the adjoints carried between steps in a buffer), a dense
+ * layer's row of dL/dx (the outputs in order, as dense_backward_f32), add/sub/mul/scale, a delay
+ * to its operand's step t - steps. Every gradient the region adds to starts zeroed (or holds what
+ * its readers outside stored), so every contribution adds. After the loop: the dense layers' dW and
+ * db over all the rows, the learned parameters' sums. */
+
+typedef struct RegionNeuron {
+    int hist, carry, nadj;
+    int *partial; /* per parameter: a learned one's per-neuron shares (f64), else -1 */
+} RegionNeuron;
+
+typedef struct RegionRow {
+    G *g;
+    const DenseGrad *d;
+    KExpr *t, *b;
+} RegionRow;
+
+/* one tile of dL/dx of a dense layer's row (t, b): what it holds plus dL/dy W, outputs in order */
+static void
+region_dense_tile(Lower *lw, Cur c, KExpr *i0, int lanes, const void *ctx)
+{
+    const RegionRow *rr = ctx;
+    G *g = rr->g;
+    const DenseGrad *d = rr->d;
+    ValueId rx = root(lw, d->x);
+    int t = tile(lw, "dx", lanes);
+    Pos px = {0};
+    px.t = rr->t;
+    px.b = rr->b;
+    px.i = i0;
+    KExpr *xi = vindex(lw, rx, &px);
+    s_tile(lw, c, KS_VLOAD, t, g->gbuf[rx], xi, NULL);
+    KExpr *o;
+    KStmt *fo = loop(lw, c, "o", ci(lw, d->O), false, &o);
+    Pos py = px;
+    py.i = o;
+    tile_fma(lw, body(fo), t, gload(g, d->v, &py), d->wrows,
+             bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, d->K)), i0), false);
+    s_tile(lw, c, KS_VSTORE, t, g->gbuf[rx], xi, NULL);
+}
+
+/* neuron layer v's step t of sample b in the region kernel (c: inside the loops over b and t) */
+static void
+region_neuron(G *g, ValueId v, Cur c, KExpr *tv, KExpr *bv, const RegionNeuron *rn)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Module *m = lw->m;
+    const Node *n = &m->nodes[v];
+    const NeuronDef *nd = m->neurons[n->neuron];
+    int64_t numel = lw->vs[v].numel;
+    int ns = nd->nstates, nl_ = nd->nlocals;
+    SurrogateFn sg;
+    char why[8];
+    neuron_surrogate(nd, &sg, why, sizeof why);
+    KExpr *jl;
+    KStmt *fj = loop(lw, c, "j", ci(lw, numel), false, &jl);
+    Cur cj = body(fj);
+    KExpr *jv = bin(lw, KB_ADD, bin(lw, KB_MUL, bv, ci(lw, numel)), jl);
+    KExpr *BN = bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel));
+    NCopy cp;
+    neuron_copy(lw, n, "", &cp);
+    Adj A = {arena_alloc(&p->arena, (size_t)(ns + 1) * sizeof(int)),
+             arena_alloc(&p->arena, (size_t)(nl_ + 1) * sizeof(int)),
+             local(lw, "d_spike", KT_F32),
+             local(lw, "d_I", KT_F32),
+             -1,
+             arena_alloc(&p->arena, (size_t)(nd->nparams + 1) * sizeof(int))};
+    for (int k = 0; k < ns; k++)
+        A.st[k] = local(lw, arena_printf(&p->arena, "d_%s", nd->states[k].name), KT_F32);
+    for (int k = 0; k < nl_; k++)
+        A.lc[k] = local(lw, arena_printf(&p->arena, "d_%s", nd->locals[k]), KT_F32);
+    /* the adjoints carried from step t + 1: [nadj][B * numel] */
+    int nadj = ns + nl_ + 1;
+    for (int k = 0; k < nadj; k++) {
+        int a = k < ns ? A.st[k] : k < ns + nl_ ? A.lc[k - ns] : A.sp;
+        s_assign(lw, cj, a,
+                 kx_load(p, rn->carry, bin(lw, KB_ADD, bin(lw, KB_MUL, ci(lw, k), BN), jv)));
+    }
+    for (int i = 0; i < nd->nparams; i++) {
+        A.pa[i] = -1;
+        if (rn->partial[i] < 0) continue;
+        A.pa[i] = local(lw, arena_printf(&p->arena, "d_%s", nd->params[i].name), KT_F64);
+        s_assign(lw, cj, A.pa[i], kx_load(p, rn->partial[i], jv));
+    }
+    int a_out = local(lw, "d_out", KT_F32);
+    grad_neuron_step(g, v, cj, &cp, &A, tv, NULL, rn->hist, jv, -1, a_out, false, &sg);
+    for (int k = 0; k < nadj; k++) {
+        int a = k < ns ? A.st[k] : k < ns + nl_ ? A.lc[k - ns] : A.sp;
+        s_store(lw, cj, rn->carry, bin(lw, KB_ADD, bin(lw, KB_MUL, ci(lw, k), BN), jv), var(lw, a));
+    }
+    for (int i = 0; i < nd->nparams; i++)
+        if (rn->partial[i] >= 0) s_store(lw, cj, rn->partial[i], jv, var(lw, A.pa[i]));
+}
+
+/* the backward of the region sched[lo..hi] */
+static void
+grad_region(G *g, const ValueId *sched, int lo, int hi)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Module *m = lw->m;
+    ValueId last = sched[hi];
+    RegionNeuron *rn = arena_alloc(&lw->scratch, (size_t)(hi - lo + 1) * sizeof *rn);
+    DenseGrad *dg = arena_alloc(&lw->scratch, (size_t)(hi - lo + 1) * sizeof *dg);
+    /* every gradient the region adds to: zeroed unless its readers outside stored it */
+    for (int q = lo; q <= hi; q++) {
+        const Node *n = &m->nodes[sched[q]];
+        for (int a = -1; a < n->nargs; a++) {
+            ValueId r = root(lw, a < 0 ? sched[q] : n->args[a]);
+            if (g->gbuf[r] >= 0 && !g->written[r]) {
+                zero_kernel(lw, r, g->gbuf[r], "backward: a recurrent region's gradient, zeroed");
+                g->written[r] = true;
+            }
+        }
+    }
+    for (int q = lo; q <= hi; q++) {
+        ValueId v = sched[q];
+        const Node *n = &m->nodes[v];
+        if (n->op == OP_DENSE) dense_grad_init(g, v, &dg[q - lo]);
+        if (n->op != OP_NEURON) continue;
+        const NeuronDef *nd = m->neurons[n->neuron];
+        int64_t numel = lw->vs[v].numel;
+        const char *vn = value_name(lw, v);
+        RegionNeuron *r = &rn[q - lo];
+        /* the states before every step, from the layer's input */
+        begin_kernel(lw, v,
+                     describe(lw, v,
+                              "backward: the forward again from the layer's input, "
+                              "the states before every step kept"),
+                     false);
+        lw->k.name = arena_printf(&p->arena, "grad_states_%s", vn);
+        KExpr *jv;
+        KStmt *fj =
+            loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
+        fj->is_lanes = true;
+        NCopy cp;
+        neuron_copy(lw, n, "", &cp);
+        int64_t kept = (int64_t)lw->T * cp.ncarry;
+        r->hist = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.states", vn), KT_F32,
+                                    (KSize){kept * numel, kept * HIST_BLOCK});
+        kept_states(lw, body(fj), n->args[0], &cp, jv, r->hist);
+        end_kernel(lw);
+        r->nadj = nd->nstates + nd->nlocals + 1;
+        r->carry = add_buf(lw, arena_printf(&p->arena, "%s.adjoints", vn), KT_F32,
+                           (KSize){r->nadj * numel, 0}, KB_TEMP, -1, -1);
+        p->bufs[r->carry].is_written_first = true;
+        zero_kernel(lw, v, r->carry, "backward: the adjoints carried between steps, zeroed");
+        r->partial = arena_alloc(&lw->scratch, (size_t)(nd->nparams + 1) * sizeof(int));
+        for (int i = 0; i < nd->nparams; i++) {
+            r->partial[i] = -1;
+            if (!node_learns(n, i)) continue;
+            r->partial[i] =
+                add_buf(lw, arena_printf(&p->arena, "%s.%s.partial", vn, nd->params[i].name),
+                        KT_F64, (KSize){numel, 0}, KB_TEMP, -1, -1);
+            p->bufs[r->partial[i]].is_written_first = true;
+            zero_kernel(lw, v, r->partial[i], "backward: a learned parameter's shares, zeroed");
+        }
+    }
+    begin_kernel(lw, last,
+                 describe(lw, last,
+                          "backward: the recurrent region step by step from "
+                          "the last, samples in parallel"),
+                 false);
+    lw->k.name = arena_printf(&p->arena, "grad_region_%s", value_name(lw, last));
+    KExpr *bv, *uv;
+    KStmt *fb = loop(lw, top(lw), "b", kx_kind(p, KX_BATCH), true, &bv);
+    KStmt *fu = loop(lw, body(fb), "u", ci(lw, lw->T), false, &uv);
+    Cur c = body(fu);
+    int tl = local(lw, "t", KT_I64);
+    s_assign(lw, c, tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), uv));
+    KExpr *tv = var(lw, tl);
+    for (int q = hi; q >= lo; q--) {
+        ValueId v = sched[q];
+        const Node *n = &m->nodes[v];
+        int64_t numel = lw->vs[root(lw, v)].numel;
+        switch (n->op) {
+        case OP_NEURON:
+            region_neuron(g, v, c, tv, bv, &rn[q - lo]);
+            break;
+        case OP_DENSE: {
+            if (!g->needs[n->args[0]]) break;
+            RegionRow rr = {g, &dg[q - lo], tv, bv};
+            for_tiles(lw, c, dg[q - lo].K, lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2,
+                      region_dense_tile, &rr);
+            break;
+        }
+        case OP_ADD:
+        case OP_SUB:
+        case OP_MUL:
+        case OP_SCALE: {
+            KExpr *jl;
+            KStmt *fj = loop(lw, c, "j", ci(lw, numel), false, &jl);
+            Pos ps = {0};
+            ps.t = tv;
+            ps.j = bin(lw, KB_ADD, bin(lw, KB_MUL, bv, ci(lw, numel)), jl);
+            ps.jn = numel;
+            for (int k = 0; k < n->nargs; k++)
+                if (g->needs[n->args[k]])
+                    gadd(g, body(fj), n->args[k], &ps, elementwise_term(g, v, k, &ps), false);
+            break;
+        }
+        case OP_DELAY: {
+            ValueId x = n->args[0];
+            int64_t steps = node_attr_i(n, "steps", 0);
+            if (!g->needs[x]) break;
+            KStmt *i = s_if(lw, c, bin(lw, KB_GE, tv, ci(lw, steps)));
+            KExpr *jl;
+            KStmt *fj = loop(lw, body(i), "j", ci(lw, numel), false, &jl);
+            Pos py = {0}, px = {0};
+            py.j = px.j = bin(lw, KB_ADD, bin(lw, KB_MUL, bv, ci(lw, numel)), jl);
+            py.jn = px.jn = numel;
+            py.t = tv;
+            px.t = bin(lw, KB_SUB, tv, ci(lw, steps));
+            gadd(g, body(fj), x, &px, gload(g, v, &py), false);
+            break;
+        }
+        default:
+            break; /* flatten (a view), state probes (their neuron reads them) */
+        }
+    }
+    end_kernel(lw);
+    for (int q = lo; q <= hi; q++) {
+        ValueId v = sched[q];
+        const Node *n = &m->nodes[v];
+        if (n->op == OP_DENSE) dense_grad_weights(g, &dg[q - lo]);
+        for (int i = 0; n->op == OP_NEURON && i < m->neurons[n->neuron]->nparams; i++)
+            if (rn[q - lo].partial[i] >= 0) learned_grad(g, v, i, rn[q - lo].partial[i]);
+    }
+}
+
 /* ---- the inputs' gradients last ---- */
 
 /* what kernel statements s load (reads) and store (writes), by buffer */
@@ -2255,7 +2595,7 @@ plan_train_memory(KProgram *p, const KTrain *tr)
 /* ---- the pass ---- */
 
 void
-lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
+lower_grad(Lower *lw, const ValueId *topo, const ValueId *sched, KTrain *tr)
 {
     const Module *m = lw->m;
     KProgram *p = lw->p;
@@ -2266,23 +2606,38 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
            arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(bool)),
            arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(bool)),
            arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(ValueId))};
+    /* the recurrent regions: the backward walks them step by step in kernels of its own
+     * (grad_region); every other backward kernel sees their values as what they are once the
+     * forward is done, buffers of all the steps (batched rows, not step kernels) */
+    int *region = arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(int));
+    for (ValueId v = 0; v < n; v++) {
+        region[v] = lw->region[v];
+        lw->region[v] = -1;
+    }
     tr->out_grad = arena_alloc(&p->arena, ((size_t)m->noutputs + 1) * sizeof(int));
     tr->weight_grad = arena_alloc(&p->arena, ((size_t)m->nweights + 1) * sizeof(int));
     for (int w = 0; w < m->nweights; w++)
         tr->weight_grad[w] = -1;
     /* which values a weight's gradient flows through: those that depend on a weight */
     bool *needs_w = arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(bool));
-    for (int k = 0; k < n; k++) {
-        ValueId v = topo[k];
-        const Node *nd = &m->nodes[v];
-        needs_w[v] = op_info(nd->op)->nweights > 0 || (nd->op == OP_NEURON && nd->learned);
-        for (int a = 0; a < nd->nargs; a++)
-            needs_w[v] = needs_w[v] || needs_w[nd->args[a]];
-        /* with the inputs' gradients: also what depends on an input but through a sampling */
-        g.needs[v] = needs_w[v] || (tr->has_input_grads && nd->op == OP_INPUT);
-        for (int a = 0; a < nd->nargs && nd->op != OP_POISSON; a++)
-            g.needs[v] = g.needs[v] || g.needs[nd->args[a]];
-        g.gbuf[v] = -1;
+    /* in topological order, again until nothing changes: a delay in a loop reads a node after it */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int k = 0; k < n; k++) {
+            ValueId v = topo[k];
+            const Node *nd = &m->nodes[v];
+            bool w = op_info(nd->op)->nweights > 0 || (nd->op == OP_NEURON && nd->learned);
+            for (int a = 0; a < nd->nargs; a++)
+                w = w || needs_w[nd->args[a]];
+            /* with the inputs' gradients: also what depends on an input but through a sampling */
+            bool need = w || (tr->has_input_grads && nd->op == OP_INPUT);
+            for (int a = 0; a < nd->nargs && nd->op != OP_POISSON; a++)
+                need = need || g.needs[nd->args[a]];
+            changed = changed || w != needs_w[v] || need != g.needs[v];
+            needs_w[v] = w;
+            g.needs[v] = need;
+            g.gbuf[v] = -1;
+        }
     }
     /* a neuron layer read by one pool that tiles it (and nothing else): its backward computes the
      * pool's inline, so neither the pool's kernel nor the layer's gradient buffer exists */
@@ -2299,8 +2654,8 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
         if (nd->op != OP_MAXPOOL2D && nd->op != OP_AVGPOOL2D && nd->op != OP_SUMPOOL2D) continue;
         ValueId x = nd->args[0];
         PoolGeom q = pool_geom(m, nd);
-        if (m->nodes[x].op == OP_NEURON && readers[x] == 1 && g.needs[x] && pool_tiles(&q) &&
-            lw->vs[x].layout == LY_FULL && lw->vs[u].layout == LY_FULL)
+        if (m->nodes[x].op == OP_NEURON && region[x] < 0 && readers[x] == 1 && g.needs[x] &&
+            pool_tiles(&q) && lw->vs[x].layout == LY_FULL && lw->vs[u].layout == LY_FULL)
             g.pool_of[x] = u;
     }
     /* gradient buffers: the value's layout, f32 */
@@ -2336,30 +2691,34 @@ lower_grad(Lower *lw, const ValueId *topo, KTrain *tr)
         if (g.needs[v] && !is_step_readout(nd->op) && nd->op != OP_SEQUENCE)
             grad_direct_output(&g, v, o);
     }
+    /* with recurrence, ir_schedule_order's order (each region contiguous after what it reads,
+     * before what reads it); without, the topological order (the interpreter's) */
+    bool has_region = false;
+    for (ValueId v = 0; v < n; v++)
+        has_region = has_region || region[v] >= 0;
+    const ValueId *ord = has_region ? sched : topo;
     for (int k = n - 1; k >= 0; k--) {
-        ValueId v = topo[k];
+        ValueId v = ord[k];
         const Node *nd = &m->nodes[v];
+        if (region[v] >= 0) {
+            int lo = k;
+            while (lo > 0 && region[ord[lo - 1]] == region[v])
+                lo--;
+            grad_region(&g, ord, lo, k);
+            k = lo;
+            continue;
+        }
         if (!g.needs[v]) continue;
         if (g.gbuf[v] >= 0 && !g.written[v]) {
             /* nothing reads it: its gradient is zero (a buffer written whole) */
-            begin_kernel(lw, v, describe(lw, v, "backward: no reader, a zero gradient"), false);
-            lw->k.name = arena_printf(&p->arena, "grad_zero_%s", value_name(lw, v));
-            KExpr *iv;
-            KSize sz = p->bufs[g.gbuf[v]].size; /* every sample's: per_batch * B + fixed */
-            KStmt *f =
-                loop(lw, top(lw), "e",
-                     bin(lw, KB_ADD, bin(lw, KB_MUL, ci(lw, sz.per_batch), kx_kind(p, KX_BATCH)),
-                         ci(lw, sz.fixed)),
-                     true, &iv);
-            f->is_lanes = true;
-            s_store(lw, body(f), g.gbuf[v], iv, zero(lw));
-            end_kernel(lw);
+            zero_kernel(lw, v, g.gbuf[v], "backward: no reader, a zero gradient");
             g.written[v] = true;
         }
         switch (nd->op) {
         case OP_MEAN:
         case OP_COUNT:
         case OP_LAST:
+        case OP_MAX:
         case OP_SEQUENCE:
             for (int o = 0; o < m->noutputs; o++)
                 if (m->outputs[o] == v) grad_readout(&g, v, o);

@@ -23,9 +23,12 @@ typedef struct Grad {
      * each learned parameter's gradient, summed over its steps (from the last) in double; added
      * to the weight's gradient neuron by neuron in order after the pass (learned_flush) */
     double **pacc;
-    /* float32 mode, layer by layer: the dense backward in the compiled trainer's order
-     * (dense_backward_f32), the batch in one pass */
+    /* float32 mode: the compiled trainer's order, the batch in one pass: the dense backward's
+     * sums (dense_backward_f32), the nodes in ir_schedule_order's order, each outside a
+     * recurrence all its steps at once, each recurrent region step by step (region[v] >= 0; a
+     * dense layer's dW after its region's loop) */
     bool compiled_order;
+    int *region;
 } Grad;
 
 /* the gradient slot of value v at step t (a static value keeps one for every step) */
@@ -339,7 +342,7 @@ neuron_backward(Grad *G, ValueId v, int t, double *carry, double *snap)
  * rows' sum; in float under `accumulate f32` (fmaf), in
  * double under `accumulate exact`, rounded to float once at the end. */
 static void
-dense_backward_f32(Grad *G, ValueId v)
+dense_backward_f32_rows(Grad *G, ValueId v, int64_t q0, int64_t q1, bool weights)
 {
     Interp *ip = &G->ip;
     const Node *n = &ip->m->nodes[v];
@@ -349,14 +352,14 @@ dense_backward_f32(Grad *G, ValueId v)
     int steps = r->is_static ? 1 : ip->T;
     int64_t rows = (int64_t)steps * ip->nb;
     const float *w = ip_weight(ip, n, 0)->data;
-    double *dw = G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
-    double *db = G->weight_grads && (int)node_attr_i(n, "bias", 0)
+    double *dw = weights && G->weight_grads ? G->weight_grads[n->first_weight] : NULL;
+    double *db = weights && G->weight_grads && (int)node_attr_i(n, "bias", 0)
                      ? G->weight_grads[n->first_weight + 1]
                      : NULL;
     bool f32 = ip->is_f32_sums;
 #define FMA(x, y, s) (f32 ? (double)fmaf((float)(x), (float)(y), (float)(s)) : fma((x), (y), (s)))
     /* row q is sample q % nb of step q / nb */
-    for (int64_t q = 0; q < rows; q++) {
+    for (int64_t q = q0; q < q1; q++) {
         int t = (int)(q / ip->nb);
         const double *gy = gslot(G, v, t) + (size_t)(q % ip->nb) * (size_t)out;
         double *gx = gslot(G, a, t) + (size_t)(q % ip->nb) * (size_t)in;
@@ -391,9 +394,21 @@ dense_backward_f32(Grad *G, ValueId v)
 }
 
 static void
+dense_backward_f32(Grad *G, ValueId v)
+{
+    const NodeRun *r = &G->ip.nodes[v];
+    dense_backward_f32_rows(G, v, 0, (int64_t)(r->is_static ? 1 : G->ip.T) * G->ip.nb, true);
+}
+
+static void
 dense_backward(Grad *G, ValueId v, int t)
 {
     Interp *ip = &G->ip;
+    if (G->compiled_order && G->region && G->region[v] >= 0) {
+        /* in a recurrence, step by step: this step's rows of dL/dx (their dW after the loop) */
+        dense_backward_f32_rows(G, v, (int64_t)t * ip->nb, (int64_t)(t + 1) * ip->nb, false);
+        return;
+    }
     if (G->compiled_order) {
         if (t == (ip->nodes[v].is_static ? 0 : ip->T - 1)) dense_backward_f32(G, v);
         return;
@@ -931,8 +946,17 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
     free(topo);
     for (ValueId v = 0; v < m->nnodes; v++)
         has_bn |= m->nodes[v].op == OP_BATCHNORM;
-    G.compiled_order = ip->is_f32 && layer_major;
+    G.compiled_order = ip->is_f32;
     ip->one_pass = G.compiled_order;
+    ValueId *sched = NULL;
+    if (G.compiled_order && !layer_major) {
+        ValueId *order = xmalloc(((size_t)m->nnodes + 1) * sizeof *order);
+        sched = xmalloc(((size_t)m->nnodes + 1) * sizeof *sched);
+        G.region = xmalloc(((size_t)m->nnodes + 1) * sizeof *G.region);
+        if (ir_topo_order(m, order) != m->nnodes) die("interp_grad: no step order");
+        ir_schedule_order(m, order, G.region, sched);
+        free(order);
+    }
     if (ip->batch_stats && has_bn && !layer_major) {
         interp_fail(ip, "batchnorm's batch statistics in a recurrent model (prev/delay) are not "
                         "supported");
@@ -1047,6 +1071,27 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
             for (int k = m->nnodes - 1; k >= 0; k--)
                 for (int t = ip->T - 1; t >= 0; t--)
                     node_backward(&G, ip->order[k], t, carry, snap);
+        } else if (sched) {
+            for (int k = m->nnodes - 1; k >= 0; k--) {
+                ValueId v = sched[k];
+                if (G.region[v] < 0) {
+                    for (int t = ip->T - 1; t >= 0; t--)
+                        node_backward(&G, v, t, carry, snap);
+                    continue;
+                }
+                /* a recurrent region (contiguous in sched): step by step, then its dense
+                 * layers' weight gradients over all the rows */
+                int first = k;
+                while (first > 0 && G.region[sched[first - 1]] == G.region[v])
+                    first--;
+                for (int t = ip->T - 1; t >= 0; t--)
+                    for (int q = k; q >= first; q--)
+                        node_backward(&G, sched[q], t, carry, snap);
+                for (int q = k; q >= first; q--)
+                    if (m->nodes[sched[q]].op == OP_DENSE)
+                        dense_backward_f32_rows(&G, sched[q], 0, 0, true);
+                k = first;
+            }
         } else {
             for (int t = ip->T - 1; t >= 0; t--)
                 for (int k = m->nnodes - 1; k >= 0; k--)
@@ -1069,6 +1114,8 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
     free(G.g);
     free(G.rg);
     free(G.pacc);
+    free(G.region);
+    free(sched);
     free(carry);
     free(snap);
     free(G.scratch);

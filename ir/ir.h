@@ -541,6 +541,11 @@ bool ir_verify_fusions(const Module *m);
 bool neuron_analyse(NeuronDef *nd);
 /* Nodes in an order where every operand except delay inputs comes first; returns count (== nnodes) */
 int ir_topo_order(const Module *m, ValueId *order);
+/* The recurrent regions (strongly connected components through delays, a self-loop included):
+ * region[v] a component number, -1 for a node in none; out: every node, operands first (except
+ * through a delay inside a region), each region contiguous, within a region topo's order (Tarjan
+ * over the condensation). Returns the count. */
+int ir_schedule_order(const Module *m, const ValueId *topo, int *region, ValueId *out);
 /* whether a delay reads a node at or after itself in order (ir_topo_order's): recurrence */
 bool ir_has_recurrence(const Module *m, const ValueId *order);
 /* is_static[v]: v is the same at every step (a static input, or stateless per-step layers over static

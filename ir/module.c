@@ -400,6 +400,111 @@ wstore_name(WeightStore s)
     return s == WSTORE_F16 ? "f16" : s == WSTORE_BF16 ? "bf16" : "f32";
 }
 
+/* ---- recurrent regions ---- */
+
+/* Tarjan's strongly connected components over all edges (delay edges included), iteratively. */
+typedef struct Scc {
+    const Module *m;
+    int *index, *low, *comp, *stack, nstack, counter, ncomp;
+    bool *on_stack;
+    int **users;
+    int *nusers;
+    int *vs, *pos; /* the explicit DFS stack: (node, next user position) */
+} Scc;
+
+static void
+scc_visit(Scc *s, int root)
+{
+    int *vs = s->vs, *pos = s->pos;
+    int depth = 0;
+    vs[0] = root;
+    pos[0] = 0;
+    s->index[root] = s->low[root] = s->counter++;
+    s->stack[s->nstack++] = root;
+    s->on_stack[root] = true;
+    while (depth >= 0) {
+        int v = vs[depth];
+        if (pos[depth] < s->nusers[v]) {
+            int w = s->users[v][pos[depth]++];
+            if (s->index[w] < 0) {
+                s->index[w] = s->low[w] = s->counter++;
+                s->stack[s->nstack++] = w;
+                s->on_stack[w] = true;
+                depth++;
+                vs[depth] = w;
+                pos[depth] = 0;
+            } else if (s->on_stack[w] && s->index[w] < s->low[v]) {
+                s->low[v] = s->index[w];
+            }
+            continue;
+        }
+        if (s->low[v] == s->index[v]) {
+            int w;
+            do {
+                w = s->stack[--s->nstack];
+                s->on_stack[w] = false;
+                s->comp[w] = s->ncomp;
+            } while (w != v);
+            s->ncomp++;
+        }
+        depth--;
+        if (depth >= 0 && s->low[v] < s->low[vs[depth]]) s->low[vs[depth]] = s->low[v];
+    }
+}
+
+int
+ir_schedule_order(const Module *m, const ValueId *topo, int *region, ValueId *out)
+{
+    Arena scratch = {0}, *a = &scratch;
+    int n = m->nnodes;
+    size_t nn = (size_t)(n > 0 ? n : 0) + 1;
+    Scc s = {0};
+    s.m = m;
+    s.index = arena_alloc(a, nn * sizeof(int));
+    s.low = arena_alloc(a, nn * sizeof(int));
+    s.comp = arena_alloc(a, nn * sizeof(int));
+    s.stack = arena_alloc(a, nn * sizeof(int));
+    s.vs = arena_alloc(a, nn * sizeof(int));
+    s.pos = arena_alloc(a, nn * sizeof(int));
+    s.on_stack = arena_alloc(a, nn * sizeof(bool));
+    s.users = arena_alloc(a, nn * sizeof(int *));
+    s.nusers = arena_alloc(a, nn * sizeof(int));
+    /* each node's users: counted, then filled */
+    for (int v = 0; v < n; v++)
+        for (int k = 0; k < m->nodes[v].nargs; k++)
+            s.nusers[m->nodes[v].args[k]]++;
+    for (int v = 0; v < n; v++) {
+        s.users[v] = arena_alloc(a, ((size_t)s.nusers[v] + 1) * sizeof(int));
+        s.nusers[v] = 0;
+        s.index[v] = -1;
+    }
+    for (int v = 0; v < n; v++)
+        for (int k = 0; k < m->nodes[v].nargs; k++) {
+            int u = m->nodes[v].args[k];
+            s.users[u][s.nusers[u]++] = v;
+        }
+    for (int k = 0; k < n; k++)
+        if (s.index[topo[k]] < 0) scc_visit(&s, topo[k]);
+    /* size of each component; self loops make a one-node component recurrent too */
+    int *size = arena_alloc(a, ((size_t)s.ncomp + 1) * sizeof(int));
+    bool *rec = arena_alloc(a, ((size_t)s.ncomp + 1) * sizeof(bool));
+    for (int v = 0; v < n; v++) {
+        size[s.comp[v]]++;
+        for (int k = 0; k < m->nodes[v].nargs; k++)
+            if (m->nodes[v].args[k] == v) rec[s.comp[v]] = true;
+    }
+    for (int v = 0; v < n; v++)
+        region[v] = rec[s.comp[v]] || size[s.comp[v]] > 1 ? s.comp[v] : -1;
+    /* Tarjan numbers components in reverse topological order of the condensation: the last found
+     * comes first. Within a component, the graph's topological order. */
+    int cnt = 0;
+    for (int c = s.ncomp - 1; c >= 0; c--)
+        for (int k = 0; k < n; k++)
+            if (s.comp[topo[k]] == c) out[cnt++] = topo[k];
+    arena_free(a);
+    return cnt;
+}
+
 bool
 ir_has_recurrence(const Module *m, const ValueId *order)
 {
