@@ -35,6 +35,7 @@ typedef struct Cal {
     int nlayers;         /* values read: cm's outputs [nout, nout + nlayers) */
     ValueId *layer;      /* their nodes in m (spiking layers; for events, layers' inputs) */
     int nout;            /* m's outputs */
+    int nrecorded;       /* of which the last are --record's, not compared */
     int64_t *per;        /* cm output j: floats per sample */
     float **base;        /* baseline outputs, all samples */
     float **cur;         /* one batch */
@@ -149,6 +150,7 @@ run_all(Cal *c, bool is_base, Diff *d)
         }
         if (is_base) continue;
         for (int j = 0; j < c->cm->noutputs; j++) {
+            if (j >= c->nout - c->nrecorded && j < c->nout) continue;
             const float *ref = c->base[j] + s * c->per[j];
             int64_t changed = 0, total = (int64_t)b * c->per[j];
             for (int64_t i = 0; i < total; i++)
@@ -269,7 +271,12 @@ try_narrow(Cal *c, const PrecisionRequest *rq, WeightStore *store, WeightStore *
 bool
 precision_calibrate(Module *m, const PrecisionRequest *rq)
 {
-    Cal c = {.m = m, .inputs = rq->inputs, .numel = rq->numel, .n = rq->n, .batch = rq->batch};
+    Cal c = {.m = m,
+             .inputs = rq->inputs,
+             .numel = rq->numel,
+             .n = rq->n,
+             .batch = rq->batch,
+             .nrecorded = rq->nrecorded};
     c.layer = xmalloc(((size_t)m->nnodes + 1) * sizeof *c.layer);
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];

@@ -19,6 +19,7 @@ typedef struct PrecisionRequest {
     int64_t n;
     int batch;
     bool quiet;
+    int nrecorded; /* the last outputs are --record's: not compared (the model's own are) */
 } PrecisionRequest;
 
 /* Choose (mixed) or check (fp16, bf16) the storage of m's dense and conv weights and outputs on the

@@ -576,6 +576,19 @@ parse_options(int argc, char **argv, Options *o)
         case O_LIMIT: o->limit = parse_int("--limit", optarg, 1, INT64_MAX / 2); break;
         case O_SEED: o->seed = parse_int("--seed", optarg, 0, (int64_t)1 << 53); break;
         case O_OUTPUT: o->output = optarg; break;
+        case O_RECORD:
+            if (!optarg[0]) usage_error("--record expects layer names, comma-separated");
+            o->record = optarg;
+            break;
+        case O_RECORD_FILE: o->record_file = optarg; break;
+        case O_PLOT:
+            if (!optarg[0]) usage_error("--plot expects a directory");
+            o->plot = optarg;
+            break;
+        case O_PLOT_SAMPLE:
+            o->plot_sample = parse_int("--plot-sample", optarg, 0, INT64_MAX / 2);
+            o->has_plot_sample = true;
+            break;
         case O_REPORT:
             if (strcmp(optarg, "json") != 0)
                 usage_error("--report expects json, got '%s'", optarg);
@@ -837,6 +850,25 @@ parse_options(int argc, char **argv, Options *o)
                     "--emit=ptx, --emit=cubin)");
     if (!o->run && o->output)
         usage_error("--output needs --run");
+    if (o->record && o->train)
+        usage_error("--record keeps values of a run (--run), or adds them as outputs of a "
+                    "library (-o MODEL.so): not with --train");
+    if (o->record && o->run && !o->record_file && !o->plot)
+        usage_error("--record needs somewhere to put the values: --record-file=FILE.npz or "
+                    "--plot=DIR");
+    if ((o->record_file || (o->plot && !o->train)) && !o->run)
+        usage_error("%s needs --run", o->record_file ? "--record-file" : "--plot (without --train)");
+    if (o->record_file && !o->record)
+        usage_error("--record-file writes what --record keeps: give --record=NAMES");
+    if (o->plot && !o->train && !o->record)
+        usage_error("--plot draws the recordings of a run (--run --record=NAMES) or the curves "
+                    "of training (--train)");
+    if (o->plot && o->train && (o->train_library || o->emit || o->explain))
+        usage_error("--plot draws training as it runs: not with --train -o MODEL.so, --emit or "
+                    "--explain");
+    if (o->has_plot_sample && (!o->plot || !o->record))
+        usage_error("--plot-sample picks the sample --plot draws of a run's recordings: give "
+                    "--plot and --record");
     if (!o->run && !o->train && o->limit >= 0)
         usage_error("--limit needs --run or --train");
     if (!o->run && !o->train && !o->precision_mode && !o->events_auto &&

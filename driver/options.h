@@ -39,6 +39,11 @@ typedef struct Options {
     int64_t limit;
     int64_t seed;
     const char *output;
+    const char *record;      /* --record: layers and LAYER.VAR states, comma-separated */
+    const char *record_file; /* --record-file: where they go (.npz) */
+    const char *plot;        /* --plot=DIR: SVG figures of the recordings, or of training */
+    int64_t plot_sample;     /* --plot-sample: the sample the raster and traces show */
+    bool has_plot_sample;
     bool report_json;
     const char *weights;
     bool quiet;

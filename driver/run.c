@@ -1,6 +1,7 @@
 /* run.c: --run. The backends (driver/backends.def: the interpreter, the kernel-IR evaluator, the
  * CPU and the GPU, the compiled ones through the runtime session model.so runs), the loop over
- * batches, and the report: accuracy, images/s, firing rates, --output and --report=json. */
+ * batches, and the report: accuracy, images/s, firing rates, --output, --report=json and what
+ * --record keeps (driver/record.c). */
 #include "driver/run.h"
 
 #include "codegen/cuda/cuda_gen.h"
@@ -248,7 +249,7 @@ progress(int64_t done, int64_t total, double elapsed)
 }
 
 static bool
-write_outputs(const Module *m, const Options *o, float **outs, int64_t n)
+write_outputs(const Module *m, const Options *o, float **outs, int64_t n, int nrecorded)
 {
     char err[512];
     size_t len = strlen(o->output);
@@ -256,7 +257,7 @@ write_outputs(const Module *m, const Options *o, float **outs, int64_t n)
     RtTensor *ts = calloc((size_t)m->noutputs, sizeof *ts);
     if (!ts)
         die("out of memory");
-    int count = npz ? m->noutputs : 1;
+    int count = npz ? m->noutputs - nrecorded : 1;
     for (int j = 0; j < count; j++) {
         const Node *nd = &m->nodes[m->outputs[j]];
         RtTensor *t = &ts[j];
@@ -316,6 +317,14 @@ json_layers(const Module *m, bool is_counted, const double *vals, const char *fm
     putchar('}');
 }
 
+/* whether output j is kept for every sample: written by --output, or a recording (those from
+ * first_rec on) */
+static bool
+keeps_all(const Options *o, int j, int first_rec)
+{
+    return o->output != NULL || j >= first_rec;
+}
+
 /* index of the first maximum (torch.argmax's choice on ties) */
 static int64_t
 argmax(const float *row, int64_t k)
@@ -328,7 +337,7 @@ argmax(const float *row, int64_t k)
 }
 
 int
-run(Module *m, const Options *o)
+run(Module *m, const Options *o, const Recording *rec)
 {
     Data d = {0};
     if (!load_inputs(m, o, &d)) {
@@ -337,9 +346,10 @@ run(Module *m, const Options *o)
     }
     int64_t n = o->limit >= 0 && o->limit < d.n ? o->limit : d.n;
     int batch = o->batch;
-    /* every sample's outputs are kept only when they are written out; else one batch at a time */
-    bool keep_all = o->output != NULL;
-    int64_t rows = keep_all ? (n ? n : 1) : (n < batch ? (n ? n : 1) : batch);
+    /* every sample's outputs are kept only when they are written out (the model's own by
+     * --output, the recordings, which follow them, always); else one batch at a time */
+    int first_rec = m->noutputs - rec->nitems;
+    int64_t one_batch = n < batch ? (n ? n : 1) : batch;
     float **outs = calloc((size_t)m->noutputs, sizeof *outs);
     double *counts = calloc((size_t)m->nnodes, sizeof *counts);
     const float **in_ptrs = calloc((size_t)m->ninputs, sizeof *in_ptrs);
@@ -349,16 +359,21 @@ run(Module *m, const Options *o)
     int rc = 0;
     for (int j = 0; j < m->noutputs && rc == 0; j++) {
         int64_t per = output_numel(m, j);
+        int64_t rows = keeps_all(o, j, first_rec) ? (n ? n : 1) : one_batch;
         if (per > 0 && rows > (int64_t)(SIZE_MAX / sizeof(float)) / per)
             outs[j] = NULL;
         else
             outs[j] = malloc((size_t)rows * (size_t)per * sizeof(float));
         if (!outs[j]) {
-            fprintf(stderr,
-                    "snnc: error: output '%s' of %lld samples needs %.3g GB of memory, which cannot be "
-                    "allocated; use --limit%s\n",
-                    m->nodes[m->outputs[j]].name ? m->nodes[m->outputs[j]].name : "?", (long long)rows,
-                    (double)rows * (double)per * 4e-9, keep_all ? " or leave out --output" : " or a smaller --batch");
+            fprintf(
+                stderr,
+                "snnc: error: output '%s' of %lld samples needs %.3g GB of memory, which cannot be "
+                "allocated; use --limit%s\n",
+                m->nodes[m->outputs[j]].name ? m->nodes[m->outputs[j]].name : "?", (long long)rows,
+                (double)rows * (double)per * 4e-9,
+                j >= first_rec               ? " or record fewer layers"
+                : keeps_all(o, j, first_rec) ? " or leave out --output"
+                                             : " or a smaller --batch");
             rc = 1;
         }
     }
@@ -385,7 +400,7 @@ run(Module *m, const Options *o)
         for (int k = 0; k < m->ninputs; k++)
             in_ptrs[k] = d.inputs[k] + s * d.numel[k];
         for (int j = 0; j < m->noutputs; j++)
-            out_ptrs[j] = outs[j] + (keep_all ? s : 0) * output_numel(m, j);
+            out_ptrs[j] = outs[j] + (keeps_all(o, j, first_rec) ? s : 0) * output_numel(m, j);
         if (!be->run(state, m, &io, b, s, in_ptrs, out_ptrs, counts, err, sizeof err)) {
             fprintf(stderr, "snnc: error: %s\n", err);
             rc = 1;
@@ -404,8 +419,8 @@ run(Module *m, const Options *o)
     }
     double secs = rt_now_seconds() - t0;
     double accuracy = rc == 0 && d.labels && scores && n > 0 ? (double)correct / (double)n : -1;
-    if (rc == 0 && o->output && !write_outputs(m, o, outs, n))
-        rc = 1;
+    if (rc == 0 && o->output && !write_outputs(m, o, outs, n, rec->nitems)) rc = 1;
+    if (rc == 0 && rec->nitems && !record_finish(m, o, rec, outs, n)) rc = 1;
     if (rc == 0) {
         const char *prec = be->is_f32 || o->precision == INTERP_F32 ? "f32" : "f64";
         double *rates = calloc((size_t)m->nnodes + 1, sizeof *rates);

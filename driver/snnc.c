@@ -9,6 +9,8 @@
 #include "driver/files.h"
 #include "driver/load.h"
 #include "driver/options.h"
+#include "driver/plot.h"
+#include "driver/record.h"
 #include "driver/run.h"
 #include "driver/train.h"
 #include "frontend/frontend.h"
@@ -24,7 +26,7 @@
  * chosen or checked on the calibration samples when --data or --input gives them
  * (driver/calibrate.c) */
 static bool
-apply_precision(Module *m, const Options *o)
+apply_precision(Module *m, const Options *o, int nrecorded)
 {
     if (!o->data && !o->ninput_args) {
         precision_set_all(m, o->narrow, o->narrow_weights, o->narrow_activations);
@@ -47,6 +49,7 @@ apply_precision(Module *m, const Options *o)
             .n = d.n < o->calibrate ? d.n : o->calibrate,
             .batch = o->batch,
             .quiet = o->quiet,
+            .nrecorded = nrecorded,
         };
         ok = precision_calibrate(m, &rq);
     }
@@ -130,7 +133,7 @@ finish(int rc)
 /* Every file this run reads and writes, checked before anything is written (driver/files.h);
  * false after reporting an output that would overwrite an input or another output. */
 static bool
-check_files(const Options *o, const Module *m, const char *snn_weights_path)
+check_files(const Options *o, const Module *m, const char *snn_weights_path, const Recording *rec)
 {
     FileList *l = files_new();
     files_input(l, o->path, o->is_nir ? "the NIR graph" : "the model");
@@ -160,6 +163,7 @@ check_files(const Options *o, const Module *m, const char *snn_weights_path)
     if (snn_weights_path) files_output(l, snn_weights_path, "the weights written beside -o");
     if (o->output) files_output(l, o->output, "--output");
     if (o->grads) files_output(l, o->grads, "--grads");
+    record_files(o, rec, l);
     if (o->resume) files_input(l, o->resume, "--resume");
     /* the checkpoints this run may write: every epoch's, or, resuming from epoch-K.safetensors,
      * those after K (the run starts there; a file named otherwise: every epoch's, to be safe) */
@@ -187,9 +191,10 @@ check_files(const Options *o, const Module *m, const char *snn_weights_path)
 
 /* what main holds, freed at its end (diag's origin points into the import) */
 static void
-release(Module *m, NirImport *import, char *nir_text_path, char *nir_weights_path)
+release(Module *m, Recording *rec, NirImport *import, char *nir_text_path, char *nir_weights_path)
 {
     module_free(m);
+    record_free(rec);
     diag_set_origin(NULL, NULL, NULL, NULL);
     nir_import_free(import);
     free(nir_text_path);
@@ -209,19 +214,21 @@ main(int argc, char **argv)
     char *nir_text_path = NULL, *nir_weights_path = NULL;
     Module *m = o.is_nir ? load_nir(&o, &import, &nir_text_path, &nir_weights_path)
                          : fe_load(o.path, o.model);
-    if (m && !check_files(&o, m, nir_weights_path)) {
+    Recording rec = {0};
+    if (m && (!record_plan(m, &o, &rec) || !check_files(&o, m, nir_weights_path, &rec) ||
+              (o.plot && !plot_dir_check(o.plot)))) {
         module_free(m);
         m = NULL;
     }
     if (m && (is_emit(&o, "snn") || is_emit(&o, "nir"))) {
         int rc = is_emit(&o, "snn") ? emit_snn(&o, nir_weights_path) : emit_nir(m, &o);
-        release(m, &import, nir_text_path, nir_weights_path);
+        release(m, &rec, &import, nir_text_path, nir_weights_path);
         return finish(rc);
     }
     if (m && o.accumulate >= 0) m->accumulate = (Accumulate)o.accumulate;
     if (m && o.train && !o.train_library) { /* the interpreter runs the module as written */
         int rc = o.emit || o.explain ? train_emit_kernel(m, &o) : train(m, &o);
-        release(m, &import, nir_text_path, nir_weights_path);
+        release(m, &rec, &import, nir_text_path, nir_weights_path);
         return finish(rc);
     }
     if (m) m->is_precision_stated = o.has_precision;
@@ -229,9 +236,11 @@ main(int argc, char **argv)
         module_free(m);
         m = NULL;
     }
+    /* --record: outputs of the module from here on, so every backend computes them */
+    if (m) record_add_outputs(m, &rec);
     if (!m || (o.events_auto && !calibrate_events(m, &o)) || !passes_run(m, &o.passes) ||
-        (o.precision_mode && !apply_precision(m, &o))) {
-        release(m, &import, nir_text_path, nir_weights_path);
+        (o.precision_mode && !apply_precision(m, &o, rec.nitems))) {
+        release(m, &rec, &import, nir_text_path, nir_weights_path);
         return 1;
     }
     /* a mark the chosen backend does not do says so (those a statement gave; passes choose for
@@ -243,7 +252,7 @@ main(int argc, char **argv)
     if (o.explain) {
         bool is_gpu = o.backend && strcmp(o.backend, "cuda") == 0;
         if (!bind_weights_for_code(m, &o)) {
-            release(m, &import, nir_text_path, nir_weights_path);
+            release(m, &rec, &import, nir_text_path, nir_weights_path);
             return 1;
         }
         char err[256];
@@ -266,9 +275,9 @@ main(int argc, char **argv)
         if (!bind_weights(m, &o))
             rc = 1;
         else
-            rc = run(m, &o);
+            rc = run(m, &o, &rec);
     }
-    release(m, &import, nir_text_path, nir_weights_path);
+    release(m, &rec, &import, nir_text_path, nir_weights_path);
     return finish(rc);
 }
 

@@ -9,6 +9,7 @@
 #include "driver/build.h"
 #include "driver/explain.h"
 #include "driver/load.h"
+#include "driver/plot.h"
 #include "runtime/pool.h"
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
@@ -1032,6 +1033,8 @@ train(Module *m, const Options *o)
     size_t json_len = 0;
     FILE *js = o->report_json ? open_memstream(&json, &json_len) : NULL;
     if (o->report_json && !js) die("out of memory");
+    PlotCurves *curves = o->plot && rc == 0 ? plot_curves_new(o->plot, m->name) : NULL;
+    if (o->plot && !curves) rc = 1;
     for (int64_t e = start; e < o->epochs && rc == 0; e++) {
         RtOptConfig ecfg = cfg;
         if (o->cosine) ecfg.lr = rt_cosine_lr(cfg.lr, e, o->epochs);
@@ -1136,7 +1139,9 @@ train(Module *m, const Options *o)
             break;
         }
         if (write_weights(m, o->out) != 0 ||
-            (o->checkpoint && !write_checkpoint(m, o, state, e + 1, step, N, seed))) {
+            (o->checkpoint && !write_checkpoint(m, o, state, e + 1, step, N, seed)) ||
+            (curves && !plot_curves_add(curves, e + 1, loss_sum / (double)(done ? done : 1),
+                                        (double)correct / (double)(done ? done : 1), acc))) {
             rc = 1;
             break;
         }
@@ -1166,6 +1171,7 @@ train(Module *m, const Options *o)
                rc == 0 ? "true" : "false");
         free(json);
     }
+    plot_curves_free(curves);
     for (int w = 0; w < nw; w++) {
         free(gd[w]);
         free(gf[w]);

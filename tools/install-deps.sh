@@ -10,6 +10,7 @@ packages=(
   libhdf5-dev                                      # NIR import (.nir files are HDF5)
   python3                                          # lit runs on it
   dataset-fashion-mnist                            # the examples' data set (IDX files)
+  librsvg2-bin                                     # rsvg-convert: tests render --plot's SVG
 )
 
 missing=()

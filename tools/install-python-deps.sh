@@ -6,14 +6,16 @@
 #                                          files' metadata; pytest, nir and torch: the Python
 #                                          package's tests, python/tests, snnc.torch and
 #                                          DistributedDataParallel among them; ray[data]:
-#                                          snnc.ray's); tools/test.sh runs this
+#                                          snnc.ray's; matplotlib: snnc.plot's); tools/test.sh
+#                                          runs this
 #   tools/install-python-deps.sh           that, and what the fixture scripts (tools/fixtures/*.py)
 #                                          and the benchmarks (bench/) use, at the versions the
 #                                          committed fixtures and docs/benchmarks.md were made with
 # pip installs them; where python3 is a system Python that pip may not change (Debian's, marked
 # EXTERNALLY-MANAGED), the test packages come from Debian's python3-* packages instead.
 set -euo pipefail
-tests=(numpy==2.4.6 h5py==3.16.0 pytest==9.2.0 nir==1.0.8 torch==2.15.0 "ray[data]==2.40.0")
+tests=(numpy==2.4.6 h5py==3.16.0 pytest==9.2.0 nir==1.0.8 torch==2.15.0 "ray[data]==2.40.0"
+       matplotlib==3.11.2)
 packages=("${tests[@]}"
   safetensors==0.8.0                             # files
   torch==2.15.0                                  # the frameworks' base

@@ -58,7 +58,9 @@ def compile(src, *, timesteps: int | None = None, framework: str | None = None,
     and --weights; any other keyword is passed as an snnc option (`events="auto"` ->
     --events=auto, `O=3` -> -O3, `disable_pass="narrow-weights"`, `spike_inputs=True` ->
     --spike-inputs). out: where the model.so goes (default: a temporary folder that Model.close()
-    removes). device, max_batch and threads are the session's (Model)."""
+    removes). device, max_batch and threads are the session's (Model). record: layers (and
+    "LAYER.VAR" states) the library keeps at every step, as snnc --record: Model.run(x,
+    record=True) returns them, and snnc.plot draws them."""
     owned = tempfile.TemporaryDirectory(prefix="snnc-")
     try:
         if _is_nir_graph(src):
@@ -97,6 +99,10 @@ def _compile_file(src, owned, timesteps, framework, device, max_batch, threads, 
         cmd.append(f"--precision={precision}")
     if weights is not None:
         cmd.append(f"--weights={os.fspath(weights)}")
+    record = options.pop("record", None)
+    if record is not None:
+        record = [record] if isinstance(record, str) else list(record)
+        cmd.append("--record=" + ",".join(record))
     for key, value in options.items():
         if key == "O":
             cmd.append(f"-O{int(value)}")
@@ -108,7 +114,7 @@ def _compile_file(src, owned, timesteps, framework, device, max_batch, threads, 
         raise SnncError(f"snnc failed (exit status {r.returncode}):\n{msg}")
     if not keep:
         owned.cleanup()  # a NIR graph's file, if any: the model.so is at the caller's path
-    return Model(out, device=device, max_batch=max_batch, threads=threads,
+    return Model(out, device=device, max_batch=max_batch, threads=threads, record=record,
                  _owned=owned if keep else None)
 
 

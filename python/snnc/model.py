@@ -38,7 +38,8 @@ class Model:
     """
 
     def __init__(self, path: str | os.PathLike, *, device: str = "auto", max_batch: int = 256,
-                 threads: int = 0, weights: str | os.PathLike | dict | None = None, _owned=None):
+                 threads: int = 0, weights: str | os.PathLike | dict | None = None,
+                 record=None, _owned=None):
         self.path = os.fspath(path)
         self._owned = _owned  # a temporary folder compile() made, removed by close()
         self._session = None
@@ -75,6 +76,7 @@ class Model:
                                                          lib.snn_model_num_weights(self._m))}
         self.layers = [lib.snn_model_layer_name(self._m, i).decode()
                        for i in range(lib.snn_model_num_layers(self._m))]
+        self.recorded = self._recordings(record)
         self.devices = lib.snn_model_devices(self._m).decode().split(",")
         self.max_batch = max_batch
         s = C.c_void_p()
@@ -96,6 +98,22 @@ class Model:
             dims = tuple(info.dims[:info.rank])
             shape = ((self.timesteps,) if info.per_step else ()) + dims
             out.append(Tensor(info.name.decode(), shape, bool(info.per_step)))
+        return out
+
+    def _recordings(self, record) -> dict:
+        """name -> its output, for the names a library built with `snnc --record=NAMES -o` keeps
+        (outputs rec_LAYER and rec_LAYER__VAR)"""
+        if record is None:
+            return {}
+        names = [record] if isinstance(record, str) else list(record)
+        out = {}
+        for name in names:
+            layer, _, var = name.partition(".")
+            key = f"rec_{layer}__{var}" if var else f"rec_{layer}"
+            if key not in self.outputs:
+                raise ValueError(f"{self.path}: records no '{name}' (no output {key}; build it with "
+                                 f"snnc --record={name} -o ...)")
+            out[name] = key
         return out
 
     def __repr__(self):
@@ -123,7 +141,7 @@ class Model:
 
     # ---- running ----
 
-    def run(self, x, first_sample: int = 0) -> dict:
+    def run(self, x, first_sample: int = 0, *, record=False) -> dict:
         """Runs every sample of the inputs and returns every output, by name, as float32 arrays
         of [N, *shape]. x: one array (a model of one input) or a dict name -> array, each
         [N, *shape] of the input's shape (T first for per-step inputs), or [*shape] for a single
@@ -131,7 +149,10 @@ class Model:
         are converted once. Samples run max_batch at a time; first_sample numbers the first one
         (the Poisson encoder's draws depend on it, so results do not depend on the batching).
         torch CUDA tensors (every input on one GPU) run on a cuda session in place, through
-        run_device, and give torch CUDA tensors; torch's current stream is synchronised first."""
+        run_device, and give torch CUDA tensors; torch's current stream is synchronised first.
+        record: True (or a list of names) returns the model's own outputs and the recordings
+        the library keeps (compile(..., record=[...])) under their names ("s1", "s1.v"), [N, T,
+        ...]: spikes as uint8 (int8 where a layer fired -1), values and states float32."""
         session = self._live()
         if not isinstance(first_sample, int) or first_sample < 0:
             raise ValueError(f"first_sample must be a non-negative integer, got {first_sample!r}")
@@ -153,7 +174,24 @@ class Model:
                 out_ptrs[i] = o[start:start + b].ctypes.data
             self._check(self._lib.snn_run(session, first_sample + start, b, in_ptrs, out_ptrs),
                         f"samples {first_sample + start}..{first_sample + start + b - 1}")
-        return outs
+        return self._with_recordings(outs, record) if record else outs
+
+    def _with_recordings(self, outs: dict, record) -> dict:
+        names = list(self.recorded) if record is True else (
+            [record] if isinstance(record, str) else list(record))
+        for name in names:
+            if name not in self.recorded:
+                raise ValueError(f"{self.name}: '{name}' is not recorded (recorded: "
+                                 f"{', '.join(self.recorded) or 'nothing'}; compile with "
+                                 f"record=[...])")
+        rec_outputs = set(self.recorded.values())
+        res = {k: v for k, v in outs.items() if k not in rec_outputs}
+        for name in names:
+            a = outs[self.recorded[name]]
+            if "." not in name and name in self.layers:  # a spiking layer
+                a = a.astype(np.int8 if (a < 0).any() else np.uint8)
+            res[name] = a
+        return res
 
     def run_device(self, inputs: dict, outputs: dict, batch: int, first_sample: int = 0):
         """snn_run_device on a cuda session: inputs and outputs are CUDA device addresses (ints,
@@ -207,9 +245,10 @@ class Model:
         return outs
 
     def __call__(self, x, first_sample: int = 0):
-        """run(), returning the output itself where the model has one."""
+        """run(), returning the output itself where the model has one (recordings aside)."""
         outs = self.run(x, first_sample)
-        return next(iter(outs.values())) if len(outs) == 1 else outs
+        own = {k: v for k, v in outs.items() if k not in set(self.recorded.values())}
+        return next(iter(own.values())) if len(own) == 1 else own
 
     def _inputs(self, x):
         specs = list(self.inputs.values())

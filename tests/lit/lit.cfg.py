@@ -60,6 +60,9 @@ try:
         config.available_features.add("nir")
 except OSError:
     pass
+# `rsvg-convert`: --plot's SVG rendered to PNG and looked at (tools/install-deps.sh installs it)
+if shutil.which("rsvg-convert"):
+    config.available_features.add("rsvg-convert")
 ptxas = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK) else None)
 if ptxas:
     config.available_features.add("ptxas")
