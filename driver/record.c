@@ -62,7 +62,8 @@ fire_threshold(const Module *m, const Node *n, int k, const char **pname)
         if (t->kind == NX_NUM) return t->num;
         if (t->kind == NX_PARAM && n->params) {
             *pname = nd->params[t->idx].name;
-            return n->params[t->idx];
+            int w = node_param_weight(m, n, t->idx); /* learned: its weight's value */
+            return w >= 0 && m->weights[w].data ? m->weights[w].data[0] : n->params[t->idx];
         }
         return NAN;
     }
