@@ -2274,9 +2274,9 @@ region_dense_tile(Lower *lw, Cur c, KExpr *i0, int lanes, const void *ctx)
     s_tile(lw, c, KS_VSTORE, t, g->gbuf[rx], xi, NULL);
 }
 
-/* neuron layer v's step t of sample b in the region kernel (c: inside the loops over b and t) */
+/* neuron layer v's step t for neuron jv (c: inside the parallel loop over the neurons) */
 static void
-region_neuron(G *g, ValueId v, Cur c, KExpr *tv, KExpr *bv, const RegionNeuron *rn)
+region_neuron(G *g, ValueId v, Cur c, KExpr *tv, KExpr *jv, const RegionNeuron *rn)
 {
     Lower *lw = g->lw;
     KProgram *p = lw->p;
@@ -2288,10 +2288,6 @@ region_neuron(G *g, ValueId v, Cur c, KExpr *tv, KExpr *bv, const RegionNeuron *
     SurrogateFn sg;
     char why[8];
     neuron_surrogate(nd, &sg, why, sizeof why);
-    KExpr *jl;
-    KStmt *fj = loop(lw, c, "j", ci(lw, numel), false, &jl);
-    Cur cj = body(fj);
-    KExpr *jv = bin(lw, KB_ADD, bin(lw, KB_MUL, bv, ci(lw, numel)), jl);
     KExpr *BN = bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel));
     NCopy cp;
     neuron_copy(lw, n, "", &cp);
@@ -2306,26 +2302,44 @@ region_neuron(G *g, ValueId v, Cur c, KExpr *tv, KExpr *bv, const RegionNeuron *
     for (int k = 0; k < nl_; k++)
         A.lc[k] = local(lw, arena_printf(&p->arena, "d_%s", nd->locals[k]), KT_F32);
     /* the adjoints carried from step t + 1: [nadj][B * numel] */
-    int nadj = ns + nl_ + 1;
-    for (int k = 0; k < nadj; k++) {
+    for (int k = 0; k < rn->nadj; k++) {
         int a = k < ns ? A.st[k] : k < ns + nl_ ? A.lc[k - ns] : A.sp;
-        s_assign(lw, cj, a,
+        s_assign(lw, c, a,
                  kx_load(p, rn->carry, bin(lw, KB_ADD, bin(lw, KB_MUL, ci(lw, k), BN), jv)));
     }
     for (int i = 0; i < nd->nparams; i++) {
         A.pa[i] = -1;
         if (rn->partial[i] < 0) continue;
         A.pa[i] = local(lw, arena_printf(&p->arena, "d_%s", nd->params[i].name), KT_F64);
-        s_assign(lw, cj, A.pa[i], kx_load(p, rn->partial[i], jv));
+        s_assign(lw, c, A.pa[i], kx_load(p, rn->partial[i], jv));
     }
     int a_out = local(lw, "d_out", KT_F32);
-    grad_neuron_step(g, v, cj, &cp, &A, tv, NULL, rn->hist, jv, -1, a_out, false, &sg);
-    for (int k = 0; k < nadj; k++) {
+    grad_neuron_step(g, v, c, &cp, &A, tv, NULL, rn->hist, jv, -1, a_out, false, &sg);
+    for (int k = 0; k < rn->nadj; k++) {
         int a = k < ns ? A.st[k] : k < ns + nl_ ? A.lc[k - ns] : A.sp;
-        s_store(lw, cj, rn->carry, bin(lw, KB_ADD, bin(lw, KB_MUL, ci(lw, k), BN), jv), var(lw, a));
+        s_store(lw, c, rn->carry, bin(lw, KB_ADD, bin(lw, KB_MUL, ci(lw, k), BN), jv), var(lw, a));
     }
     for (int i = 0; i < nd->nparams; i++)
-        if (rn->partial[i] >= 0) s_store(lw, cj, rn->partial[i], jv, var(lw, A.pa[i]));
+        if (rn->partial[i] >= 0) s_store(lw, c, rn->partial[i], jv, var(lw, A.pa[i]));
+}
+
+/* a step kernel of the region's backward: one parallel loop over [0, n B) (the step loop runs it
+ * sample by sample: Kernel.sample_iters), the step t = T - 1 - the schedule's step in a local;
+ * returns the loop's body, *iv its variable, *tv the step */
+static Cur
+region_kernel(Lower *lw, ValueId v, const char *what, const char *name, int64_t n, bool lanes,
+              KExpr **iv, KExpr **tv)
+{
+    KProgram *p = lw->p;
+    begin_kernel(lw, v, describe(lw, v, what), true);
+    lw->k.name = arena_printf(&p->arena, "%s_%s", name, value_name(lw, v));
+    KStmt *f = loop(lw, top(lw), n == 1 && !lanes ? "b" : "j",
+                    bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, n)), true, iv);
+    f->is_lanes = lanes;
+    int tl = local(lw, "t", KT_I64);
+    s_assign(lw, body(f), tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), kx_kind(p, KX_STEP)));
+    *tv = var(lw, tl);
+    return body(f);
 }
 
 /* the backward of the region sched[lo..hi] */
@@ -2335,7 +2349,6 @@ grad_region(G *g, const ValueId *sched, int lo, int hi)
     Lower *lw = g->lw;
     KProgram *p = lw->p;
     const Module *m = lw->m;
-    ValueId last = sched[hi];
     RegionNeuron *rn = arena_alloc(&lw->scratch, (size_t)(hi - lo + 1) * sizeof *rn);
     DenseGrad *dg = arena_alloc(&lw->scratch, (size_t)(hi - lo + 1) * sizeof *dg);
     /* every gradient the region adds to: zeroed unless its readers outside stored it */
@@ -2392,69 +2405,74 @@ grad_region(G *g, const ValueId *sched, int lo, int hi)
             zero_kernel(lw, v, r->partial[i], "backward: a learned parameter's shares, zeroed");
         }
     }
-    begin_kernel(lw, last,
-                 describe(lw, last,
-                          "backward: the recurrent region step by step from "
-                          "the last, samples in parallel"),
-                 false);
-    lw->k.name = arena_printf(&p->arena, "grad_region_%s", value_name(lw, last));
-    KExpr *bv, *uv;
-    KStmt *fb = loop(lw, top(lw), "b", kx_kind(p, KX_BATCH), true, &bv);
-    KStmt *fu = loop(lw, body(fb), "u", ci(lw, lw->T), false, &uv);
-    Cur c = body(fu);
-    int tl = local(lw, "t", KT_I64);
-    s_assign(lw, c, tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), uv));
-    KExpr *tv = var(lw, tl);
+    /* the step loop: the region's nodes in reverse, each a step kernel */
     for (int q = hi; q >= lo; q--) {
         ValueId v = sched[q];
         const Node *n = &m->nodes[v];
         int64_t numel = lw->vs[root(lw, v)].numel;
+        KExpr *iv, *tv;
         switch (n->op) {
-        case OP_NEURON:
-            region_neuron(g, v, c, tv, bv, &rn[q - lo]);
+        case OP_NEURON: {
+            Cur c = region_kernel(lw, v,
+                                  "backward: one step, reverse mode over the neuron's program (a "
+                                  "recurrent region's, from the last step)",
+                                  "grad_step", numel, true, &iv, &tv);
+            region_neuron(g, v, c, tv, iv, &rn[q - lo]);
+            end_kernel(lw);
             break;
+        }
         case OP_DENSE: {
             if (!g->needs[n->args[0]]) break;
-            RegionRow rr = {g, &dg[q - lo], tv, bv};
+            Cur c = region_kernel(lw, v,
+                                  "backward: one step's dL/dx = dL/dy W, outputs in order (a "
+                                  "recurrent region's, from the last step)",
+                                  "grad_x_step", 1, false, &iv, &tv);
+            RegionRow rr = {g, &dg[q - lo], tv, iv};
             for_tiles(lw, c, dg[q - lo].K, lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2,
                       region_dense_tile, &rr);
+            end_kernel(lw);
             break;
         }
         case OP_ADD:
         case OP_SUB:
         case OP_MUL:
         case OP_SCALE: {
-            KExpr *jl;
-            KStmt *fj = loop(lw, c, "j", ci(lw, numel), false, &jl);
+            Cur c = region_kernel(lw, v,
+                                  "backward: one step's dL/da, dL/db (a recurrent region's, from "
+                                  "the last step)",
+                                  "grad_step", numel, true, &iv, &tv);
             Pos ps = {0};
             ps.t = tv;
-            ps.j = bin(lw, KB_ADD, bin(lw, KB_MUL, bv, ci(lw, numel)), jl);
+            ps.j = iv;
             ps.jn = numel;
             for (int k = 0; k < n->nargs; k++)
                 if (g->needs[n->args[k]])
-                    gadd(g, body(fj), n->args[k], &ps, elementwise_term(g, v, k, &ps), false);
+                    gadd(g, c, n->args[k], &ps, elementwise_term(g, v, k, &ps), false);
+            end_kernel(lw);
             break;
         }
         case OP_DELAY: {
             ValueId x = n->args[0];
             int64_t steps = node_attr_i(n, "steps", 0);
             if (!g->needs[x]) break;
+            Cur c = region_kernel(lw, v,
+                                  "backward: dL/dx at t - steps from dL/dy at t (a recurrent "
+                                  "region's, from the last step)",
+                                  "grad_step", numel, true, &iv, &tv);
             KStmt *i = s_if(lw, c, bin(lw, KB_GE, tv, ci(lw, steps)));
-            KExpr *jl;
-            KStmt *fj = loop(lw, body(i), "j", ci(lw, numel), false, &jl);
             Pos py = {0}, px = {0};
-            py.j = px.j = bin(lw, KB_ADD, bin(lw, KB_MUL, bv, ci(lw, numel)), jl);
+            py.j = px.j = iv;
             py.jn = px.jn = numel;
             py.t = tv;
             px.t = bin(lw, KB_SUB, tv, ci(lw, steps));
-            gadd(g, body(fj), x, &px, gload(g, v, &py), false);
+            gadd(g, body(i), x, &px, gload(g, v, &py), false);
+            end_kernel(lw);
             break;
         }
         default:
             break; /* flatten (a view), state probes (their neuron reads them) */
         }
     }
-    end_kernel(lw);
     for (int q = lo; q <= hi; q++) {
         ValueId v = sched[q];
         const Node *n = &m->nodes[v];
