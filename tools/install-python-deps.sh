@@ -6,8 +6,11 @@
 #                                          files' metadata; pytest, nir and torch: the Python
 #                                          package's tests, python/tests, snnc.torch and
 #                                          DistributedDataParallel among them; ray[data]:
-#                                          snnc.ray's; matplotlib: snnc.plot's); tools/test.sh
-#                                          runs this
+#                                          snnc.ray's; matplotlib: snnc.plot's; snntorch,
+#                                          nirtorch, spikingjelly (its import needs loguru and
+#                                          tqdm only, so it comes without its other
+#                                          dependencies): snnc.compile of their modules);
+#                                          tools/test.sh runs this
 #   tools/install-python-deps.sh           that, and what the fixture scripts (tools/fixtures/*.py)
 #                                          and the benchmarks (bench/) use, at the versions the
 #                                          committed fixtures and docs/benchmarks.md were made with
@@ -15,7 +18,8 @@
 # EXTERNALLY-MANAGED), the test packages come from Debian's python3-* packages instead.
 set -euo pipefail
 tests=(numpy==2.4.6 h5py==3.16.0 pytest==9.2.0 nir==1.0.8 torch==2.15.0 "ray[data]==2.40.0"
-       matplotlib==3.11.2)
+       matplotlib==3.11.2 snntorch==1.0.0 nirtorch==2.6 spikingjelly==2.0.0 loguru==0.7.3
+       tqdm==4.70.1)
 packages=("${tests[@]}"
   safetensors==0.8.0                             # files
   torch==2.15.0                                  # the frameworks' base
@@ -29,7 +33,7 @@ packages=("${tests[@]}"
 # its one other import-time dependency (pbr) is listed above
 nodeps=(sinabs)
 case "${1:-}" in
-  --tests) wanted=("${tests[@]}") ;;
+  --tests) wanted=("${tests[@]}"); nodeps+=(spikingjelly) ;;
   "") wanted=("${packages[@]}") ;;
   *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
 esac
@@ -65,6 +69,11 @@ if [ "$managed" = 1 ] && [ "${1:-}" = --tests ]; then
            "$python (a virtual environment runs them)" >&2
       continue
     fi
+    case "${spec%%==*}" in snntorch | nirtorch | spikingjelly) # on PyPI only
+      echo "install-python-deps: ${spec%%==*} is not packaged by Debian: snnc.compile's tests of" \
+           "framework modules skip on $python (a virtual environment runs them)" >&2
+      continue ;;
+    esac
     if [ "${spec%%==*}" = "ray[data]" ]; then # on PyPI only
       echo "install-python-deps: ray is not packaged by Debian: snnc.ray's test skips on" \
            "$python (a virtual environment runs it)" >&2

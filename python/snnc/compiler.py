@@ -41,6 +41,11 @@ def _flag(key: str, value) -> list[str]:
     return [f"{name}={value}"]
 
 
+def _is_torch_module(src) -> bool:
+    return any(c.__module__ == "torch.nn.modules.module" and c.__name__ == "Module"
+               for c in type(src).__mro__)
+
+
 def _is_nir_graph(src) -> bool:
     return type(src).__name__ == "NIRGraph" and type(src).__module__.split(".")[0] == "nir"
 
@@ -48,14 +53,16 @@ def _is_nir_graph(src) -> bool:
 def compile(src, *, timesteps: int | None = None, framework: str | None = None,
             device: str = "auto", max_batch: int = 256, threads: int = 0,
             precision: str | None = None, out: str | os.PathLike | None = None,
-            weights: str | os.PathLike | None = None, **options) -> Model:
+            weights: str | os.PathLike | None = None, example_input=None, **options) -> Model:
     """Compiles a model into a model.so and loads it. src: a .snn, .snnir or .nir path, or a
     nir.NIRGraph (written to a .nir file with nir.write first; NIR graphs need timesteps, and
     framework says which framework's neuron semantics to follow: snntorch, norse, sinabs,
     spikingjelly, spyx).
 
     timesteps, framework, precision and weights are snnc's --timesteps, --framework, --precision
-    and --weights; any other keyword is passed as an snnc option (`events="auto"` ->
+    and --weights; src may also be a torch.nn.Module from snnTorch (through NIR) or SpikingJelly
+    (read layer by layer: snnc/from_torch.py), with example_input one sample without the batch
+    and timesteps; any other keyword is passed as an snnc option (`events="auto"` ->
     --events=auto, `O=3` -> -O3, `disable_pass="narrow-weights"`, `spike_inputs=True` ->
     --spike-inputs). out: where the model.so goes (default: a temporary folder that Model.close()
     removes). device, max_batch and threads are the session's (Model). record: layers (and
@@ -68,10 +75,16 @@ def compile(src, *, timesteps: int | None = None, framework: str | None = None,
             path = os.path.join(owned.name, "model.nir")
             nir.write(path, src)
             src = path
+        elif _is_torch_module(src):
+            from .from_torch import to_source
+            src, fw = to_source(src, example_input, timesteps, framework, owned.name)
+            framework = framework or fw
+            if src.endswith(".snn"):
+                timesteps = None  # written in the model
         elif not isinstance(src, (str, os.PathLike)):
-            raise TypeError(f"snnc.compile takes a path to a {', '.join(SOURCE_SUFFIXES)} file "
-                            f"or a nir.NIRGraph; got {type(src).__name__} (a torch module: export "
-                            "it to NIR first, e.g. with its framework's NIR export)")
+            raise TypeError(f"snnc.compile takes a path to a {', '.join(SOURCE_SUFFIXES)} file, "
+                            f"a nir.NIRGraph or a torch.nn.Module from snnTorch or SpikingJelly; "
+                            f"got {type(src).__name__}")
         return _compile_file(os.fspath(src), owned, timesteps, framework, device, max_batch,
                              threads, precision, out, weights, options)
     except BaseException:

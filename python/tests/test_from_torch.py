@@ -1,0 +1,81 @@
+"""snnc.compile(module) of PyTorch modules from the SNN frameworks: a SpikingJelly conv net (read
+layer by layer: conv, batchnorm, IF with the ATan surrogate, max pool, flatten, linear, PLIF with
+its learned w, LIF with a soft reset) and an snnTorch MLP (through its NIR export) give the
+framework's own outputs bit for bit; what cannot be read is said. Needs torch, spikingjelly,
+snntorch and nirtorch (tools/install-python-deps.sh --tests installs them: CI runs these)."""
+import numpy as np
+import pytest
+
+import snnc
+
+torch = pytest.importorskip("torch")
+sj = pytest.importorskip("spikingjelly.activation_based")
+snn = pytest.importorskip("snntorch")
+from spikingjelly.activation_based import functional, layer, neuron, surrogate  # noqa: E402
+
+T = 4
+
+
+def sj_net():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        layer.Conv2d(1, 4, 3, padding=1, bias=False), layer.BatchNorm2d(4),
+        neuron.IFNode(surrogate_function=surrogate.ATan()), layer.MaxPool2d(2, 2),
+        layer.Flatten(), layer.Linear(64, 16), neuron.ParametricLIFNode(init_tau=1.5, v_threshold=0.5),
+        layer.Dropout(0.5), layer.Linear(16, 5), neuron.LIFNode(tau=2.0, v_reset=None, v_threshold=0.3))
+    with torch.no_grad():
+        net[1].running_mean.uniform_(-0.1, 0.1)
+        net[1].running_var.uniform_(0.5, 1.5)
+        net[1].weight.uniform_(0.8, 1.6)
+        net[1].bias.uniform_(0.0, 0.6)
+        net[5].weight.mul_(4)
+        net[8].weight.mul_(4)
+        net[6].w.fill_(0.3)
+    net.eval()
+    functional.set_step_mode(net, "m")
+    return net
+
+
+def test_spikingjelly_module_equals_the_framework():
+    net = sj_net()
+    x = torch.rand(16, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        functional.reset_net(net)
+        want = net(x.unsqueeze(0).repeat(T, 1, 1, 1, 1)).mean(0).numpy()
+    with snnc.compile(net, timesteps=T, example_input=torch.zeros(1, 8, 8)) as m:
+        got = m(x.numpy())
+    assert 0 < want.mean() < 1  # the output layer fires, not always
+    assert np.array_equal(got, want)
+
+
+def test_snntorch_module_through_nir_equals_the_framework():
+    from snntorch import utils
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(8, 12), snn.Leaky(beta=torch.full((12,), 0.8), threshold=torch.ones(12),
+                                          init_hidden=True),
+        torch.nn.Linear(12, 4), snn.Leaky(beta=torch.full((4,), 0.9), threshold=torch.ones(4),
+                                          init_hidden=True, output=True))
+    with torch.no_grad():
+        net[0].weight.mul_(3)
+    x = torch.rand(10, 6, 8, generator=torch.Generator().manual_seed(2))
+    utils.reset(net)
+    with torch.no_grad():
+        want = torch.stack([net(x[:, t])[0] for t in range(6)], 1).numpy()
+    with snnc.compile(net, timesteps=6, example_input=torch.zeros(8)) as m:
+        got = next(iter(m.run(x.numpy()).values()))
+    assert 0 < want.mean() < 1
+    assert np.array_equal(got, want)
+
+
+def test_errors():
+    net = torch.nn.Sequential(layer.Linear(4, 3), torch.nn.ReLU(), neuron.IFNode())
+    with pytest.raises(snnc.SnncError, match="layer '1': ReLU is not supported"):
+        snnc.compile(net, timesteps=2, example_input=torch.zeros(4))
+    with pytest.raises(snnc.SnncError, match="needs example_input"):
+        snnc.compile(sj_net(), timesteps=2)
+    scalar = torch.nn.Sequential(torch.nn.Linear(4, 3), snn.Leaky(beta=0.9, init_hidden=True))
+    with pytest.raises(snnc.SnncError, match="export_to_nir failed"):
+        snnc.compile(scalar, timesteps=2, example_input=torch.zeros(4))
+    with pytest.raises(snnc.SnncError, match="from snnTorch and SpikingJelly"):
+        snnc.compile(torch.nn.Linear(4, 3), timesteps=2, example_input=torch.zeros(4))
