@@ -41,6 +41,7 @@ import json
 import math
 import os
 import random
+import re
 import struct
 import sys
 import zipfile
@@ -69,6 +70,19 @@ def f32(x):
 def _vth(r):
     return r.choice([1.0, 1.0, 0.5, 0.75, r.uniform(0.2, 1.5)])
 
+
+# per prelude neuron: the parameters its states' initial values use (they cannot be learned)
+INIT_PARAMS = {}
+_neuron = None
+for _line in open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "frontend",
+                               "prelude.snn")):
+    _m = re.match(r"\s*neuron\s+(\w+)", _line)
+    if _m:
+        _neuron = _m.group(1)
+        INIT_PARAMS[_neuron] = set()
+    _m = re.match(r"\s*state\s+\w+\s*=\s*(.*)", _line)
+    if _m and _neuron:
+        INIT_PARAMS[_neuron] |= set(re.findall(r"[A-Za-z_]\w*", _m.group(1)))
 
 PRELUDE = {
     # name: (states, [(param, generator)], emits f32?, bipolar?)
@@ -142,6 +156,7 @@ class Gen:
         self.r = random.Random(seed * 1000003 + 17)
         self.rd = random.Random(seed * 1000003 + 29)   # data and weights
         self.ro = random.Random(seed * 1000003 + 41)   # outputs
+        self.rl = random.Random(seed * 1000003 + 53)   # which neuron parameters are learned
         self.expose_all = expose_all
         self.lines = []
         self.neuron_defs = []
@@ -488,12 +503,18 @@ class Gen:
         k = r.randint(0, len(vals))
         positional = r.random() < 0.5
         for i, (p, v) in enumerate(vals):
+            # a prelude neuron's parameter learned (p = learn(x)) where the model has no weights
+            # file (the seeded value is x) and it sets no state's initial value
+            val = num(v)
+            if (nname in PRELUDE and not self.use_weights and p not in INIT_PARAMS.get(nname, ())
+                    and self.rl.random() < 0.2):
+                val = "learn(%s)" % val
             if positional and i < k:
-                args.append(num(v))
+                args.append(val)
                 continue
             positional = False
             if r.random() < 0.6:
-                args.append("%s = %s" % (p, num(v)))
+                args.append("%s = %s" % (p, val))
         if r.random() < 0.5:
             # keyword order does not matter
             head, kw = args[: 1 + (k if positional else 0)], args[1 + (k if positional else 0):]
