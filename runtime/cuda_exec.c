@@ -29,6 +29,11 @@ struct RtCudaExec {
     CUmodule module;
     CUfunction *fns;      /* [ncuda_kernels] */
     CUstream stream;
+    /* the caller's stream of the last snn_run_stream whose work may still be pending (has_user;
+     * 0 is the legacy default stream): what uses the arena from another stream waits for it
+     * first (settle) */
+    CUstream user;
+    bool has_user;
     CUdeviceptr arena;
     CUdeviceptr *addr;    /* [nbufs] every buffer's device address (inputs/outputs: staging) */
     CUdeviceptr dyn;      /* ndyn int64 */
@@ -96,6 +101,7 @@ rt_cuda_exec_destroy(RtCudaExec *x)
     const RtCudaDriver *d = x->drv;
     /* teardown goes on past failures: there is nobody to tell */
     if (x->ctx && d->cuCtxPushCurrent_v2(x->ctx) == CUDA_SUCCESS) {
+        if (x->has_user) d->cuStreamSynchronize(x->user); /* nothing still reads the arena */
         for (int b = 0; x->graphs && b <= x->max_batch; b++)
             if (x->graphs[b]) d->cuGraphExecDestroy(x->graphs[b]);
         if (x->stream) d->cuStreamDestroy_v2(x->stream);
@@ -351,6 +357,15 @@ fail:
     return st;
 }
 
+/* the work a caller's stream may still have pending on the arena, done (the context is current) */
+static bool
+settle(RtCudaExec *x, char *err, size_t errlen)
+{
+    if (!x->has_user) return true;
+    x->has_user = false;
+    return CU(cuStreamSynchronize, x->user);
+}
+
 snn_status
 rt_cuda_exec_set_weights(RtCudaExec *x, void *const *mem, char *err, size_t errlen)
 {
@@ -377,7 +392,7 @@ rt_cuda_exec_set_weights(RtCudaExec *x, void *const *mem, char *err, size_t errl
         return cu_status(x);
     }
     CUdeviceptr scratch = 0;
-    bool is_ok = CU(cuMemAlloc_v2, &scratch, x->weight_bytes);
+    bool is_ok = settle(x, err, errlen) && CU(cuMemAlloc_v2, &scratch, x->weight_bytes);
     if (!is_ok) scratch = 0;
     is_ok = is_ok && CU(cuMemcpyHtoDAsync_v2, scratch, host, x->weight_bytes, x->stream) &&
             CU(cuStreamSynchronize, x->stream) &&
@@ -500,13 +515,21 @@ is_device_memory(RtCudaExec *x, const void *p)
 }
 
 snn_status
-rt_cuda_exec_run(RtCudaExec *x, int64_t first_sample, int batch, const void *const *inputs,
-                 void *const *outputs, bool is_device, int64_t *launches, int64_t *graphs,
-                 char *err, size_t errlen)
+rt_cuda_exec_run(RtCudaExec *x, bool queued, void *stream, int64_t first_sample, int batch,
+                 const void *const *inputs, void *const *outputs, bool is_device, int64_t *launches,
+                 int64_t *graphs, char *err, size_t errlen)
 {
     const snn_model *m = x->m;
     x->last = CUDA_SUCCESS;
     if (!push(x, err, errlen)) return cu_status(x);
+    /* on the caller's stream (device memory only): the work is queued there and not waited for;
+     * a run on another stream first waits for what the last one left pending */
+    CUstream on = queued ? (CUstream)stream : x->stream;
+    if (x->has_user && x->user != on && !settle(x, err, errlen)) {
+        CUcontext popped;
+        x->drv->cuCtxPopCurrent_v2(&popped);
+        return cu_status(x);
+    }
     if (is_device) {
         for (int i = 0; i < m->ninputs + m->noutputs; i++) {
             bool is_in = i < m->ninputs;
@@ -535,10 +558,20 @@ rt_cuda_exec_run(RtCudaExec *x, int64_t first_sample, int batch, const void *con
         is_ok = CU(cuMemcpyHtoDAsync_v2, x->addr[b], user, buf_elems(kb, batch) * kb->elem,
                    x->stream);
     }
-    is_ok = is_ok && CU(cuMemcpyHtoDAsync_v2, x->dyn, x->dyn_host,
-                        (size_t)x->ndyn * sizeof *x->dyn_host, x->stream) &&
-            CU(cuGraphLaunch, x->graphs[batch], x->stream);
+    /* from pageable memory: staged before the call returns, so the next run may rewrite it */
+    is_ok =
+        is_ok &&
+        CU(cuMemcpyHtoDAsync_v2, x->dyn, x->dyn_host, (size_t)x->ndyn * sizeof *x->dyn_host, on) &&
+        CU(cuGraphLaunch, x->graphs[batch], on);
     is_queued = is_queued || is_ok;
+    if (queued && is_ok) {
+        x->user = on;
+        x->has_user = true;
+        if (!pop(x, err, errlen)) return cu_status(x);
+        *launches = x->nlaunches[batch];
+        *graphs = 1;
+        return SNN_OK;
+    }
     for (int b = 0; is_ok && !is_device && b < m->ncuda_bufs; b++) {
         const RtBuf *kb = &m->cuda_bufs[b];
         if (kb->kind != RT_BUF_OUTPUT) continue;
@@ -547,7 +580,7 @@ rt_cuda_exec_run(RtCudaExec *x, int64_t first_sample, int batch, const void *con
     }
     is_ok = is_ok && CU(cuStreamSynchronize, x->stream);
     if (!is_ok) {
-        if (is_queued) x->drv->cuStreamSynchronize(x->stream);
+        if (is_queued) x->drv->cuStreamSynchronize(on);
         CUcontext popped;
         x->drv->cuCtxPopCurrent_v2(&popped);
         return x->last == CUDA_SUCCESS ? SNN_ERR_STATE : cu_status(x);
@@ -564,7 +597,7 @@ rt_cuda_exec_counts(RtCudaExec *x, double *counts, char *err, size_t errlen)
     const snn_model *m = x->m;
     x->last = CUDA_SUCCESS;
     if (!push(x, err, errlen)) return cu_status(x);
-    bool is_ok = true;
+    bool is_ok = settle(x, err, errlen);
     for (int l = 0; is_ok && l < m->nlayers; l++) {
         int b = m->cuda_layers[l].buf;
         const RtBuf *kb = &m->cuda_bufs[b];
@@ -596,7 +629,7 @@ rt_cuda_exec_reset_counts(RtCudaExec *x, char *err, size_t errlen)
 {
     x->last = CUDA_SUCCESS;
     if (!push(x, err, errlen)) return cu_status(x);
-    if (!zero_counts(x, err, errlen)) {
+    if (!settle(x, err, errlen) || !zero_counts(x, err, errlen)) {
         CUcontext popped;
         x->drv->cuCtxPopCurrent_v2(&popped);
         return cu_status(x);

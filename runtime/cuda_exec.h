@@ -28,10 +28,14 @@ snn_status rt_cuda_exec_set_weights(RtCudaExec *x, void *const *mem, char *err, 
 
 /* One batch: inputs[i]/outputs[i] host arrays, or device addresses when is_device (read and
  * written in place by the kernels). The counted layers' spikes are added on the device;
- * *launches the kernel launches the run made, *graphs the graph launches. */
-snn_status rt_cuda_exec_run(RtCudaExec *x, int64_t first_sample, int batch,
-                            const void *const *inputs, void *const *outputs, bool is_device,
-                            int64_t *launches, int64_t *graphs, char *err, size_t errlen);
+ * *launches the kernel launches the run made, *graphs the graph launches. queued (is_device
+ * only): the run goes on `stream` (a CUstream; NULL is the legacy default stream) and is not
+ * waited for; what uses the arena from another stream later (a run, weights, counts) waits for
+ * it first. */
+snn_status rt_cuda_exec_run(RtCudaExec *x, bool queued, void *stream, int64_t first_sample,
+                            int batch, const void *const *inputs, void *const *outputs,
+                            bool is_device, int64_t *launches, int64_t *graphs, char *err,
+                            size_t errlen);
 /* counts[l]: every spike of counted layer l since the executor began or its counts were reset */
 snn_status rt_cuda_exec_counts(RtCudaExec *x, double *counts, char *err, size_t errlen);
 snn_status rt_cuda_exec_reset_counts(RtCudaExec *x, char *err, size_t errlen);

@@ -707,7 +707,8 @@ check_pointers(const char *fn, const snn_session *s)
 
 /* a run whose pointers are in s->in_ptrs/out_ptrs, with the lock held; unlocks */
 static snn_status
-run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device)
+run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device, bool queued,
+           void *stream)
 {
     const snn_model *m = s->m;
     if (!s->has_weights) {
@@ -719,8 +720,9 @@ run_locked(snn_session *s, int64_t first_sample, int batch, bool is_device)
     int64_t launches = 0, graphs = 0;
     if (s->cuda) {
         char msg[512];
-        snn_status st = rt_cuda_exec_run(s->cuda, first_sample, batch, s->in_ptrs, s->out_ptrs,
-                                         is_device, &launches, &graphs, msg, sizeof msg);
+        snn_status st =
+            rt_cuda_exec_run(s->cuda, queued, stream, first_sample, batch, s->in_ptrs, s->out_ptrs,
+                             is_device, &launches, &graphs, msg, sizeof msg);
         if (st != SNN_OK) {
             pthread_mutex_unlock(&s->lock);
             return rt_fail(st, "%s", msg);
@@ -775,7 +777,7 @@ snn_run(snn_session *s, int64_t first_sample, int batch, const float *const *inp
         pthread_mutex_unlock(&s->lock);
         return st;
     }
-    return run_locked(s, first_sample, batch, false);
+    return run_locked(s, first_sample, batch, false, false, NULL);
 }
 
 snn_status
@@ -798,7 +800,30 @@ snn_run_device(snn_session *s, int64_t first_sample, int batch, const void *cons
         pthread_mutex_unlock(&s->lock);
         return st;
     }
-    return run_locked(s, first_sample, batch, true);
+    return run_locked(s, first_sample, batch, true, false, NULL);
+}
+
+snn_status
+snn_run_stream(snn_session *s, void *stream, int64_t first_sample, int batch,
+               const void *const *inputs, void *const *outputs)
+{
+    rt_clear_error();
+    snn_status st = check_run("snn_run_stream", s, first_sample, batch, inputs, outputs);
+    if (st != SNN_OK) return st;
+    if (!s->cuda)
+        return rt_fail(SNN_ERR_DEVICE, "snn_run_stream needs a cuda session (this one is on %s)",
+                       s->device);
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->m->ninputs; i++)
+        s->in_ptrs[i] = inputs[i];
+    for (int i = 0; i < s->m->noutputs; i++)
+        s->out_ptrs[i] = outputs[i];
+    st = check_pointers("snn_run_stream", s);
+    if (st != SNN_OK) {
+        pthread_mutex_unlock(&s->lock);
+        return st;
+    }
+    return run_locked(s, first_sample, batch, true, true, stream);
 }
 
 snn_status

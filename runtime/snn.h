@@ -127,6 +127,16 @@ snn_status snn_run(snn_session *s, int64_t first_sample, int batch, const float 
  * SNN_ERR_DEVICE on a cpu session; SNN_ERR_ARGUMENT for a pointer that is not device memory. */
 snn_status snn_run_device(snn_session *s, int64_t first_sample, int batch,
                           const void *const *inputs, void *const *outputs);
+/* snn_run_device queued on the caller's CUDA stream (a CUstream, or cudaStream_t: the same
+ * handle; NULL is the legacy default stream, as in CUDA) and not waited for (ABI 3, added): the
+ * run's copies and its graph go on `stream`, in
+ * order with the caller's work there, and the call returns once they are queued; the outputs are
+ * ready when the stream reaches that point. The session's device memory is one: runs on a session
+ * go to one stream at a time (a run on another stream, snn_session_load_weights and the spike
+ * counts first wait for what the last stream has pending). SNN_ERR_DEVICE on a cpu session;
+ * SNN_ERR_ARGUMENT for a pointer that is not device memory. */
+snn_status snn_run_stream(snn_session *s, void *stream, int64_t first_sample, int batch,
+                          const void *const *inputs, void *const *outputs);
 /* Spikes each counted layer emitted (sum over samples, steps and neurons of |spike|) since the
  * session began or the last reset: counts[i] for layer i, n entries (snn_model_num_layers). */
 snn_status snn_session_spike_counts(snn_session *s, double *counts, int n);

@@ -84,6 +84,7 @@ FUNCTIONS = {
 OPTIONAL = {
     "snn_train_backward_inputs": (C.c_int, [_P, C.POINTER(_P), C.POINTER(_P), C.POINTER(_P)]),
     "snn_trainer_set_weight": (C.c_int, [_P, C.c_int, C.c_void_p]),
+    "snn_run_stream": (C.c_int, [_P, C.c_void_p, C.c_int64, C.c_int, C.POINTER(_P), C.POINTER(_P)]),
 }
 
 

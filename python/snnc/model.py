@@ -193,11 +193,14 @@ class Model:
             res[name] = a
         return res
 
-    def run_device(self, inputs: dict, outputs: dict, batch: int, first_sample: int = 0):
+    def run_device(self, inputs: dict, outputs: dict, batch: int, first_sample: int = 0,
+                   stream: int | None = None):
         """snn_run_device on a cuda session: inputs and outputs are CUDA device addresses (ints,
         e.g. a torch tensor's data_ptr()), name -> address, each holding `batch` samples of its
         tensor (float32, contiguous); the kernels read and write them in place, no copy through
-        the host. Returns when the outputs are written."""
+        the host. Returns when the outputs are written; with `stream` (a CUstream handle as an
+        int, e.g. torch.cuda.current_stream().cuda_stream), snn_run_stream: the run is queued on
+        that stream, in order with the caller's work there, and not waited for."""
         session = self._live()
         if set(inputs) != set(self.inputs) or set(outputs) != set(self.outputs):
             raise ValueError(f"{self.name}: run_device takes every input ({', '.join(self.inputs)}) "
@@ -208,8 +211,16 @@ class Model:
             raise ValueError(f"first_sample must be a non-negative integer, got {first_sample!r}")
         ins = (C.c_void_p * len(inputs))(*[int(inputs[n]) for n in self.inputs])
         outs = (C.c_void_p * len(outputs))(*[int(outputs[n]) for n in self.outputs])
-        self._check(self._lib.snn_run_device(session, first_sample, batch, ins, outs),
-                    f"samples {first_sample}..{first_sample + batch - 1} on {self.device}")
+        where = f"samples {first_sample}..{first_sample + batch - 1} on {self.device}"
+        if stream is None:
+            self._check(self._lib.snn_run_device(session, first_sample, batch, ins, outs), where)
+            return
+        fn = getattr(self._lib, "snn_run_stream", None)
+        if fn is None:
+            raise SnncError(f"{self.name}: this library has no snn_run_stream (built by an older "
+                            "snnc): run without stream")
+        self._check(fn(session, C.c_void_p(int(stream) or None), first_sample, batch, ins, outs),
+                    where)
 
     def _run_cuda_tensors(self, tensors: dict, first_sample: int) -> dict:
         """torch CUDA tensors in, torch CUDA tensors out, through run_device in batches"""
@@ -236,12 +247,17 @@ class Model:
         n = n.pop()
         outs = {name: torch.empty((n,) + t.shape, dtype=torch.float32, device=dev)
                 for name, t in self.outputs.items()}
-        torch.cuda.current_stream(dev).synchronize()  # the inputs are written before the run reads
+        # on torch's current stream: after what writes the inputs, before what reads the outputs,
+        # no host synchronisation (a library without snn_run_stream: synchronise and run)
+        stream = torch.cuda.current_stream(dev)
+        on = stream.cuda_stream if hasattr(self._lib, "snn_run_stream") else None
+        if on is None:
+            stream.synchronize()
         for start in range(0, n, self.max_batch):
             b = min(self.max_batch, n - start)
             self.run_device({k: a[start].data_ptr() for k, a in xs.items()},
                             {k: o[start].data_ptr() for k, o in outs.items()}, b,
-                            first_sample + start)
+                            first_sample + start, stream=on)
         return outs
 
     def __call__(self, x, first_sample: int = 0):

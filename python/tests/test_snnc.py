@@ -276,6 +276,21 @@ def test_run_device_on_the_cuda_stand_in(monkeypatch):
         C.memmove(got.ctypes.data, dy.value, want.nbytes)
         assert got.tobytes() == want.tobytes()
         assert m.stats()["graph_launches"] == 2
+        # queued on a stream of the caller's (snn_run_stream), the legacy default one too: the
+        # same outputs once the stream is synchronised
+        C.memset(dy.value, 0xff, want.nbytes)
+        stream = C.c_void_p()
+        assert cu.cuCtxPushCurrent_v2(ctx) == 0 and cu.cuStreamCreate(C.byref(stream), 0) == 0
+        cu.cuCtxPopCurrent_v2(C.byref(C.c_void_p()))
+        m.run_device({"image": dx.value}, {"rate": dy.value}, batch=4, stream=stream.value)
+        m.run_device({"image": dx.value + 4 * per}, {"rate": dy.value + 4 * want[0].nbytes},
+                     batch=2, first_sample=4, stream=0)
+        assert cu.cuCtxPushCurrent_v2(ctx) == 0 and cu.cuStreamSynchronize(stream) == 0
+        assert cu.cuStreamDestroy_v2(stream) == 0
+        cu.cuCtxPopCurrent_v2(C.byref(C.c_void_p()))
+        C.memmove(got.ctypes.data, dy.value, want.nbytes)
+        assert got.tobytes() == want.tobytes()
+        assert m.stats()["graph_launches"] == 4
 
 
 def test_train(tmp_path):

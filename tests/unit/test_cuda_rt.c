@@ -496,6 +496,10 @@ test_sessions(void)
         void *dout[] = {y};
         CHECK_ERR(snn_run_device(s, 0, 2, din, dout), SNN_ERR_DEVICE,
                   "snn_run_device needs a cuda session (this one is on cpu)");
+        CHECK_ERR(snn_run_stream(s, NULL, 0, 2, din, dout), SNN_ERR_DEVICE,
+                  "snn_run_stream needs a cuda session (this one is on cpu)");
+        CHECK_ERR(snn_run_stream(s, NULL, 0, 0, din, dout), SNN_ERR_ARGUMENT,
+                  "snn_run_stream: batch 0 is not in 1..4");
         CHECK_ERR(snn_run_device(s, 0, 9, din, dout), SNN_ERR_ARGUMENT,
                   "snn_run_device: batch 9 is not in 1..4");
         CHECK_ERR(snn_run_device(NULL, 0, 1, din, dout), SNN_ERR_ARGUMENT, "session is NULL");
