@@ -805,11 +805,21 @@ parse_options(int argc, char **argv, Options *o)
         if (o->resume && (o->init || o->weights))
             usage_error("--resume takes the weights from the checkpoint: not with --init or "
                         "--weights");
-        if (o->device || (backend_given && strcmp(o->backend, "interp") != 0 &&
-                          strcmp(o->backend, "kir") != 0 && strcmp(o->backend, "cpu") != 0))
-            usage_error("--train runs on the CPU (--backend=cpu, compiled) or the reference "
-                        "interpreter (--backend=interp) for now");
-        if (!backend_given || is_f64_asked)
+        /* --device=cuda[:N] (or --backend=cuda): the compiled step on a CUDA device */
+        const char *d = o->device;
+        bool on_cuda = (backend_given && strcmp(o->backend, "cuda") == 0) ||
+                       (d && (strcmp(d, "cuda") == 0 || strncmp(d, "cuda:", 5) == 0));
+        /* (parse_device has refused other devices and backends that do not run on them) */
+        if (!on_cuda && backend_given && strcmp(o->backend, "interp") != 0 &&
+            strcmp(o->backend, "kir") != 0 && strcmp(o->backend, "cpu") != 0)
+            usage_error("--train runs on the CPU (--backend=cpu, compiled), a CUDA device "
+                        "(--device=cuda) or the reference interpreter (--backend=interp)");
+        o->cuda_ordinal = d && strncmp(d, "cuda:", 5) == 0
+                              ? (int)parse_int("--device=cuda:N", d + 5, 0, 1023)
+                              : 0;
+        if (on_cuda)
+            o->backend = "cuda";
+        else if (!backend_given || is_f64_asked)
             o->backend = has_backend("cpu") && !is_f64_asked ? "cpu" : "interp";
         o->precision = is_f64_asked ? INTERP_F64 : INTERP_F32;
     } else {

@@ -11,6 +11,12 @@
 #include "driver/load.h"
 #include "driver/plot.h"
 #include "runtime/pool.h"
+#include "codegen/cuda/build.h"
+#include "codegen/cuda/cuda_gen.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/cuda_exec.h"
+#include "runtime/model_parts.h"
+#include "runtime/tensor_io.h"
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
 #endif
@@ -507,6 +513,13 @@ typedef struct Engine {
     KProgram *inf;
     KBinding *bdi;
     RtPool *pool;
+    /* --device=cuda: the same program as CUDA C (cuda_gen), its image, a model made of them and
+     * an executor holding the device's copy of every buffer; bd stays the host's, the truth
+     * for inputs, outputs, loss gradients, weights and their gradients (engine_run copies) */
+    bool is_cuda;
+    CudaBuild cb_cuda;
+    snn_model *cm;
+    RtCudaExec *cx;
 #ifdef SNN_HAVE_LLVM
     CgLlvm *cf, *cb, *cbi, *ci;
     /* SNN_TRAIN_PROFILE=1: every kernel of p compiled alone and timed (seconds in kt), the
@@ -532,6 +545,109 @@ update_running_stats(Engine *e, const Module *m, int nb)
                              m->weights[n->first_weight + 3].data, e->bd->mem[e->tr.bn_mean[v]],
                              e->bd->mem[e->tr.bn_var[v]], C, cnt);
     }
+}
+
+/* --device=cuda: the training program as CUDA C for the device's architecture, a model made of
+ * its description, image and the module's weights, and an executor on the device; false after
+ * reporting */
+static bool
+engine_open_cuda(Engine *e, const Module *m, const Options *o)
+{
+    char err[1024], name[256];
+    int major, minor;
+    e->is_cuda = true;
+    if (!rt_cuda_device_arch(o->cuda_ordinal, &major, &minor, name, sizeof name, err, sizeof err) ||
+        !cuda_nvrtc_load(err, sizeof err)) {
+        fprintf(stderr, "snnc: error: --device=cuda: %s\n", err);
+        return false;
+    }
+    char arch[32];
+    snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+    if (!cuda_build_begin(&e->cb_cuda, e->p, cuda_gen_source(e->p), m->name ? m->name : "model"))
+        return false;
+    CudaImage *img = cuda_build_add(&e->cb_cuda, arch, true);
+    if (!img) {
+        fprintf(stderr,
+                "snnc: error: the training step's CUDA code for %s (%s) could not be "
+                "built\n",
+                name, arch);
+        return false;
+    }
+    /* training counts no spikes: the description names no counted layer (the kernels' per-sample
+     * counters stay temporaries) */
+    int nstats = e->p->nstats;
+    e->p->nstats = 0;
+    char *kernels = cuda_gen_describe(e->p);
+    size_t rlen = strlen(kernels) + 128;
+    char *records = xmalloc(rlen);
+    snprintf(records, rlen, "%scuda_image cubin %s 0 %zu\n", kernels, arch, img->size);
+    char *meta = kir_describe_with(e->p, "cuda", records);
+    e->p->nstats = nstats;
+    free(kernels);
+    free(records);
+    RtTensor *ts = weights_as_tensors(m);
+    unsigned char *wbytes = NULL;
+    size_t wlen = 0;
+    bool ok = rt_safetensors_encode(ts, m->nweights, RT_F32, &wbytes, &wlen, err, sizeof err) == 0;
+    if (!ok) fprintf(stderr, "snnc: error: encoding the weights: %s\n", err);
+    snn_status st = SNN_OK;
+    if (ok &&
+        (st = rt_model_create(meta, NULL, wbytes, wlen, img->data, img->size, &e->cm)) != SNN_OK)
+        fprintf(stderr, "snnc: error: the training step's CUDA model: %s\n", snn_last_error());
+    ok = ok && st == SNN_OK;
+    free(meta);
+    free(wbytes);
+    free(ts);
+    if (ok && e->cm->ncuda_bufs != e->p->nbufs)
+        die("--device=cuda: the CUDA model has %d buffers, the program %d", e->cm->ncuda_bufs,
+            e->p->nbufs);
+    if (ok && (st = rt_cuda_exec_create(e->cm, o->cuda_ordinal, o->batch, &e->cx, err,
+                                        sizeof err)) != SNN_OK) {
+        fprintf(stderr, "snnc: error: --device=cuda: %s\n", err);
+        ok = false;
+    }
+    if (ok && (st = rt_cuda_exec_set_weights(e->cx, e->bd->mem, err, sizeof err)) != SNN_OK) {
+        fprintf(stderr, "snnc: error: --device=cuda: the weights: %s\n", err);
+        ok = false;
+    }
+    return ok;
+}
+
+/* copies between the host's binding and the device: buffer b at batch nb */
+static bool
+cuda_copy(Engine *e, int b, int nb, bool to_device, char *err, size_t errlen)
+{
+    if (b < 0) return true;
+    const KBuf *kb = &e->p->bufs[b];
+    size_t bytes = (size_t)kbytes(kb->type, ksize_eval(kb->size, nb));
+    return rt_cuda_exec_copy(e->cx, b, e->bd->mem[b], bytes, to_device, err, errlen) == SNN_OK;
+}
+
+/* view v of the training program on the device: what the host wrote that it reads goes in (the
+ * inputs before the forward, the loss gradients before the backward), its kernels run, what the
+ * host reads comes back (outputs and batch statistics, weight or input gradients) */
+static bool
+cuda_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t errlen)
+{
+    const Module *m = e->p->m;
+    bool is_fwd = v == &e->fwd, ok = true;
+    int first = v == &e->bwd ? e->tr.nforward : v == &e->bwd_in ? e->tr.ninput_first : 0;
+    for (int b = 0; ok && is_fwd && b < e->p->nbufs; b++)
+        if (e->p->bufs[b].kind == KB_INPUT) ok = cuda_copy(e, b, nb, true, err, errlen);
+    for (int k = 0; ok && v == &e->bwd && k < m->noutputs; k++)
+        ok = cuda_copy(e, e->tr.out_grad[k], nb, true, err, errlen);
+    ok = ok && rt_cuda_exec_run_kernels(e->cx, first, first + v->nkernels, nb, base, is_fwd, err,
+                                        errlen) == SNN_OK;
+    for (int b = 0; ok && is_fwd && b < e->p->nbufs; b++)
+        if (e->p->bufs[b].kind == KB_OUTPUT) ok = cuda_copy(e, b, nb, false, err, errlen);
+    for (ValueId u = 0; ok && is_fwd && u < m->nnodes; u++)
+        ok = cuda_copy(e, e->tr.bn_mean[u], nb, false, err, errlen) &&
+             cuda_copy(e, e->tr.bn_var[u], nb, false, err, errlen);
+    for (int w = 0; ok && v == &e->bwd && w < m->nweights; w++)
+        ok = cuda_copy(e, e->tr.weight_grad[w], nb, false, err, errlen);
+    for (int i = 0; ok && v == &e->bwd_in && i < m->ninputs; i++)
+        ok = cuda_copy(e, e->tr.input_grad[i], nb, false, err, errlen);
+    return ok;
 }
 
 static bool
@@ -589,9 +705,19 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
         /* its packed weights are the training forward's (repacked after every update) */
         kir_share_weights(e->inf, e->bdi, e->p, e->bd);
     }
-    if (strcmp(o->backend, "cpu") == 0) {
+    if (strcmp(o->backend, "cuda") == 0 && !engine_open_cuda(e, m, o)) return false;
+    if (strcmp(o->backend, "cpu") == 0 || (e->is_cuda && e->inf)) {
 #ifdef SNN_HAVE_LLVM
-        e->is_llvm = true;
+        /* on a GPU the testing program (running statistics) runs on the CPU */
+        e->is_llvm = !e->is_cuda;
+        if (e->is_cuda) {
+            e->ci = cg_llvm_compile(e->inf, err, sizeof err);
+            if (!e->ci) {
+                fprintf(stderr, "snnc: error: compiling the testing program: %s\n", err);
+                return false;
+            }
+            return true;
+        }
         e->cf = cg_llvm_compile(&e->fwd, err, sizeof err);
         if (e->cf) e->cb = cg_llvm_compile(&e->bwd, err, sizeof err);
         if (e->cb && o->grads) e->cbi = cg_llvm_compile(&e->bwd_in, err, sizeof err);
@@ -623,6 +749,10 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
 static void
 engine_close(Engine *e)
 {
+    rt_cuda_exec_destroy(e->cx);
+    rt_model_free(e->cm);
+    e->cb_cuda.gp = NULL; /* e->p, freed below */
+    cuda_build_free(&e->cb_cuda);
 #ifdef SNN_HAVE_LLVM
     if (e->ck) {
         double total = 0;
@@ -671,7 +801,12 @@ engine_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t
             if (kb->kind == KB_TEMP && !kb->is_written_first)
                 memset(bd->mem[b], 0, (size_t)kbytes(kb->type, ksize_eval(kb->size, nb)));
         }
+    if (e->is_cuda && !is_inf) return cuda_run(e, v, nb, base, err, errlen);
 #ifdef SNN_HAVE_LLVM
+    if (e->is_cuda && is_inf) {
+        ((SnnkEntryFn)(uintptr_t)cg_llvm_entry(e->ci))(bd->mem, nb, base, rt_pool_rt(e->pool));
+        return true;
+    }
     if (e->is_llvm && e->ck && !is_inf) {
         int first = view_first(e, v);
         for (int k = first; k < first + v->nkernels; k++) {
@@ -810,7 +945,9 @@ engine_step(Engine *e, const Module *m, const InterpOptions *io, int nb, int64_t
 static bool
 engine_weights_changed(Engine *e, char *err, size_t errlen)
 {
-    return e->is_interp || kir_rebind_weights(e->p, e->bd, err, errlen);
+    if (e->is_interp) return true;
+    if (!kir_rebind_weights(e->p, e->bd, err, errlen)) return false;
+    return !e->is_cuda || rt_cuda_exec_set_weights(e->cx, e->bd->mem, err, errlen) == SNN_OK;
 }
 
 static bool apply_train_block(const Module *m, Options *o);

@@ -591,6 +591,85 @@ rt_cuda_exec_run(RtCudaExec *x, bool queued, void *stream, int64_t first_sample,
     return SNN_OK;
 }
 
+/* the KProgram kernel a CUDA kernel begins with: its symbol is snnk_k<N>_... (cuda_gen.c) */
+static int
+kernel_base(const RtCudaKernel *kr)
+{
+    int n = -1;
+    return sscanf(kr->symbol, "snnk_k%d_", &n) == 1 ? n : -1;
+}
+
+snn_status
+rt_cuda_exec_run_kernels(RtCudaExec *x, int first, int end, int batch, int64_t first_sample,
+                         bool zero, char *err, size_t errlen)
+{
+    const snn_model *m = x->m;
+    x->last = CUDA_SUCCESS;
+    if (!push(x, err, errlen)) return cu_status(x);
+    bool is_ok = settle(x, err, errlen);
+    /* the kernels find the inputs and outputs at their staging addresses */
+    x->dyn_host[SNN_CUDA_DYN_SAMPLE_BASE] = first_sample;
+    for (int b = 0; b < m->ncuda_bufs; b++)
+        if (x->dyn_slot[b] >= 0) x->dyn_host[x->dyn_slot[b]] = (int64_t)x->addr[b];
+    is_ok = is_ok && CU(cuMemcpyHtoDAsync_v2, x->dyn, x->dyn_host,
+                        (size_t)x->ndyn * sizeof *x->dyn_host, x->stream);
+    for (int b = 0; is_ok && zero && b < m->ncuda_bufs; b++) {
+        const RtBuf *kb = &m->cuda_bufs[b];
+        size_t bytes = buf_elems(kb, batch) * kb->elem;
+        if (kb->kind == RT_BUF_TEMP && kb->needs_zero && bytes)
+            is_ok = CU(cuMemsetD8Async, x->addr[b], 0, bytes, x->stream);
+    }
+    int64_t count = 0;
+    int n = m->ncuda_kernels;
+    for (int i = 0; is_ok && i < n;) {
+        int k = kernel_base(&m->cuda_kernels[i]);
+        bool in = k >= first && k < end;
+        if (!m->cuda_kernels[i].is_step) {
+            if (in) is_ok = launch(x, i, batch, 0, &count, err, errlen);
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < n && m->cuda_kernels[j].is_step)
+            j++;
+        for (int64_t t = 0; is_ok && in && t < m->timesteps; t++)
+            for (int q = i; is_ok && q < j; q++)
+                is_ok = launch(x, q, batch, t, &count, err, errlen);
+        i = j;
+    }
+    is_ok = is_ok && CU(cuStreamSynchronize, x->stream);
+    if (!is_ok) {
+        x->drv->cuStreamSynchronize(x->stream);
+        CUcontext popped;
+        x->drv->cuCtxPopCurrent_v2(&popped);
+        return x->last == CUDA_SUCCESS ? SNN_ERR_STATE : cu_status(x);
+    }
+    return pop(x, err, errlen) ? SNN_OK : cu_status(x);
+}
+
+snn_status
+rt_cuda_exec_copy(RtCudaExec *x, int b, void *host, size_t bytes, bool to_device, char *err,
+                  size_t errlen)
+{
+    x->last = CUDA_SUCCESS;
+    if (b < 0 || b >= x->m->ncuda_bufs) {
+        snprintf(err, errlen, "buffer %d is not one of the model's %d", b, x->m->ncuda_bufs);
+        return SNN_ERR_ARGUMENT;
+    }
+    if (!push(x, err, errlen)) return cu_status(x);
+    bool is_ok = settle(x, err, errlen) &&
+                 (to_device ? CU(cuMemcpyHtoDAsync_v2, x->addr[b], host, bytes, x->stream)
+                            : CU(cuMemcpyDtoHAsync_v2, host, x->addr[b], bytes, x->stream)) &&
+                 CU(cuStreamSynchronize, x->stream);
+    if (!is_ok) {
+        x->drv->cuStreamSynchronize(x->stream);
+        CUcontext popped;
+        x->drv->cuCtxPopCurrent_v2(&popped);
+        return cu_status(x);
+    }
+    return pop(x, err, errlen) ? SNN_OK : cu_status(x);
+}
+
 snn_status
 rt_cuda_exec_counts(RtCudaExec *x, double *counts, char *err, size_t errlen)
 {

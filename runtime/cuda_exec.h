@@ -36,6 +36,15 @@ snn_status rt_cuda_exec_run(RtCudaExec *x, bool queued, void *stream, int64_t fi
                             int batch, const void *const *inputs, void *const *outputs,
                             bool is_device, int64_t *launches, int64_t *graphs, char *err,
                             size_t errlen);
+/* Part of a program's schedule, for a caller that runs a program in pieces (snnc --train on the
+ * GPU): the CUDA kernels whose kernel-IR index (their symbol's snnk_k<N>_) is in [first, end),
+ * step loops once per step, at batch `batch`, the inputs and outputs at their staging buffers;
+ * with zero, the temporaries that need it zeroed first. Waits for the kernels. */
+snn_status rt_cuda_exec_run_kernels(RtCudaExec *x, int first, int end, int batch,
+                                    int64_t first_sample, bool zero, char *err, size_t errlen);
+/* bytes of buffer b (a cuda_buf index; an input's or output's staging) from or to host memory */
+snn_status rt_cuda_exec_copy(RtCudaExec *x, int b, void *host, size_t bytes, bool to_device,
+                             char *err, size_t errlen);
 /* counts[l]: every spike of counted layer l since the executor began or its counts were reset */
 snn_status rt_cuda_exec_counts(RtCudaExec *x, double *counts, char *err, size_t errlen);
 snn_status rt_cuda_exec_reset_counts(RtCudaExec *x, char *err, size_t errlen);

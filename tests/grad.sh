@@ -10,12 +10,17 @@
 # tolerance (Adam's: 1e-3 of its largest, about lr: a first Adam step is lr g / (|g| + eps), so an
 # element whose gradient is near eps moves by as much as its gradient's last digits do). Where the
 # compiled trainer (--backend=cpu) differentiates every layer, its gradients and weights must equal
-# the interpreter's bit for bit; where it does not, it must say so.
+# the interpreter's bit for bit; where it does not, it must say so. With a CUDA device, or
+# tests/cuda_emu's stand-in named by SNN_CUDA_DRIVER and SNN_NVRTC (CTest sets them), the same
+# compiled step on the GPU (--device=cuda) must give the same bits too.
 # Usage: grad.sh SNNC NPYCMP GRAD_DIR WORK_DIR
 set -u
 snnc=$1 npycmp=$2 dir=$3 work=$4
 mkdir -p "$work"
-pass=0 fail=0 compiled=0
+pass=0 fail=0 compiled=0 on_gpu=0
+# the GPU leg: where a device (or the stand-in) is there; named but failing is a failure
+gpu=0
+if [ -n "${SNN_CUDA_DRIVER:-}" ] || [ -e /dev/nvidia0 ]; then gpu=1; fi
 report() { echo "FAIL: $1"; cat "$2" 2>/dev/null; fail=$((fail + 1)); }
 for case in "$dir"/*/; do
   name=$(basename "$case")
@@ -47,6 +52,16 @@ for case in "$dir"/*/; do
       report "$name (--backend=cpu differs from --backend=interp)" "$log"; continue
     fi
     compiled=$((compiled + 1))
+    if [ "$gpu" = 1 ]; then
+      if ! (cd "$case" && "$snnc" --train --device=cuda model.snn --input=input.npy --labels=labels.npy \
+              "${args[@]}" --no-shuffle --grads="$work/$name.grads.cuda.safetensors" \
+              -o "$work/$name.w.cuda.safetensors" -q) >>"$log" 2>&1 ||
+         ! cmp "$work/$name.grads.cuda.safetensors" "$work/$name.grads.safetensors" >>"$log" 2>&1 ||
+         ! cmp "$work/$name.w.cuda.safetensors" "$work/$name.w.safetensors" >>"$log" 2>&1; then
+        report "$name (--device=cuda differs from --backend=interp)" "$log"; continue
+      fi
+      on_gpu=$((on_gpu + 1))
+    fi
   elif ! grep -q "does not differentiate" "$log"; then
     report "$name (--backend=cpu)" "$log"; continue
   fi
@@ -66,5 +81,5 @@ for case in "$dir"/*/; do
   done
   [ "$ok" = 1 ] && pass=$((pass + 1))
 done
-echo "training parity: $pass passed ($compiled of them also compiled, equal to the interpreter bit for bit), $fail failed"
+echo "training parity: $pass passed ($compiled of them also compiled, $on_gpu on the GPU$([ "$gpu" = 1 ] || echo ": none here"), equal to the interpreter bit for bit), $fail failed"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

@@ -1164,16 +1164,18 @@ cuda_gen_source(const KProgram *p)
     fputs(prelude, f);
     fputs(prelude_16, f);
     fwrite(snn_philox_text, 1, sizeof snn_philox_text, f);
+    /* a whole step loop is one fused kernel or its kernels one by one (never part fused: its
+     * kernels interleave step by step) */
     for (int ki = 0; ki < p->nkernels;) {
         int end = ki + 1;
         while (p->kernels[ki].is_step && end < p->nkernels && p->kernels[end].is_step)
             end++;
-        if (p->kernels[ki].is_step && cuda_steps_fused(p, ki, end)) {
+        if (p->kernels[ki].is_step && cuda_steps_fused(p, ki, end))
             steps_kernel(&g, ki, end);
-            ki = end;
-        } else {
-            kernel(&g, ki++);
-        }
+        else
+            for (int k = ki; k < end; k++)
+                kernel(&g, k);
+        ki = end;
     }
     if (fclose(f) != 0) die("out of memory");
     return text;
@@ -1190,12 +1192,14 @@ cuda_gen_describe(const KProgram *p)
     fputs(bufs, f);
     free(bufs);
     int rec = 0; /* records in launch order: a fused step loop is one */
-    for (int ki = 0; ki < p->nkernels;) {
+    for (int ki = 0, loop_end = 0; ki < p->nkernels;) {
         const Kernel *k = &p->kernels[ki];
         int end = ki + 1;
         while (k->is_step && end < p->nkernels && p->kernels[end].is_step)
             end++;
-        bool is_fused = k->is_step && cuda_steps_fused(p, ki, end);
+        /* a step loop is fused whole or not at all (cuda_gen_source) */
+        bool is_fused = k->is_step && ki >= loop_end && cuda_steps_fused(p, ki, end);
+        if (k->is_step && ki >= loop_end) loop_end = end;
         char sym[160];
         if (is_fused)
             steps_symbol(sym, sizeof sym, ki);
