@@ -21,6 +21,9 @@ pass=0 fail=0 compiled=0 on_gpu=0
 # the GPU leg: where a device (or the stand-in) is there; named but failing is a failure
 gpu=0
 if [ -n "${SNN_CUDA_DRIVER:-}" ] || [ -e /dev/nvidia0 ]; then gpu=1; fi
+# the CPU leg: where this build compiles for the CPU (a GPU machine's build may not)
+has_cpu=0
+"$snnc" --run --backend=none x.snn 2>&1 | grep -q 'available: .*\bcpu\b' && has_cpu=1
 report() { echo "FAIL: $1"; cat "$2" 2>/dev/null; fail=$((fail + 1)); }
 for case in "$dir"/*/; do
   name=$(basename "$case")
@@ -43,28 +46,28 @@ for case in "$dir"/*/; do
        >>"$log" 2>&1; then
     report "$name (gradients)" "$log"; continue
   fi
-  # the compiled trainer, where it differentiates every layer: the same bits as the interpreter
-  if (cd "$case" && "$snnc" --train --backend=cpu model.snn --input=input.npy --labels=labels.npy \
-        "${args[@]}" --no-shuffle --grads="$work/$name.grads.cpu.safetensors" \
-        -o "$work/$name.w.cpu.safetensors" -q) >>"$log" 2>&1; then
-    if ! cmp "$work/$name.grads.cpu.safetensors" "$work/$name.grads.safetensors" >>"$log" 2>&1 ||
-       ! cmp "$work/$name.w.cpu.safetensors" "$work/$name.w.safetensors" >>"$log" 2>&1; then
-      report "$name (--backend=cpu differs from --backend=interp)" "$log"; continue
-    fi
-    compiled=$((compiled + 1))
-    if [ "$gpu" = 1 ]; then
-      if ! (cd "$case" && "$snnc" --train --device=cuda model.snn --input=input.npy --labels=labels.npy \
-              "${args[@]}" --no-shuffle --grads="$work/$name.grads.cuda.safetensors" \
-              -o "$work/$name.w.cuda.safetensors" -q) >>"$log" 2>&1 ||
-         ! cmp "$work/$name.grads.cuda.safetensors" "$work/$name.grads.safetensors" >>"$log" 2>&1 ||
-         ! cmp "$work/$name.w.cuda.safetensors" "$work/$name.w.safetensors" >>"$log" 2>&1; then
-        report "$name (--device=cuda differs from --backend=interp)" "$log"; continue
+  # the compiled trainer, where it differentiates every layer: the same bits as the interpreter,
+  # on the CPU (where this build has it) and on the GPU (where there is one)
+  legs=()
+  [ "$has_cpu" = 1 ] && legs+=(cpu)
+  [ "$gpu" = 1 ] && legs+=(cuda)
+  bad=0
+  for leg in "${legs[@]}"; do
+    how=(--backend=cpu)
+    [ "$leg" = cuda ] && how=(--device=cuda)
+    if (cd "$case" && "$snnc" --train "${how[@]}" model.snn --input=input.npy --labels=labels.npy \
+          "${args[@]}" --no-shuffle --grads="$work/$name.grads.$leg.safetensors" \
+          -o "$work/$name.w.$leg.safetensors" -q) >>"$log" 2>&1; then
+      if ! cmp "$work/$name.grads.$leg.safetensors" "$work/$name.grads.safetensors" >>"$log" 2>&1 ||
+         ! cmp "$work/$name.w.$leg.safetensors" "$work/$name.w.safetensors" >>"$log" 2>&1; then
+        report "$name (${how[0]} differs from --backend=interp)" "$log"; bad=1; break
       fi
-      on_gpu=$((on_gpu + 1))
+      if [ "$leg" = cpu ]; then compiled=$((compiled + 1)); else on_gpu=$((on_gpu + 1)); fi
+    elif ! grep -q "does not differentiate" "$log"; then
+      report "$name (${how[0]})" "$log"; bad=1; break
     fi
-  elif ! grep -q "does not differentiate" "$log"; then
-    report "$name (--backend=cpu)" "$log"; continue
-  fi
+  done
+  [ "$bad" = 1 ] && continue
   ok=1
   for opt in sgd adam; do
     [ -f "$case/$opt.args" ] || continue
@@ -81,5 +84,5 @@ for case in "$dir"/*/; do
   done
   [ "$ok" = 1 ] && pass=$((pass + 1))
 done
-echo "training parity: $pass passed ($compiled of them also compiled, $on_gpu on the GPU$([ "$gpu" = 1 ] || echo ": none here"), equal to the interpreter bit for bit), $fail failed"
+echo "training parity: $pass passed ($compiled of them also compiled for the CPU$([ "$has_cpu" = 1 ] || echo " (not in this build)"), $on_gpu on the GPU$([ "$gpu" = 1 ] || echo " (none here)"), equal to the interpreter bit for bit), $fail failed"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

@@ -23,6 +23,8 @@
 #   memcheck_tiles  memcheck with tiles at every batch
 #   fmnist        the trained MLP and conv SNN over the test set on the GPU (-O2, -O3, exact sums):
 #                 outputs equal the CPU backend's bit for bit, predictions equal the framework's
+#   train         snnc --train --device=cuda on the 29 training fixtures (tests/grad.sh): gradients
+#                 and weights after the steps equal the interpreter's bit for bit
 # It prints the device, driver, CUDA and NVRTC versions, one line per check (PASS, FAIL or TIME:
 # cut by the limit, with the checks done so far), and writes OUT/gpu-check.tgz (every log; failing
 # random seeds' folders). Exit status 0 when every check passed, 1 otherwise, 77 without a device.
@@ -134,6 +136,7 @@ if [ -n "$san" ]; then
 fi
 
 check fmnist bash "$0" fmnist "$work"
+check train bash "$root/tests/grad.sh" "$snnc" "$npycmp" "$root/tests/grad" "$work/train"
 wait
 echo "== results ($(($(date +%s) - start)) s)"
 status=0
@@ -146,11 +149,11 @@ summary() { # NAME: one line
   [ "$rc" != 0 ] && [ "$rc" != 124 ] && verdict="FAIL (exit $rc)"
   [ "$rc" != 0 ] && status=1
   local what
-  what=$(grep -E '^(backend diff|random models|SKIP)' "$work/$name.log" | tail -1)
+  what=$(grep -E '^(backend diff|random models|training parity|SKIP)' "$work/$name.log" | tail -1)
   [ -z "$what" ] && what="$(grep -c '^ok' "$work/$name.log") checks passed, $(grep -c '^FAIL' "$work/$name.log") failed"
   printf '%-10s %-22s %s\n' "$name" "$verdict" "$what"
 }
-names=(kir_diff kir_tiles random memcheck memcheck_tiles racecheck initcheck synccheck fmnist)
+names=(kir_diff kir_tiles random memcheck memcheck_tiles racecheck initcheck synccheck fmnist train)
 for name in "${names[@]}"; do summary "$name"; done
 for name in "${names[@]}"; do
   [ -f "$work/$name.rc" ] && [ "$(cat "$work/$name.rc")" != 0 ] || continue
