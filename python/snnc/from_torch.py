@@ -1,7 +1,8 @@
 """snnc.compile(module): a PyTorch module from an SNN framework, as snnc source.
 
-snnTorch exports itself to NIR cleanly (snntorch.export_nir.export_to_nir), so its modules go
-through NIR with snnTorch's neuron semantics. SpikingJelly's exporter refuses soft resets and its
+snnTorch exports itself to NIR (snntorch.export_nir.export_to_nir), so its modules go through
+NIR with snnTorch's neuron semantics (on a copy whose scalar neuron parameters are tensors of the
+layer's size: the export infers no shape from a scalar). SpikingJelly's exporter refuses soft resets and its
 state_dicts carry no neuron parameters, so its modules are read directly: an nn.Sequential (nested
 ones too) of Linear, Conv2d, BatchNorm2d, MaxPool2d, AvgPool2d, Flatten, Dropout (identity in
 inference) and IFNode, LIFNode and ParametricLIFNode, written as a .snn model whose layers carry
@@ -194,6 +195,35 @@ def spikingjelly_source(module, example_input, timesteps: int, out_dir: str) -> 
     return path
 
 
+def _snntorch_exportable(module, example_input):
+    """a copy of an snnTorch module whose neurons' scalar parameters (beta=0.9) are tensors of
+    their layer's size: snnTorch's NIR export needs the shapes and infers none from a scalar"""
+    import copy
+
+    import torch
+    from snntorch import utils
+    c = copy.deepcopy(module)
+    shapes, hooks = {}, []
+    for name, m in c.named_modules():
+        if type(m).__module__.startswith("snntorch"):
+            hooks.append(m.register_forward_pre_hook(
+                lambda mod, inp, name=name: shapes.setdefault(name, tuple(inp[0].shape)) and None))
+    utils.reset(c)
+    with torch.no_grad():
+        c(example_input)
+    for h in hooks:
+        h.remove()
+    for name, m in c.named_modules():
+        for p in ("alpha", "beta", "threshold") if name in shapes else ():
+            t = getattr(m, p, None)
+            if isinstance(t, torch.Tensor) and t.dim() == 0:
+                full = torch.full(shapes[name], float(t))
+                setattr(m, p, torch.nn.Parameter(full) if isinstance(t, torch.nn.Parameter)
+                        else full)
+    utils.reset(c)
+    return c
+
+
 def to_source(module, example_input, timesteps, framework, out_dir: str):
     """(path, framework) of an snnc source for a torch module"""
     fw = framework or framework_of(module)
@@ -209,11 +239,9 @@ def to_source(module, example_input, timesteps, framework, out_dir: str):
         from snntorch.export_nir import export_to_nir
         path = os.path.join(out_dir, "model.nir")
         try:
-            graph = export_to_nir(module, example_input)
-        except ValueError as e:  # its type inference: scalar parameters have no shape
-            raise SnncError(f"snnTorch's export_to_nir failed: {e} (it needs each neuron's "
-                            "parameters as tensors of the layer's size, e.g. "
-                            "snn.Leaky(beta=torch.full((n,), 0.9), threshold=torch.ones(n)))") from e
+            graph = export_to_nir(_snntorch_exportable(module, example_input), example_input)
+        except ValueError as e:
+            raise SnncError(f"snnTorch's export_to_nir failed: {e}") from e
         nir.write(path, graph)
         return path, "snntorch"
     raise SnncError(f"snnc.compile takes torch modules from snnTorch and SpikingJelly; "

@@ -68,14 +68,32 @@ def test_snntorch_module_through_nir_equals_the_framework():
     assert np.array_equal(got, want)
 
 
+def test_snntorch_scalar_parameters():
+    """snnTorch's own export needs tensor parameters; scalar ones (beta=0.8, the usual way) are
+    expanded to the layer's size on a copy first, the module left as it was"""
+    from snntorch import utils
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 12), snn.Leaky(beta=0.8, init_hidden=True),
+                              torch.nn.Linear(12, 4),
+                              snn.Synaptic(alpha=0.7, beta=0.9, init_hidden=True, output=True))
+    with torch.no_grad():
+        net[0].weight.mul_(3)
+    x = torch.rand(10, 5, 8, generator=torch.Generator().manual_seed(3))
+    utils.reset(net)
+    with torch.no_grad():
+        want = torch.stack([net(x[:, t])[0] for t in range(5)], 1).numpy()
+    with snnc.compile(net, timesteps=5, example_input=torch.zeros(8)) as m:
+        got = next(iter(m.run(x.numpy()).values()))
+    assert net[1].beta.dim() == 0
+    assert 0 < want.mean() < 1
+    assert np.array_equal(got, want)
+
+
 def test_errors():
     net = torch.nn.Sequential(layer.Linear(4, 3), torch.nn.ReLU(), neuron.IFNode())
     with pytest.raises(snnc.SnncError, match="layer '1': ReLU is not supported"):
         snnc.compile(net, timesteps=2, example_input=torch.zeros(4))
     with pytest.raises(snnc.SnncError, match="needs example_input"):
         snnc.compile(sj_net(), timesteps=2)
-    scalar = torch.nn.Sequential(torch.nn.Linear(4, 3), snn.Leaky(beta=0.9, init_hidden=True))
-    with pytest.raises(snnc.SnncError, match="export_to_nir failed"):
-        snnc.compile(scalar, timesteps=2, example_input=torch.zeros(4))
     with pytest.raises(snnc.SnncError, match="from snnTorch and SpikingJelly"):
         snnc.compile(torch.nn.Linear(4, 3), timesteps=2, example_input=torch.zeros(4))
