@@ -793,6 +793,11 @@ parse_options(int argc, char **argv, Options *o)
                 usage_error("--train -o %s builds a library that carries the training step "
                             "(runtime/snn.h snn_trainer_*): it takes no data, checkpoint or "
                             "gradients file", o->out);
+            if ((o->backend && strcmp(o->backend, "cuda") == 0) ||
+                (o->device && strncmp(o->device, "cuda", 4) == 0))
+                usage_error("--train -o %s: a library's trainer runs on the CPU for now (its "
+                            "inference session may use CUDA); --device=cuda trains with "
+                            "--data or --input/--labels", o->out);
         } else if (o->emit || o->explain) {
             /* --emit=kernel, --explain: the program only; no data, no training */
         } else if (!o->data && !o->ninput_args)
