@@ -207,10 +207,11 @@ def _snntorch_exportable(module, example_input):
     for name, m in c.named_modules():
         if type(m).__module__.startswith("snntorch"):
             hooks.append(m.register_forward_pre_hook(
-                lambda mod, inp, name=name: shapes.setdefault(name, tuple(inp[0].shape)) and None))
+                lambda mod, inp, name=name: shapes.setdefault(name, tuple(inp[0].shape[1:]))
+                and None))
     utils.reset(c)
     with torch.no_grad():
-        c(example_input)
+        c(example_input[None])  # a batch of one: each neuron's input is [1, layer shape]
     for h in hooks:
         h.remove()
     for name, m in c.named_modules():
