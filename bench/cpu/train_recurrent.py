@@ -114,9 +114,10 @@ def child(name, n, threads):
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
-def snnc_row(n, threads, tmp):
+def write_inputs(n, tmp):
+    """the data and PyTorch's initial weights as files (in a child: the parent stays without
+    torch, whose memory a child's peak RSS would otherwise count)"""
     import numpy as np
-    import torch
     from safetensors.torch import save_file
     x, y = data(n - n % BATCH)
     np.save(tmp / "x.npy", x)
@@ -126,6 +127,11 @@ def snnc_row(n, threads, tmp):
                "h.dense.1.weight": m["frec"].weight.detach(),
                "out.dense.weight": m["fout"].weight.detach(),
                "out.dense.bias": m["fout"].bias.detach()}, str(tmp / "init.safetensors"))
+
+
+def snnc_row(n, threads, tmp):
+    subprocess.run([sys.executable, __file__, "--child", "inputs", "--samples", str(n),
+                    "--dir", str(tmp)], check=True)
     cmd = [str(SNNC), "--train", "--backend=cpu", str(ROOT / "examples" / "recurrent.snn"),
            f"--weights={tmp / 'init.safetensors'}", f"--input={tmp / 'x.npy'}",
            f"--labels={tmp / 'y.npy'}", "--loss=ce", "--optimizer=adam", f"--lr={LR}",
@@ -146,7 +152,11 @@ def main():
     ap.add_argument("--only", default="snnc,hand,hand-compile")
     ap.add_argument("--json", default=None)
     ap.add_argument("--child", default=None)
+    ap.add_argument("--dir", default=None)
     a = ap.parse_args()
+    if a.child == "inputs":
+        write_inputs(a.samples, Path(a.dir))
+        return
     if a.child:
         child(a.child, a.samples, a.threads)
         return

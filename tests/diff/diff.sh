@@ -269,13 +269,28 @@ train_leg() { # DIR BATCH SAMPLES DATA_ARGS...
     return 1
   fi
   echo compiled >"$dir/trained"
-  local f
-  for f in grads train; do
-    if ! "$npycmp" --exact '*' "$dir/$f-cpu.safetensors" "$dir/$f-interp.safetensors" \
-         >"$dir/$f.cmp" 2>&1; then
-      { echo "  training ($f): --backend=cpu differs from --backend=interp:"
-        sed 's/^/    /' "$dir/$f.cmp" | grep -v ' 0 mismatches' | head -10; } >>"$dir/FAIL"
+  # and on the GPU (or the stand-in): the same compiled step as CUDA C
+  local legs=(cpu)
+  if [ "$has_cuda" = 1 ]; then
+    echo "snnc ${common[*]} --device=cuda -o train-cuda.safetensors --grads=grads-cuda.safetensors" >>"$dir/commands"
+    if (cd "$dir" && timeout "$limit" "$snnc" "${common[@]}" --device=cuda \
+          -o train-cuda.safetensors --grads=grads-cuda.safetensors) >"$dir/train-cuda.log" 2>&1; then
+      legs+=(cuda)
+      echo gpu >>"$dir/trained"
+    else
+      { echo "  train-cuda: snnc --train --device=cuda failed:"
+        sed 's/^/    /' "$dir/train-cuda.log" | head -20; } >>"$dir/FAIL"
     fi
+  fi
+  local f leg
+  for leg in "${legs[@]}"; do
+    for f in grads train; do
+      if ! "$npycmp" --exact '*' "$dir/$f-$leg.safetensors" "$dir/$f-interp.safetensors" \
+           >"$dir/$f-$leg.cmp" 2>&1; then
+        { echo "  training ($f): $leg differs from --backend=interp:"
+          sed 's/^/    /' "$dir/$f-$leg.cmp" | grep -v ' 0 mismatches' | head -10; } >>"$dir/FAIL"
+      fi
+    done
   done
 }
 
@@ -319,7 +334,7 @@ finish_seed() { # SEED
       fi
     } >"$work/result.$1"
   else
-    echo "ok $(cat "$dir"/cpu-*.json 2>/dev/null | grep -c '"cache": "hit"') $([ -f "$dir/trained" ] && echo 1 || echo 0)" >"$work/result.$1"
+    echo "ok $(cat "$dir"/cpu-*.json 2>/dev/null | grep -c '"cache": "hit"') $([ -f "$dir/trained" ] && echo 1 || echo 0) $(grep -c '^gpu' "$dir/trained" 2>/dev/null || echo 0)" >"$work/result.$1"
     [ "${SNN_DIFF_KEEP:-0}" != "0" ] || rm -rf "$dir"
   fi
 }
@@ -337,12 +352,13 @@ for seed in $(seq "$first" "$last"); do
   fi
 done
 wait
-pass=0 fail=0 hits=0 trained=0
+pass=0 fail=0 hits=0 trained=0 trained_gpu=0
 for seed in $(seq "$first" "$last"); do
-  verdict="" nhits=0 ntrained=0
-  [ -f "$work/result.$seed" ] && read -r verdict nhits ntrained <"$work/result.$seed"
+  verdict="" nhits=0 ntrained=0 ngpu=0
+  [ -f "$work/result.$seed" ] && read -r verdict nhits ntrained ngpu <"$work/result.$seed"
   if [ "${verdict:-}" = "ok" ]; then
     pass=$((pass + 1)) hits=$((hits + nhits)) trained=$((trained + ${ntrained:-0}))
+    trained_gpu=$((trained_gpu + ${ngpu:-0}))
   else
     fail=$((fail + 1))
     cat "$work/result.$seed" 2>/dev/null || echo "FAIL: seed $seed (no result)"
@@ -350,5 +366,5 @@ for seed in $(seq "$first" "$last"); do
 done
 echo "random models, interp (f32) vs $([ "$require" = cuda ] && echo "cuda alone" || echo "cpu$([ "$has_cuda" = 1 ] && echo " and cuda")"): seeds $first..$last: $pass passed, $fail failed" \
   "($(($(date +%s) - start)) s, $jobs in parallel; compile cache hits in passing seeds: $hits;" \
-  "trained compiled to the interpreter's bits: $trained)"
+  "trained compiled to the interpreter's bits: $trained$([ "$has_cuda" = 1 ] && echo ", on the GPU too: $trained_gpu"))"
 [ "$fail" -eq 0 ]
