@@ -780,50 +780,43 @@ snn_run(snn_session *s, int64_t first_sample, int batch, const float *const *inp
     return run_locked(s, first_sample, batch, false, false, NULL);
 }
 
-snn_status
-snn_run_device(snn_session *s, int64_t first_sample, int batch, const void *const *inputs,
-               void *const *outputs)
+/* snn_run_device and snn_run_stream (fn): device pointers on a cuda session; queued: on the
+ * caller's stream, not waited for */
+static snn_status
+run_device(const char *fn, snn_session *s, bool queued, void *stream, int64_t first_sample,
+           int batch, const void *const *inputs, void *const *outputs)
 {
     rt_clear_error();
-    snn_status st = check_run("snn_run_device", s, first_sample, batch, inputs, outputs);
+    snn_status st = check_run(fn, s, first_sample, batch, inputs, outputs);
     if (st != SNN_OK) return st;
     if (!s->cuda)
-        return rt_fail(SNN_ERR_DEVICE, "snn_run_device needs a cuda session (this one is on %s)",
-                    s->device);
-    pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < s->m->ninputs; i++)
-        s->in_ptrs[i] = inputs[i];
-    for (int i = 0; i < s->m->noutputs; i++)
-        s->out_ptrs[i] = outputs[i];
-    st = check_pointers("snn_run_device", s);
-    if (st != SNN_OK) {
-        pthread_mutex_unlock(&s->lock);
-        return st;
-    }
-    return run_locked(s, first_sample, batch, true, false, NULL);
-}
-
-snn_status
-snn_run_stream(snn_session *s, void *stream, int64_t first_sample, int batch,
-               const void *const *inputs, void *const *outputs)
-{
-    rt_clear_error();
-    snn_status st = check_run("snn_run_stream", s, first_sample, batch, inputs, outputs);
-    if (st != SNN_OK) return st;
-    if (!s->cuda)
-        return rt_fail(SNN_ERR_DEVICE, "snn_run_stream needs a cuda session (this one is on %s)",
+        return rt_fail(SNN_ERR_DEVICE, "%s needs a cuda session (this one is on %s)", fn,
                        s->device);
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->m->ninputs; i++)
         s->in_ptrs[i] = inputs[i];
     for (int i = 0; i < s->m->noutputs; i++)
         s->out_ptrs[i] = outputs[i];
-    st = check_pointers("snn_run_stream", s);
+    st = check_pointers(fn, s);
     if (st != SNN_OK) {
         pthread_mutex_unlock(&s->lock);
         return st;
     }
-    return run_locked(s, first_sample, batch, true, true, stream);
+    return run_locked(s, first_sample, batch, true, queued, stream);
+}
+
+snn_status
+snn_run_device(snn_session *s, int64_t first_sample, int batch, const void *const *inputs,
+               void *const *outputs)
+{
+    return run_device("snn_run_device", s, false, NULL, first_sample, batch, inputs, outputs);
+}
+
+snn_status
+snn_run_stream(snn_session *s, void *stream, int64_t first_sample, int batch,
+               const void *const *inputs, void *const *outputs)
+{
+    return run_device("snn_run_stream", s, true, stream, first_sample, batch, inputs, outputs);
 }
 
 snn_status
