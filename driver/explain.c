@@ -5,8 +5,8 @@
  * runtimes' own (runtime/session.c, runtime/cuda_exec.c), and it must stay in step with them. */
 #include "driver/explain.h"
 
-#ifdef SNN_HAVE_LLVM
 #include "codegen/cuda/cuda_gen.h"
+#ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
 #endif
 

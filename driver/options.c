@@ -851,7 +851,7 @@ parse_options(int argc, char **argv, Options *o)
     }
     if (!o->emit && !o->run && !o->out && !o->explain)
         usage_error("nothing to do: give --run, --train, --emit=ir, --explain or -o MODEL.so");
-    if (o->out && !o->emit && !has_backend("cpu"))
+    if (o->out && !o->emit && (!o->train || o->train_library) && !has_backend("cpu"))
         usage_error("building a shared library needs the CPU backend, not in this build");
     if (o->emit && find_emit(o->emit)->needs_out && !o->out)
         usage_error("--emit=%s needs -o FILE", o->emit);
