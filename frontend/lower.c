@@ -864,6 +864,17 @@ lower_neuron_call(Lower *L, const Ast *e, int ni)
         const Ast *val = arg;
         if (arg->kind == AST_KWARG) {
             pi = find_param(nd, arg->str);
+            if (pi < 0 && strcmp(arg->str, "name") == 0) {
+                /* the layer's name in weight names (LAYER.p of a learned p): a state_dict's */
+                if (arg->a->kind != AST_STR) {
+                    diag_error(arg->a->loc, "name = takes a string: the layer's name in its "
+                                            "weights' names");
+                    return -1;
+                }
+                L->m->nodes[v].attrs[op_attr_index(OP_NEURON, "name")].s =
+                    arena_strdup(&L->m->arena, arg->a->str);
+                continue;
+            }
             if (pi < 0) {
                 diag_error(arg->loc, "neuron '%s' has no parameter '%s'", nd->name, arg->str);
                 diag_note(nd->loc, "'%s' is defined here", nd->name);

@@ -295,6 +295,11 @@ put_node(FILE *f, const Module *m, const int *pos, ValueId v)
             put_double(f, n->params[i]);
             if (node_learns(n, i)) fputc(')', f);
         }
+        const char *ln = n->attrs[op_attr_index(OP_NEURON, "name")].s;
+        if (ln && ln[0]) {
+            fputs(", name = ", f);
+            put_string(f, ln);
+        }
     } else {
         fprintf(f, "%s(", oi->name);
         for (int a = 0; a < n->nargs; a++) {

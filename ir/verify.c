@@ -196,10 +196,12 @@ ir_verify(Module *m)
         }
         ok = check_attrs(m, n);
         int ai = op_attr_index(n->op, "name");
-        if (ok && ai >= 0) {
+        /* (a neuron layer's name is optional: none, and its value's name is its layer's) */
+        if (ok && ai >= 0 && n->attrs[ai].s && n->attrs[ai].s[0]) {
             for (int u = 0; u < v; u++) {
                 int bi = op_attr_index(m->nodes[u].op, "name");
-                if (bi >= 0 && strcmp(m->nodes[u].attrs[bi].s, n->attrs[ai].s) == 0) {
+                if (bi >= 0 && m->nodes[u].attrs[bi].s &&
+                    strcmp(m->nodes[u].attrs[bi].s, n->attrs[ai].s) == 0) {
                     diag_error(n->loc, "layer name '%s' is used twice (weights are named after layers)",
                                n->attrs[ai].s);
                     diag_note(m->nodes[u].loc, "first used here");

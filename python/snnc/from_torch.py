@@ -10,7 +10,8 @@ the state_dict's names and whose weights file is the module's state_dict: the st
 at every step, as SpikingJelly's examples repeat the image T times, and the output the last
 layer's mean over the steps (their `out.mean(0)`). Each neuron keeps its node's threshold, reset
 (hard or soft), tau and decay_input, and its surrogate and detach_reset (for snnc --train); a
-PLIF layer's w is a learned parameter (`w = learn(...)`), its value the module's."""
+PLIF layer's w is a learned parameter (`w = learn(...)`, the layer named as in the state_dict, so
+its weight is PATH.w as SpikingJelly's), its value the module's."""
 from __future__ import annotations
 
 import os
@@ -171,9 +172,9 @@ def spikingjelly_source(module, example_input, timesteps: int, out_dir: str) -> 
             continue
         elif type(m).__module__.split(".")[0] == "spikingjelly" and hasattr(m, "v_threshold"):
             name, args = _sj_neuron(path, m, defs)
-            lines.append(f"{v} = {name}({x}, {', '.join(args)})")
-            if name.startswith("SJ_PLIF"):
-                tensors[f"{v}.w"] = np.array(m.w.detach().cpu(), np.float32)
+            lines.append(f"{v} = {name}({x}, {', '.join(args)}, {label})")
+            if name.startswith("SJ_PLIF"):  # its w under the state_dict's name
+                tensors[f"{path}.w"] = np.array(m.w.detach().cpu(), np.float32)
         else:
             raise SnncError(f"layer '{path or type(m).__name__}': {type(m).__name__} is not "
                             "supported (Linear, Conv2d, BatchNorm2d, MaxPool2d, AvgPool2d, "

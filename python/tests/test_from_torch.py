@@ -44,6 +44,8 @@ def test_spikingjelly_module_equals_the_framework():
         want = net(x.unsqueeze(0).repeat(T, 1, 1, 1, 1)).mean(0).numpy()
     with snnc.compile(net, timesteps=T, example_input=torch.zeros(1, 8, 8)) as m:
         got = m(x.numpy())
+        # the weights under the state_dict's names, the PLIF's w too
+        assert {"0.weight", "1.running_var", "5.weight", "6.w", "8.bias"} <= set(m.weights)
     assert 0 < want.mean() < 1  # the output layer fires, not always
     assert np.array_equal(got, want)
 
