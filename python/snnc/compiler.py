@@ -140,7 +140,8 @@ def train(src, *, out, data: str | None = None, inputs=None, labels=None, epochs
     compile(src, weights=out) or Model.load_weights). The data: data="fashion-mnist" (its training
     and test sets), or inputs and labels as arrays (or .npy paths): inputs sample-major as the
     model's input, labels the class of each sample. Any other keyword is an snnc option
-    (`momentum=0.9`, `schedule="cosine"`, `seed=3`, `checkpoint="ck"`, `init=True`, ...). Returns
+    (`momentum=0.9`, `schedule="cosine"`, `seed=3`, `checkpoint="ck"`, `init=True`,
+    `device="cuda"`: the same step on a CUDA GPU, the same bits, ...). Returns
     snnc's report: {"epochs": [{"epoch", "loss", "train_accuracy", "test_accuracy",
     "images_per_s", "seconds", "lr", "peak_rss_mb", "phases"}, ...], "samples", "ok"}."""
     import json

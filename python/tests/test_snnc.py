@@ -319,3 +319,28 @@ def test_train(tmp_path):
     with pytest.raises(snnc.SnncError, match="not a class"):
         snnc.train(model, out=tmp_path / "bad.safetensors", inputs=x, labels=y + 5)
     assert not (tmp_path / "bad.safetensors").exists()
+
+
+def test_train_on_the_cuda_stand_in(tmp_path, monkeypatch):
+    """snnc.train(device="cuda") is snnc --train --device=cuda: on tests/cuda_emu's stand-in, the
+    same weights as the CPU's compiled step, bit for bit"""
+    emu = os.environ.get("SNN_CUEMU")
+    if not emu:
+        pytest.skip("no CUDA stand-in named (CTest's python test passes SNN_CUEMU)")
+    r = np.random.default_rng(5)
+    x = r.uniform(0, 1.2, (48, 5, 8)).astype(np.float32)
+    y = np.arange(48) % 3
+    model = tmp_path / "c.snn"
+    model.write_text("model c {\n  timesteps 5\n  seed 3\n  input x : f32[T, 8]\n"
+                     "  s = PLIF(dense(x, 12), w = learn(0.4), v_th = 0.5)\n"
+                     "  s2 = LIF(dense(s, 3) + dense(prev(s2), 3, bias = false), v_th = 0.3)\n"
+                     "  output rate = mean(s2)\n}\n")
+    cpu = tmp_path / "cpu.safetensors"
+    snnc.train(model, out=cpu, inputs=x, labels=y, epochs=2, batch=16, lr=0.05)
+    for name, value in (("SNN_NVRTC", emu), ("SNN_CUDA_DRIVER", emu), ("SNN_CACHE_DIR", "off")):
+        monkeypatch.setenv(name, value)
+    gpu = tmp_path / "gpu.safetensors"
+    rep = snnc.train(model, out=gpu, inputs=x, labels=y, epochs=2, batch=16, lr=0.05,
+                     device="cuda")
+    assert rep["ok"] and len(rep["epochs"]) == 2
+    assert gpu.read_bytes() == cpu.read_bytes()
