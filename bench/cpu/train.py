@@ -29,6 +29,11 @@ directly), the same loss and optimiser; peers sj (layer.Conv2d/BatchNorm2d/MaxPo
 torch backend), hand (conv1 + BN of the static image once, the IF scans in tensor ops, the other
 layers over all T*B rows at once) and hand-compile; snnTorch has no row there.
 
+--device cuda: the same on a CUDA GPU (snnc --train --device=cuda; the peers' modules and data on
+torch's CUDA device, each step synchronised before it is timed; peak device memory from
+torch.cuda.max_memory_allocated for the peers). Prepared for a lent GPU; snnc's row is checked on
+the CUDA stand-in (SNN_CUDA_DRIVER/SNN_NVRTC naming tests/cuda_emu's library).
+
 Each runs in a subprocess of its own (its peak RSS is its own), torch held to --threads threads.
 Reported: images/s over the timed batches (every batch after the first), the test accuracy after
 training (10,000 test images), peak RSS. Prints a table, writes the JSON with the host and
@@ -72,7 +77,7 @@ def fmnist():
 
 # ---- the peers (run in a child: python3 train.py --child NAME) ----------------------------------
 
-def child(name, images, epochs, threads, net="mlp"):
+def child(name, images, epochs, threads, net="mlp", device="cpu"):
     global T, BATCH
     T, BATCH = NETS[net]
     import numpy as np
@@ -82,8 +87,13 @@ def child(name, images, epochs, threads, net="mlp"):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     (xtr, ytr), (xte, yte) = fmnist()
-    xtr, ytr = torch.tensor(xtr[:images]), torch.tensor(ytr[:images])
-    xte, yte = torch.tensor(xte), torch.tensor(yte)
+    dev = torch.device(device)
+    xtr, ytr = torch.tensor(xtr[:images]).to(dev), torch.tensor(ytr[:images]).to(dev)
+    xte, yte = torch.tensor(xte).to(dev), torch.tensor(yte).to(dev)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
 
     class SigmoidSpike(torch.autograd.Function):
         @staticmethod
@@ -206,6 +216,11 @@ def child(name, images, epochs, threads, net="mlp"):
         raise SystemExit(f"unknown peer {name}")
     if net == "mlp":
         train_mode = eval_mode = lambda: None
+    # the modules to the device (the peers' parameters and batchnorm's buffers)
+    params = list(params)
+    for v in list(locals().values()):
+        if isinstance(v, nn.Module):
+            v.to(dev)
     opt = torch.optim.Adam(params, lr=LR)
     train_mode()
     timed_images, timed = 0, 0.0
@@ -213,12 +228,14 @@ def child(name, images, epochs, threads, net="mlp"):
     for e in range(epochs):
         for i in range(0, images, BATCH):
             x, y = xtr[i:i + BATCH], ytr[i:i + BATCH]
+            sync()
             t0 = time.perf_counter()
             out = forward(x)
             loss = F.mse_loss(out, F.one_hot(y, 10).float())
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            sync()
             dt = time.perf_counter() - t0
             if first_batch is None:
                 first_batch = dt
@@ -234,7 +251,9 @@ def child(name, images, epochs, threads, net="mlp"):
     print(json.dumps({"images_per_s": timed_images / timed if timed else 0.0,
                       "first_batch_s": first_batch, "test_accuracy": correct / xte.shape[0],
                       "loss": float(loss),
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}))
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                      "peak_device_mb": (torch.cuda.max_memory_allocated() / 2**20
+                                         if dev.type == "cuda" else None)}))
 
 
 # ---- the parent -------------------------------------------------------------------------------
@@ -251,8 +270,9 @@ def run_child(cmd, env=None):
     return out
 
 
-def run_snnc(images, epochs, threads, net="mlp"):
-    cmd = [str(SNNC), "--train", "--backend=cpu", str(ROOT / "examples" / f"fmnist_{net}.snn"),
+def run_snnc(images, epochs, threads, net="mlp", device="cpu"):
+    cmd = [str(SNNC), "--train", "--device=cuda" if device == "cuda" else "--backend=cpu",
+           str(ROOT / "examples" / f"fmnist_{net}.snn"),
            "--init", "--data=fashion-mnist", f"--limit={images}", f"--epochs={epochs}",
            f"--batch={BATCH}", "--optimizer=adam", f"--lr={LR}", "--loss=mse", "--no-shuffle",
            f"--threads={threads}", "-o", "/tmp/snnc-bench-train.safetensors", "--report=json",
@@ -272,6 +292,7 @@ def main():
     ap.add_argument("--images", type=int, default=60000)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--only", default="snnc,sj,hand,hand-compile,snntorch")
     ap.add_argument("--json", default=None)
     ap.add_argument("--child", default=None)
@@ -284,7 +305,7 @@ def main():
     # the timed loop (dynamic shapes), which no user's epoch pays more than once
     a.images -= a.images % BATCH
     if a.child:
-        child(a.child, a.images, a.epochs, a.threads, a.net)
+        child(a.child, a.images, a.epochs, a.threads, a.net, a.device)
         return
     # the parent imports no torch: a child's peak RSS (ru_maxrss) keeps the parent's high-water
     # mark across fork and exec, so the parent stays small
@@ -297,16 +318,17 @@ def main():
             pass
     cpu = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
     res = {"date": datetime.date.today().isoformat(), "host": cpu.group(1) if cpu else "?",
+           "device": a.device,
            "cpus": os.cpu_count(), "threads": a.threads, "net": a.net, "images": a.images, "epochs": a.epochs,
            "batch": BATCH, "T": T, "versions": vers, "rows": {}}
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     for name in a.only.split(","):
         if name == "snnc":
-            r = run_snnc(a.images, a.epochs, a.threads, a.net)
+            r = run_snnc(a.images, a.epochs, a.threads, a.net, a.device)
         else:
             r = run_child([sys.executable, __file__, "--child", name, "--images", str(a.images),
                            "--epochs", str(a.epochs), "--threads", str(a.threads),
-                           "--net", a.net], env)
+                           "--net", a.net, "--device", a.device], env)
         res["rows"][name] = r
         print(f"{name:14s} " + (r["error"] if "error" in r else
               f"{r['images_per_s']:10.0f} images/s  test accuracy {r['test_accuracy']:.4f}  "
