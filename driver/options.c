@@ -819,9 +819,7 @@ parse_options(int argc, char **argv, Options *o)
             strcmp(o->backend, "kir") != 0 && strcmp(o->backend, "cpu") != 0)
             usage_error("--train runs on the CPU (--backend=cpu, compiled), a CUDA device "
                         "(--device=cuda) or the reference interpreter (--backend=interp)");
-        o->cuda_ordinal = d && strncmp(d, "cuda:", 5) == 0
-                              ? (int)parse_int("--device=cuda:N", d + 5, 0, 1023)
-                              : 0;
+        /* (parse_device set cuda_ordinal from --device=cuda:N) */
         if (on_cuda)
             o->backend = "cuda";
         else if (!backend_given || is_f64_asked)
