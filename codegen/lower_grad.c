@@ -160,6 +160,53 @@ gadd(G *g, Cur c, ValueId v, Pos *ps, KExpr *e, bool first)
     s_store(lw, c, g->gbuf[r], vindex(lw, r, ps), bin(lw, KB_ADD, old, e));
 }
 
+/* The parallel loop over every sample's `numel` elements in SIMD lanes (j = b * numel + i), at the
+ * end of c: its body; *jv its index, *ps a position at it (no step yet) */
+static Cur
+sample_lanes(Lower *lw, Cur c, int64_t numel, KExpr **jv, Pos *ps)
+{
+    KStmt *f = loop(lw, c, "j", bin(lw, KB_MUL, kx_kind(lw->p, KX_BATCH), ci(lw, numel)), true, jv);
+    f->is_lanes = true;
+    *ps = (Pos){0};
+    ps->j = *jv;
+    ps->jn = numel;
+    return body(f);
+}
+
+/* A static value's gradient is summed over the steps in a local, from the last step to the first
+ * as the interpreter adds them into its one slot, starting from what its buffer holds (+0 for the
+ * first contributor), then stored once: static_sum opens the local, static_store stores it. */
+static int
+static_sum(G *g, Cur c, ValueId x, Pos *ps, bool first, const char *name)
+{
+    int sum = local(g->lw, name, KT_F32);
+    s_assign(g->lw, c, sum, first ? zero(g->lw) : gload(g, x, ps));
+    return sum;
+}
+
+static void
+static_store(G *g, Cur c, ValueId x, Pos *ps, int sum)
+{
+    Lower *lw = g->lw;
+    ValueId r = root(lw, x);
+    Pos p0 = *ps;
+    p0.t = NULL;
+    s_store(lw, c, g->gbuf[r], vindex(lw, r, &p0), var(lw, sum));
+}
+
+/* a loop over n steps from the last (u = 0 .. n-1, t = T-1-u) at the end of c: its body; *tv is t
+ */
+static Cur
+steps_from_last(Lower *lw, Cur c, int64_t n, KExpr **tv)
+{
+    KExpr *uv;
+    KStmt *fu = loop(lw, c, "u", ci(lw, n > 0 ? n : 0), false, &uv);
+    int tl = local(lw, "t", KT_I64);
+    s_assign(lw, body(fu), tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), uv));
+    *tv = var(lw, tl);
+    return body(fu);
+}
+
 /* whether this kernel is v's first contributor (and from now on it is not) */
 static bool
 claim(G *g, ValueId v)
@@ -194,13 +241,9 @@ grad_direct_output(G *g, ValueId v, int k)
     begin_kernel(lw, v, describe(lw, v, "backward: the output's gradient, every step"), false);
     lw->k.name = arena_printf(&p->arena, "grad_out_%s", lw->k.name);
     KExpr *jv, *tv;
-    KStmt *fj =
-        loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
-    fj->is_lanes = true;
-    KStmt *ft = loop(lw, body(fj), "t", ci(lw, lw->T), false, &tv);
-    Pos ps = {0};
-    ps.j = jv;
-    ps.jn = numel;
+    Pos ps;
+    Cur c = sample_lanes(lw, top(lw), numel, &jv, &ps);
+    KStmt *ft = loop(lw, c, "t", ci(lw, lw->T), false, &tv);
     ps.t = tv;
     gadd(g, body(ft), v, &ps, kx_load(p, g->tr->out_grad[k], seq_index(lw, jv, tv, numel)), first);
     end_kernel(lw);
@@ -219,22 +262,12 @@ grad_readout(G *g, ValueId v, int k)
                  false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
     KExpr *jv, *tv;
-    KStmt *fj =
-        loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
-    fj->is_lanes = true;
+    Pos ps;
+    Cur cj = sample_lanes(lw, top(lw), numel, &jv, &ps);
     KExpr *og = kx_load(p, g->tr->out_grad[k], jv);
-    Pos ps = {0};
-    ps.j = jv;
-    ps.jn = numel;
-    /* a static value's gradient: every step's contribution added, from the last step to the
-     * first as the interpreter adds them, to what its buffer holds, then stored */
+    /* a static value's gradient: every step's contribution summed (static_sum) */
     bool is_static = lw->is_static[root(lw, x)];
-    int sum = -1;
-    KExpr *uv;
-    if (is_static) {
-        sum = local(lw, "d_x", KT_F32);
-        s_assign(lw, body(fj), sum, first ? zero(lw) : gload(g, x, &ps));
-    }
+    int sum = is_static ? static_sum(g, cj, x, &ps, first, "d_x") : -1;
     /* last and max: to one step, the last or the first holding the maximum (torch.max's index;
      * a NaN is the maximum, the interpreter's rule) */
     KExpr *at = ci(lw, lw->T - 1);
@@ -242,10 +275,10 @@ grad_readout(G *g, ValueId v, int k)
         int best = local(lw, "best", KT_I64), bv = local(lw, "best_x", KT_F32);
         Pos p0 = ps;
         p0.t = ci(lw, 0);
-        s_assign(lw, body(fj), best, ci(lw, 0));
-        s_assign(lw, body(fj), bv, to(lw, KT_F32, vload(lw, x, &p0)));
+        s_assign(lw, cj, best, ci(lw, 0));
+        s_assign(lw, cj, bv, to(lw, KT_F32, vload(lw, x, &p0)));
         KExpr *sv;
-        KStmt *fs = loop(lw, body(fj), "s", ci(lw, lw->T), false, &sv);
+        KStmt *fs = loop(lw, cj, "s", ci(lw, lw->T), false, &sv);
         Pos pss = ps;
         pss.t = sv;
         int xs = local(lw, "x_s", KT_F32);
@@ -259,14 +292,8 @@ grad_readout(G *g, ValueId v, int k)
         s_assign(lw, body(i), bv, var(lw, xs));
         at = var(lw, best);
     }
-    KStmt *ft = loop(lw, body(fj), is_static ? "u" : "t", ci(lw, lw->T), false, &uv);
-    Cur c = body(ft);
-    tv = uv;
-    if (is_static) {
-        int tl = local(lw, "t", KT_I64);
-        s_assign(lw, c, tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), uv));
-        tv = var(lw, tl);
-    }
+    Cur c = is_static ? steps_from_last(lw, cj, lw->T, &tv)
+                      : body(loop(lw, cj, "t", ci(lw, lw->T), false, &tv));
     ps.t = tv;
     KExpr *e = NULL;
     switch (n->op) {
@@ -301,12 +328,7 @@ grad_readout(G *g, ValueId v, int k)
     } else {
         gadd(g, c, x, &ps, e, first);
     }
-    if (is_static) {
-        ValueId r = root(lw, x);
-        Pos p0 = ps;
-        p0.t = NULL;
-        s_store(lw, body(fj), g->gbuf[r], vindex(lw, r, &p0), var(lw, sum));
-    }
+    if (is_static) static_store(g, cj, x, &ps, sum);
     end_kernel(lw);
 }
 
@@ -636,10 +658,8 @@ grad_neuron(G *g, ValueId v)
                  false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
     KExpr *jv;
-    KStmt *fj =
-        loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
-    fj->is_lanes = true;
-    Cur c = body(fj);
+    Pos ps;
+    Cur c = sample_lanes(lw, top(lw), numel, &jv, &ps);
     NCopy cp;
     neuron_copy(lw, n, "", &cp);
     NLower nl = cp.nl;
@@ -676,15 +696,8 @@ grad_neuron(G *g, ValueId v)
             KT_F64, (KSize){numel, 0}, KB_TEMP, -1, -1);
         p->bufs[partial[i]].is_written_first = true;
     }
-    Pos ps = {0};
-    ps.j = jv;
-    ps.jn = numel;
-    /* a static input's gradient: every step's added to what its buffer holds, stored after */
-    int gsum = -1;
-    if (needs_x && is_static_x) {
-        gsum = local(lw, "d_x", KT_F32);
-        s_assign(lw, c, gsum, first ? zero(lw) : gload(g, x, &ps));
-    }
+    /* a static input's gradient: every step's summed (static_sum) */
+    int gsum = needs_x && is_static_x ? static_sum(g, c, x, &ps, first, "d_x") : -1;
     /* the forward once more, each step's states kept before it runs: in blocks of HIST_BLOCK
      * neurons, [B*numel / HIST_BLOCK][T][ncarry][HIST_BLOCK] (a block's neurons side by side, as
      * its SIMD lanes load them, and all its steps in one page: [T][ncarry][B*numel] put each
@@ -720,10 +733,7 @@ grad_neuron(G *g, ValueId v)
     for (int r = 0; r < (in_regs ? lw->T : 1); r++)
         grad_neuron_step(g, v, c, &cp, &A, in_regs ? ci(lw, lw->T - 1 - r) : NULL, keptv, hist, jv,
                          gsum, a_out, first, &sg);
-    if (gsum >= 0) {
-        ValueId r = root(lw, x);
-        s_store(lw, c, g->gbuf[r], vindex(lw, r, &ps), var(lw, gsum));
-    }
+    if (gsum >= 0) static_store(g, c, x, &ps, gsum);
     for (int i = 0; i < nd->nparams; i++)
         if (partial[i] >= 0) s_store(lw, c, partial[i], jv, var(lw, A.pa[i]));
     end_kernel(lw);
@@ -1263,34 +1273,23 @@ grad_elementwise(G *g, ValueId v)
     begin_kernel(lw, v, describe(lw, v, "backward: elementwise, a static operand's steps summed"),
                  false);
     lw->k.name = arena_printf(&p->arena, "grad_t_%s", lw->k.name);
-    KExpr *jv, *uv;
-    KStmt *fj =
-        loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
-    fj->is_lanes = true;
-    Pos p0 = {0};
-    p0.j = jv;
-    p0.jn = numel;
+    KExpr *jv, *tv;
+    Pos p0;
+    Cur cj = sample_lanes(lw, top(lw), numel, &jv, &p0);
     int sum[2] = {-1, -1};
-    for (int k = 0; k < 2; k++) {
-        if (!over_t[k] || (k == 1 && same)) continue;
-        sum[k] = local(lw, k ? "d_b" : "d_a", KT_F32);
-        s_assign(lw, body(fj), sum[k], first[k] ? zero(lw) : gload(g, ops[k], &p0));
-    }
-    KStmt *fu = loop(lw, body(fj), "u", ci(lw, lw->T), false, &uv);
-    int tl = local(lw, "t", KT_I64);
-    s_assign(lw, body(fu), tl, bin(lw, KB_SUB, ci(lw, lw->T - 1), uv));
+    for (int k = 0; k < 2; k++)
+        if (over_t[k] && !(k == 1 && same))
+            sum[k] = static_sum(g, cj, ops[k], &p0, first[k], k ? "d_b" : "d_a");
+    Cur cu = steps_from_last(lw, cj, lw->T, &tv);
     Pos pt = p0;
-    pt.t = var(lw, tl);
+    pt.t = tv;
     for (int k = 0; k < 2; k++) {
         if (!over_t[k]) continue;
         int s_ = sum[k == 1 && same ? 0 : k];
-        s_assign(lw, body(fu), s_, bin(lw, KB_ADD, var(lw, s_), elementwise_term(g, v, k, &pt)));
+        s_assign(lw, cu, s_, bin(lw, KB_ADD, var(lw, s_), elementwise_term(g, v, k, &pt)));
     }
     for (int k = 0; k < 2; k++)
-        if (sum[k] >= 0) {
-            ValueId r = root(lw, ops[k]);
-            s_store(lw, body(fj), g->gbuf[r], vindex(lw, r, &p0), var(lw, sum[k]));
-        }
+        if (sum[k] >= 0) static_store(g, cj, ops[k], &p0, sum[k]);
     end_kernel(lw);
 }
 
@@ -2173,35 +2172,25 @@ grad_delay(G *g, ValueId v)
         begin_kernel(lw, v, describe(lw, v, "backward: dL/dx, a static value's steps summed"),
                      false);
         lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
-        KExpr *jv, *uv;
-        KStmt *fj =
-            loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
-        fj->is_lanes = true;
-        Pos p0 = {0};
-        p0.j = jv;
-        p0.jn = numel;
-        int sum = local(lw, "d_x", KT_F32);
-        s_assign(lw, body(fj), sum, first ? zero(lw) : gload(g, x, &p0));
-        KStmt *fu =
-            loop(lw, body(fj), "u", ci(lw, lw->T - steps > 0 ? lw->T - steps : 0), false, &uv);
+        KExpr *jv, *tv;
+        Pos p0;
+        Cur cj = sample_lanes(lw, top(lw), numel, &jv, &p0);
+        int sum = static_sum(g, cj, x, &p0, first, "d_x");
+        Cur cu = steps_from_last(lw, cj, lw->T - steps, &tv);
         Pos pt = p0;
-        pt.t = bin(lw, KB_SUB, ci(lw, lw->T - 1), uv);
-        s_assign(lw, body(fu), sum, bin(lw, KB_ADD, var(lw, sum), gload(g, v, &pt)));
-        ValueId r = root(lw, x);
-        s_store(lw, body(fj), g->gbuf[r], vindex(lw, r, &p0), var(lw, sum));
+        pt.t = tv;
+        s_assign(lw, cu, sum, bin(lw, KB_ADD, var(lw, sum), gload(g, v, &pt)));
+        static_store(g, cj, x, &p0, sum);
         end_kernel(lw);
         return;
     }
     begin_kernel(lw, v, describe(lw, v, "backward: dL/dx at t - steps from dL/dy at t"), false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
     KExpr *jv, *tv;
-    KStmt *fj =
-        loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
-    fj->is_lanes = true;
-    KStmt *ft = loop(lw, body(fj), "t", ci(lw, lw->T), false, &tv);
-    Pos px = {0}, py = {0};
-    px.j = py.j = jv;
-    px.jn = py.jn = numel;
+    Pos px;
+    Cur cj = sample_lanes(lw, top(lw), numel, &jv, &px);
+    KStmt *ft = loop(lw, cj, "t", ci(lw, lw->T), false, &tv);
+    Pos py = px;
     px.t = tv;
     py.t = bin(lw, KB_ADD, tv, ci(lw, steps));
     KStmt *i = s_if(lw, body(ft), bin(lw, KB_LT, tv, ci(lw, lw->T - steps)));
@@ -2379,15 +2368,14 @@ grad_region(G *g, const ValueId *sched, int lo, int hi)
                      false);
         lw->k.name = arena_printf(&p->arena, "grad_states_%s", vn);
         KExpr *jv;
-        KStmt *fj =
-            loop(lw, top(lw), "j", bin(lw, KB_MUL, kx_kind(p, KX_BATCH), ci(lw, numel)), true, &jv);
-        fj->is_lanes = true;
+        Pos pj;
+        Cur cj = sample_lanes(lw, top(lw), numel, &jv, &pj);
         NCopy cp;
         neuron_copy(lw, n, "", &cp);
         int64_t kept = (int64_t)lw->T * cp.ncarry;
         r->hist = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.states", vn), KT_F32,
                                     (KSize){kept * numel, kept * HIST_BLOCK});
-        kept_states(lw, body(fj), n->args[0], &cp, jv, r->hist);
+        kept_states(lw, cj, n->args[0], &cp, jv, r->hist);
         end_kernel(lw);
         r->nadj = nd->nstates + nd->nlocals + 1;
         r->carry = add_buf(lw, arena_printf(&p->arena, "%s.adjoints", vn), KT_F32,
