@@ -20,8 +20,6 @@
  * on the CPU), runtime/cuda_exec.c's DEVICE_ALIGN (the device arena) */
 enum { CPU_ARENA_ALIGN = 64, GPU_ARENA_ALIGN = 256 };
 
-enum { USE_READ = 1, USE_WRITE = 2 };
-
 typedef struct Explain {
     FILE *f;
     const KProgram *p;
@@ -123,6 +121,12 @@ mark_stmts(KStmt *const *ss, int n, unsigned char *use)
         mark_stmts(s->body, s->nbody, use);
         mark_stmts(s->els, s->nels, use);
     }
+}
+
+void
+explain_kernel_use(const Kernel *k, unsigned char *use)
+{
+    mark_stmts(k->body, k->nbody, use);
 }
 
 /* ---- the parallel loop ---- */
@@ -463,7 +467,7 @@ explain_print(FILE *f, const KProgram *p, int64_t batch)
     x.trip = arena_alloc(&x.scratch, (nk + 1) * sizeof *x.trip);
     for (int k = 0; k < p->nkernels; k++) {
         const Kernel *kn = &p->kernels[k];
-        mark_stmts(kn->body, kn->nbody, x.use + (size_t)k * nb);
+        explain_kernel_use(kn, x.use + (size_t)k * nb);
         x.par[k] = kernel_parallelism(&x, kn, &x.trip[k]);
         const char *nodes = NULL;
         for (int i = 0; i < kn->nnodes; i++) {

@@ -13,4 +13,9 @@
  * Deterministic: the same program and batch print the same bytes. */
 void explain_print(FILE *f, const KProgram *p, int64_t batch);
 
+/* what kernel k touches: use[b] |= USE_READ where it loads from buffer b, USE_WRITE where it stores
+ * (use: one entry per buffer of its program, zeroed by the caller) */
+enum { USE_READ = 1, USE_WRITE = 2 };
+void explain_kernel_use(const Kernel *k, unsigned char *use);
+
 #endif

@@ -589,6 +589,7 @@ parse_options(int argc, char **argv, Options *o)
             o->plot_sample = parse_int("--plot-sample", optarg, 0, INT64_MAX / 2);
             o->has_plot_sample = true;
             break;
+        case O_PROFILE: o->profile = true; break;
         case O_REPORT:
             if (strcmp(optarg, "json") != 0)
                 usage_error("--report expects json, got '%s'", optarg);
@@ -863,6 +864,9 @@ parse_options(int argc, char **argv, Options *o)
                     "--emit=ptx, --emit=cubin)");
     if (!o->run && o->output)
         usage_error("--output needs --run");
+    if (o->profile && (!o->run || strcmp(o->backend, "cpu") != 0))
+        usage_error("--profile times the CPU backend's kernels in a run: give --run with "
+                    "--backend=cpu (the default where this build has it)");
     if (o->record && o->train)
         usage_error("--record keeps values of a run (--run), or adds them as outputs of a "
                     "library (-o MODEL.so): not with --train");

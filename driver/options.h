@@ -45,6 +45,7 @@ typedef struct Options {
     int64_t plot_sample;     /* --plot-sample: the sample the raster and traces show */
     bool has_plot_sample;
     bool report_json;
+    bool profile; /* --profile: --run on the CPU, every kernel timed alone (driver/profile.c) */
     const char *weights;
     bool quiet;
     int opt_level;

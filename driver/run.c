@@ -11,6 +11,9 @@
 #include "driver/load.h"
 #include "driver/session_run.h"
 #ifdef SNN_HAVE_LLVM
+#include "driver/profile.h"
+#endif
+#ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
 #endif
 #include "runtime/clock.h"
@@ -157,10 +160,12 @@ be_kir_cache(void *state)
 }
 
 #ifdef SNN_HAVE_LLVM
-/* --run on the CPU: the JIT-compiled program's entry point run by the runtime session */
+/* --run on the CPU: the JIT-compiled program's entry point run by the runtime session, or with
+ * --profile its kernels compiled and timed one by one (driver/profile.c) */
 typedef struct CpuRun {
     Program *prog;
     SessionRun r;
+    Profile *prof;
 } CpuRun;
 
 static const char *
@@ -175,6 +180,7 @@ be_cpu_release(void *state)
 {
     CpuRun *st = state;
     session_close(&st->r);
+    profile_free(st->prof);
     program_free(st->prog);
     free(st);
 }
@@ -188,10 +194,16 @@ be_cpu_prepare(Module *m, const Options *o, char *err, size_t errlen)
         free(st);
         return NULL;
     }
-    char *meta = kir_describe(st->prog->kir);
-    bool ok = session_open(&st->r, m, meta, (SnnkEntryFn)(uintptr_t)cg_llvm_entry(st->prog->cpu),
-                           NULL, 0, "cpu", o->batch, o->threads, err, errlen);
-    free(meta);
+    bool ok;
+    if (o->profile) {
+        st->prof = profile_open(m, st->prog->kir, o->threads, err, errlen);
+        ok = st->prof != NULL;
+    } else {
+        char *meta = kir_describe(st->prog->kir);
+        ok = session_open(&st->r, m, meta, (SnnkEntryFn)(uintptr_t)cg_llvm_entry(st->prog->cpu),
+                          NULL, 0, "cpu", o->batch, o->threads, err, errlen);
+        free(meta);
+    }
     if (!ok) {
         be_cpu_release(st);
         return NULL;
@@ -204,7 +216,16 @@ be_cpu_run(void *state, const Module *m, const InterpOptions *io, int batch, int
                 const float *const *in, float *const *out, double *counts, char *err, size_t errlen)
 {
     CpuRun *st = state;
+    if (st->prof) return profile_run(st->prof, batch, base, in, out, counts, err, errlen);
     return session_run(&st->r, st->prog->kir, batch, base, in, out, counts, err, errlen);
+}
+
+/* --profile's table (json: the report's array), where the backend was profiled */
+static void
+cpu_profile_print(const char *backend, void *state, FILE *f, bool json)
+{
+    if (strcmp(backend, "cpu") == 0 && ((CpuRun *)state)->prof)
+        profile_print(((CpuRun *)state)->prof, f, json);
 }
 #endif
 
@@ -454,6 +475,9 @@ run(Module *m, const Options *o, const Recording *rec)
             for (int v = 0; v < m->nnodes && be->counts_spikes; v++)
                 if (is_rate_layer(m, &m->nodes[v]))
                     printf("  %-16s %.4f\n", layer_label(m, &m->nodes[v], label, sizeof label), rates[v]);
+#ifdef SNN_HAVE_LLVM
+            if (o->profile) cpu_profile_print(be->name, state, stdout, false);
+#endif
         }
         if (o->report_json) {
             printf("{\"model\": ");
@@ -475,6 +499,12 @@ run(Module *m, const Options *o, const Recording *rec)
             json_layers(m, be->counts_spikes, counts, "%.0f");
             printf(", \"firing_rates\": ");
             json_layers(m, be->counts_spikes, rates, "%.6f");
+#ifdef SNN_HAVE_LLVM
+            if (o->profile) {
+                printf(", \"profile\": ");
+                cpu_profile_print(be->name, state, stdout, true);
+            }
+#endif
             printf("}\n");
         }
         free(rates);
