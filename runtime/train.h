@@ -62,8 +62,8 @@ RtOptConfig rt_opt_defaults(RtOptimizer kind);
  * momentum buffer in m, v unused; Adam's exp_avg and exp_avg_sq), zeroed before the first step;
  * step: the update's number, from 1 (the same for every tensor of a step). Like torch.optim's
  * single-tensor (for-loop) implementation. Elementwise: any split of [0, n) into calls (threads)
- * gives the same bits. Vectorised for AVX2+FMA where the CPU has it, the same bits as
- * rt_opt_step_baseline (the code for the baseline ISA; tests compare them). */
+ * gives the same bits. Vectorised for AVX-512 or AVX2+FMA where the CPU has them, the same bits
+ * as rt_opt_step_baseline (the code for the baseline ISA; tests/unit/test_opt compares them). */
 void rt_opt_step(const RtOptConfig *c, int64_t step, float *p, const float *g, float *m, float *v,
                  int64_t n);
 void rt_opt_step_baseline(const RtOptConfig *c, int64_t step, float *p, const float *g, float *m,
