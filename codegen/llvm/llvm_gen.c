@@ -43,10 +43,12 @@ typedef struct Gen {
     int parallel_depth;           /* is_parallel loops around the code being generated */
     LLVMMetadataRef access_group; /* tags every load and store inside them; NULL: none to be had */
     unsigned md_access_group, md_loop;
-    /* SIMD lanes (simd_plan): the chunk's parallel loop runs SIMD_W iterations side by side */
+    /* SIMD lanes (simd_plan): the chunk's parallel loop runs simd_w iterations side by side
+     * (16 where the target has AVX-512, else 8) */
+    int simd_w;
     unsigned char *lshape; /* [nlocals] PS_* of simd_plan; NULL: one iteration at a time */
-    LLVMValueRef *vlocal;  /* [nlocals] a PS_VAR local's <SIMD_W x T> alloca */
-    LLVMValueRef mask;    /* the lanes on under varying conditions (<SIMD_W x i1>); NULL: all */
+    LLVMValueRef *vlocal;  /* [nlocals] a PS_VAR local's <simd_w x T> alloca */
+    LLVMValueRef mask;     /* the lanes on under varying conditions (<simd_w x i1>); NULL: all */
     int simd_var;         /* the parallel loop's variable: lane l holds simd_base + l */
     LLVMValueRef simd_base, iota;
     /* a blocked scan (scan_plan): the SIMD body runs block by block, segment by segment */
@@ -702,16 +704,14 @@ un_value(Gen *g, int op, KType t, LLVMValueRef a, KType rt)
     }
     if (!is_f && op == KU_FLOOR) return convert(g, a, t, rt);
     if (!is_f && (op == KU_CTZ || op == KU_POPCOUNT)) {
-        /* llvm.cttz.i64(a, false): 64 for 0; llvm.ctpop.i64; on lanes their v8i64 forms */
+        /* llvm.cttz.i64(a, false): 64 for 0; llvm.ctpop.i64; on lanes their vNi64 forms */
         char name[48];
         LLVMTypeRef ty = LLVMTypeOf(a);
-        snprintf(name, sizeof name, "llvm.%s.%s%s", op == KU_CTZ ? "cttz" : "ctpop",
-                 is_vector(a) ? "v8" : "", "i64");
-        if (is_vector(a) && LLVMGetVectorSize(ty) != 8) {
-            gen_fail(g, "kernel %s: %s of %u lanes", g->k->name, kun_str((KUn)op),
+        if (is_vector(a))
+            snprintf(name, sizeof name, "llvm.%s.v%ui64", op == KU_CTZ ? "cttz" : "ctpop",
                      LLVMGetVectorSize(ty));
-            return LLVMGetUndef(type_like(g, rt, a));
-        }
+        else
+            snprintf(name, sizeof name, "llvm.%s.i64", op == KU_CTZ ? "cttz" : "ctpop");
         LLVMValueRef args[2] = {a, LLVMConstInt(g->t_i1, 0, 0)};
         LLVMTypeRef pt[2] = {ty, g->t_i1};
         int n = op == KU_CTZ ? 2 : 1;
@@ -1316,58 +1316,61 @@ gen_stmts(Gen *g, KStmt *const *s, int n)
     }
 }
 
-
 /* ---- SIMD lanes ----
  * A kernel whose outermost parallel loop runs over elements (KStmt.is_lanes: neuron scans, pooled
- * scans, readouts) runs SIMD_W of its iterations side by side: every local whose value can differ
- * between iterations (simd_plan: it depends on the loop variable, or is assigned under a condition
- * that does) becomes a vector of SIMD_W lanes, the others stay scalars; an index that is the loop
+ * scans, readouts) runs W of its iterations side by side (Gen.simd_w: 16 where the target has
+ * AVX-512, whose 16 float lanes took a LIF layer's backward 1.5x faster, else 8): every local whose
+ * value can differ between iterations (simd_plan: it depends on the loop variable, or is assigned
+ * under a condition that does) becomes a vector of W lanes, the others stay scalars; an index that
+ * is the loop
  * variable plus a uniform value is "linear" and its loads and stores are contiguous vectors, other
  * per-lane indices gather and scatter. A condition that differs between lanes runs both branches
  * under a mask: assignments keep the old value in lanes that are off (select), loads and stores
  * there are masked. Every lane computes exactly the scalar code's operations in the same order (no
  * reassociation, libm called lane by lane), so results are bit-identical; the iterations left over
- * (fewer than SIMD_W) run the scalar code. */
-enum { SIMD_W = 8 };
+ * (fewer than W) run the scalar code. The thread pool cuts chunks at multiples of 16
+ * (runtime/pool.c CHUNK_ALIGN), a multiple of either width. */
+enum { SIMD_MAX = 16 };
 
 typedef enum { SH_UNI, SH_LIN, SH_VAR } Shape; /* uniform scalar, scalar + lane (i64), per lane */
 typedef struct VV {
     LLVMValueRef v;
     Shape sh;
-    /* SH_LIN whose base is a multiple of SIMD_W (the loop variable: the SIMD loop starts at one):
-     * divided by a constant multiple of SIMD_W all lanes have one quotient (uniform), and the
+    /* SH_LIN whose base is a multiple of the width (the loop variable: the SIMD loop starts at
+     * one): divided by a constant multiple of it all lanes have one quotient (uniform), and the
      * remainder is linear again */
     bool is_aligned;
 } VV;
 
-/* a constant i64 multiple of SIMD_W (> 0) */
+/* a constant i64 multiple of the width w (> 0) */
 static bool
-is_lane_const(const KExpr *e)
+is_lane_const(const KExpr *e, int w)
 {
-    return e && e->kind == KX_CONST && e->type == KT_I64 && e->num > 0 &&
-           (int64_t)e->num % SIMD_W == 0;
+    return e && e->kind == KX_CONST && e->type == KT_I64 && e->num > 0 && (int64_t)e->num % w == 0;
 }
 
-/* an i64 multiple of SIMD_W: a constant one, a product with one as a factor (t*(B*n) for a value
- * of n = 8k elements), a sum or difference of two */
+/* an i64 multiple of the width w: a constant one, a product with one as a factor (t*(B*n) for a
+ * value of n = kw elements), a sum or difference of two */
 static bool
-is_lane_multiple(const KExpr *e)
+is_lane_multiple(const KExpr *e, int w)
 {
     if (!e || e->type != KT_I64) return false;
-    if (e->kind == KX_CONST) return is_lane_const(e);
+    if (e->kind == KX_CONST) return is_lane_const(e, w);
     if (e->kind != KX_BIN || e->a->type != KT_I64 || e->b->type != KT_I64) return false;
-    if (e->op == KB_MUL) return is_lane_multiple(e->a) || is_lane_multiple(e->b);
-    return (e->op == KB_ADD || e->op == KB_SUB) && is_lane_multiple(e->a) &&
-           is_lane_multiple(e->b);
+    if (e->op == KB_MUL) return is_lane_multiple(e->a, w) || is_lane_multiple(e->b, w);
+    return (e->op == KB_ADD || e->op == KB_SUB) && is_lane_multiple(e->a, w) &&
+           is_lane_multiple(e->b, w);
 }
 
 /* What a local holds across the lanes (simd_plan): nothing assigned yet, one value for all (a
  * scalar), the loop variable plus a uniform value (a scalar base; aligned: the base is a multiple
- * of SIMD_W), or a value per lane (a vector). The order is the lattice's. */
+ * of the width), or a value per lane (a vector). The order is the lattice's. */
 enum { PS_NONE, PS_UNI, PS_LIN, PS_LINAL, PS_VAR };
 
 typedef struct SimdPlan {
     const Kernel *k;
+    int w;                /* the lanes */
+    uint64_t sig;         /* every expression's shape in a pass, in order (simd_plan) */
     unsigned char *shape; /* [nlocals] */
     bool is_ok, has_changed;
     bool is_ctl_varying; /* the statement being read is under a condition that differs by lane */
@@ -1379,9 +1382,19 @@ is_lin(int sh)
     return sh == PS_LIN || sh == PS_LINAL;
 }
 
-/* the shape vexpr will give e: the same rules, on shapes alone */
+static int sp_expr_of(SimdPlan *sp, const KExpr *e);
+
+/* the shape vexpr will give e: the same rules, on shapes alone (sp_expr_of), noted in sp->sig */
 static int
 sp_expr(SimdPlan *sp, const KExpr *e)
+{
+    int sh = sp_expr_of(sp, e);
+    sp->sig = sp->sig * 1000003u + (uint64_t)sh + 1;
+    return sh;
+}
+
+static int
+sp_expr_of(SimdPlan *sp, const KExpr *e)
 {
     if (!e) return PS_UNI;
     if (e->kind == KX_VAR) {
@@ -1417,9 +1430,9 @@ sp_expr(SimdPlan *sp, const KExpr *e)
             b != PS_VAR && (e->op == KB_ADD || (e->op == KB_SUB && b == PS_UNI))) {
             int lin = is_lin(a) ? a : b;
             const KExpr *other = is_lin(a) ? e->b : e->a;
-            return lin == PS_LINAL && a != b && is_lane_multiple(other) ? PS_LINAL : PS_LIN;
+            return lin == PS_LINAL && a != b && is_lane_multiple(other, sp->w) ? PS_LINAL : PS_LIN;
         }
-        if (t == KT_I64 && e->type == KT_I64 && a == PS_LINAL && is_lane_const(e->b) &&
+        if (t == KT_I64 && e->type == KT_I64 && a == PS_LINAL && is_lane_const(e->b, sp->w) &&
             (e->op == KB_DIV || e->op == KB_REM))
             return e->op == KB_DIV ? PS_UNI : PS_LINAL;
         return PS_VAR;
@@ -1487,35 +1500,57 @@ sp_stmts(SimdPlan *sp, KStmt *const *s, int n, bool is_ctl_varying)
 /* What every local holds across the lanes of loop's iterations (PS_*), or NULL where the kernel
  * cannot run in lanes (or its loop does not ask to). */
 static unsigned char *
-simd_plan(const Kernel *k, const KStmt *loop)
+plan_at(const Kernel *k, const KStmt *loop, int w, uint64_t *sig)
 {
     if (!loop || !loop->is_lanes || loop->var < 0 || loop->var >= k->nlocals) return NULL;
     for (int i = 0; i < k->nlocals; i++)
         if (k->locals[i].lanes > 0) return NULL;
-    SimdPlan sp = {k, calloc((size_t)k->nlocals + 1, 1), true, true, false};
+    SimdPlan sp = {k, w, 0, calloc((size_t)k->nlocals + 1, 1), true, true, false};
     if (!sp.shape) die("out of memory");
     sp.shape[loop->var] = PS_LINAL;
     while (sp.is_ok && sp.has_changed) {
         sp.has_changed = false;
+        sp.sig = 0;
         sp_stmts(&sp, loop->body, loop->nbody, false);
     }
     if (!sp.is_ok) {
         free(sp.shape);
         return NULL;
     }
+    *sig = sp.sig; /* the last pass's, which changed nothing */
     return sp.shape;
+}
+
+/* The plan at the widest lanes `most` (16 or 8) where every expression has the shape it has at 8
+ * (a quotient uniform over 8 lanes may not be over 16: a row of 24 elements), else at 8; *w the
+ * lanes chosen. NULL where the kernel cannot run in lanes. */
+static unsigned char *
+simd_plan(const Kernel *k, const KStmt *loop, int most, int *w)
+{
+    uint64_t sig8 = 0, sigw = 0;
+    *w = 8;
+    unsigned char *at8 = plan_at(k, loop, 8, &sig8);
+    if (!at8 || most <= 8) return at8;
+    unsigned char *atw = plan_at(k, loop, most, &sigw);
+    if (!atw || sigw != sig8 || memcmp(atw, at8, (size_t)k->nlocals)) {
+        free(atw);
+        return at8;
+    }
+    free(at8);
+    *w = most;
+    return atw;
 }
 
 /* ---- blocked scans ----
  * A lanes loop whose body holds one sequential loop (a neuron's steps: for j { init; for t {...};
- * counts }) reads and writes, for each group of SIMD_W iterations, one vector at each step's row:
+ * counts }) reads and writes, for each group of simd_w iterations, one vector at each step's row:
  * T streams of loads and T of stores a row apart. Run instead block by block (SCAN_VECS vectors):
  * the statements before the loop for every vector of the block, then each step for every vector,
  * then the statements after it; the locals a segment needs from an earlier one (scan_plan: read
  * before they are written there) wait in L1 arrays between segments. The iterations are
  * independent (is_parallel), so the order in which different iterations' statements run is free,
  * each iteration's own order is kept, and results are bit-identical; but memory now sees one row
- * of loads and one of stores at a time, contiguous runs of SCAN_VECS * SIMD_W elements. That is
+ * of loads and one of stores at a time, contiguous runs of SCAN_VECS * simd_w elements. That is
  * what lets the stores bypass the caches (scan_nt_guard): measured on a 2-thread AVX2 host, the
  * LIF scan's 8 interleaved rows with non-temporal stores ran 4x slower than plain stores, blocked
  * rows with them as fast as a memcpy of the same bytes (docs/benchmarks.md). A block is SCAN_VECS
@@ -1620,16 +1655,16 @@ scan_plan(const Kernel *k, const KStmt *loop, const unsigned char *shape, bool *
 }
 
 static LLVMTypeRef
-lanes_of(LLVMTypeRef et)
+lanes_of(const Gen *g, LLVMTypeRef et)
 {
-    return LLVMVectorType(et, SIMD_W);
+    return LLVMVectorType(et, (unsigned)g->simd_w);
 }
 
 static LLVMValueRef
 vec_of(Gen *g, VV x)
 {
     if (x.sh == SH_VAR) return x.v;
-    LLVMValueRef v = splat(g, x.v, SIMD_W);
+    LLVMValueRef v = splat(g, x.v, g->simd_w);
     return x.sh == SH_LIN ? LLVMBuildAdd(g->b, v, g->iota, "lanes") : v;
 }
 
@@ -1668,20 +1703,22 @@ elem_name(KType mt)
     }
 }
 
-/* llvm.masked.{load,store,gather,scatter} for <SIMD_W x mt> (typed pointers: LLVM 14) */
+/* llvm.masked.{load,store,gather,scatter} for <simd_w x mt> (typed pointers: LLVM 14) */
 static LLVMValueRef
 masked_intrinsic(Gen *g, const char *what, KType bt, LLVMTypeRef *fty)
 {
-    LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(et);
-    LLVMTypeRef mk = lanes_of(g->t_i1), vp = LLVMPointerType(vt, 0);
-    LLVMTypeRef pv = lanes_of(LLVMPointerType(et, 0));
+    LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(g, et);
+    LLVMTypeRef mk = lanes_of(g, g->t_i1), vp = LLVMPointerType(vt, 0);
+    LLVMTypeRef pv = lanes_of(g, LLVMPointerType(et, 0));
     const char *en = elem_name(bt);
     char name[96];
     bool is_gs = strcmp(what, "gather") == 0 || strcmp(what, "scatter") == 0;
     if (is_gs) /* llvm.masked.gather.v8f32.v8p0f32 */
-        snprintf(name, sizeof name, "llvm.masked.%s.v%d%s.v%dp0%s", what, SIMD_W, en, SIMD_W, en);
+        snprintf(name, sizeof name, "llvm.masked.%s.v%d%s.v%dp0%s", what, g->simd_w, en, g->simd_w,
+                 en);
     else /* llvm.masked.load.v8f32.p0v8f32 */
-        snprintf(name, sizeof name, "llvm.masked.%s.v%d%s.p0v%d%s", what, SIMD_W, en, SIMD_W, en);
+        snprintf(name, sizeof name, "llvm.masked.%s.v%d%s.p0v%d%s", what, g->simd_w, en, g->simd_w,
+                 en);
     LLVMTypeRef i32 = g->t_i32;
     if (strcmp(what, "load") == 0)
         *fty = LLVMFunctionType(vt, (LLVMTypeRef[]){vp, i32, mk, vt}, 4, 0);
@@ -1699,7 +1736,7 @@ masked_intrinsic(Gen *g, const char *what, KType bt, LLVMTypeRef *fty)
 static LLVMValueRef
 all_lanes(Gen *g)
 {
-    return g->mask ? g->mask : LLVMConstAllOnes(lanes_of(g->t_i1));
+    return g->mask ? g->mask : LLVMConstAllOnes(lanes_of(g, g->t_i1));
 }
 
 /* the memory lanes of buf at idx → value lanes of bt (as a scalar load when idx is uniform and no
@@ -1712,7 +1749,7 @@ vload_buf(Gen *g, int buf, VV idx)
         return vv_uni(LLVMGetUndef(g->t_i64));
     }
     KType bt = g->p->bufs[buf].type;
-    LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(et);
+    LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(g, et);
     LLVMValueRef align = LLVMConstInt(g->t_i32, (unsigned)llvm_gen_elem_size(bt), 0), v;
     LLVMBuilderRef b = g->b;
     if (idx.sh == SH_UNI && !g->mask) {
@@ -1767,12 +1804,13 @@ vload_bits(Gen *g, int buf, VV idx, int how)
     LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(b, g->t_i8, g->bufptr[buf], &byte, 1, "");
     LLVMTypeRef fty;
     LLVMValueRef f = masked_intrinsic(g, "gather", KT_U8, &fty);
-    LLVMValueRef v = LLVMBuildCall2(b, fty, f,
-                                    (LLVMValueRef[]){ptrs, LLVMConstInt(g->t_i32, 1, 0),
-                                                     all_lanes(g), LLVMConstNull(lanes_of(g->t_i8))},
-                                    4, "");
+    LLVMValueRef v =
+        LLVMBuildCall2(b, fty, f,
+                       (LLVMValueRef[]){ptrs, LLVMConstInt(g->t_i32, 1, 0), all_lanes(g),
+                                        LLVMConstNull(lanes_of(g, g->t_i8))},
+                       4, "");
     if (sh) return vv_var(bit_value(g, bits, v, sh));
-    return vv_var(LLVMBuildZExt(b, v, lanes_of(g->t_i64), ""));
+    return vv_var(LLVMBuildZExt(b, v, lanes_of(g, g->t_i64), ""));
 }
 
 /* a store of i64 lanes v to bit buffer buf at element lanes idx: 8 neighbouring lanes from an
@@ -1788,11 +1826,13 @@ vstore_bits(Gen *g, int buf, VV idx, LLVMValueRef v)
         LLVMValueRef packed;
         if (is_pairs) {
             LLVMTypeRef i2 = LLVMIntTypeInContext(g->ctx, 2);
-            packed = LLVMBuildBitCast(b, LLVMBuildTrunc(b, v, LLVMVectorType(i2, SIMD_W), ""),
-                                      LLVMIntTypeInContext(g->ctx, 2 * SIMD_W), "spikes");
+            packed = LLVMBuildBitCast(
+                b, LLVMBuildTrunc(b, v, LLVMVectorType(i2, (unsigned)g->simd_w), ""),
+                LLVMIntTypeInContext(g->ctx, 2 * (unsigned)g->simd_w), "spikes");
         } else {
             LLVMValueRef on = LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
-            packed = LLVMBuildBitCast(b, on, g->t_i8, "spikes");
+            packed = LLVMBuildBitCast(b, on, LLVMIntTypeInContext(g->ctx, (unsigned)g->simd_w),
+                                      "spikes");
         }
         LLVMValueRef byte =
             LLVMBuildAShr(b, idx.v, LLVMConstInt(g->t_i64, is_pairs ? 2 : 3, 0), "");
@@ -1803,7 +1843,7 @@ vstore_bits(Gen *g, int buf, VV idx, LLVMValueRef v)
         return;
     }
     LLVMValueRef iv = vec_of(g, idx);
-    for (int l = 0; l < SIMD_W; l++) {
+    for (int l = 0; l < g->simd_w; l++) {
         LLVMValueRef lane = LLVMConstInt(g->t_i32, (unsigned)l, 0);
         LLVMBasicBlockRef bb_on = NULL, bb_next = NULL;
         if (g->mask) {
@@ -1857,7 +1897,7 @@ vexpr(Gen *g, const KExpr *e)
             return vconv(g, (VV){base, SH_LIN, sh == PS_LINAL}, KT_I64, e->type);
         }
         if (sh != PS_VAR) return vv_uni(gen_expr(g, e));
-        LLVMValueRef v = LLVMBuildLoad2(g->b, lanes_of(val_type(g, lt)), g->vlocal[e->var],
+        LLVMValueRef v = LLVMBuildLoad2(g->b, lanes_of(g, val_type(g, lt)), g->vlocal[e->var],
                                         g->k->locals[e->var].name);
         return vconv(g, vv_var(v), lt, e->type);
     }
@@ -1887,11 +1927,11 @@ vexpr(Gen *g, const KExpr *e)
             (e->op == KB_ADD || (e->op == KB_SUB && b.sh == SH_UNI))) {
             const VV *lin = a.sh == SH_LIN ? &a : &b;
             const KExpr *other = a.sh == SH_LIN ? e->b : e->a;
-            bool is_al = lin->is_aligned && b.sh != a.sh && is_lane_multiple(other);
+            bool is_al = lin->is_aligned && b.sh != a.sh && is_lane_multiple(other, g->simd_w);
             return (VV){bin_value(g, e->op, t, a.v, b.v, KT_I64), SH_LIN, is_al};
         }
         if (t == KT_I64 && e->type == KT_I64 && a.sh == SH_LIN && a.is_aligned &&
-            is_lane_const(e->b) && (e->op == KB_DIV || e->op == KB_REM)) {
+            is_lane_const(e->b, g->simd_w) && (e->op == KB_DIV || e->op == KB_REM)) {
             LLVMValueRef r = bin_value(g, e->op, t, a.v, b.v, KT_I64);
             return e->op == KB_DIV ? vv_uni(r) : (VV){r, SH_LIN, true};
         }
@@ -1939,7 +1979,7 @@ vstore_buf(Gen *g, const KStmt *s)
         return;
     }
     LLVMValueRef v = vec_of(g, vexpr_as(g, s->a, ktype_value(bt)));
-    LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(et);
+    LLVMTypeRef et = mem_type(g, bt), vt = lanes_of(g, et);
     if (bt == KT_F16 || bt == KT_BF16)
         v = narrow16(g, v, bt);
     else if (bt == KT_BOOL)
@@ -1958,7 +1998,7 @@ vstore_buf(Gen *g, const KStmt *s)
             LLVMValueRef st = tag_access(g, LLVMBuildStore(b, v, ptr));
             LLVMSetAlignment(st, (unsigned)llvm_gen_elem_size(bt));
             if (g->is_nt && g->nt_buf[s->buf] && idx.is_aligned) {
-                /* a whole vector at a multiple of SIMD_W lanes from a base that scan_nt_guard
+                /* a whole vector at a multiple of simd_w lanes from a base that scan_nt_guard
                  * found 16-byte aligned (NumPy's arrays are; x86 then stores 16-byte halves:
                  * with less alignment LLVM would store 8 bytes at a time) */
                 LLVMValueRef one = LLVMConstInt(g->t_i32, 1, 0);
@@ -2040,9 +2080,9 @@ vstmt(Gen *g, const KStmt *s)
         }
         LLVMValueRef v = vec_of(g, x);
         if (g->mask)
-            v = LLVMBuildSelect(b, g->mask, v,
-                                LLVMBuildLoad2(b, lanes_of(val_type(g, lt)), g->vlocal[s->var], ""),
-                                "");
+            v = LLVMBuildSelect(
+                b, g->mask, v,
+                LLVMBuildLoad2(b, lanes_of(g, val_type(g, lt)), g->vlocal[s->var], ""), "");
         LLVMBuildStore(b, v, g->vlocal[s->var]);
         return;
     }
@@ -2127,7 +2167,7 @@ scan_loop_close(Gen *g, const ScanLoop *l, unsigned step)
 }
 
 /* One segment of a blocked scan: statements s[0..n) for each vector of the block [blo, bhi)
- * (SIMD_W-aligned), the carried locals restored from and saved to their slots around them. */
+ * (simd_w-aligned), the carried locals restored from and saved to their slots around them. */
 static void
 scan_segment(Gen *g, const KStmt *loop, KStmt *const *s, int n, LLVMValueRef blo, LLVMValueRef bhi,
              bool restore, bool save)
@@ -2137,9 +2177,10 @@ scan_segment(Gen *g, const KStmt *loop, KStmt *const *s, int n, LLVMValueRef blo
     LLVMValueRef phi = l.phi;
     g->simd_base = phi;
     LLVMBuildStore(b, phi, g->local[loop->var]);
-    LLVMValueRef at[2] = {LLVMConstInt(g->t_i64, 0, 0),
-                          LLVMBuildExactSDiv(b, LLVMBuildSub(b, phi, blo, ""),
-                                             LLVMConstInt(g->t_i64, SIMD_W, 0), "")};
+    LLVMValueRef at[2] = {
+        LLVMConstInt(g->t_i64, 0, 0),
+        LLVMBuildExactSDiv(b, LLVMBuildSub(b, phi, blo, ""),
+                           LLVMConstInt(g->t_i64, (unsigned long long)g->simd_w, 0), "")};
     const Kernel *k = g->k;
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) vstmts(g, s, n);
@@ -2156,7 +2197,7 @@ scan_segment(Gen *g, const KStmt *loop, KStmt *const *s, int n, LLVMValueRef blo
                 LLVMBuildStore(b, LLVMBuildLoad2(b, ty, home, ""), sp);
         }
     }
-    scan_loop_close(g, &l, SIMD_W);
+    scan_loop_close(g, &l, (unsigned)g->simd_w);
 }
 
 /* the scan's sequential loop over one block: each step for every vector */
@@ -2216,7 +2257,7 @@ gen_scan_blocks(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef vhi)
     LLVMBuilderRef b = g->b;
     const KStmt *t = s->body[g->scan_at];
     LLVMValueRef use_nt = scan_nt_guard(g);
-    LLVMValueRef bw = LLVMConstInt(g->t_i64, (unsigned long long)g->scan_vecs * SIMD_W, 0);
+    LLVMValueRef bw = LLVMConstInt(g->t_i64, (unsigned long long)(g->scan_vecs * g->simd_w), 0);
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
     LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.block");
     LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "scan.block.exit");
@@ -2251,24 +2292,24 @@ gen_scan_blocks(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef vhi)
     if (use_nt) LLVMBuildFence(b, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
 }
 
-/* The range loop's first (hi - lo) - (hi - lo) % SIMD_W iterations, SIMD_W at a time; returns
+/* The range loop's first (hi - lo) - (hi - lo) % simd_w iterations, simd_w at a time; returns
  * where the scalar loop takes over. */
 static LLVMValueRef
 gen_simd_loop(Gen *g, const KStmt *s, LLVMValueRef lo, LLVMValueRef hi)
 {
     LLVMBuilderRef b = g->b;
-    LLVMValueRef w = LLVMConstInt(g->t_i64, SIMD_W, 0);
+    LLVMValueRef w = LLVMConstInt(g->t_i64, (unsigned long long)g->simd_w, 0);
     LLVMValueRef n = LLVMBuildSub(b, hi, lo, "");
-    /* lanes start at a multiple of SIMD_W (vexpr's aligned rules need it; the thread pool cuts
+    /* lanes start at a multiple of simd_w (vexpr's aligned rules need it; the thread pool cuts
      * chunks there): a chunk that does not runs whole on the scalar loop */
     LLVMValueRef is_al =
         LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildSRem(b, lo, w, ""), LLVMConstInt(g->t_i64, 0, 0), "");
     LLVMValueRef vhi = LLVMBuildSelect(
         b, is_al, LLVMBuildSub(b, hi, LLVMBuildSRem(b, n, w, ""), ""), lo, "simd.end");
-    LLVMValueRef lanes[SIMD_W];
-    for (int l = 0; l < SIMD_W; l++)
+    LLVMValueRef lanes[SIMD_MAX];
+    for (int l = 0; l < g->simd_w; l++)
         lanes[l] = LLVMConstInt(g->t_i64, (unsigned long long)l, 0);
-    g->iota = LLVMConstVector(lanes, SIMD_W);
+    g->iota = LLVMConstVector(lanes, (unsigned)g->simd_w);
     g->simd_var = s->var;
     g->mask = NULL;
     if (g->scan_at >= 0) {
@@ -2444,7 +2485,7 @@ scan_slots(Gen *g, const KStmt *loop, const bool *used)
     for (int v = 0; v < k->nlocals; v++)
         if (g->carried[v] && g->local[v])
             per_vec += g->lshape[v] == PS_VAR
-                           ? SIMD_W * (int64_t)llvm_gen_elem_size(k->locals[v].type)
+                           ? g->simd_w * (int64_t)llvm_gen_elem_size(k->locals[v].type)
                            : 8;
     g->scan_vecs = SCAN_VECS;
     while (g->scan_vecs > 16 && g->scan_vecs * per_vec > SCAN_SLOT_BYTES)
@@ -2528,7 +2569,8 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     g->fn = body;
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, body, "entry");
     LLVMPositionBuilderAtEnd(g->b, entry);
-    g->lshape = range_loop ? simd_plan(k, range_loop) : NULL;
+    g->simd_w = 8;
+    g->lshape = range_loop ? simd_plan(k, range_loop, g->has512 ? 16 : 8, &g->simd_w) : NULL;
     g->vlocal = xcalloc((size_t)k->nlocals + 1, sizeof *g->vlocal);
     g->simd_var = -1;
     g->mask = NULL;
@@ -2538,7 +2580,7 @@ gen_code(Gen *g, int ki, const char *name, const KStmt *range_loop)
     g->scan_at = range_loop ? scan_plan(k, range_loop, g->lshape, g->carried) : -1;
     for (int i = 0; g->lshape && i < k->nlocals; i++)
         if (g->lshape[i] == PS_VAR) {
-            LLVMTypeRef vt = lanes_of(val_type(g, k->locals[i].type));
+            LLVMTypeRef vt = lanes_of(g, val_type(g, k->locals[i].type));
             g->vlocal[i] = LLVMBuildAlloca(g->b, vt, k->locals[i].name ? k->locals[i].name : "");
             LLVMBuildStore(g->b, LLVMConstNull(vt), g->vlocal[i]);
         }
@@ -2995,12 +3037,25 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm, 
     return g.mod;
 }
 
+/* the lanes of code for this machine (has_avx512's rule on the host's features) */
+static int
+host_simd_w(void)
+{
+    const char *env = getenv("SNN_VEC512");
+    if (env && strcmp(env, "0") == 0) return 8;
+    char *features = LLVMGetHostCPUFeatures();
+    bool has = features && strstr(features, "+avx512f") != NULL;
+    LLVMDisposeMessage(features);
+    return has ? 16 : 8;
+}
+
 /* cg_llvm.h */
 int
 cg_llvm_simd_lanes(const Kernel *k)
 {
-    unsigned char *shape = simd_plan(k, threaded_loop(k));
+    int w;
+    unsigned char *shape = simd_plan(k, threaded_loop(k), host_simd_w(), &w);
     free(shape);
-    return shape ? SIMD_W : 0;
+    return shape ? w : 0;
 }
 

@@ -20,7 +20,7 @@ config.substitutions.append(("%nirdir", os.path.join(config.snnc_src_root, "test
 
 path = [config.llvm_tools_dir, os.environ.get("PATH", "")]
 config.environment["PATH"] = os.pathsep.join(path)
-for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "SNN_DATA_DIR", "HOME"):
+for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "SNN_DATA_DIR", "HOME", "SNN_VEC512"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
 # a sanitized build: its model.so needs the sanitizer runtime first in a process (not Python's).
