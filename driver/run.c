@@ -11,10 +11,8 @@
 #include "driver/load.h"
 #include "driver/session_run.h"
 #ifdef SNN_HAVE_LLVM
-#include "driver/profile.h"
-#endif
-#ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
+#include "driver/profile.h"
 #endif
 #include "runtime/clock.h"
 #include "runtime/cuda_driver.h"
