@@ -1092,6 +1092,10 @@ train(Module *m, const Options *o)
     /* the weights: PyTorch's initialisation (--init), the model's or --weights; a checkpoint's
      * come with it (--resume, below: the file is read once the run's settings are known) */
     if (!o->resume && !(o->init ? weights_bind(m, NULL) : bind_weights(m, o))) return 1;
+    /* then --seed keys the Poisson encoders whose seed is the model's: the interpreter reads it
+     * from its options, compiled code has it baked in from m->seed (a model with weights trained
+     * its compiled step on its own seed with --seed given: random model 863) */
+    if (o->seed >= 0) m->seed = o->seed;
     Sets sets;
     if (!load_sets(m, o, &sets)) {
         free_sets(&sets);
