@@ -358,6 +358,9 @@ bool kir_eval_bound(const KProgram *p, KBinding *bd, int batch, int64_t sample_b
 /* packs again the weights a binding holds packed copies of (after the module's weights changed:
  * an optimiser step); the others are the module's data itself. False with a message. */
 bool kir_rebind_weights(const KProgram *p, KBinding *bd, char *err, size_t errlen);
+/* zeroes, on a binding made earlier, the temporaries a run of `batch` samples expects to start at
+ * zero (those not stored before they are loaded): before each run of a binding used again */
+void kir_zero_temps(const KProgram *p, KBinding *bd, int batch);
 /* bd's packed weight copies that binding fbd of program from holds alike (the same weight, type,
  * transpose and split) become fbd's, their own freed: two programs over one module's weights
  * (training and its testing) keep one copy. fbd must outlive bd; whoever repacks fbd repacks

@@ -636,6 +636,16 @@ kir_bind(const KProgram *p, int batch, const float *const *inputs, float *const 
 }
 
 void
+kir_zero_temps(const KProgram *p, KBinding *bd, int batch)
+{
+    for (int b = 0; b < p->nbufs; b++) {
+        const KBuf *kb = &p->bufs[b];
+        if (kb->kind == KB_TEMP && !kb->is_written_first)
+            memset(bd->mem[b], 0, (size_t)kbytes(kb->type, ksize_eval(kb->size, batch)));
+    }
+}
+
+void
 kir_unbind(KBinding *bd)
 {
     if (!bd) return;

@@ -13,7 +13,6 @@
 #include "runtime/pool.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct Unit {
     int first, end; /* kernels [first, end) of the program */
@@ -98,17 +97,6 @@ profile_open(const Module *m, const KProgram *p, int threads, char *err, size_t 
     return pf;
 }
 
-/* the temporaries a run expects to start at zero (those not stored before they are loaded) */
-static void
-reset_temps(const KProgram *p, KBinding *bd, int batch)
-{
-    for (int b = 0; b < p->nbufs; b++) {
-        const KBuf *kb = &p->bufs[b];
-        if (kb->kind == KB_TEMP && !kb->is_written_first)
-            memset(bd->mem[b], 0, (size_t)kbytes(kb->type, ksize_eval(kb->size, batch)));
-    }
-}
-
 bool
 profile_run(Profile *pf, int batch, int64_t base, const float *const *in, float *const *out,
             double *counts, char *err, size_t errlen)
@@ -132,12 +120,12 @@ profile_run(Profile *pf, int batch, int64_t base, const float *const *in, float 
      * run of one batch would time its page faults); run again from the same start, it computes
      * the same values */
     if (pf->batches == 0) {
-        reset_temps(p, bd, batch);
+        kir_zero_temps(p, bd, batch);
         for (int i = 0; i < pf->nunits; i++)
             ((SnnkEntryFn)(uintptr_t)cg_llvm_entry(pf->units[i].code))(bd->mem, batch, base,
                                                                        rt_pool_rt(pf->pool));
     }
-    reset_temps(p, bd, batch);
+    kir_zero_temps(p, bd, batch);
     for (int i = 0; i < pf->nunits; i++) {
         Unit *u = &pf->units[i];
         SnnkEntryFn entry = (SnnkEntryFn)(uintptr_t)cg_llvm_entry(u->code);

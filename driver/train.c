@@ -795,12 +795,7 @@ engine_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t
     bool is_inf = v == e->inf;
     const KProgram *whole = is_inf ? e->inf : e->p;
     KBinding *bd = is_inf ? e->bdi : e->bd;
-    if (v == &e->fwd || is_inf)
-        for (int b = 0; b < whole->nbufs; b++) {
-            const KBuf *kb = &whole->bufs[b];
-            if (kb->kind == KB_TEMP && !kb->is_written_first)
-                memset(bd->mem[b], 0, (size_t)kbytes(kb->type, ksize_eval(kb->size, nb)));
-        }
+    if (v == &e->fwd || is_inf) kir_zero_temps(whole, bd, nb);
     if (e->is_cuda && !is_inf) return cuda_run(e, v, nb, base, err, errlen);
 #ifdef SNN_HAVE_LLVM
     if (e->is_cuda && is_inf) {

@@ -50,22 +50,30 @@ def test_spikingjelly_module_equals_the_framework():
     assert np.array_equal(got, want)
 
 
-def test_snntorch_module_through_nir_equals_the_framework():
+def snntorch_and_snnc(net, steps, seed):
+    """net (a Sequential whose first layer is a Linear(8, ...)), its first weight tripled so that
+    it fires, stepped by snnTorch and compiled by snnc on the same [10, steps, 8] input: (snnc's
+    output, snnTorch's)"""
     from snntorch import utils
+    with torch.no_grad():
+        net[0].weight.mul_(3)
+    x = torch.rand(10, steps, 8, generator=torch.Generator().manual_seed(seed))
+    utils.reset(net)
+    with torch.no_grad():
+        want = torch.stack([net(x[:, t])[0] for t in range(steps)], 1).numpy()
+    with snnc.compile(net, timesteps=steps, example_input=torch.zeros(8)) as m:
+        got = next(iter(m.run(x.numpy()).values()))
+    return got, want
+
+
+def test_snntorch_module_through_nir_equals_the_framework():
     torch.manual_seed(0)
     net = torch.nn.Sequential(
         torch.nn.Linear(8, 12), snn.Leaky(beta=torch.full((12,), 0.8), threshold=torch.ones(12),
                                           init_hidden=True),
         torch.nn.Linear(12, 4), snn.Leaky(beta=torch.full((4,), 0.9), threshold=torch.ones(4),
                                           init_hidden=True, output=True))
-    with torch.no_grad():
-        net[0].weight.mul_(3)
-    x = torch.rand(10, 6, 8, generator=torch.Generator().manual_seed(2))
-    utils.reset(net)
-    with torch.no_grad():
-        want = torch.stack([net(x[:, t])[0] for t in range(6)], 1).numpy()
-    with snnc.compile(net, timesteps=6, example_input=torch.zeros(8)) as m:
-        got = next(iter(m.run(x.numpy()).values()))
+    got, want = snntorch_and_snnc(net, 6, 2)
     assert 0 < want.mean() < 1
     assert np.array_equal(got, want)
 
@@ -73,19 +81,11 @@ def test_snntorch_module_through_nir_equals_the_framework():
 def test_snntorch_scalar_parameters():
     """snnTorch's own export needs tensor parameters; scalar ones (beta=0.8, the usual way) are
     expanded to the layer's size on a copy first, the module left as it was"""
-    from snntorch import utils
     torch.manual_seed(1)
     net = torch.nn.Sequential(torch.nn.Linear(8, 12), snn.Leaky(beta=0.8, init_hidden=True),
                               torch.nn.Linear(12, 4),
                               snn.Synaptic(alpha=0.7, beta=0.9, init_hidden=True, output=True))
-    with torch.no_grad():
-        net[0].weight.mul_(3)
-    x = torch.rand(10, 5, 8, generator=torch.Generator().manual_seed(3))
-    utils.reset(net)
-    with torch.no_grad():
-        want = torch.stack([net(x[:, t])[0] for t in range(5)], 1).numpy()
-    with snnc.compile(net, timesteps=5, example_input=torch.zeros(8)) as m:
-        got = next(iter(m.run(x.numpy()).values()))
+    got, want = snntorch_and_snnc(net, 5, 3)
     assert net[1].beta.dim() == 0
     assert 0 < want.mean() < 1
     assert np.array_equal(got, want)
