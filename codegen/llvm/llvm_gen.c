@@ -2962,16 +2962,22 @@ has_f16c(LLVMTargetMachineRef tm)
     return has;
 }
 
-/* whether tm's code may use AVX-512 (its feature string says so; SNN_VEC512=0 says not to) */
+/* whether code for an LLVM feature string (disposed here) may use AVX-512: the string says so
+ * and SNN_VEC512=0 does not say otherwise */
 static bool
-has_avx512(LLVMTargetMachineRef tm)
+avx512_in(char *features)
 {
     const char *env = getenv("SNN_VEC512");
-    if (!tm || (env && strcmp(env, "0") == 0)) return false;
-    char *features = LLVMGetTargetMachineFeatureString(tm);
-    bool has = features && strstr(features, "+avx512f") != NULL;
+    bool has = !(env && strcmp(env, "0") == 0) && features && strstr(features, "+avx512f");
     LLVMDisposeMessage(features);
     return has;
+}
+
+/* llvm_gen.h */
+bool
+llvm_gen_has_avx512(LLVMTargetMachineRef tm)
+{
+    return tm && avx512_in(LLVMGetTargetMachineFeatureString(tm));
 }
 
 LLVMModuleRef
@@ -2981,7 +2987,7 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm, 
     Gen g = {0};
     g.p = p;
     g.has_f16c = has_f16c(tm) && !llvm_gen_soft_f16;
-    g.has512 = has_avx512(tm);
+    g.has512 = llvm_gen_has_avx512(tm);
     g.ctx = ctx;
     g.err = err;
     g.errlen = errlen;
@@ -3037,16 +3043,11 @@ llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetMachineRef tm, 
     return g.mod;
 }
 
-/* the lanes of code for this machine (has_avx512's rule on the host's features) */
+/* the lanes of code for this machine */
 static int
 host_simd_w(void)
 {
-    const char *env = getenv("SNN_VEC512");
-    if (env && strcmp(env, "0") == 0) return 8;
-    char *features = LLVMGetHostCPUFeatures();
-    bool has = features && strstr(features, "+avx512f") != NULL;
-    LLVMDisposeMessage(features);
-    return has ? 16 : 8;
+    return avx512_in(LLVMGetHostCPUFeatures()) ? 16 : 8;
 }
 
 /* cg_llvm.h */

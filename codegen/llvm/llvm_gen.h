@@ -31,6 +31,9 @@ LLVMModuleRef llvm_gen_module(const KProgram *p, LLVMContextRef ctx, LLVMTargetM
                               char *err, size_t errlen);
 /* Bytes one element of a buffer of type t occupies in memory. */
 size_t llvm_gen_elem_size(KType t);
+/* whether tm's code may use AVX-512 (its features say so; SNN_VEC512=0 says not to): the lanes of
+ * lanes loops, the tiles' 512-bit registers (llvm_jit.c) */
+bool llvm_gen_has_avx512(LLVMTargetMachineRef tm);
 
 /* ---- llvm_jit.c ---- */
 /* A target machine for the host CPU (name and features), PIC, LLVMCodeGenLevelAggressive. */

@@ -121,11 +121,7 @@ llvm_target_machine(const char *cpu_name, char *err, size_t errlen)
 static void
 wide_vectors(LLVMModuleRef mod, LLVMTargetMachineRef tm)
 {
-    char *features = LLVMGetTargetMachineFeatureString(tm);
-    bool has512 = features && strstr(features, "+avx512f") != NULL;
-    LLVMDisposeMessage(features);
-    const char *env = getenv("SNN_VEC512");
-    if (!has512 || (env && strcmp(env, "0") == 0)) return;
+    if (!llvm_gen_has_avx512(tm)) return;
     LLVMContextRef ctx = LLVMGetModuleContext(mod);
     LLVMAttributeRef prefer = LLVMCreateStringAttribute(ctx, "prefer-vector-width", 19, "512", 3);
     LLVMAttributeRef legal = LLVMCreateStringAttribute(ctx, "min-legal-vector-width", 22, "512", 3);
