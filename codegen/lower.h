@@ -107,9 +107,13 @@ typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
  *       word per input neuron k says which rows of the block spiked on it; then, per tile of
  *       EVENT_NT outputs, k runs over the inputs once and each row that spiked on k adds the same
  *       weight vector W[k][tile] (in L1 since the previous row's add) into its accumulators
- *       (EVENT_RB tiles in L1). A weight row is read once per block instead of once per spike.
- *       The parallel loop runs over (chunk of EVENT_CHUNK outputs, row block), chunk outer, so
- *       the blocks a thread takes reuse one chunk's weights from the last-level cache. Other
+ *       (EVENT_RB tiles in L1). A weight row is read once per block instead of once per spike,
+ *       and only for the inputs that spiked in the block (listed first). The parallel loop runs
+ *       over (chunk of EVENT_CHUNK outputs, row block), chunk outer, so the blocks a thread
+ *       takes reuse one chunk's weights from the last-level cache; the weight is packed by
+ *       chunk, [O/chunk][K][chunk]. A block of at most EVENT_FEW_RB rows (batch 1: T rows)
+ *       goes input by input instead, each spike adding the chunk's whole contiguous weight row
+ *       into accumulators in L1: the rows nobody spiked on are skipped whole. Other
  *       spikes (bit pairs, a layer in a step loop): one scan of the input per row, each spike
  *       adding its weight row into the row's accumulators in memory, tile by tile. Terms in k
  *       order either way.
@@ -122,12 +126,14 @@ typedef enum { CTX_BATCHED, CTX_STATIC, CTX_STEP } Ctx;
  *       blocks of CONV_NP (2 without AVX-512: lower_wide_vectors), one tile each, sharing every
  *       weight vector load (one pixel alone streams the layer's weights from L2 per pixel).
  *     spikes: per row, the spiking channels of every input pixel (count and list, in channel
- *       order); per output pixel, its terms gathered from its taps' lists into one list of
- *       (weight row, input) pairs, in (kh, kw, c) order; then every channel tile runs one loop
- *       over that list. This is the one reordered sum: spike terms are weights (times 0/1 or
- *       +-1), whose f64 sum is exact, so order-free, unless n terms span more than about
- *       2^(29 - log2 n) in magnitude; and even then the f32 result changes only if the last f64
- *       bit moves it across an f32 rounding boundary.
+ *       order); per output pixel, where all of a group's channels fit one tile (CONV_NT, or
+ *       CONV_NT_WIDE with AVX-512), each tap's listed channels summed straight from the list in
+ *       (kh, kw, c) order (a bit spike adds its weight row: no multiply); else its terms gathered
+ *       from its taps' lists into one list of (weight row, input) pairs, in the same order, over
+ *       which every channel tile runs one loop. This is the one reordered sum: spike terms are
+ *       weights (times 0/1 or +-1), whose f64 sum is exact, so order-free, unless n terms span
+ *       more than about 2^(29 - log2 n) in magnitude; and even then the f32 result changes only
+ *       if the last f64 bit moves it across an f32 rounding boundary.
  *   GPU (KG_FLAT): one thread per output element, summed in the interpreter's order, zeros of
  *     spikes skipped; outside a step loop also in register tiles (dense GPU_DENSE_MR rows x
  *     GPU_DENSE_NT outputs, conv GPU_CONV_NP pixels x GPU_CONV_NT channels a thread, the same
@@ -144,6 +150,7 @@ enum {
     DENSE_SPIKE_TILE = 32, /* most outputs a spike-fed dense layer keeps in one tile */
     SCATTER_NT = 32,       /* lanes per step of the event-driven dense scatter */
     CONV_NT = 32,          /* channels per conv tile */
+    CONV_NT_WIDE = 64,     /* ... of a spike-fed conv with AVX-512's 32 registers: 8 chains */
     CONV_NP = 4,           /* real-valued input: output pixels per register block (at most) ... */
     CONV_NP_NT = 16,       /* ... of this many channels each (f64 lanes: two AVX-512 registers) */
     /* GPU (KG_FLAT) tiles: what one thread sums in registers (kir.h tiles of float or double) */
@@ -158,6 +165,7 @@ enum {
     EVENT_RB = 64,             /* rows whose spikes are grouped by input neuron (bits of a word) */
     EVENT_NT = 32,             /* outputs per tile of the grouped events (f64 lanes) */
     EVENT_CHUNK = 512,         /* outputs per parallel chunk of the grouped events */
+    EVENT_FEW_RB = 8,          /* ... blocks of at most this many rows go input by input */
 };
 
 /* body(o0, lanes) for the tiles of [0, n): a loop over the full tiles of nt lanes, then the
@@ -183,6 +191,7 @@ typedef struct Conv {
     Pos ps;            /* the row */
     KExpr *g;          /* group */
     KExpr *oh, *ow, *nterms, *terms; /* the output pixel, its term count and first term */
+    int nt;                          /* spikes: channels per tile */
     int64_t packed; /* > 0: the weight is packed in tiles of this many channels (spikes, G == 1):
                      * [O/nt][Cg][KH][KW][nt] */
 } Conv;

@@ -224,51 +224,71 @@ conv_term_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     KExpr *ti = bin(lw, KB_ADD, cv->terms, j);
     /* packed: tile o0 / nt starts at o0 * Cg*KH*KW */
     KExpr *base = cv->packed ? bin(lw, KB_MUL, o0, ci(lw, cv->d.Cg * cv->d.KH * cv->d.KW)) : o0;
-    tile_fma(lw, body(fj), t, kx_load(lw->p, cv->tap_x, ti), cv->w,
-             bin(lw, KB_ADD, kx_load(lw->p, cv->tap_w, ti), base), false);
+    /* a spike of bits is 1: fma(1, w, acc) is acc + w, which the backend emits as an add */
+    KExpr *x = cv->tap_x < 0 ? kx_const(lw->p, KT_F64, 1) : kx_load(lw->p, cv->tap_x, ti);
+    tile_fma(lw, body(fj), t, x, cv->w, bin(lw, KB_ADD, kx_load(lw->p, cv->tap_w, ti), base),
+             false);
     conv_store(lw, c, cv, cv->oh, cv->ow, o0, t);
 }
 
-/* spikes: per output pixel, its terms in (kh, kw, spiking c in channel order): the listed
+/* the listed entry of a spiking channel as (channel, input): a spike of bits is 1 (fma(1, w, acc)
+ * is acc + w, which the backend emits as an add); of bit pairs, its sign is in the entry
+ * (conv_list_append); else the input is loaded */
+static KExpr *
+conv_listed(Lower *lw, const Conv *cv, int cgv, KExpr *ih, KExpr *iw, KExpr **cg)
+{
+    *cg = var(lw, cgv);
+    if (bits_of(lw, cv->x) == 1) return kx_const(lw->p, KT_F64, 1);
+    if (bits_of(lw, cv->x) == 2) {
+        KExpr *is_neg = bin(lw, KB_REM, var(lw, cgv), ci(lw, 2));
+        *cg = bin(lw, KB_DIV, var(lw, cgv), ci(lw, 2));
+        return to(lw, lw->acc, bin(lw, KB_SUB, ci(lw, 1), bin(lw, KB_MUL, ci(lw, 2), is_neg)));
+    }
+    return conv_input(lw, cv, *cg, ih, iw);
+}
+
+/* spikes: per output pixel, its terms in (kh, kw, spiking c in channel order). All channels in
+ * one tile: each tap's listed channels summed straight from the list. Several tiles: the listed
  * channels of each tap's input pixel become (weight row, input value) pairs, which every channel
  * tile then sums in one loop (one short loop per tap and tile would cost a mispredicted exit
- * each) */
+ * each, and the list's decoding once per tile) */
 static void
 conv_event_pixels(Lower *lw, Cur c, Conv *cv)
 {
-    KExpr *oh, *ow, *kh, *kw, *ih, *iw;
+    KExpr *oh, *ow, *kh, *kw, *ih, *iw, *cg, *e;
     KStmt *foh = loop(lw, c, "oh", ci(lw, cv->d.OH), false, &oh);
     KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->d.OW), false, &ow);
     Cur px = body(fow);
-    int nv = local(lw, "nterms", KT_I64), qv = local(lw, "qi", KT_I64);
-    int cgv = local(lw, "cg", KT_I64);
-    s_assign(lw, px, nv, ci(lw, 0));
+    cv->oh = oh;
+    cv->ow = ow;
+    int qv = local(lw, "qi", KT_I64), cgv = local(lw, "cg", KT_I64), t = -1, nv = -1;
+    if (cv->d.Og <= cv->nt) {
+        t = tile(lw, "acc", (int)cv->d.Og);
+        s_tile(lw, px, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    } else {
+        nv = local(lw, "nterms", KT_I64);
+        s_assign(lw, px, nv, ci(lw, 0));
+    }
     Cur in = conv_taps(lw, px, cv, oh, ow, &kh, &kw, &ih, &iw);
     s_assign(lw, in, qv,
              conv_count_index(lw, cv, bin(lw, KB_ADD, bin(lw, KB_MUL, ih, ci(lw, cv->d.W)), iw)));
-    KExpr *e;
     KStmt *fe = loop(lw, in, "e", kx_load(lw->p, cv->count, var(lw, qv)), false, &e);
     s_assign(lw, body(fe), cgv,
              kx_load(lw->p, cv->list,
                      bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->d.Cg)), e)));
-    KExpr *cg = var(lw, cgv), *ti = bin(lw, KB_ADD, cv->terms, var(lw, nv));
-    /* a listed spike of bits is 1; of bit pairs, its sign is in the entry (conv_list_append);
-     * else the input is loaded */
-    KExpr *x = NULL;
-    if (bits_of(lw, cv->x) == 1) {
-        x = kx_const(lw->p, KT_F64, 1);
-    } else if (bits_of(lw, cv->x) == 2) {
-        KExpr *is_neg = bin(lw, KB_REM, var(lw, cgv), ci(lw, 2));
-        x = to(lw, lw->acc, bin(lw, KB_SUB, ci(lw, 1), bin(lw, KB_MUL, ci(lw, 2), is_neg)));
-        cg = bin(lw, KB_DIV, var(lw, cgv), ci(lw, 2));
+    KExpr *x = conv_listed(lw, cv, cgv, ih, iw, &cg);
+    if (t >= 0) {
+        tile_fma(lw, body(fe), t, x, cv->w, conv_weight(lw, cv, cg, kh, kw, ci(lw, 0)), false);
+        conv_store(lw, px, cv, oh, ow, ci(lw, 0), t);
+        return;
     }
+    KExpr *ti = bin(lw, KB_ADD, cv->terms, var(lw, nv));
     s_store(lw, body(fe), cv->tap_w, ti, conv_weight(lw, cv, cg, kh, kw, ci(lw, 0)));
-    s_store(lw, body(fe), cv->tap_x, ti, x ? x : conv_input(lw, cv, cg, ih, iw));
+    if (cv->tap_x >= 0) /* bits: no input to keep (conv_term_tile) */
+        s_store(lw, body(fe), cv->tap_x, ti, x);
     s_assign(lw, body(fe), nv, bin(lw, KB_ADD, var(lw, nv), ci(lw, 1)));
-    cv->oh = oh;
-    cv->ow = ow;
     cv->nterms = var(lw, nv);
-    for_tiles(lw, px, cv->d.Og, tile_lanes(lw, CONV_NT), conv_term_tile, cv);
+    for_tiles(lw, px, cv->d.Og, cv->nt, conv_term_tile, cv);
 }
 
 /* the batchnorm fused into this conv (fold-batchnorm) on the CPU: over the row the conv has just
@@ -601,7 +621,8 @@ lower_conv2d_events(Lower *lw, ValueId v)
     /* whole channel tiles: the weight packed tile by tile, [O/nt][Cg][KH][KW][nt], so that a tile's
      * rows are one contiguous block (Cg*KH*KW*nt values) instead of nt values every O: the rows a
      * pixel's terms pick then spread over all cache sets (measured on c2 below) */
-    int64_t nt = tile_lanes(lw, CONV_NT);
+    int64_t nt = tile_lanes(lw, lower_wide_vectors() ? CONV_NT_WIDE : CONV_NT);
+    cv.nt = (int)nt;
     if (lw->m->nodes[v].op == OP_CONV2D && cv.d.G == 1 && cv.d.O % nt == 0 && nt < cv.d.O) {
         KBuf *kb = &lw->p->bufs[cv.w];
         kb->nperm = 5;
@@ -618,8 +639,13 @@ lower_conv2d_events(Lower *lw, ValueId v)
     cv.count = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.nspiking", vn), KT_I64,
                            cv.d.G * HW * rows);
     int64_t nterms = cv.d.KH * cv.d.KW * cv.d.Cg; /* at most, per output pixel */
-    cv.tap_w = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.term_w", vn), KT_I64, nterms * rows);
-    cv.tap_x = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.term_x", vn), lw->acc, nterms * rows);
+    if (cv.d.Og > nt) { /* term lists for several tiles (conv_event_pixels) */
+        cv.tap_w =
+            scratch_buf(lw, arena_printf(&lw->p->arena, "%s.term_w", vn), KT_I64, nterms * rows);
+        if (bits_of(lw, cv.x) != 1)
+            cv.tap_x = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.term_x", vn), lw->acc,
+                                   nterms * rows);
+    }
     Cur c = open_rows(lw, v, &cv.ps);
     KExpr *row = row_of(&cv.ps), *z, *cg, *q;
     cv.terms = bin(lw, KB_MUL, row, ci(lw, nterms));

@@ -648,10 +648,12 @@ scatter_spike(Lower *lw, Cur c, KExpr *k, void *ctx)
 typedef struct ByInput {
     ValueId v;
     int64_t K, O, nt; /* inputs, outputs, lanes per tile (the accumulator stride of a row) */
-    int w, bias, masks, acc;
+    int64_t P, chunk; /* tiled: outputs per packed tile of the weight (the chunk); chunk width */
+    int w, bias, masks, acc, list;
     bool is_tiled;    /* w is [O/nt][K][nt] (wbuf_tiled), else [K][O] */
     KExpr *mb, *ab, *r0, *nr, *chunk0; /* mask, accumulator bases; first row, rows; chunk start */
     int mv, nv, iv; /* locals: the mask, its count, the row in the block */
+    int kv, nkv;    /* locals: an input that spiked, how many did (list[mb + j], j < nk) */
 } ByInput;
 
 /* SpikeBody: input k spiked in row iv of the block: masks[mb + k] |= 1 << iv */
@@ -665,50 +667,64 @@ by_input_mark(Lower *lw, Cur c, KExpr *k, void *ctx)
                 bin(lw, KB_SHL, ci(lw, 1), var(lw, g->iv))));
 }
 
-/* Rows of the packed weight the walk over inputs reaches PREFETCH_ROWS inputs later (the last
- * row at the end), asked for every input whether it spiked or not: a layer at batch 1 walks its
- * whole weight from memory for a few rows of spikes (f3: 51 MB), and the hardware prefetcher,
- * seeing only the rows that spiked, kept the walk at about half the memory's pace (a replica:
- * 3.0-3.6 -> 2.2-3.1 ms with the rows asked for 32 inputs ahead). One prefetch per 64-byte line of
- * the tile's row, and one for its last element (rows need not start on a line). */
+/* Rows of the packed weight the walk over the inputs that spiked reaches PREFETCH_ROWS inputs
+ * later (the last at the end): a layer at batch 1 reads its weight from memory for a few rows of
+ * spikes (f3: 26 MB in f16), and the hardware prefetcher, seeing rows far apart, kept the walk at
+ * about half the memory's pace (a replica: 3.0-3.6 -> 2.2-3.1 ms with the rows asked for 32 inputs
+ * ahead). One prefetch per 64-byte line of the tile's row, and one for its last element (rows need
+ * not start on a line). */
 enum { PREFETCH_ROWS = 32 };
 
-/* the first element of row k of the tile holding output o, in the weight packed [O/nt][K][nt] */
+/* the element of W[k][o] in the weight packed [O/P][K][P] (o a tile's first output) */
 static KExpr *
 packed_row(Lower *lw, const ByInput *g, KExpr *o, KExpr *k)
 {
-    return bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, o, ci(lw, g->nt)), ci(lw, g->K * g->nt)),
-               bin(lw, KB_MUL, k, ci(lw, g->nt)));
+    KExpr *at =
+        bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, o, ci(lw, g->P)), ci(lw, g->K * g->P)),
+            bin(lw, KB_MUL, k, ci(lw, g->P)));
+    return bin(lw, KB_ADD, at, bin(lw, KB_REM, o, ci(lw, g->P)));
+}
+
+/* W[k][o0 ..] of the chunk's tile at o0 (o: chunk0 + o0) */
+static KExpr *
+weight_row(Lower *lw, const ByInput *g, KExpr *o, KExpr *k)
+{
+    return g->is_tiled ? packed_row(lw, g, o, k)
+                       : bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, g->O)), o);
 }
 
 static void
-prefetch_rows(Lower *lw, Cur c, const ByInput *g, KExpr *o, KExpr *k)
+prefetch_rows(Lower *lw, Cur c, const ByInput *g, KExpr *o, KExpr *j, int64_t n)
 {
-    KExpr *kk = bin(lw, KB_MIN, bin(lw, KB_ADD, k, ci(lw, PREFETCH_ROWS)), ci(lw, g->K - 1));
-    KExpr *row = packed_row(lw, g, o, kk);
+    KExpr *jj = bin(lw, KB_MIN, bin(lw, KB_ADD, j, ci(lw, PREFETCH_ROWS)),
+                    bin(lw, KB_SUB, var(lw, g->nkv), ci(lw, 1)));
+    KExpr *row = packed_row(lw, g, o, kx_load(lw->p, g->list, bin(lw, KB_ADD, g->mb, jj)));
     int64_t per_line = 64 / (int64_t)ktype_size(lw->p->bufs[g->w].type);
-    for (int64_t e = 0; e < g->nt + per_line - 1; e += per_line) {
+    for (int64_t e = 0; e < n + per_line - 1; e += per_line) {
         KStmt *s = st_new(lw, KS_PREFETCH);
         s->buf = g->w;
-        s->index = bin(lw, KB_ADD, row, ci(lw, e < g->nt ? e : g->nt - 1));
+        s->index = bin(lw, KB_ADD, row, ci(lw, e < n ? e : n - 1));
         put(lw, c, s);
     }
 }
 
 /* one tile of outputs [chunk0 + o0, + lanes) of the block: accumulators from the bias; for each
- * input k in order, the rows whose bit is set add W[k][tile]; then stored, row by row */
+ * input k that spiked, in order, the rows whose bit is set add W[k][tile]; then stored, row by
+ * row */
 static void
 by_input_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
 {
     const ByInput *g = ctx;
-    KExpr *o = bin(lw, KB_ADD, g->chunk0, o0), *i, *k, *j;
+    KExpr *o = bin(lw, KB_ADD, g->chunk0, o0), *i, *jk, *j;
     int t = tile(lw, "acc", lanes);
     KStmt *fi = loop(lw, c, "i", g->nr, false, &i);
     tile_init(lw, body(fi), t, g->bias, o);
     s_tile(lw, body(fi), KS_VSTORE, t, g->acc,
            bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, i, ci(lw, g->nt))), NULL);
-    KStmt *fk = loop(lw, c, "k", ci(lw, g->K), false, &k);
-    if (g->is_tiled) prefetch_rows(lw, body(fk), g, o, k);
+    KStmt *fk = loop(lw, c, "jk", var(lw, g->nkv), false, &jk);
+    if (g->is_tiled) prefetch_rows(lw, body(fk), g, o, jk, lanes);
+    s_assign(lw, body(fk), g->kv, kx_load(lw->p, g->list, bin(lw, KB_ADD, g->mb, jk)));
+    KExpr *k = var(lw, g->kv);
     s_assign(lw, body(fk), g->mv, kx_load(lw->p, g->masks, bin(lw, KB_ADD, g->mb, k)));
     s_assign(lw, body(fk), g->nv, kx_un(lw->p, KU_POPCOUNT, var(lw, g->mv)));
     KStmt *fj = loop(lw, body(fk), "j", var(lw, g->nv), false, &j);
@@ -718,15 +734,102 @@ by_input_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
              bin(lw, KB_BITAND, var(lw, g->mv), bin(lw, KB_SUB, var(lw, g->mv), ci(lw, 1))));
     KExpr *ai = bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, var(lw, g->iv), ci(lw, g->nt)));
     s_tile(lw, in, KS_VLOAD, t, g->acc, ai, NULL);
-    KExpr *wi = g->is_tiled ? packed_row(lw, g, o, k)
-                            : bin(lw, KB_ADD, bin(lw, KB_MUL, k, ci(lw, g->O)), o);
-    tile_fma(lw, in, t, kx_const(lw->p, KT_F64, 1), g->w, wi, false);
+    tile_fma(lw, in, t, kx_const(lw->p, KT_F64, 1), g->w, weight_row(lw, g, o, k), false);
     s_tile(lw, in, KS_VSTORE, t, g->acc, ai, NULL);
     KStmt *fs = loop(lw, c, "i", g->nr, false, &i);
     s_tile(lw, body(fs), KS_VLOAD, t, g->acc,
            bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, i, ci(lw, g->nt))), NULL);
     Pos py = row_pos(lw, g->v, bin(lw, KB_ADD, g->r0, i), o);
     tile_store(lw, body(fs), g->v, &py, 1, t);
+}
+
+/* A block of few rows (batch 1: T rows) spikes on few inputs, and a tile at a time would read a
+ * short piece of each one's weight row per tile: pieces too close together for the memory to skip
+ * the rows between. So the walk goes input by input instead, each row that spiked adding the
+ * chunk's whole contiguous weight row (P outputs: the rows no row spiked on are skipped whole),
+ * into accumulators of the chunk's width in L1, the same acc buffer (EVENT_RB * nt values a block
+ * = few_rows(g) * chunk). Every output still sums its terms in input order. */
+static int64_t
+few_rows(const ByInput *g)
+{
+    int64_t n = EVENT_RB * g->nt / g->chunk;
+    return n < EVENT_FEW_RB ? n : EVENT_FEW_RB;
+}
+
+typedef enum { FEW_INIT, FEW_ADD, FEW_STORE } FewPhase;
+
+typedef struct FewTile {
+    const ByInput *g;
+    FewPhase phase;
+    KExpr *i, *k; /* the row in the block; the input */
+} FewTile;
+
+static void
+few_rows_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
+{
+    const FewTile *f = ctx;
+    const ByInput *g = f->g;
+    KExpr *o = bin(lw, KB_ADD, g->chunk0, o0);
+    KExpr *ai =
+        bin(lw, KB_ADD, g->ab, bin(lw, KB_ADD, bin(lw, KB_MUL, f->i, ci(lw, g->chunk)), o0));
+    int t = tile(lw, "acc", lanes);
+    if (f->phase == FEW_INIT) {
+        tile_init(lw, c, t, g->bias, o);
+        s_tile(lw, c, KS_VSTORE, t, g->acc, ai, NULL);
+        return;
+    }
+    s_tile(lw, c, KS_VLOAD, t, g->acc, ai, NULL);
+    if (f->phase == FEW_ADD) {
+        tile_fma(lw, c, t, kx_const(lw->p, KT_F64, 1), g->w, weight_row(lw, g, o, f->k), false);
+        s_tile(lw, c, KS_VSTORE, t, g->acc, ai, NULL);
+        return;
+    }
+    Pos py = row_pos(lw, g->v, bin(lw, KB_ADD, g->r0, f->i), o);
+    tile_store(lw, c, g->v, &py, 1, t);
+}
+
+/* the block's rows over the chunk of width cw, input by input (few_rows) */
+static void
+few_rows_chunk(Lower *lw, Cur c, const ByInput *g, int64_t cw)
+{
+    KExpr *i, *jk, *j;
+    int nt = (int)(g->nt < cw ? g->nt : cw);
+    FewTile f = {g, FEW_INIT, NULL, NULL};
+    KStmt *fi = loop(lw, c, "i", g->nr, false, &i);
+    f.i = i;
+    for_tiles(lw, body(fi), cw, nt, few_rows_tile, &f);
+    KStmt *fk = loop(lw, c, "jk", var(lw, g->nkv), false, &jk);
+    if (g->is_tiled && g->P == g->chunk) prefetch_rows(lw, body(fk), g, g->chunk0, jk, cw);
+    s_assign(lw, body(fk), g->kv, kx_load(lw->p, g->list, bin(lw, KB_ADD, g->mb, jk)));
+    f.k = var(lw, g->kv);
+    s_assign(lw, body(fk), g->mv, kx_load(lw->p, g->masks, bin(lw, KB_ADD, g->mb, f.k)));
+    s_assign(lw, body(fk), g->nv, kx_un(lw->p, KU_POPCOUNT, var(lw, g->mv)));
+    KStmt *fj = loop(lw, body(fk), "j", var(lw, g->nv), false, &j);
+    Cur in = body(fj);
+    s_assign(lw, in, g->iv, kx_un(lw->p, KU_CTZ, var(lw, g->mv)));
+    s_assign(lw, in, g->mv,
+             bin(lw, KB_BITAND, var(lw, g->mv), bin(lw, KB_SUB, var(lw, g->mv), ci(lw, 1))));
+    f.phase = FEW_ADD;
+    f.i = var(lw, g->iv);
+    for_tiles(lw, in, cw, nt, few_rows_tile, &f);
+    KStmt *fs = loop(lw, c, "i", g->nr, false, &i);
+    f.phase = FEW_STORE;
+    f.i = i;
+    for_tiles(lw, body(fs), cw, nt, few_rows_tile, &f);
+}
+
+/* the chunk's tiles (the last chunk may be shorter): input by input where the block has few
+ * rows, else tile by tile */
+static void
+by_input_chunk(Lower *lw, Cur c, ByInput *g, int64_t cw)
+{
+    Cur tiles = c;
+    if (few_rows(g) > 0) {
+        KStmt *is_few = s_if(lw, c, bin(lw, KB_LE, g->nr, ci(lw, few_rows(g))));
+        few_rows_chunk(lw, body(is_few), g, cw);
+        tiles = els(is_few);
+    }
+    for_tiles(lw, tiles, cw, (int)(g->nt < cw ? g->nt : cw), by_input_tile, g);
 }
 
 /* dense over 0/1 spikes, grouped by input neuron over blocks of EVENT_RB rows (lower.h) */
@@ -736,12 +839,36 @@ lower_dense_by_input(Lower *lw, ValueId v, int bias)
     const Node *n = &lw->m->nodes[v];
     ValueId x = n->args[0];
     int64_t O = lw->vs[v].numel, nt = tile_lanes(lw, EVENT_NT);
-    bool is_tiled = O % nt == 0;
-    int w = is_tiled ? wbuf_tiled(lw, n, 0, nt) : wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
-    ByInput g = {v, lw->vs[x].numel, O, nt, w, bias, -1, -1, is_tiled,
-                 NULL, NULL, NULL, NULL, NULL, local(lw, "m", KT_I64), local(lw, "nset", KT_I64),
-                 local(lw, "i", KT_I64)};
-    int64_t chunk = g.O <= EVENT_CHUNK ? g.O : EVENT_CHUNK, nc = (g.O + chunk - 1) / chunk;
+    int64_t chunk = O <= EVENT_CHUNK ? O : EVENT_CHUNK, nc = (O + chunk - 1) / chunk;
+    /* packed by chunk where the chunks are whole (a chunk's weight row contiguous: few_rows),
+     * else by tile */
+    int64_t P = O % chunk == 0 && chunk % nt == 0 ? chunk : nt;
+    bool is_tiled = O % P == 0;
+    int w = is_tiled ? wbuf_tiled(lw, n, 0, P) : wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
+    ByInput g = {v,
+                 lw->vs[x].numel,
+                 O,
+                 nt,
+                 0,
+                 0,
+                 w,
+                 bias,
+                 -1,
+                 -1,
+                 -1,
+                 is_tiled,
+                 NULL,
+                 NULL,
+                 NULL,
+                 NULL,
+                 NULL,
+                 local(lw, "m", KT_I64),
+                 local(lw, "nset", KT_I64),
+                 local(lw, "i", KT_I64),
+                 local(lw, "k", KT_I64),
+                 local(lw, "nk", KT_I64)};
+    g.P = P;
+    g.chunk = chunk;
     /* the blocks of a batch of B: at most per_row * B / EVENT_RB + 1 */
     int64_t per_row = ctx_of(lw, v) == CTX_BATCHED ? lw->T : 1;
     const char *vn = value_name(lw, v);
@@ -749,6 +876,7 @@ lower_dense_by_input(Lower *lw, ValueId v, int bias)
     KSize mask_size = {(mask_words * per_row + EVENT_RB - 1) / EVENT_RB, mask_words};
     g.masks = scratch_buf_sized(lw, arena_printf(&lw->p->arena, "%s.by_input", vn), KT_I64,
                                 mask_size);
+    g.list = scratch_buf_sized(lw, arena_printf(&lw->p->arena, "%s.inputs", vn), KT_I64, mask_size);
     g.acc = scratch_buf_sized(lw, arena_printf(&lw->p->arena, "%s.acc", vn), lw->acc,
                               (KSize){(acc_elems * per_row + EVENT_RB - 1) / EVENT_RB, acc_elems});
     KExpr *R = rows_of(lw, v);
@@ -780,16 +908,24 @@ lower_dense_by_input(Lower *lw, ValueId v, int bias)
                                            kx_const(lw->p, KT_F64, 0)));
         by_input_mark(lw, body(nz), k, &g);
     }
+    /* the inputs that spiked in some row of the block, in order (stored at every input, counted
+     * where its mask is set: no branch; the tiles then skip the others and their weight rows) */
+    s_assign(lw, c, g.nkv, ci(lw, 0));
+    KStmt *fl = loop(lw, c, "k", ci(lw, g.K), false, &k);
+    s_store(lw, body(fl), g.list, bin(lw, KB_ADD, g.mb, var(lw, g.nkv)), k);
+    s_assign(lw, body(fl), g.nkv,
+             bin(lw, KB_ADD, var(lw, g.nkv),
+                 to(lw, KT_I64,
+                    bin(lw, KB_NE, kx_load(lw->p, g.masks, bin(lw, KB_ADD, g.mb, k)), ci(lw, 0)))));
     /* the chunk's tiles (the last chunk may be shorter) */
     g.chunk0 = bin(lw, KB_MUL, var(lw, ocv), ci(lw, chunk));
     if (g.O % chunk == 0) {
-        for_tiles(lw, c, chunk, (int)(g.nt < chunk ? g.nt : chunk), by_input_tile, &g);
+        by_input_chunk(lw, c, &g, chunk);
         return;
     }
     KStmt *full = s_if(lw, c, bin(lw, KB_LT, var(lw, ocv), ci(lw, nc - 1)));
-    for_tiles(lw, body(full), chunk, (int)g.nt, by_input_tile, &g);
-    int64_t last = g.O - (nc - 1) * chunk;
-    for_tiles(lw, els(full), last, (int)(g.nt < last ? g.nt : last), by_input_tile, &g);
+    by_input_chunk(lw, body(full), &g, chunk);
+    by_input_chunk(lw, els(full), &g, g.O - (nc - 1) * chunk);
 }
 
 /* a narrow layer's row: one register tile of all its outputs */

@@ -403,8 +403,12 @@ test_layers(void)
     CHECK(printed && strstr(printed, "for %r in %r0..B {"));
     CHECK(printed && strstr(printed, "= fma_nz(f64(@q[%r0 * 45 + %k.6]), @e.weight[%k.6 * 9"));
     /* many outputs over 0/1 spikes: grouped by input over a block of rows (a word of row bits
-     * per input), tiles of 32 and 8; over bit pairs (d): the per-row scatter */
-    CHECK(printed && strstr(printed, "@b.by_input[%q * 45 + %k.9] | (1 << %i.2)"));
+     * per input, then the inputs that spiked listed), tiles of 32 and 8, a block of at most 8
+     * rows input by input over the chunk's 40 outputs; over bit pairs (d): the per-row scatter */
+    CHECK(printed && strstr(printed, "@b.by_input[%q * 45 + %k.11] | (1 << %i.2)"));
+    CHECK(printed && strstr(printed, "%nk = %nk + i64(@b.by_input[%q * 45 + %k.12] != 0)"));
+    CHECK(printed && strstr(printed, "if %nr <= 8 {"));
+    CHECK(printed && strstr(printed, "vstore @b.acc[%q * 2048 + (%i.13 * 40 + 32) + lanes(8)]"));
     CHECK(printed && strstr(printed, "%nr = min(64, 3 * B - %r0)"));
     CHECK(printed && strstr(printed, "vstore @b.acc[%q * 2048 + %i.2 * 32 + lanes(8)] = %acc"));
     CHECK(printed && strstr(printed, "vstore @d.acc[%r * 70 + 64 + lanes(6)] = %acc"));
@@ -421,16 +425,20 @@ test_layers(void)
     CHECK(same_as_interp(exact_sums(exact, sizeof exact, wide), 10, 0, &printed));
     CHECK(same_as_interp(exact, 1, 0, NULL));
     CHECK(printed &&
-          strstr(printed, "buffer @a.weight : f32[2880] weight 0 split(32) transposed(0, 2, 1)"));
+          strstr(printed, "buffer @a.weight : f32[2880] weight 0 split(64) transposed(0, 2, 1)"));
     CHECK(printed &&
           strstr(printed, "buffer @b.weight : f32[48960] weight 2 split(32) transposed(0, 2, 1)"));
     CHECK(printed && strstr(printed, "buffer @c.weight : f32[27000] weight 3 transposed(1, 0)"));
-    CHECK(printed && strstr(printed, "@a.weight[(%oc * 64 + %ot * 32) / 32 * 1440 + %k"));
-    /* the walk over inputs asks for the weight rows 32 inputs ahead (the last row at the end),
-     * a line of 16 floats at a time and the row's last element; kir_eval checks each in bounds */
+    /* packed by chunk where chunks are whole (a: 64 outputs), else by tile (b: 1088) */
+    CHECK(printed && strstr(printed, "/ 64 * 2880 + %k.3 * 64 + (%oc * 64 + %ot"));
+    /* the walk over the inputs that spiked asks for the weight rows 32 of them ahead (the last
+     * at the end), a line of 16 floats at a time and the row's last element; kir_eval checks
+     * each in bounds */
     CHECK(printed && strstr(printed, "prefetch @b.weight[(%oc * 512 + %ot"));
-    CHECK(printed && strstr(printed, " + 32, 44) * 32 + 16]\n"));
-    CHECK(printed && strstr(printed, " + 32, 44) * 32 + 31]\n"));
+    CHECK(printed && strstr(printed, " + 32, %nk - 1)] * 32 + (%oc * 512 + %ot"));
+    CHECK(printed && strstr(printed, " % 32 + 16]\n"));
+    CHECK(printed && strstr(printed, " % 32 + 31]\n"));
+    CHECK(printed && strstr(printed, "if %nr <= 4 {"));
     free(printed);
     printed = NULL;
     snprintf(text, sizeof text, "%s%s", neuron, conv);
@@ -452,7 +460,7 @@ test_layers(void)
     CHECK(printed &&
           strstr(printed, "vstore @c1[%r * 1080 + (%g * 18 * 30 + (%oh.2 * 5 + (%ob.10 * "));
     CHECK(printed && strstr(printed, "lanes(2) * 30] = %acc"));
-    CHECK(printed && strstr(printed, "for %e in 0..@c2.nspiking[%qi.10] {"));
+    CHECK(printed && strstr(printed, "for %e in 0..@c2.nspiking[%qi.9] {"));
     CHECK(printed && strstr(printed, "@c2.term_w[%r * 216 + %nterms] = "
                                      "((%cg * 2 + %kh) * 3 + %kw) * 70"));
     CHECK(printed && strstr(printed, "%acc.20 = fma(@c2.term_x[%r * 216 + %j.21], "
