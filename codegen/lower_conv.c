@@ -330,13 +330,27 @@ conv_groups(Lower *lw, Cur c, Conv *cv)
 }
 
 /* PyTorch Conv2d gathered per output pixel and channel tile: acc = sum over kh, kw, c of the
- * group (the interpreter's order), then + bias, rounded once */
+ * group (the interpreter's order), then + bias, rounded once. With one group of whole tiles and
+ * nothing run over the row afterwards, the threads share (row, tile) pairs rather than rows: at
+ * batch 1 a static layer is one row (the conv SNN's c1 ran on one thread). */
 void
 lower_conv2d(Lower *lw, ValueId v)
 {
     Conv cv = conv_geometry(lw, v);
-    Cur c = open_rows(lw, v, &cv.ps);
-    conv_groups(lw, c, &cv);
+    int64_t nt = tile_lanes(lw, CONV_NP_NT), ntiles = cv.d.Og / nt;
+    if (cv.d.G > 1 || cv.d.Og % nt != 0 || ntiles < 2 || lw->is_epilogue_by_row) {
+        Cur c = open_rows(lw, v, &cv.ps);
+        conv_groups(lw, c, &cv);
+        return;
+    }
+    KExpr *q;
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, ntiles)), true, &q);
+    int rv = local(lw, "r", KT_I64), otv = local(lw, "ot", KT_I64);
+    s_assign(lw, body(fq), rv, bin(lw, KB_DIV, q, ci(lw, ntiles)));
+    s_assign(lw, body(fq), otv, bin(lw, KB_REM, q, ci(lw, ntiles)));
+    cv.ps = row_pos(lw, v, var(lw, rv), NULL);
+    cv.g = ci(lw, 0);
+    conv_tile(lw, body(fq), bin(lw, KB_MUL, var(lw, otv), ci(lw, nt)), (int)nt, &cv);
 }
 
 /* output (channel o of group cv->g, oh, ow) of the row at cv->ps into the one-lane tile t, without

@@ -22,6 +22,12 @@ typedef void (*SnnkChunkFn)(void **bufs, int64_t batch, int64_t step, int64_t sa
 /* What generated code calls back: run fn over [lo, hi) in chunks and return when all are done.
  * The chunks must not depend on how they are split (iterations of a parallel loop are
  * independent), so results never depend on the thread count. */
+/* The runtime cuts [lo, hi) at lo plus multiples of SNNK_CHUNK_ALIGN (the first chunk's start
+ * aside): generated code that runs iterations in SIMD lanes from aligned starts, or stores bits
+ * a byte of 8 at a time, relies on it; any other loop is handed over in 1/SNNK_CHUNK_ALIGN parts
+ * of an iteration (codegen/llvm/llvm_gen.c gen_parts) so that a short range still feeds every
+ * thread. */
+#define SNNK_CHUNK_ALIGN 16
 typedef struct SnnkRt SnnkRt;
 struct SnnkRt {
     void (*parallel_for)(SnnkRt *rt, SnnkChunkFn fn, void **bufs, int64_t batch, int64_t step,

@@ -1,7 +1,7 @@
 /* pool.c: the CPU thread pool (pool.h): persistent pthreads that run the chunks of a kernel's
- * outermost parallel loop (SnnkRt.parallel_for, called by generated code). The split is contiguous and
- * depends only on the range and the thread count, and chunks write disjoint data, so results never
- * depend on timing. Nothing here allocates per call or knows what a kernel computes.
+ * outermost parallel loop (SnnkRt.parallel_for, called by generated code). The split is contiguous
+ * and depends only on the range and the thread count, and chunks write disjoint data, so results
+ * never depend on timing. Nothing here allocates per call or knows what a kernel computes.
  *
  * Hand-offs spin before they sleep: a worker that finished a chunk watches for the next job, and
  * the caller for the workers' chunks, for up to SPIN_NS before waiting on a condition variable.
@@ -10,7 +10,11 @@
  * 2 threads were slower at batch 1 than 1 (docs/benchmarks.md). Why 10 us: long enough to catch
  * the next kernel of a run; 100 us measured the same latencies but once cost a recurrent model's
  * batch-64 throughput 1.6x on a 2-vCPU machine (a spinning vCPU takes from the working one when
- * the host shares their cores), 10 us measured throughput at parity. An idle pool sleeps. */
+ * the host shares their cores), 10 us measured throughput at parity. An idle pool sleeps.
+ * The caller, waiting for the chunks of the job it launched, has nothing else to do: it spins up
+ * to CALLER_SPIN_NS, so a worker that finishes a long chunk (a conv over uneven steps at batch 1)
+ * does not have to wake it (conv SNN at batch 1: 0.86 -> 0.80 ms on 2 vCPUs). Not where the pool
+ * has more threads than the machine has processors: there the spin would take the worker's. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -18,15 +22,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/pool.h"
 
-/* how long a waiter spins before it sleeps */
-enum { SPIN_NS = 10000 };
+/* how long a waiter spins before it sleeps: a worker for the next job, the caller for its job */
+enum { SPIN_NS = 10000, CALLER_SPIN_NS = 2000000 };
 
 struct RtPool {
     SnnkRt rt; /* first: generated code is handed &pool->rt */
     int nthreads; /* workers + the caller */
+    int64_t caller_spin_ns; /* CALLER_SPIN_NS, or SPIN_NS where threads outnumber processors */
     int nworkers; /* started */
     pthread_t *workers;
     pthread_mutex_t mu;
@@ -64,7 +70,7 @@ now_ns(void)
 
 /* spin until done(arg) or SPIN_NS pass; true if done */
 static bool
-spin_until(bool (*done)(const RtPool *, uint64_t), const RtPool *p, uint64_t arg)
+spin_until(bool (*done)(const RtPool *, uint64_t), const RtPool *p, uint64_t arg, int64_t limit)
 {
     int64_t t0 = 0;
     for (unsigned i = 0;; i++) {
@@ -73,7 +79,8 @@ spin_until(bool (*done)(const RtPool *, uint64_t), const RtPool *p, uint64_t arg
         if ((i & 63) == 63) {
             int64_t t = now_ns();
             if (!t0) t0 = t;
-            else if (t - t0 > SPIN_NS) return false;
+            else if (t - t0 > limit)
+                return false;
         }
     }
 }
@@ -98,17 +105,16 @@ typedef struct Worker {
 } Worker;
 
 /* chunk c of n of [lo, hi): contiguous, near-equal, each starting (but the first) at lo plus a
- * multiple of CHUNK_ALIGN, so generated code that runs iterations in SIMD lanes from aligned
- * starts gets them in every chunk (llvm_gen.c: gen_simd_loop; 16 lanes with AVX-512, 8 without:
- * 16 is a multiple of both) */
-enum { CHUNK_ALIGN = 16 };
+ * multiple of SNNK_CHUNK_ALIGN (kernel_abi.h), so generated code that runs iterations in SIMD
+ * lanes from aligned starts gets them in every chunk (llvm_gen.c: gen_simd_loop; 16 lanes with
+ * AVX-512, 8 without: 16 is a multiple of both) */
 
 static int64_t
 chunk_start(const RtPool *p, int c)
 {
     if (c >= p->nchunks) return p->hi;
     int64_t off = (p->hi - p->lo) * c / p->nchunks;
-    return p->lo + off / CHUNK_ALIGN * CHUNK_ALIGN;
+    return p->lo + off / SNNK_CHUNK_ALIGN * SNNK_CHUNK_ALIGN;
 }
 
 static void
@@ -125,7 +131,7 @@ worker_main(void *arg)
     RtPool *p = w->pool;
     uint64_t seen = 0;
     for (;;) {
-        if (!spin_until(has_new_job, p, seen)) {
+        if (!spin_until(has_new_job, p, seen, SPIN_NS)) {
             pthread_mutex_lock(&p->mu);
             p->nsleeping++;
             while (!has_new_job(p, seen))
@@ -174,7 +180,7 @@ pool_parallel_for(SnnkRt *rt, SnnkChunkFn fn, void **bufs, int64_t batch, int64_
     if (p->nsleeping > 0) pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     run_chunk(p, 0);
-    if (!spin_until(is_job_done, p, 0)) {
+    if (!spin_until(is_job_done, p, 0, p->caller_spin_ns)) {
         pthread_mutex_lock(&p->mu);
         p->is_caller_sleeping = true;
         while (!is_job_done(p, 0))
@@ -206,6 +212,8 @@ rt_pool_new(int nthreads, char *err, size_t errlen)
     }
     p->rt.parallel_for = pool_parallel_for;
     p->nthreads = nthreads < 1 ? 1 : nthreads;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    p->caller_spin_ns = online > 0 && p->nthreads > online ? SPIN_NS : CALLER_SPIN_NS;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);

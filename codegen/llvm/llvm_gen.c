@@ -17,6 +17,7 @@
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/llvm/llvm_gen.h"
 #include "ir/fmath.h"
+#include "runtime/kernel_abi.h"
 #include "runtime/philox.h"
 
 typedef struct Gen {
@@ -1329,7 +1330,7 @@ gen_stmts(Gen *g, KStmt *const *s, int n)
  * there are masked. Every lane computes exactly the scalar code's operations in the same order (no
  * reassociation, libm called lane by lane), so results are bit-identical; the iterations left over
  * (fewer than W) run the scalar code. The thread pool cuts chunks at multiples of 16
- * (runtime/pool.c CHUNK_ALIGN), a multiple of either width. */
+ * (SNNK_CHUNK_ALIGN, runtime/kernel_abi.h), a multiple of either width. */
 enum { SIMD_MAX = 16 };
 
 typedef enum { SH_UNI, SH_LIN, SH_VAR } Shape; /* uniform scalar, scalar + lane (i64), per lane */
@@ -2688,13 +2689,14 @@ stores_bits(const KProgram *p, KStmt *const *s, int n)
     return false;
 }
 
-/* The pool cuts a range at multiples of 8 from its start (runtime/pool.c CHUNK_ALIGN), which a
- * loop in SIMD lanes and a kernel storing bits need (aligned vectors; no byte of bits shared by
- * two threads). Any other threaded loop is handed over in eighths of an iteration, through
- * kernel_N.eighths(..., 8*lo, 8*hi) calling the chunk over [lo, hi): the cuts then fall on any
- * iteration, so a range under 16 still feeds two threads (a layer's 4 row blocks or 8 tiles at
- * batch 1 went to one thread, the other idle: the conv SNN's f3 ran 7.4 ms an image). The chunks
- * compute what they did; only which thread runs which iterations changes. */
+/* The pool cuts a range at multiples of SNNK_CHUNK_ALIGN (16) from its start (runtime/pool.c),
+ * which a loop in SIMD lanes and a kernel storing bits need (aligned vectors; no byte of bits
+ * shared by two threads). Any other threaded loop is handed over in sixteenths of an iteration,
+ * through kernel_N.parts(..., 16*lo, 16*hi) calling the chunk over [lo, hi): the cuts then fall
+ * on any iteration, so a range under 32 still feeds two threads (a layer's 4 row blocks or 8 tiles
+ * at batch 1 went to one thread, the other idle: the conv SNN's f3 ran 7.4 ms an image; with cuts
+ * in eighths, ranges of 2 and 3 iterations went to one thread once the pool cut at multiples of
+ * 16). The chunks compute what they did; only which thread runs which iterations changes. */
 static bool
 cuts_anywhere(const KProgram *p, const Kernel *k, const KStmt *loop)
 {
@@ -2702,21 +2704,21 @@ cuts_anywhere(const KProgram *p, const Kernel *k, const KStmt *loop)
 }
 
 static LLVMValueRef
-gen_eighths(Gen *g, int ki, LLVMValueRef chunk)
+gen_parts(Gen *g, int ki, LLVMValueRef chunk)
 {
     char name[64];
-    snprintf(name, sizeof name, "kernel_%d.eighths", ki);
+    snprintf(name, sizeof name, "kernel_%d.parts", ki);
     LLVMValueRef f = LLVMAddFunction(g->mod, name, g->t_chunk);
     LLVMSetLinkage(f, LLVMInternalLinkage);
     LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, g->a_nounwind);
     LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, f, "entry"));
-    LLVMValueRef eight = LLVMConstInt(g->t_i64, 8, 0);
+    LLVMValueRef n = LLVMConstInt(g->t_i64, SNNK_CHUNK_ALIGN, 0);
     LLVMValueRef args[6] = {LLVMGetParam(f, 0),
                             LLVMGetParam(f, 1),
                             LLVMGetParam(f, 2),
                             LLVMGetParam(f, 3),
-                            LLVMBuildExactSDiv(g->b, LLVMGetParam(f, 4), eight, ""),
-                            LLVMBuildExactSDiv(g->b, LLVMGetParam(f, 5), eight, "")};
+                            LLVMBuildExactSDiv(g->b, LLVMGetParam(f, 4), n, ""),
+                            LLVMBuildExactSDiv(g->b, LLVMGetParam(f, 5), n, "")};
     LLVMBuildCall2(g->b, g->t_chunk, chunk, args, 6, "");
     LLVMBuildRetVoid(g->b);
     return f;
@@ -2737,7 +2739,7 @@ gen_kernel(Gen *g, int ki)
     LLVMValueRef chunk = gen_code(g, ki, name, loop);
     if (g->has_failed) return chunk;
     g->chunks[ki] = chunk;
-    LLVMValueRef eighths = cuts_anywhere(g->p, k, loop) ? gen_eighths(g, ki, chunk) : NULL;
+    LLVMValueRef parts = cuts_anywhere(g->p, k, loop) ? gen_parts(g, ki, chunk) : NULL;
 
     snprintf(name, sizeof name, "kernel_%d", ki);
     LLVMTypeRef wpt[5] = {g->t_bufs, g->t_i64, g->t_i64, g->t_i64, g->t_i8p};
@@ -2768,12 +2770,12 @@ gen_kernel(Gen *g, int ki)
     LLVMBuildCall2(g->b, g->t_chunk, chunk, cargs, 6, "");
     LLVMBuildRetVoid(g->b);
     LLVMPositionBuilderAtEnd(g->b, pool_bb);
-    if (eighths) {
-        LLVMValueRef eight = LLVMConstInt(g->t_i64, 8, 0);
-        cargs[4] = LLVMBuildNSWMul(g->b, lo, eight, "");
-        cargs[5] = LLVMBuildNSWMul(g->b, hi, eight, "");
+    if (parts) {
+        LLVMValueRef n = LLVMConstInt(g->t_i64, SNNK_CHUNK_ALIGN, 0);
+        cargs[4] = LLVMBuildNSWMul(g->b, lo, n, "");
+        cargs[5] = LLVMBuildNSWMul(g->b, hi, n, "");
     }
-    call_parallel_for(g, rt, eighths ? eighths : chunk, cargs);
+    call_parallel_for(g, rt, parts ? parts : chunk, cargs);
     LLVMBuildRetVoid(g->b);
     return w;
 }
@@ -2793,9 +2795,9 @@ close_step_loop(Gen *g, LLVMValueRef t, LLVMBasicBlockRef pre, LLVMBasicBlockRef
     LLVMPositionBuilderAtEnd(b, exit);
 }
 
-/* the pool cuts sample ranges at multiples of 8 (runtime/pool.c CHUNK_ALIGN): below 16 samples
- * one thread would take them all */
-enum { BY_SAMPLE_MIN_BATCH = 16 };
+/* the pool cuts sample ranges at multiples of SNNK_CHUNK_ALIGN: below twice that one thread would
+ * take them all */
+enum { BY_SAMPLE_MIN_BATCH = 2 * SNNK_CHUNK_ALIGN };
 
 /* ---- a step loop run sample by sample (kir_by_sample) ----
  * steps_N.chunk(bufs, B, t, sample_base, s0, s1) runs samples [s0, s1) through every step: at each
