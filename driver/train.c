@@ -958,7 +958,9 @@ train_emit_kernel(Module *m, const Options *o)
     m->memory = MEMORY_SEPARATE;
     char err[512];
     KTrain tr;
-    KProgram *p = kir_lower_train(m, &tr, err, sizeof err);
+    /* with --grads, the input gradients' kernels too, as the run would have them */
+    KProgram *p = o->grads ? kir_lower_train_inputs(m, &tr, err, sizeof err)
+                           : kir_lower_train(m, &tr, err, sizeof err);
     if (!p) {
         fprintf(stderr, "snnc: error: --train --emit=kernel: %s\n", err);
         return 1;

@@ -846,6 +846,7 @@ node_backward(Grad *G, ValueId v, int t, double **carry, double *snap)
         pool_backward(G, v, t);
         break;
     case OP_FLATTEN: {
+        if (G->compiled_order) break; /* its slot is its input's (interp_grad) */
         const double *gy = gslot(G, v, t);
         double *gx = gslot(G, n->args[0], t);
         for (size_t j = 0, nj = (size_t)ip->nb * (size_t)ip->nodes[v].numel; j < nj; j++)
@@ -978,6 +979,8 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
             size_t cj = (size_t)ip->chunk * (size_t)r->numel;
             if (is_step_readout(n->op))
                 G.rg[v] = interp_alloc(ip, cj, sizeof(double));
+            else if (G.compiled_order && n->op == OP_FLATTEN)
+                continue; /* a view, as compiled: its readers add to x's slot (below) */
             else
                 G.g[v] = interp_alloc(ip, (size_t)(r->is_static ? 1 : ip->T) * cj, sizeof(double));
             if ((size_t)r->numel > maxnumel) maxnumel = (size_t)r->numel;
@@ -992,6 +995,12 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
                 if ((size_t)(nd->nstmts + 1) * nv > maxsnap)
                     maxsnap = (size_t)(nd->nstmts + 1) * nv;
             }
+        }
+        for (ValueId v = 0; G.compiled_order && v < m->nnodes && !ip->failed; v++) {
+            ValueId x = v; /* node ids need not follow the order: flatten of flatten */
+            while (m->nodes[x].op == OP_FLATTEN)
+                x = m->nodes[x].args[0];
+            if (x != v) G.g[v] = G.g[x];
         }
         for (int k = 0; k < m->noutputs && !ip->failed; k++) {
             const Node *n = &m->nodes[m->outputs[k]];
@@ -1102,7 +1111,7 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
     }
     if (G.g)
         for (ValueId v = 0; v < m->nnodes; v++) {
-            free(G.g[v]);
+            if (!(G.compiled_order && m->nodes[v].op == OP_FLATTEN)) free(G.g[v]); /* aliases */
             free(G.rg[v]);
             free(carry[v]);
             if (G.pacc) free(G.pacc[v]);
