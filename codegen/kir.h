@@ -278,6 +278,11 @@ typedef struct KProgram {
     /* per graph node: the number the IR printer gives it (ir_value_numbers), so an anonymous value
      * is vN in kernel and layer names where the IR shows %N; NULL: the node's index */
     int *vnum;
+    /* a training step: KS_VFMA adds its zero terms even where is_sparse (0 * w, as PyTorch's
+     * training computes them and the interpreter's does): a weight may leave the finite range
+     * while training, where skipping a zero and adding 0 * w differ (NaN); inference weights
+     * are checked finite, so there the two agree and a code generator picks either */
+    bool adds_zero_terms;
 } KProgram;
 
 /* The name of graph value v in kernel, buffer and layer names: its own, else vN (KProgram.vnum). */

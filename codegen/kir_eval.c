@@ -352,7 +352,7 @@ exec_tile(Eval *ev, const KStmt *s)
         double a = eval(ev, s->a).f;
         for (int l = 0; l < n; l++) {
             double w = load_f64(ev, s->buf, base + l); /* in bounds whatever a is */
-            if (a != 0 || !s->is_sparse)
+            if (a != 0 || !s->is_sparse || ev->p->adds_zero_terms)
                 t[l] = is_f32 ? (double)fmaf((float)a, (float)w, (float)t[l]) : fma(a, w, t[l]);
         }
         return;

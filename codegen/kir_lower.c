@@ -421,6 +421,7 @@ lower_train(const Module *m, KTrain *tr, bool inputs, char *err, size_t errlen)
     memset(tr, 0, sizeof *tr);
     tr->has_input_grads = inputs;
     KProgram *p = lower_program(m, KTARGET_CPU, tr);
+    if (p) p->adds_zero_terms = true;
     if (!p) diag_format(err, errlen, "the training program could not be lowered");
     else
         plan_train_memory(p, tr);

@@ -891,8 +891,8 @@ interp_setup(Interp *ip)
         }
         if (n->op == OP_DENSE || op_is_conv(n->op)) {
             ValueId a = n->args[0];
-            r->is_spike_input =
-                m->nodes[a].type.dtype == DT_SPIKE || m->nodes[a].type.dtype == DT_I8;
+            r->is_spike_input = !ip->adds_zero_spikes && (m->nodes[a].type.dtype == DT_SPIKE ||
+                                                          m->nodes[a].type.dtype == DT_I8);
         }
         if (n->op == OP_DENSE) {
             int64_t in = ip->nodes[n->args[0]].numel, out = r->numel;

@@ -923,6 +923,7 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
     Interp *ip = &G.ip;
     interp_init(ip, m, opt, batch, sample_base, inputs, outputs, err, errlen);
     ip->keep_all = true;
+    ip->adds_zero_spikes = true;
     G.input_grads = input_grads;
     G.weight_grads = weight_grads;
     if (batch <= 0 || ip->T <= 0) return true;

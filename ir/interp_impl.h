@@ -47,7 +47,8 @@ typedef struct NodeRun {
     int input_index;     /* OP_INPUT: position in m->inputs */
     uint32_t stream;     /* OP_POISSON: ordinal among poisson nodes */
     int state_var;       /* OP_STATE: state index (>= 0) or -1 - local index */
-    bool is_spike_input; /* dense/conv operand is a spike tensor: zero inputs are skipped */
+    bool is_spike_input; /* dense/conv operand is a spike tensor: zero inputs are skipped (not
+                          * under Interp.adds_zero_spikes) */
     double *bn_mean, *bn_invstd, *bn_var; /* Interp.batch_stats: a batchnorm's batch statistics
                                            * per channel */
     bool is_static; /* the same at every step (a static input and stateless ops over such
@@ -78,6 +79,10 @@ typedef struct Interp {
     bool smooth;      /* InterpOptions.smooth_spikes */
     bool batch_stats; /* InterpOptions.batch_stats */
     bool one_pass;    /* the whole batch in one pass (interp_grad's float32 order) */
+    /* training (interp_grad): a zero spike's terms are added, 0 * w, as PyTorch's training
+     * computes them and every compiled training step does (KProgram.adds_zero_terms); only a
+     * weight that training left infinite or NaN tells the difference */
+    bool adds_zero_spikes;
 } Interp;
 
 /* What one neuron sees while its statements run. */

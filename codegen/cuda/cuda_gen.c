@@ -344,7 +344,7 @@ tile(Gen *g, const KStmt *s)
         expr_as(g, s->index, KT_I64);
         fputs(";\n", f);
     }
-    if (s->kind == KS_VFMA && s->is_sparse) {
+    if (s->kind == KS_VFMA && s->is_sparse && !g->p->adds_zero_terms) {
         indent(g);
         fputs("if (a_ != 0.0)\n", f); /* a is the same for every lane */
     }

@@ -1124,14 +1124,16 @@ is_tile_buffer(Gen *g, const KStmt *s, bool is_store)
     return true;
 }
 
-/* whether fma_nz s may add its zero terms instead of skipping them (kir.h KS_VFMA): its input is
- * an integer value (a spike or count widened from an integer) and its weights are finite
- * (weights are checked finite where they are bound and loaded, 16-bit ones for overflow too).
+/* whether fma_nz s may add its zero terms instead of skipping them (kir.h KS_VFMA): always in a
+ * training step (KProgram.adds_zero_terms: it must); else where its input is an integer value (a
+ * spike or count widened from an integer) and its weights are finite (weights are checked finite
+ * where they are bound and loaded, 16-bit ones for overflow too).
  * Its tile never holds -0: sums start from +0 (a bias is added to it: lower_layers.c tile_init),
  * and an integer times a float is exact, so no sum rounds to -0. */
 static bool
 adds_zero_terms(Gen *g, const KStmt *s)
 {
+    if (g->p->adds_zero_terms) return true; /* a training step (kir.h) */
     const KExpr *a = s->a;
     while (a && a->kind == KX_CAST && (a->type == KT_F32 || a->type == KT_F64))
         a = a->a;
