@@ -361,8 +361,12 @@ void kir_unbind(KBinding *b);
 bool kir_eval_bound(const KProgram *p, KBinding *bd, int batch, int64_t sample_base, int first,
                     int end, double *spike_counts, char *err, size_t errlen);
 /* packs again the weights a binding holds packed copies of (after the module's weights changed:
- * an optimiser step); the others are the module's data itself. False with a message. */
-bool kir_rebind_weights(const KProgram *p, KBinding *bd, char *err, size_t errlen);
+ * an optimiser step); the others are the module's data itself. rt (or NULL): a thread pool's,
+ * over which a packed f32 weight whose outermost dimension stays outermost is split. False with a
+ * message. */
+struct SnnkRt;
+bool kir_rebind_weights(const KProgram *p, KBinding *bd, struct SnnkRt *rt, char *err,
+                        size_t errlen);
 /* zeroes, on a binding made earlier, the temporaries a run of `batch` samples expects to start at
  * zero (those not stored before they are loaded): before each run of a binding used again */
 void kir_zero_temps(const KProgram *p, KBinding *bd, int batch);

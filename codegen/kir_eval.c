@@ -6,6 +6,7 @@
 #include "ir/fmath.h"
 #include "runtime/layout.h"
 #include "runtime/f16.h"
+#include "runtime/kernel_abi.h"
 #include "runtime/philox.h"
 
 #include <math.h>
@@ -682,8 +683,30 @@ kir_share_weights(const KProgram *p, KBinding *bd, const KProgram *from, const K
     return freed;
 }
 
+/* a packed weight transposed in slices of its outermost dimension (perm[0] == 0): slice i of src
+ * becomes slice i of dst */
+typedef struct Repack {
+    const float *src;
+    float *dst;
+    int rank; /* of a slice */
+    const int64_t *dims;
+    int perm[IR_MAX_RANK + 1];
+    int64_t inner; /* elements a slice */
+} Repack;
+
+/* SnnkChunkFn over [lo, hi) in SNNK_CHUNK_ALIGN parts of a slice (the pool cuts at multiples of
+ * that, so a weight of few slices still feeds every thread) */
+static void
+repack_chunk(void **bufs, int64_t batch, int64_t step, int64_t sample_base, int64_t lo, int64_t hi)
+{
+    (void)batch, (void)step, (void)sample_base;
+    const Repack *r = bufs[0];
+    for (int64_t i = lo / SNNK_CHUNK_ALIGN; i < hi / SNNK_CHUNK_ALIGN; i++)
+        rt_transpose_f32(r->src + i * r->inner, r->rank, r->dims, r->perm, r->dst + i * r->inner);
+}
+
 bool
-kir_rebind_weights(const KProgram *p, KBinding *bd, char *err, size_t errlen)
+kir_rebind_weights(const KProgram *p, KBinding *bd, struct SnnkRt *rt, char *err, size_t errlen)
 {
     for (int b = 0; b < p->nbufs; b++) {
         const KBuf *kb = &p->bufs[b];
@@ -695,7 +718,15 @@ kir_rebind_weights(const KProgram *p, KBinding *bd, char *err, size_t errlen)
              * pages every step) */
             int64_t dims[IR_MAX_RANK + 1];
             int rank = rt_split_dims(w->rank, w->dims, kb->split, dims);
-            rt_transpose_f32(w->data, rank, dims, kb->perm, bd->mem[b]);
+            if (!rt || rank < 2 || kb->perm[0] != 0 || dims[0] < 2 || w->numel < 65536) {
+                rt_transpose_f32(w->data, rank, dims, kb->perm, bd->mem[b]);
+                continue;
+            }
+            Repack r = {w->data, bd->mem[b], rank - 1, dims + 1, {0}, w->numel / dims[0]};
+            for (int d = 1; d < rank; d++)
+                r.perm[d - 1] = kb->perm[d] - 1;
+            void *job[1] = {&r};
+            rt->parallel_for(rt, repack_chunk, job, 0, 0, 0, 0, dims[0] * SNNK_CHUNK_ALIGN);
             continue;
         }
         void *packed;

@@ -845,7 +845,8 @@ test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions 
     int lo = loss_output(m, o);
     int64_t k = type_numel(&m->nodes[m->outputs[lo]].type), correct = 0;
     /* the inference program's packed copies of the weights as they are now */
-    bool ok = !e->inf || kir_rebind_weights(e->inf, e->bdi, err, errlen);
+    bool ok = !e->inf ||
+              kir_rebind_weights(e->inf, e->bdi, e->pool ? rt_pool_rt(e->pool) : NULL, err, errlen);
     for (int64_t first = 0; first < s->ntest && ok; first += o->batch) {
         int nb = (int)(s->ntest - first < o->batch ? s->ntest - first : o->batch);
         for (int64_t q = 0; q < (int64_t)nb * 784; q++)
@@ -941,7 +942,8 @@ static bool
 engine_weights_changed(Engine *e, char *err, size_t errlen)
 {
     if (e->is_interp) return true;
-    if (!kir_rebind_weights(e->p, e->bd, err, errlen)) return false;
+    if (!kir_rebind_weights(e->p, e->bd, e->pool ? rt_pool_rt(e->pool) : NULL, err, errlen))
+        return false;
     return !e->is_cuda || rt_cuda_exec_set_weights(e->cx, e->bd->mem, err, errlen) == SNN_OK;
 }
 
