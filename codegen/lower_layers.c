@@ -650,7 +650,7 @@ typedef struct ByInput {
     int64_t K, O, nt; /* inputs, outputs, lanes per tile (the accumulator stride of a row) */
     int64_t P, chunk; /* tiled: outputs per packed tile of the weight (the chunk); chunk width */
     int w, bias, masks, acc, list;
-    bool is_tiled;    /* w is [O/nt][K][nt] (wbuf_tiled), else [K][O] */
+    bool is_tiled;    /* w is [O/P][K][P] (wbuf_tiled), else [K][O] */
     KExpr *mb, *ab, *r0, *nr, *chunk0; /* mask, accumulator bases; first row, rows; chunk start */
     int mv, nv, iv; /* locals: the mask, its count, the row in the block */
     int kv, nkv;    /* locals: an input that spiked, how many did (list[mb + j], j < nk) */
@@ -845,30 +845,23 @@ lower_dense_by_input(Lower *lw, ValueId v, int bias)
     int64_t P = O % chunk == 0 && chunk % nt == 0 ? chunk : nt;
     bool is_tiled = O % P == 0;
     int w = is_tiled ? wbuf_tiled(lw, n, 0, P) : wbuf_transposed(lw, n, 0, 2, (const int[]){1, 0});
-    ByInput g = {v,
-                 lw->vs[x].numel,
-                 O,
-                 nt,
-                 0,
-                 0,
-                 w,
-                 bias,
-                 -1,
-                 -1,
-                 -1,
-                 is_tiled,
-                 NULL,
-                 NULL,
-                 NULL,
-                 NULL,
-                 NULL,
-                 local(lw, "m", KT_I64),
-                 local(lw, "nset", KT_I64),
-                 local(lw, "i", KT_I64),
-                 local(lw, "k", KT_I64),
-                 local(lw, "nk", KT_I64)};
-    g.P = P;
-    g.chunk = chunk;
+    ByInput g = {.v = v,
+                 .K = lw->vs[x].numel,
+                 .O = O,
+                 .nt = nt,
+                 .P = P,
+                 .chunk = chunk,
+                 .w = w,
+                 .bias = bias,
+                 .masks = -1,
+                 .acc = -1,
+                 .list = -1,
+                 .is_tiled = is_tiled,
+                 .mv = local(lw, "m", KT_I64),
+                 .nv = local(lw, "nset", KT_I64),
+                 .iv = local(lw, "i", KT_I64),
+                 .kv = local(lw, "k", KT_I64),
+                 .nkv = local(lw, "nk", KT_I64)};
     /* the blocks of a batch of B: at most per_row * B / EVENT_RB + 1 */
     int64_t per_row = ctx_of(lw, v) == CTX_BATCHED ? lw->T : 1;
     const char *vn = value_name(lw, v);
