@@ -1179,8 +1179,9 @@ dense_grad_weights(G *g, DenseGrad *dg)
         d.row.i = part == 0 ? bin(lw, KB_MUL, iv, ci(lw, per)) : bin(lw, KB_ADD, iv, ci(lw, done));
         if (by_inputs) /* d.row.i is then the block's first output */
             for_tiles(lw, body(fi), d.K, wl, dense_weight_tile_inputs, &d);
-        else
-            for_tiles(lw, body(fi), d.O, wl, dense_weight_tile, &d);
+        else /* with AVX-512, tiles of two registers: each input's broadcast serves two
+              * multiply-adds (as conv_weight_kernel's) */
+            for_tiles(lw, body(fi), d.O, lower_wide_vectors() ? 2 * wl : wl, dense_weight_tile, &d);
         end_kernel(lw);
     }
     /* db: the rows' sum per output */
@@ -2117,7 +2118,9 @@ grad_conv(G *g, ValueId v)
                      (KSize){0, m->weights[w].numel}, KB_TEMP, -1, -1);
     p->bufs[dw].is_written_first = true;
     g->tr->weight_grad[w] = dw;
-    int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
+    /* with AVX-512, tiles of two registers: each input value loaded and broadcast serves two
+     * multiply-adds (its broadcasts were as many as the multiply-adds) */
+    int wl = (lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2) * (lower_wide_vectors() ? 2 : 1);
     if (d->G > 1) /* tiles inside groups: the largest divisor of Og up to wl lanes */
         while (d->Og % wl) wl--;
     int64_t ntiles = d->O / wl, tail = d->O % wl;
