@@ -152,7 +152,8 @@ enum {
     CONV_NT = 32,          /* channels per conv tile */
     CONV_NT_WIDE = 64,     /* ... of a spike-fed conv with AVX-512's 32 registers: 8 chains */
     CONV_NP = 4,           /* real-valued input: output pixels per register block (at most) ... */
-    CONV_NP_NT = 16,       /* ... of this many channels each (f64 lanes: two AVX-512 registers) */
+    CONV_NP_NT = 16,       /* ... of this many channels each (f64 lanes: two AVX-512 registers;
+                            * twice as many with AVX-512: conv_block_lanes) */
     /* GPU (KG_FLAT) tiles: what one thread sums in registers (kir.h tiles of float or double) */
     GPU_DENSE_MR = 4,              /* dense: rows per thread */
     GPU_DENSE_NT = 4,              /* dense: neighbouring outputs per thread */
@@ -369,6 +370,7 @@ int tile_lanes(const Lower *lw, int n);
 /* whether this host's vector registers are AVX-512's (32 of 512 bits: register blocks may be
  * twice as large) unless SNN_VEC512=0 says not to use them: block sizes only, never what a sum
  * adds or in which order */
+int conv_block_lanes(const Lower *lw, int64_t terms);
 bool lower_wide_vectors(void);
 bool has_bias(const Node *n);
 int wbuf_transposed(Lower *lw, const Node *n, int slot, int rank, const int *perm);

@@ -323,7 +323,8 @@ conv_groups(Lower *lw, Cur c, Conv *cv)
         cv->g = ci(lw, 0);
     }
     if (cv->list < 0)
-        for_tiles(lw, c, cv->d.Og, tile_lanes(lw, CONV_NP_NT), conv_tile, cv);
+        for_tiles(lw, c, cv->d.Og, conv_block_lanes(lw, cv->d.Cg * cv->d.KH * cv->d.KW), conv_tile,
+                  cv);
     else
         conv_event_pixels(lw, c, cv);
     if (lw->is_epilogue_by_row) batchnorm_row(lw, row, cv);
@@ -337,7 +338,7 @@ void
 lower_conv2d(Lower *lw, ValueId v)
 {
     Conv cv = conv_geometry(lw, v);
-    int64_t nt = tile_lanes(lw, CONV_NP_NT), ntiles = cv.d.Og / nt;
+    int64_t nt = conv_block_lanes(lw, cv.d.Cg * cv.d.KH * cv.d.KW), ntiles = cv.d.Og / nt;
     if (cv.d.G > 1 || cv.d.Og % nt != 0 || ntiles < 2 || lw->is_epilogue_by_row) {
         Cur c = open_rows(lw, v, &cv.ps);
         conv_groups(lw, c, &cv);

@@ -1083,7 +1083,8 @@ grad_dense(G *g, ValueId v)
     DenseGrad d;
     dense_grad_init(g, v, &d);
     const char *name = value_name(lw, v);
-    int nt = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
+    /* with AVX-512, tiles of two registers: each row's broadcast dL/dy serves two multiply-adds */
+    int nt = (lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2) * (lower_wide_vectors() ? 2 : 1);
     /* dL/dx, where a weight's gradient flows through x */
     if (g->needs[x]) {
         if (lw->is_static[v] != lw->is_static[x])
@@ -1133,7 +1134,9 @@ dense_grad_weights(G *g, DenseGrad *dg)
     int64_t nout = by_inputs ? d.O : d.K; /* what the parallel loop runs over */
     int per = lower_wide_vectors() ? (by_inputs ? DW_SPIKE_OUTPUTS : DW_INPUTS_WIDE) : DW_INPUTS;
     int64_t nblocks = nout / per, done = nblocks * per;
-    int wl = lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2;
+    /* with AVX-512, tiles of two registers: each broadcast (an input, or over spikes a row's
+     * dL/dy) serves two multiply-adds, as in conv_weight_kernel */
+    int wl = (lw->acc == KT_F32 ? DW_LANES : DW_LANES / 2) * (lower_wide_vectors() ? 2 : 1);
     /* over spikes with whole tiles of inputs: the parallel loop runs over (block, input tile)
      * pairs, and the outputs left over make one block (a block of outputs alone left too few
      * iterations to share: a 10-class layer's one block of 8) */
@@ -1179,9 +1182,8 @@ dense_grad_weights(G *g, DenseGrad *dg)
         d.row.i = part == 0 ? bin(lw, KB_MUL, iv, ci(lw, per)) : bin(lw, KB_ADD, iv, ci(lw, done));
         if (by_inputs) /* d.row.i is then the block's first output */
             for_tiles(lw, body(fi), d.K, wl, dense_weight_tile_inputs, &d);
-        else /* with AVX-512, tiles of two registers: each input's broadcast serves two
-              * multiply-adds (as conv_weight_kernel's) */
-            for_tiles(lw, body(fi), d.O, lower_wide_vectors() ? 2 * wl : wl, dense_weight_tile, &d);
+        else
+            for_tiles(lw, body(fi), d.O, wl, dense_weight_tile, &d);
         end_kernel(lw);
     }
     /* db: the rows' sum per output */
@@ -1887,7 +1889,9 @@ conv_data_row(Lower *lw, Cur c, ConvGrad *cg)
     KExpr *b;
     KStmt *fb = loop(lw, c, "ib", ci(lw, nblk), false, &b);
     cg->iw = bin(lw, KB_ADD, bin(lw, KB_MUL, b, ci(lw, np)), ci(lw, lo));
-    for_tiles(lw, body(fb), d->Cg, tile_lanes(lw, CONV_NP_NT), conv_data_tiles, cg);
+    /* dL/dx[c] sums over the taps and the group's output channels */
+    for_tiles(lw, body(fb), d->Cg, conv_block_lanes(lw, d->Og * d->KH * d->KW), conv_data_tiles,
+              cg);
     int64_t done = lo + nblk * np;
     conv_data_run(lw, c, cg, done, d->W - done);
 }
