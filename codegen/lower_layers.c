@@ -719,6 +719,27 @@ prefetch_rows(Lower *lw, Cur c, const ByInput *g, KExpr *o, KExpr *j, int64_t n)
     }
 }
 
+/* for each input that spiked in the block, in order (*k), each row of the block whose bit is
+ * set (g->iv): the body; the weight rows of the tile at o (npre elements each) asked for
+ * PREFETCH_ROWS inputs ahead, where npre > 0 */
+static Cur
+spiked_rows(Lower *lw, Cur c, const ByInput *g, KExpr *o, int64_t npre, KExpr **k)
+{
+    KExpr *jk, *j;
+    KStmt *fk = loop(lw, c, "jk", var(lw, g->nkv), false, &jk);
+    if (npre > 0) prefetch_rows(lw, body(fk), g, o, jk, npre);
+    s_assign(lw, body(fk), g->kv, kx_load(lw->p, g->list, bin(lw, KB_ADD, g->mb, jk)));
+    *k = var(lw, g->kv);
+    s_assign(lw, body(fk), g->mv, kx_load(lw->p, g->masks, bin(lw, KB_ADD, g->mb, *k)));
+    s_assign(lw, body(fk), g->nv, kx_un(lw->p, KU_POPCOUNT, var(lw, g->mv)));
+    KStmt *fj = loop(lw, body(fk), "j", var(lw, g->nv), false, &j);
+    Cur in = body(fj);
+    s_assign(lw, in, g->iv, kx_un(lw->p, KU_CTZ, var(lw, g->mv)));
+    s_assign(lw, in, g->mv,
+             bin(lw, KB_BITAND, var(lw, g->mv), bin(lw, KB_SUB, var(lw, g->mv), ci(lw, 1))));
+    return in;
+}
+
 /* one tile of outputs [chunk0 + o0, + lanes) of the block: accumulators from the bias; for each
  * input k that spiked, in order, the rows whose bit is set add W[k][tile]; then stored, row by
  * row */
@@ -726,23 +747,14 @@ static void
 by_input_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
 {
     const ByInput *g = ctx;
-    KExpr *o = bin(lw, KB_ADD, g->chunk0, o0), *i, *jk, *j;
+    KExpr *o = bin(lw, KB_ADD, g->chunk0, o0), *i;
     int t = tile(lw, "acc", lanes);
     KStmt *fi = loop(lw, c, "i", g->nr, false, &i);
     tile_init(lw, body(fi), t, g->bias, o);
     s_tile(lw, body(fi), KS_VSTORE, t, g->acc,
            bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, i, ci(lw, g->nt))), NULL);
-    KStmt *fk = loop(lw, c, "jk", var(lw, g->nkv), false, &jk);
-    if (g->is_tiled) prefetch_rows(lw, body(fk), g, o, jk, lanes);
-    s_assign(lw, body(fk), g->kv, kx_load(lw->p, g->list, bin(lw, KB_ADD, g->mb, jk)));
-    KExpr *k = var(lw, g->kv);
-    s_assign(lw, body(fk), g->mv, kx_load(lw->p, g->masks, bin(lw, KB_ADD, g->mb, k)));
-    s_assign(lw, body(fk), g->nv, kx_un(lw->p, KU_POPCOUNT, var(lw, g->mv)));
-    KStmt *fj = loop(lw, body(fk), "j", var(lw, g->nv), false, &j);
-    Cur in = body(fj);
-    s_assign(lw, in, g->iv, kx_un(lw->p, KU_CTZ, var(lw, g->mv)));
-    s_assign(lw, in, g->mv,
-             bin(lw, KB_BITAND, var(lw, g->mv), bin(lw, KB_SUB, var(lw, g->mv), ci(lw, 1))));
+    KExpr *k;
+    Cur in = spiked_rows(lw, c, g, o, g->is_tiled ? lanes : 0, &k);
     KExpr *ai = bin(lw, KB_ADD, g->ab, bin(lw, KB_MUL, var(lw, g->iv), ci(lw, g->nt)));
     s_tile(lw, in, KS_VLOAD, t, g->acc, ai, NULL);
     tile_fma(lw, in, t, kx_const(lw->p, KT_F64, 1), g->w, weight_row(lw, g, o, k), false);
@@ -803,23 +815,13 @@ few_rows_tile(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
 static void
 few_rows_chunk(Lower *lw, Cur c, const ByInput *g, int64_t cw)
 {
-    KExpr *i, *jk, *j;
+    KExpr *i;
     int nt = (int)(g->nt < cw ? g->nt : cw);
     FewTile f = {g, FEW_INIT, NULL, NULL};
     KStmt *fi = loop(lw, c, "i", g->nr, false, &i);
     f.i = i;
     for_tiles(lw, body(fi), cw, nt, few_rows_tile, &f);
-    KStmt *fk = loop(lw, c, "jk", var(lw, g->nkv), false, &jk);
-    if (g->is_tiled && g->P == g->chunk) prefetch_rows(lw, body(fk), g, g->chunk0, jk, cw);
-    s_assign(lw, body(fk), g->kv, kx_load(lw->p, g->list, bin(lw, KB_ADD, g->mb, jk)));
-    f.k = var(lw, g->kv);
-    s_assign(lw, body(fk), g->mv, kx_load(lw->p, g->masks, bin(lw, KB_ADD, g->mb, f.k)));
-    s_assign(lw, body(fk), g->nv, kx_un(lw->p, KU_POPCOUNT, var(lw, g->mv)));
-    KStmt *fj = loop(lw, body(fk), "j", var(lw, g->nv), false, &j);
-    Cur in = body(fj);
-    s_assign(lw, in, g->iv, kx_un(lw->p, KU_CTZ, var(lw, g->mv)));
-    s_assign(lw, in, g->mv,
-             bin(lw, KB_BITAND, var(lw, g->mv), bin(lw, KB_SUB, var(lw, g->mv), ci(lw, 1))));
+    Cur in = spiked_rows(lw, c, g, g->chunk0, g->is_tiled && g->P == g->chunk ? cw : 0, &f.k);
     f.phase = FEW_ADD;
     f.i = var(lw, g->iv);
     for_tiles(lw, in, cw, nt, few_rows_tile, &f);
