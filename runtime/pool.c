@@ -68,7 +68,7 @@ now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* spin until done(arg) or SPIN_NS pass; true if done */
+/* spin until done(arg) or `limit` ns pass; true if done */
 static bool
 spin_until(bool (*done)(const RtPool *, uint64_t), const RtPool *p, uint64_t arg, int64_t limit)
 {
