@@ -486,11 +486,14 @@ lower_program(const Module *m, KTarget target, KTrain *tr)
             int before = p->nkernels;
             group_lower[groups[k].kind](&lw, &groups[k]);
             /* one kernel; a GPU layer two, its tiles and their one-thread-per-output twin (only
-             * one of which runs at a given batch: lower_layers.c, "GPU") */
+             * one of which runs at a given batch: lower_layers.c, "GPU"); a CPU conv over paired
+             * rows two, its spike lists and then its sums (lower_conv.c, open_pair_sums) */
             int made = p->nkernels - before;
             bool is_twin = made == 2 && p->target == KTARGET_GPU &&
                            (groups[k].kind == KG_FLAT || groups[k].kind == KG_EPILOGUE);
-            if (made != 1 && !is_twin)
+            bool is_lists = made == 2 && p->target == KTARGET_CPU &&
+                            (groups[k].kind == KG_EVENTS || groups[k].kind == KG_EPILOGUE);
+            if (made != 1 && !is_twin && !is_lists)
                 die("kir: group %d (%s) made %d kernels", k, kgroup_name(groups[k].kind), made);
             for (int i = before; i < p->nkernels; i++)
                 p->kernels[i].group = groups[k].kind;

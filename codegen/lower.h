@@ -190,8 +190,11 @@ typedef struct Conv {
     int list, count; /* spike lists: buffers, or -1 */
     int tap_w, tap_x;  /* an output pixel's terms: weight rows, inputs */
     Pos ps;            /* the row */
+    Pos ps1;           /* paired rows (flags >= 0): the second row, step t + 1 of ps's sample */
+    int flags;         /* paired rows: per listed entry, bit 0 spiked in ps's row, bit 1 in ps1's */
     KExpr *g;          /* group */
     KExpr *oh, *ow, *nterms, *terms; /* the output pixel, its term count and first term */
+    KExpr *row_oh;                   /* paired rows' sums: the one output row, else NULL */
     int nt;                          /* spikes: channels per tile */
     int64_t packed; /* > 0: the weight is packed in tiles of this many channels (spikes, G == 1):
                      * [O/nt][Cg][KH][KW][nt] */
@@ -390,6 +393,10 @@ int bits_of(Lower *lw, ValueId v);
 bool is_bits(Lower *lw, ValueId v);
 void for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, KExpr *first, int64_t K,
                     SpikeBody *fn, void *ctx);
+/* for_bit_spikes over the union of two rows' bits (1 bit an element) at ps and ps1: fn runs once
+ * per element that spiked in either, in order, with local flagv = 1 (ps only), 2 (ps1 only) or 3 */
+void for_bit_spikes_pair(Lower *lw, Cur c, ValueId x, const Pos *ps, const Pos *ps1, int flagv,
+                         KExpr *first, int64_t K, SpikeBody *fn, void *ctx);
 void lower_dense_events(Lower *lw, ValueId v);
 void lower_pool(Lower *lw, ValueId v);
 void lower_batchnorm(Lower *lw, ValueId v);

@@ -24,7 +24,7 @@ conv_geometry(Lower *lw, ValueId v)
     else
         cv.w = wbuf_transposed(lw, n, 0, 4, (const int[]){1, 2, 3, 0});
     cv.bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
-    cv.list = cv.count = cv.tap_w = cv.tap_x = -1;
+    cv.list = cv.count = cv.tap_w = cv.tap_x = cv.flags = -1;
     return cv;
 }
 
@@ -110,13 +110,20 @@ conv_bias(Lower *lw, Cur c, const Conv *cv, KExpr *o0, int t)
 /* acc + bias, stored to the output pixel (oh, ow) of channels [o0, o0 + lanes) of group g: one
  * channel apart is OH*OW elements apart (NCHW) */
 static void
-conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, int t)
+conv_store_at(Lower *lw, Cur c, const Conv *cv, const Pos *ps, KExpr *oh, KExpr *ow, KExpr *o0,
+              int t)
 {
     KExpr *o = conv_bias(lw, c, cv, o0, t);
-    Pos py = cv->ps;
+    Pos py = *ps;
     py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, cv->d.OH * cv->d.OW)),
                bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, cv->d.OW)), ow));
     tile_store(lw, c, cv->v, &py, cv->d.OH * cv->d.OW, t);
+}
+
+static void
+conv_store(Lower *lw, Cur c, const Conv *cv, KExpr *oh, KExpr *ow, KExpr *o0, int t)
+{
+    conv_store_at(lw, c, cv, &cv->ps, oh, ow, o0, t);
 }
 
 /* one output pixel (oh, ow): a tile of channels [o0, o0 + lanes) summed over (kh, kw, c), the
@@ -256,15 +263,25 @@ static void
 conv_event_pixels(Lower *lw, Cur c, Conv *cv)
 {
     KExpr *oh, *ow, *kh, *kw, *ih, *iw, *cg, *e;
-    KStmt *foh = loop(lw, c, "oh", ci(lw, cv->d.OH), false, &oh);
-    KStmt *fow = loop(lw, body(foh), "ow", ci(lw, cv->d.OW), false, &ow);
+    Cur rowc = c;
+    if (cv->row_oh) {
+        oh = cv->row_oh;
+    } else {
+        KStmt *foh = loop(lw, c, "oh", ci(lw, cv->d.OH), false, &oh);
+        rowc = body(foh);
+    }
+    KStmt *fow = loop(lw, rowc, "ow", ci(lw, cv->d.OW), false, &ow);
     Cur px = body(fow);
     cv->oh = oh;
     cv->ow = ow;
-    int qv = local(lw, "qi", KT_I64), cgv = local(lw, "cg", KT_I64), t = -1, nv = -1;
+    int qv = local(lw, "qi", KT_I64), cgv = local(lw, "cg", KT_I64), t = -1, t1 = -1, nv = -1;
     if (cv->d.Og <= cv->nt) {
         t = tile(lw, "acc", (int)cv->d.Og);
         s_tile(lw, px, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+        if (cv->flags >= 0) {
+            t1 = tile(lw, "acc", (int)cv->d.Og);
+            s_tile(lw, px, KS_VSET, t1, -1, NULL, kx_const(lw->p, KT_F64, 0));
+        }
     } else {
         nv = local(lw, "nterms", KT_I64);
         s_assign(lw, px, nv, ci(lw, 0));
@@ -277,6 +294,18 @@ conv_event_pixels(Lower *lw, Cur c, Conv *cv)
              kx_load(lw->p, cv->list,
                      bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->d.Cg)), e)));
     KExpr *x = conv_listed(lw, cv, cgv, ih, iw, &cg);
+    if (cv->flags >= 0) { /* paired rows: each listed weight row loaded once for both */
+        KExpr *f = to(lw, KT_I64,
+                      kx_load(lw->p, cv->flags,
+                              bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->d.Cg)), e)));
+        KExpr *wi = conv_weight(lw, cv, cg, kh, kw, ci(lw, 0));
+        tile_fma(lw, body(fe), t, to(lw, lw->acc, bin(lw, KB_BITAND, f, ci(lw, 1))), cv->w, wi,
+                 true);
+        tile_fma(lw, body(fe), t1, to(lw, lw->acc, bin(lw, KB_DIV, f, ci(lw, 2))), cv->w, wi, true);
+        conv_store(lw, px, cv, oh, ow, ci(lw, 0), t);
+        conv_store_at(lw, px, cv, &cv->ps1, oh, ow, ci(lw, 0), t1);
+        return;
+    }
     if (t >= 0) {
         tile_fma(lw, body(fe), t, x, cv->w, conv_weight(lw, cv, cg, kh, kw, ci(lw, 0)), false);
         conv_store(lw, px, cv, oh, ow, ci(lw, 0), t);
@@ -327,7 +356,15 @@ conv_groups(Lower *lw, Cur c, Conv *cv)
                   cv);
     else
         conv_event_pixels(lw, c, cv);
-    if (lw->is_epilogue_by_row) batchnorm_row(lw, row, cv);
+    if (lw->is_epilogue_by_row) {
+        batchnorm_row(lw, row, cv);
+        if (cv->flags >= 0) {
+            Pos keep = cv->ps;
+            cv->ps = cv->ps1;
+            batchnorm_row(lw, row, cv);
+            cv->ps = keep;
+        }
+    }
 }
 
 /* PyTorch Conv2d gathered per output pixel and channel tile: acc = sum over kh, kw, c of the
@@ -562,6 +599,7 @@ summed_value(Lower *lw, ValueId v, Pos *ps)
 typedef struct ConvList {
     Conv *cv;
     int qv, nv;  /* count index, count */
+    int flagv;   /* paired rows: the entry's flags (for_bit_spikes_pair) */
     int64_t HW;
     int ev, chv; /* bit-stored input: the element, its channel */
     KExpr *cg;   /* ... read channel by channel: the channel in the group */
@@ -586,6 +624,11 @@ conv_list_append(Lower *lw, Cur c, const ConvList *cl, KExpr *q, KExpr *cg)
     s_assign(lw, c, cl->nv, kx_load(lw->p, cv->count, var(lw, cl->qv)));
     s_store(lw, c, cv->list,
             bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, cl->qv), ci(lw, cv->d.Cg)), var(lw, cl->nv)), cg);
+    if (cv->flags >= 0)
+        s_store(
+            lw, c, cv->flags,
+            bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, cl->qv), ci(lw, cv->d.Cg)), var(lw, cl->nv)),
+            var(lw, cl->flagv));
     s_store(lw, c, cv->count, var(lw, cl->qv), bin(lw, KB_ADD, var(lw, cl->nv), ci(lw, 1)));
 }
 
@@ -622,6 +665,92 @@ conv_channels(Lower *lw, Cur c, Conv *cv, KExpr **cg)
         c = body(fg);
     }
     return body(loop(lw, c, "c", ci(lw, cv->d.Cg), false, cg));
+}
+
+/* Paired rows: steps t and t + 1 of a sample share one list per input pixel, of the channels that
+ * spiked there at either step, each entry flagged with the steps it spiked at; each output pixel
+ * then sums both steps in two tiles, every listed weight row loaded (and widened) once for both
+ * and added to a step's tile with a multiplier of 1, or 0 where that step did not spike there
+ * (KS_VFMA is_sparse: the interpreter skips it, the CPU adds 0 * w, the same bits). Each tile
+ * still sums its own step's terms in (kh, kw, channel) order. A neuron's spikes at neighbouring
+ * steps overlap: on the conv SNN's c2 (trained weights, batch 1) the union is 0.73 of the two
+ * lists' sum, and its inner loop is bound by the widening of the 16-bit weight rows. The same
+ * for one tile of all channels (the registers hold two), bits in, T >= 2, layer by layer. */
+static bool
+pairs_rows(Lower *lw, const Conv *cv, bool is_batched)
+{
+    return is_batched && lw->T >= 2 && bits_of(lw, cv->x) == 1 && cv->d.G == 1 &&
+           cv->d.Og <= cv->nt;
+}
+
+/* pair rp of rows: steps t = 2 (rp / B) and t + 1 (t again where t + 1 == T: the same sums
+ * stored twice) of sample rp % B, as cv->ps and cv->ps1 */
+static void
+pair_rows(Lower *lw, Cur c, Conv *cv, KExpr *rp)
+{
+    KExpr *B = kx_kind(lw->p, KX_BATCH);
+    int r0v = local(lw, "r0", KT_I64), r1v = local(lw, "r1", KT_I64);
+    KExpr *t0 = bin(lw, KB_MUL, bin(lw, KB_DIV, rp, B), ci(lw, 2));
+    s_assign(lw, c, r0v, bin(lw, KB_ADD, bin(lw, KB_MUL, t0, B), bin(lw, KB_REM, rp, B)));
+    KExpr *next = B; /* t + 1 < T, or the last step of an odd T */
+    if (lw->T % 2)
+        next =
+            bin(lw, KB_MUL, B, bin(lw, KB_MIN, ci(lw, 1), bin(lw, KB_SUB, ci(lw, lw->T - 1), t0)));
+    s_assign(lw, c, r1v, bin(lw, KB_ADD, var(lw, r0v), next));
+    memset(&cv->ps, 0, sizeof cv->ps);
+    memset(&cv->ps1, 0, sizeof cv->ps1);
+    cv->ps.r = var(lw, r0v);
+    cv->ps1.r = var(lw, r1v);
+}
+
+static KExpr *
+row_pairs(Lower *lw)
+{
+    return bin(lw, KB_MUL, ci(lw, (lw->T + 1) / 2), kx_kind(lw->p, KX_BATCH));
+}
+
+/* for rp in 0..ceil(T/2)*B parallel: the pair's rows (pair_rows) */
+static Cur
+open_row_pairs(Lower *lw, Conv *cv)
+{
+    KExpr *rp;
+    KStmt *f = loop(lw, top(lw), "rp", row_pairs(lw), true, &rp);
+    pair_rows(lw, body(f), cv, rp);
+    return body(f);
+}
+
+/* Paired rows' sums in a kernel of their own, after the one that lists every pair's spikes: its
+ * threads share (output row, pair) iterations rather than pairs, the even output rows first, so
+ * that each thread's contiguous share holds rows from all over the image and every pair. At batch 1
+ * the 2 pairs of T = 4 made 2 iterations, whose spikes differ by a third (steps 2 and 3 fire more
+ * than 0 and 1: the IF neurons start from rest), and one thread waited for the other. The lists
+ * kernel has no node: its time is the layer's, its FLOPs counted once (--profile). */
+static Cur
+open_pair_sums(Lower *lw, Conv *cv)
+{
+    const char *name = lw->k.name, *what = lw->k.what;
+    lw->k.name = arena_printf(&lw->p->arena, "%s_lists", name);
+    lw->k.what = arena_printf(&lw->p->arena,
+                              "%s; the spikes of steps t and t + 1 listed by input "
+                              "pixel",
+                              what);
+    lw->k.nnodes = 0;
+    end_kernel(lw);
+    begin_kernel(lw, cv->v,
+                 arena_printf(&lw->p->arena, "%s; summed by (output row, steps t and t + 1)", what),
+                 false);
+    lw->k.name = name;
+    KExpr *u, *np = row_pairs(lw);
+    int64_t half = (cv->d.OH + 1) / 2;
+    KStmt *f = loop(lw, top(lw), "u", bin(lw, KB_MUL, ci(lw, cv->d.OH), np), true, &u);
+    KExpr *j = bin(lw, KB_DIV, u, np);
+    int ohv = local(lw, "oh", KT_I64);
+    s_assign(lw, body(f), ohv,
+             bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_REM, j, ci(lw, half)), ci(lw, 2)),
+                 bin(lw, KB_DIV, j, ci(lw, half))));
+    cv->row_oh = var(lw, ohv);
+    pair_rows(lw, body(f), cv, bin(lw, KB_REM, u, np));
+    return body(f);
 }
 
 /* conv2d over spikes: each row first lists, for every input pixel and group, the channels that
@@ -661,25 +790,38 @@ lower_conv2d_events(Lower *lw, ValueId v)
             cv.tap_x = scratch_buf(lw, arena_printf(&lw->p->arena, "%s.term_x", vn), lw->acc,
                                    nterms * rows);
     }
-    Cur c = open_rows(lw, v, &cv.ps);
+    if (pairs_rows(lw, &cv, is_batched)) {
+        cv.flags =
+            scratch_buf(lw, arena_printf(&lw->p->arena, "%s.flags", vn), KT_U8, cv.d.C * HW * rows);
+    }
+    Cur c = cv.flags >= 0 ? open_row_pairs(lw, &cv) : open_rows(lw, v, &cv.ps);
     KExpr *row = row_of(&cv.ps), *z, *cg, *q;
     cv.terms = bin(lw, KB_MUL, row, ci(lw, nterms));
     KStmt *fz = loop(lw, c, "z", ci(lw, cv.d.G * HW), false, &z);
     s_store(lw, body(fz), cv.count, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, cv.d.G * HW)), z),
             ci(lw, 0));
-    ConvList cl = {&cv, local(lw, "qi", KT_I64), local(lw, "n", KT_I64), HW, -1, -1, NULL};
+    ConvList cl = {&cv, local(lw, "qi", KT_I64), local(lw, "n", KT_I64), -1, HW, -1, -1, NULL};
+    if (cv.flags >= 0) cl.flagv = local(lw, "flag", KT_I64);
     if (is_bits(lw, cv.x) && HW % (8 / bits_of(lw, cv.x)) == 0) {
         /* channel by channel (each starts on a byte): the pixel is the element, no division */
         Cur in = conv_channels(lw, c, &cv, &cg);
         cl.cg = cg;
         KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.d.Cg)), cg);
-        for_bit_spikes(lw, in, cv.x, &cv.ps, bin(lw, KB_MUL, chan, ci(lw, HW)), HW,
-                       conv_list_pixel, &cl);
+        KExpr *first = bin(lw, KB_MUL, chan, ci(lw, HW));
+        if (cv.flags >= 0)
+            for_bit_spikes_pair(lw, in, cv.x, &cv.ps, &cv.ps1, cl.flagv, first, HW, conv_list_pixel,
+                                &cl);
+        else
+            for_bit_spikes(lw, in, cv.x, &cv.ps, first, HW, conv_list_pixel, &cl);
     } else if (is_bits(lw, cv.x)) {
         /* the row's spikes in element order: per pixel the channels still come in order */
         cl.ev = local(lw, "e", KT_I64);
         cl.chv = local(lw, "chan", KT_I64);
-        for_bit_spikes(lw, c, cv.x, &cv.ps, ci(lw, 0), cv.d.C * HW, conv_list_bit, &cl);
+        if (cv.flags >= 0)
+            for_bit_spikes_pair(lw, c, cv.x, &cv.ps, &cv.ps1, cl.flagv, ci(lw, 0), cv.d.C * HW,
+                                conv_list_bit, &cl);
+        else
+            for_bit_spikes(lw, c, cv.x, &cv.ps, ci(lw, 0), cv.d.C * HW, conv_list_bit, &cl);
     } else {
         KStmt *fq = loop(lw, conv_channels(lw, c, &cv, &cg), "q", ci(lw, HW), false, &q);
         int xv = local(lw, "x", KT_F64);
@@ -690,6 +832,7 @@ lower_conv2d_events(Lower *lw, ValueId v)
         KStmt *nz = s_if(lw, body(fq), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
         conv_list_append(lw, body(nz), &cl, q, cg);
     }
+    if (cv.flags >= 0 && lw->epilogue < 0) c = open_pair_sums(lw, &cv);
     conv_groups(lw, c, &cv);
 }
 

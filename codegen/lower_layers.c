@@ -2,6 +2,7 @@
  * pooling, batchnorm, Poisson encoders and delays. */
 #include "codegen/lower.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -610,16 +611,23 @@ is_bits(Lower *lw, ValueId v)
     return bits_of(lw, v) > 0;
 }
 
-void
-for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, KExpr *first, int64_t K, SpikeBody *fn,
-               void *ctx)
+/* for_bit_spikes, of one row (ps1 NULL) or of the union of two (for_bit_spikes_pair) */
+static void
+bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, const Pos *ps1, int flagv, KExpr *first,
+           int64_t K, SpikeBody *fn, void *ctx)
 {
     Pos p0 = *ps;
     p0.i = first;
     int bits = bits_of(lw, x);
     int64_t in_byte = 8 / bits; /* elements in a byte */
-    KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, in_byte));
+    KExpr *byte0 = bin(lw, KB_DIV, vindex(lw, x, &p0), ci(lw, in_byte)), *byte1 = NULL;
+    if (ps1) {
+        Pos p1 = *ps1;
+        p1.i = first;
+        byte1 = bin(lw, KB_DIV, vindex(lw, x, &p1), ci(lw, in_byte));
+    }
     int wv = local(lw, "bits", KT_I64), nv = local(lw, "nset", KT_I64), lv = local(lw, "l", KT_I64);
+    int w0v = ps1 ? local(lw, "bits0", KT_I64) : -1, w1v = ps1 ? local(lw, "bits1", KT_I64) : -1;
     for (int pass = 0; pass < 2; pass++) {
         int64_t per = pass == 0 ? 8 * in_byte : in_byte; /* elements per load */
         int64_t lo = pass == 0 ? 0 : K / (8 * in_byte) * 8, hi = pass == 0 ? K / per : K / in_byte;
@@ -627,22 +635,53 @@ for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, KExpr *first, int64_t
         KExpr *w, *n;
         KStmt *fw = loop(lw, c, pass == 0 ? "w" : "kb", ci(lw, hi), false, &w);
         fw->lo = ci(lw, lo);
-        KExpr *at = bin(lw, KB_ADD, byte0, pass == 0 ? bin(lw, KB_MUL, w, ci(lw, 8)) : w);
-        KExpr *word = to(lw, KT_I64, kx_load_bits(lw->p, lw->vs[x].buf, at,
-                                                  pass == 0 ? KLOAD_WORD : KLOAD_BYTES));
+        int how = pass == 0 ? KLOAD_WORD : KLOAD_BYTES;
+        KExpr *off = pass == 0 ? bin(lw, KB_MUL, w, ci(lw, 8)) : w;
+        KExpr *word =
+            to(lw, KT_I64, kx_load_bits(lw->p, lw->vs[x].buf, bin(lw, KB_ADD, byte0, off), how));
         if (bits == 2) /* the low bit of every pair: a spike of either sign (the mask
                         * 0x5555555555555555 as a product: constants are exact to 2^53 only) */
             word = bin(lw, KB_BITAND, word,
                        bin(lw, KB_MUL, ci(lw, 0x55555555), ci(lw, 0x100000001)));
+        if (ps1) {
+            s_assign(lw, body(fw), w0v, word);
+            s_assign(lw, body(fw), w1v,
+                     to(lw, KT_I64,
+                        kx_load_bits(lw->p, lw->vs[x].buf, bin(lw, KB_ADD, byte1, off), how)));
+            word = bin(lw, KB_BITOR, var(lw, w0v), var(lw, w1v));
+        }
         s_assign(lw, body(fw), wv, word);
         s_assign(lw, body(fw), nv, kx_un(lw->p, KU_POPCOUNT, var(lw, wv)));
         KStmt *fn_ = loop(lw, body(fw), "n", var(lw, nv), false, &n);
         s_assign(lw, body(fn_), lv, kx_un(lw->p, KU_CTZ, var(lw, wv)));
+        if (ps1) { /* (w0 has bit l) + 2 (w1 has it) */
+            KExpr *bit = bin(lw, KB_SHL, ci(lw, 1), var(lw, lv));
+            KExpr *in0 =
+                to(lw, KT_I64, bin(lw, KB_NE, bin(lw, KB_BITAND, var(lw, w0v), bit), ci(lw, 0)));
+            KExpr *in1 =
+                to(lw, KT_I64, bin(lw, KB_NE, bin(lw, KB_BITAND, var(lw, w1v), bit), ci(lw, 0)));
+            s_assign(lw, body(fn_), flagv, bin(lw, KB_ADD, in0, bin(lw, KB_MUL, in1, ci(lw, 2))));
+        }
         s_assign(lw, body(fn_), wv,
                  bin(lw, KB_BITAND, var(lw, wv), bin(lw, KB_SUB, var(lw, wv), ci(lw, 1))));
         KExpr *l = bits == 2 ? bin(lw, KB_DIV, var(lw, lv), ci(lw, 2)) : var(lw, lv);
         fn(lw, body(fn_), bin(lw, KB_ADD, bin(lw, KB_MUL, w, ci(lw, per)), l), ctx);
     }
+}
+
+void
+for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, KExpr *first, int64_t K, SpikeBody *fn,
+               void *ctx)
+{
+    bit_spikes(lw, c, x, ps, NULL, -1, first, K, fn, ctx);
+}
+
+void
+for_bit_spikes_pair(Lower *lw, Cur c, ValueId x, const Pos *ps, const Pos *ps1, int flagv,
+                    KExpr *first, int64_t K, SpikeBody *fn, void *ctx)
+{
+    assert(bits_of(lw, x) == 1);
+    bit_spikes(lw, c, x, ps, ps1, flagv, first, K, fn, ctx);
 }
 
 static void
