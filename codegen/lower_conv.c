@@ -326,19 +326,32 @@ conv_event_pixels(Lower *lw, Cur c, Conv *cv)
  * on the same f32 values. (Normalising each tile's lanes as they are stored, channels a pixel
  * apart, is a scalar loop; both measured at parity with the separate kernel on
  * bench/cpu/models/conv_bn.snn, where the convolutions dominate: the gain is the conv's buffer
- * and a launch per batchnorm.) */
+ * and a launch per batchnorm.) A channel's batchnorm terms are the same at each of its pixels, so
+ * the square root is computed once a channel (hoisted out of the pixel loop). */
 static void
-batchnorm_row(Lower *lw, Cur c, const Conv *cv)
+batchnorm_part(Lower *lw, Cur c, const Pos *ps, KExpr *ch0, int64_t nch, KExpr *p0, int64_t np,
+               int64_t HW)
 {
     ValueId bn = lw->epilogue;
-    int64_t HW = cv->d.OH * cv->d.OW;
     KExpr *ch, *i;
-    KStmt *fc = loop(lw, c, "ch", ci(lw, cv->d.G * cv->d.Og), false, &ch);
-    KStmt *fi = loop(lw, body(fc), "i", ci(lw, HW), false, &i);
-    Pos pe = cv->ps;
-    pe.i = bin(lw, KB_ADD, bin(lw, KB_MUL, ch, ci(lw, HW)), i);
-    vstore(lw, body(fi), bn, &pe,
-           batchnorm_expr(lw, &lw->m->nodes[bn], ch, vload(lw, bn, &pe)));
+    KStmt *fc = loop(lw, c, "ch", ci(lw, nch), false, &ch);
+    KStmt *fi = loop(lw, body(fc), "i", ci(lw, np), false, &i);
+    KExpr *chan = bin(lw, KB_ADD, ch0, ch);
+    Pos pe = *ps;
+    pe.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), bin(lw, KB_ADD, p0, i));
+    vstore(lw, body(fi), bn, &pe, batchnorm_expr(lw, &lw->m->nodes[bn], chan, vload(lw, bn, &pe)));
+}
+
+/* ... over channels [ch0, ch0 + nch) of the row (or rows: paired) at every pixel, or of one
+ * output row's pixels where the sums run by output row (cv->row_oh) */
+static void
+batchnorm_row(Lower *lw, Cur c, const Conv *cv, KExpr *ch0, int64_t nch)
+{
+    int64_t HW = cv->d.OH * cv->d.OW;
+    KExpr *p0 = cv->row_oh ? bin(lw, KB_MUL, cv->row_oh, ci(lw, cv->d.OW)) : ci(lw, 0);
+    int64_t np = cv->row_oh ? cv->d.OW : HW;
+    batchnorm_part(lw, c, &cv->ps, ch0, nch, p0, np, HW);
+    if (cv->flags >= 0) batchnorm_part(lw, c, &cv->ps1, ch0, nch, p0, np, HW);
 }
 
 static void
@@ -356,27 +369,20 @@ conv_groups(Lower *lw, Cur c, Conv *cv)
                   cv);
     else
         conv_event_pixels(lw, c, cv);
-    if (lw->is_epilogue_by_row) {
-        batchnorm_row(lw, row, cv);
-        if (cv->flags >= 0) {
-            Pos keep = cv->ps;
-            cv->ps = cv->ps1;
-            batchnorm_row(lw, row, cv);
-            cv->ps = keep;
-        }
-    }
+    if (lw->is_epilogue_by_row) batchnorm_row(lw, row, cv, ci(lw, 0), cv->d.G * cv->d.Og);
 }
 
 /* PyTorch Conv2d gathered per output pixel and channel tile: acc = sum over kh, kw, c of the
- * group (the interpreter's order), then + bias, rounded once. With one group of whole tiles and
- * nothing run over the row afterwards, the threads share (row, tile) pairs rather than rows: at
- * batch 1 a static layer is one row (the conv SNN's c1 ran on one thread). */
+ * group (the interpreter's order), then + bias, rounded once. With one group of whole tiles, the
+ * threads share (row, tile) pairs rather than rows (at batch 1 a static layer is one row: the conv
+ * SNN's c1 ran on one thread), a batchnorm fused into the conv applied to the tile's channels in
+ * the same iteration. */
 void
 lower_conv2d(Lower *lw, ValueId v)
 {
     Conv cv = conv_geometry(lw, v);
     int64_t nt = conv_block_lanes(lw, cv.d.Cg * cv.d.KH * cv.d.KW), ntiles = cv.d.Og / nt;
-    if (cv.d.G > 1 || cv.d.Og % nt != 0 || ntiles < 2 || lw->is_epilogue_by_row) {
+    if (cv.d.G > 1 || cv.d.Og % nt != 0 || ntiles < 2) {
         Cur c = open_rows(lw, v, &cv.ps);
         conv_groups(lw, c, &cv);
         return;
@@ -388,7 +394,9 @@ lower_conv2d(Lower *lw, ValueId v)
     s_assign(lw, body(fq), otv, bin(lw, KB_REM, q, ci(lw, ntiles)));
     cv.ps = row_pos(lw, v, var(lw, rv), NULL);
     cv.g = ci(lw, 0);
-    conv_tile(lw, body(fq), bin(lw, KB_MUL, var(lw, otv), ci(lw, nt)), (int)nt, &cv);
+    KExpr *o0 = bin(lw, KB_MUL, var(lw, otv), ci(lw, nt));
+    conv_tile(lw, body(fq), o0, (int)nt, &cv);
+    if (lw->is_epilogue_by_row) batchnorm_row(lw, body(fq), &cv, o0, nt);
 }
 
 /* output (channel o of group cv->g, oh, ow) of the row at cv->ps into the one-lane tile t, without
@@ -832,7 +840,7 @@ lower_conv2d_events(Lower *lw, ValueId v)
         KStmt *nz = s_if(lw, body(fq), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
         conv_list_append(lw, body(nz), &cl, q, cg);
     }
-    if (cv.flags >= 0 && lw->epilogue < 0) c = open_pair_sums(lw, &cv);
+    if (cv.flags >= 0) c = open_pair_sums(lw, &cv);
     conv_groups(lw, c, &cv);
 }
 

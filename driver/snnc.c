@@ -232,6 +232,9 @@ main(int argc, char **argv)
         return finish(rc);
     }
     if (m) m->is_precision_stated = o.has_precision;
+    if (m)
+        m->is_for_gpu = (o.backend && strcmp(o.backend, "cuda") == 0) || is_emit(&o, "cuda") ||
+                        is_emit(&o, "ptx") || is_emit(&o, "cubin");
     if (m && o.outputs && !keep_outputs(m, o.outputs, o.path)) {
         module_free(m);
         m = NULL;

@@ -383,6 +383,9 @@ typedef struct Module {
     Accumulate accumulate;
     /* the weights' storage is the user's (snnc --precision given): narrow-weights leaves them */
     bool is_precision_stated;
+    /* the passes choose for the GPU (snnc --device=cuda): the driver's, never printed; the fuse
+     * pass leaves a conv's batchnorm to fold-batchnorm on the CPU only (passes/fuse.c) */
+    bool is_for_gpu;
     const char *weights_path; /* absolute, or NULL: seeded initialisation */
     const char **files;       /* the files read to build it: the main file (unless it came as
                                  text), then its includes; what no output may overwrite */
