@@ -728,11 +728,15 @@ open_row_pairs(Lower *lw, Conv *cv)
 }
 
 /* Paired rows' sums in a kernel of their own, after the one that lists every pair's spikes: its
- * threads share (output row, pair) iterations rather than pairs, the even output rows first, so
- * that each thread's contiguous share holds rows from all over the image and every pair. At batch 1
- * the 2 pairs of T = 4 made 2 iterations, whose spikes differ by a third (steps 2 and 3 fire more
- * than 0 and 1: the IF neurons start from rest), and one thread waited for the other. The lists
- * kernel has no node: its time is the layer's, its FLOPs counted once (--profile). */
+ * threads share (output row, pair) iterations rather than pairs, output rows outer, each pair's
+ * rows turned by rp * OH / pairs, so that each thread's contiguous share holds every pair, and at
+ * batch 1 the top half of one pair's rows with the bottom half of the other's. By pair, the 2
+ * pairs of T = 4 at batch 1 made 2 iterations whose spikes differ by a third (steps 2 and 3 fire
+ * more than 0 and 1: the IF neurons start from rest), and one thread waited for the other. Rows
+ * interleaved between the threads (even, odd) were slower still wherever the two cores are far
+ * apart: a channel's output row is 14 floats, so neighbouring rows share cache lines, and both
+ * threads wrote them. The lists kernel has no node: its time is the layer's, its FLOPs counted
+ * once (--profile). */
 static Cur
 open_pair_sums(Lower *lw, Conv *cv)
 {
@@ -749,15 +753,14 @@ open_pair_sums(Lower *lw, Conv *cv)
                  false);
     lw->k.name = name;
     KExpr *u, *np = row_pairs(lw);
-    int64_t half = (cv->d.OH + 1) / 2;
     KStmt *f = loop(lw, top(lw), "u", bin(lw, KB_MUL, ci(lw, cv->d.OH), np), true, &u);
-    KExpr *j = bin(lw, KB_DIV, u, np);
-    int ohv = local(lw, "oh", KT_I64);
-    s_assign(lw, body(f), ohv,
-             bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_REM, j, ci(lw, half)), ci(lw, 2)),
-                 bin(lw, KB_DIV, j, ci(lw, half))));
+    int rpv = local(lw, "rp", KT_I64), ohv = local(lw, "oh", KT_I64);
+    s_assign(lw, body(f), rpv, bin(lw, KB_REM, u, np));
+    KExpr *j = bin(lw, KB_DIV, u, np), *rp = var(lw, rpv);
+    KExpr *turn = bin(lw, KB_DIV, bin(lw, KB_MUL, rp, ci(lw, cv->d.OH)), np);
+    s_assign(lw, body(f), ohv, bin(lw, KB_REM, bin(lw, KB_ADD, j, turn), ci(lw, cv->d.OH)));
     cv->row_oh = var(lw, ohv);
-    pair_rows(lw, body(f), cv, bin(lw, KB_REM, u, np));
+    pair_rows(lw, body(f), cv, rp);
     return body(f);
 }
 
