@@ -19,7 +19,7 @@
 set -euo pipefail
 tests=(numpy==2.4.6 h5py==3.16.0 pytest==9.2.0 nir==1.0.8 torch==2.15.0 "ray[data]==2.40.0"
        matplotlib==3.11.2 snntorch==1.0.0 nirtorch==2.6 spikingjelly==2.0.0 loguru==0.7.3
-       tqdm==4.70.1)
+       tqdm==4.70.1 norse==1.1.0)
 packages=("${tests[@]}"
   safetensors==0.8.0                             # files
   torch==2.15.0                                  # the frameworks' base
@@ -69,7 +69,7 @@ if [ "$managed" = 1 ] && [ "${1:-}" = --tests ]; then
            "$python (a virtual environment runs them)" >&2
       continue
     fi
-    case "${spec%%==*}" in snntorch | nirtorch | spikingjelly) # on PyPI only
+    case "${spec%%==*}" in snntorch | nirtorch | spikingjelly | norse) # on PyPI only
       echo "install-python-deps: ${spec%%==*} is not packaged by Debian: snnc.compile's tests of" \
            "framework modules skip on $python (a virtual environment runs them)" >&2
       continue ;;

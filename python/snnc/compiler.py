@@ -60,8 +60,9 @@ def compile(src, *, timesteps: int | None = None, framework: str | None = None,
     spikingjelly, spyx).
 
     timesteps, framework, precision and weights are snnc's --timesteps, --framework, --precision
-    and --weights; src may also be a torch.nn.Module from snnTorch (through NIR) or SpikingJelly
-    (read layer by layer: snnc/from_torch.py), with example_input one sample without the batch
+    and --weights; src may also be a torch.nn.Module from snnTorch or Norse (through their NIR
+    exports) or SpikingJelly (read layer by layer: snnc/from_torch.py), with example_input one
+    sample without the batch
     and timesteps; any other keyword is passed as an snnc option (`events="auto"` ->
     --events=auto, `O=3` -> -O3, `disable_pass="narrow-weights"`, `spike_inputs=True` ->
     --spike-inputs). out: where the model.so goes (default: a temporary folder that Model.close()
@@ -83,8 +84,8 @@ def compile(src, *, timesteps: int | None = None, framework: str | None = None,
                 timesteps = None  # written in the model
         elif not isinstance(src, (str, os.PathLike)):
             raise TypeError(f"snnc.compile takes a path to a {', '.join(SOURCE_SUFFIXES)} file, "
-                            f"a nir.NIRGraph or a torch.nn.Module from snnTorch or SpikingJelly; "
-                            f"got {type(src).__name__}")
+                            "a nir.NIRGraph or a torch.nn.Module from snnTorch, SpikingJelly or "
+                            f"Norse; got {type(src).__name__}")
         return _compile_file(os.fspath(src), owned, timesteps, framework, device, max_batch,
                              threads, precision, out, weights, options)
     except BaseException:

@@ -2,7 +2,8 @@
 
 snnTorch exports itself to NIR (snntorch.export_nir.export_to_nir), so its modules go through
 NIR with snnTorch's neuron semantics (on a copy whose scalar neuron parameters are tensors of the
-layer's size: the export infers no shape from a scalar). SpikingJelly's exporter refuses soft resets and its
+layer's size: the export infers no shape from a scalar), Norse's through its own (norse.torch.to_nir, with
+Norse's semantics). SpikingJelly's exporter refuses soft resets and its
 state_dicts carry no neuron parameters, so its modules are read directly: an nn.Sequential (nested
 ones too) of Linear, Conv2d, BatchNorm2d, MaxPool2d, AvgPool2d, Flatten, Dropout (identity in
 inference) and IFNode, LIFNode and ParametricLIFNode, written as a .snn model whose layers carry
@@ -246,6 +247,39 @@ def to_source(module, example_input, timesteps, framework, out_dir: str):
             raise SnncError(f"snnTorch's export_to_nir failed: {e}") from e
         nir.write(path, graph)
         return path, "snntorch"
-    raise SnncError(f"snnc.compile takes torch modules from snnTorch and SpikingJelly; "
-                    f"{type(module).__name__} is from {fw or 'neither'} (a Norse module: export it "
-                    "with norse.torch.to_nir and pass the NIR graph with framework='norse')")
+    if fw == "norse":
+        return _norse_nir(module, example_input, out_dir), "norse"
+    raise SnncError(f"snnc.compile takes torch modules from snnTorch, SpikingJelly and Norse; "
+                    f"{type(module).__name__} is from {fw or 'none of them'}")
+
+
+def _norse_nir(module, example_input, out_dir: str) -> str:
+    """Norse's own export (norse.torch.to_nir) of module, written where snnc reads it. Norse runs
+    the export on a batch and keeps that batch of one in its Input and Output nodes ([1, 8] for a
+    sample of 8), which are made the sample's shape again; its neuron parameters are 0-d arrays,
+    which nir.write cannot compress, made 1-element arrays (the same to NIR readers)."""
+    import nir
+    import numpy as np
+    import torch
+    from norse.torch import to_nir
+    x = torch.as_tensor(example_input)
+    try:
+        graph = to_nir(module, x[None])
+    except Exception as e:  # noqa: BLE001 (Norse raises what its tracer meets)
+        raise SnncError(f"Norse's to_nir failed: {type(e).__name__}: {e}") from e
+    sample = np.asarray(tuple(x.shape))
+    for node in graph.nodes.values():
+        for k, v in list(vars(node).items()):
+            if isinstance(v, torch.Tensor):
+                v = v.detach().numpy()
+            if isinstance(v, (np.ndarray, np.generic)) and np.ndim(v) == 0:
+                setattr(node, k, np.reshape(np.asarray(v, dtype=np.float32), (1,)))
+        if isinstance(node, (nir.Input, nir.Output)):
+            for types in (node.input_type, node.output_type):
+                for name, shape in types.items():
+                    shape = np.asarray(shape)
+                    if len(shape) == len(sample) + 1 and shape[0] == 1:
+                        types[name] = shape[1:]
+    path = os.path.join(out_dir, "model.nir")
+    nir.write(path, graph)
+    return path

@@ -1,8 +1,9 @@
 """snnc.compile(module) of PyTorch modules from the SNN frameworks: a SpikingJelly conv net (read
 layer by layer: conv, batchnorm, IF with the ATan surrogate, max pool, flatten, linear, PLIF with
-its learned w, LIF with a soft reset) and an snnTorch MLP (through its NIR export) give the
-framework's own outputs bit for bit; what cannot be read is said. Needs torch, spikingjelly,
-snntorch and nirtorch (tools/install-python-deps.sh --tests installs them: CI runs these)."""
+its learned w, LIF with a soft reset), an snnTorch MLP and a Norse one (through their NIR exports)
+give the framework's own outputs bit for bit (Norse's box cells within float rounding); what cannot
+be read is said. Needs torch, spikingjelly, snntorch, nirtorch and norse
+(tools/install-python-deps.sh --tests installs them: CI runs these)."""
 import numpy as np
 import pytest
 
@@ -91,11 +92,46 @@ def test_snntorch_scalar_parameters():
     assert np.array_equal(got, want)
 
 
+def norse_and_snnc(cells, steps, seed):
+    """a Linear(8, 12), cell, Linear(12, 4), cell SequentialState stepped by Norse and compiled by
+    snnc (through Norse's NIR export) on the same [6, steps, 8] input: (snnc's, Norse's)"""
+    nt = pytest.importorskip("norse.torch")
+    torch.manual_seed(seed)
+    net = nt.SequentialState(torch.nn.Linear(8, 12), cells[0], torch.nn.Linear(12, 4), cells[1])
+    with torch.no_grad():
+        net[0].weight.mul_(4)
+    x = torch.rand(6, steps, 8, generator=torch.Generator().manual_seed(seed + 1))
+    state, outs = None, []
+    with torch.no_grad():
+        for t in range(steps):
+            o, state = net(x[:, t], state)
+            outs.append(o)
+    want = torch.stack(outs, 1).numpy()
+    with snnc.compile(net, timesteps=steps, example_input=torch.zeros(8)) as m:
+        got = next(iter(m.run(x.numpy()).values()))
+    return got, want
+
+
+def test_norse_module_through_nir_equals_the_framework():
+    """Norse's current-based LIF and IAF cells: the same bits; its box LIF and LI cells within
+    float rounding (Norse adds dt/tau ((v_leak - v) + I), snnc's NIR LIF decays and adds the gain:
+    tests/nir, norse_lifbox_li)"""
+    nt = pytest.importorskip("norse.torch")
+    got, want = norse_and_snnc(
+        (nt.LIFCell(nt.LIFParameters(tau_syn_inv=torch.tensor(200.0), v_th=torch.tensor(0.3))),
+         nt.IAFCell(nt.IAFParameters(v_th=torch.tensor(0.5), v_reset=torch.tensor(0.0)))), 10, 0)
+    assert 0 < want.mean() < 1
+    assert np.array_equal(got, want)
+    got, want = norse_and_snnc((nt.LIFBoxCell(), nt.LIBoxCell()), 10, 1)
+    assert np.abs(want).max() > 0.01
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_errors():
     net = torch.nn.Sequential(layer.Linear(4, 3), torch.nn.ReLU(), neuron.IFNode())
     with pytest.raises(snnc.SnncError, match="layer '1': ReLU is not supported"):
         snnc.compile(net, timesteps=2, example_input=torch.zeros(4))
     with pytest.raises(snnc.SnncError, match="needs example_input"):
         snnc.compile(sj_net(), timesteps=2)
-    with pytest.raises(snnc.SnncError, match="from snnTorch and SpikingJelly"):
+    with pytest.raises(snnc.SnncError, match="from snnTorch, SpikingJelly and Norse"):
         snnc.compile(torch.nn.Linear(4, 3), timesteps=2, example_input=torch.zeros(4))
