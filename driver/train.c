@@ -145,16 +145,15 @@ check_trainable(const Module *m, const Options *o)
 /* the training and test samples: --data's two splits, or --input with --labels */
 typedef struct Sets {
     Data train;
-    /* Fashion-MNIST: the pixels kept as the bytes they are (a quarter of the memory), each batch
-     * widened as the reader widens them, byte / 255.0f (Data.inputs unused) */
+    /* Fashion-MNIST: the pixels kept as the bytes they are (a quarter of the memory; read so,
+     * never widened whole: rt_fmnist_load_bytes), each batch widened as the reader widens them,
+     * byte / 255.0f (Data.inputs unused) */
     uint8_t *bytes, *tbytes;
     bool is_fmnist;
     RtTensor img, lab, timg, tlab, labels_file;
     int64_t ntest;
     const float *test_labels;
 } Sets;
-
-static uint8_t *to_bytes(RtTensor *t);
 
 static bool
 load_sets(const Module *m, const Options *o, Sets *s)
@@ -187,8 +186,8 @@ load_sets(const Module *m, const Options *o, Sets *s)
                            "(e.g. input image : f32[1, 28, 28])");
         return false;
     }
-    if (rt_fmnist_load(dir, 1, &s->img, &s->lab, err, sizeof err) ||
-        rt_fmnist_load(dir, 0, &s->timg, &s->tlab, err, sizeof err)) {
+    if (rt_fmnist_load_bytes(dir, 1, &s->img, &s->bytes, &s->lab, err, sizeof err) ||
+        rt_fmnist_load_bytes(dir, 0, &s->timg, &s->tbytes, &s->tlab, err, sizeof err)) {
         diag_reader_error(NULL, err);
         return false;
     }
@@ -204,25 +203,7 @@ load_sets(const Module *m, const Options *o, Sets *s)
     s->ntest = s->timg.dims[0];
     if (o->test_limit >= 0 && o->test_limit < s->ntest) s->ntest = o->test_limit;
     s->test_labels = s->tlab.data;
-    s->bytes = to_bytes(&s->img);
-    s->tbytes = to_bytes(&s->timg);
     return true;
-}
-
-/* the bytes the reader's floats came from (byte / 255.0f), the floats freed */
-static uint8_t *
-to_bytes(RtTensor *t)
-{
-    uint8_t *b = xmalloc((size_t)(t->numel ? t->numel : 1));
-    for (int64_t i = 0; i < t->numel; i++) {
-        long v = lrintf(t->data[i] * 255.0f);
-        b[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-        if ((float)b[i] / 255.0f != t->data[i])
-            die("Fashion-MNIST pixel %lld is not a byte / 255", (long long)i);
-    }
-    free(t->data);
-    t->data = NULL;
-    return b;
 }
 
 /* sample s of input i into row b of the batch array */

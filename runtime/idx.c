@@ -187,10 +187,11 @@ idx_too_large(const char *what, uint64_t claim, size_t max_out, char *err, size_
 }
 
 /* file = 00 00 type ndims { dim_be32 } data     (type 0x08 only; 1 <= ndims <= 8); at most
- * max_out bytes, decompressed */
+ * max_out bytes, decompressed. bytes NULL: out->data the values as floats; else *bytes (malloc'd)
+ * the data bytes as they are and out->data NULL (a quarter of the memory). */
 static int
-idx_parse(const void *buf, size_t len, const char *what, size_t max_out, RtTensor *out, char *err,
-          size_t errlen)
+idx_parse(const void *buf, size_t len, const char *what, size_t max_out, RtTensor *out,
+          uint8_t **bytes, char *err, size_t errlen)
 {
     const unsigned char *b = buf;
     memset(out, 0, sizeof *out);
@@ -203,9 +204,15 @@ idx_parse(const void *buf, size_t len, const char *what, size_t max_out, RtTenso
         uint64_t claim = idx_claim(head, hlen);
         if (claim == RT_SIZE_UNKNOWN) {
             /* no whole, valid header: the parser says what is wrong with it */
-            int rc = idx_parse(head, hlen, what, max_out, out, err, errlen);
+            int rc = idx_parse(head, hlen, what, max_out, out, bytes, err, errlen);
             free(head);
-            if (rc == 0) rt_tensor_free(out);
+            if (rc == 0) {
+                rt_tensor_free(out);
+                if (bytes) {
+                    free(*bytes);
+                    *bytes = NULL;
+                }
+            }
             return 1;
         }
         char shape[120], past[200];
@@ -217,7 +224,7 @@ idx_parse(const void *buf, size_t len, const char *what, size_t max_out, RtTenso
         unsigned char *plain;
         size_t plen;
         if (gunzip(b, len, what, (size_t)claim, false, past, &plain, &plen, err, errlen)) return 1;
-        int rc = idx_parse(plain, plen, what, max_out, out, err, errlen);
+        int rc = idx_parse(plain, plen, what, max_out, out, bytes, err, errlen);
         free(plain);
         return rc;
     }
@@ -279,12 +286,21 @@ idx_parse(const void *buf, size_t len, const char *what, size_t max_out, RtTenso
                     (unsigned long long)extra, extra == 1 ? "" : "s", (long long)numel);
         return 1;
     }
-    out->data = malloc(numel > 0 ? (size_t)numel * sizeof(float) : sizeof(float));
-    if (!out->data) {
-        rt_io_error(err, errlen, what, "out of memory for %lld elements", (long long)numel);
-        return 1;
+    if (bytes) {
+        *bytes = malloc(numel > 0 ? (size_t)numel : 1);
+        if (!*bytes) {
+            rt_io_error(err, errlen, what, "out of memory for %lld bytes", (long long)numel);
+            return 1;
+        }
+        memcpy(*bytes, b + hdr, (size_t)numel);
+    } else {
+        out->data = malloc(numel > 0 ? (size_t)numel * sizeof(float) : sizeof(float));
+        if (!out->data) {
+            rt_io_error(err, errlen, what, "out of memory for %lld elements", (long long)numel);
+            return 1;
+        }
+        rt_decode_le(RT_U8, b + hdr, numel, out->data);
     }
-    rt_decode_le(RT_U8, b + hdr, numel, out->data);
     out->dtype = RT_U8;
     out->rank = nd;
     for (int i = 0; i < nd; i++)
@@ -297,7 +313,8 @@ int
 rt_idx_parse(const void *buf, size_t len, const char *what, RtTensor *out, char *err, size_t errlen)
 {
     uint64_t max = rt_read_ceiling();
-    return idx_parse(buf, len, what, max > SIZE_MAX ? SIZE_MAX : (size_t)max, out, err, errlen);
+    return idx_parse(buf, len, what, max > SIZE_MAX ? SIZE_MAX : (size_t)max, out, NULL, err,
+                     errlen);
 }
 
 /* RtSizeProbe of IDX: a plain file is as long as its header says; gzip data is read whole */
@@ -321,12 +338,14 @@ idx_probe(const unsigned char *b, size_t n, const void *ctx, uint64_t *total)
     return 0;
 }
 
-int
-rt_idx_read(const char *path, const RtReadLimit *lim, RtTensor *out, char *err, size_t errlen)
+static int
+idx_read(const char *path, const RtReadLimit *lim, RtTensor *out, uint8_t **bytes, char *err,
+         size_t errlen)
 {
     unsigned char *buf;
     size_t len;
     memset(out, 0, sizeof *out);
+    if (bytes) *bytes = NULL;
     if (rt_read_file_probed(path, lim, idx_probe, NULL, &buf, &len, err, errlen)) return 1;
     size_t plen = strlen(path);
     if (plen > 3 && strcmp(path + plen - 3, ".gz") == 0 &&
@@ -345,9 +364,16 @@ rt_idx_read(const char *path, const RtReadLimit *lim, RtTensor *out, char *err, 
         free(buf);
         return 1;
     }
-    int rc = idx_parse(buf, len, path, max > SIZE_MAX ? SIZE_MAX : (size_t)max, out, err, errlen);
+    int rc =
+        idx_parse(buf, len, path, max > SIZE_MAX ? SIZE_MAX : (size_t)max, out, bytes, err, errlen);
     free(buf);
     return rc;
+}
+
+int
+rt_idx_read(const char *path, const RtReadLimit *lim, RtTensor *out, char *err, size_t errlen)
+{
+    return idx_read(path, lim, out, NULL, err, errlen);
 }
 
 /* ---- Fashion-MNIST ---- */
@@ -413,23 +439,21 @@ rt_fmnist_find(const char *dir, int is_train, char *img_path, char *lbl_path, si
     return 0;
 }
 
-int
-rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels, char *err,
-               size_t errlen)
+static int
+fmnist_load(const char *dir, int is_train, RtTensor *images, uint8_t **pixels, RtTensor *labels,
+            char *err, size_t errlen)
 {
     const char *what = "Fashion-MNIST";
     memset(images, 0, sizeof *images);
     memset(labels, 0, sizeof *labels);
+    if (pixels) *pixels = NULL;
     char img_path[4200], lbl_path[4200];
     if (rt_fmnist_find(dir, is_train, img_path, lbl_path, sizeof img_path, err, errlen)) return 1;
     /* no split is larger than the training set's 60,000 images and labels */
     RtReadLimit img_lim = {16 + 60000 * 784, 0, "60,000 images of 28 x 28, the largest split"};
     RtReadLimit lbl_lim = {8 + 60000, 0, "60,000 labels, the largest split"};
-    if (rt_idx_read(img_path, &img_lim, images, err, errlen)) return 1;
-    if (rt_idx_read(lbl_path, &lbl_lim, labels, err, errlen)) {
-        rt_tensor_free(images);
-        return 1;
-    }
+    if (idx_read(img_path, &img_lim, images, pixels, err, errlen)) return 1;
+    if (rt_idx_read(lbl_path, &lbl_lim, labels, err, errlen)) goto fail;
     if (images->rank != 3 || images->dims[1] != 28 || images->dims[2] != 28) {
         rt_io_error(err, errlen, img_path, "expected images of shape [N, 28, 28]");
         goto fail;
@@ -450,7 +474,7 @@ rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels
             goto fail;
         }
     /* torchvision ToTensor: byte tensor .float().div(255), i.e. one float32 division */
-    for (int64_t i = 0; i < images->numel; i++)
+    for (int64_t i = 0; !pixels && i < images->numel; i++)
         images->data[i] = images->data[i] / 255.0f;
     images->rank = 4;
     images->dims[3] = 28;
@@ -460,5 +484,23 @@ rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels
 fail:
     rt_tensor_free(images);
     rt_tensor_free(labels);
+    if (pixels) {
+        free(*pixels);
+        *pixels = NULL;
+    }
     return 1;
+}
+
+int
+rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels, char *err,
+               size_t errlen)
+{
+    return fmnist_load(dir, is_train, images, NULL, labels, err, errlen);
+}
+
+int
+rt_fmnist_load_bytes(const char *dir, int is_train, RtTensor *images, uint8_t **pixels,
+                     RtTensor *labels, char *err, size_t errlen)
+{
+    return fmnist_load(dir, is_train, images, pixels, labels, err, errlen);
 }

@@ -168,5 +168,10 @@ int rt_fmnist_find(const char *dir, int is_train, char *img_path, char *lbl_path
                    char *err, size_t errlen);
 int rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels, char *err,
                    size_t errlen);
+/* rt_fmnist_load with the images kept as their bytes: *pixels (malloc'd, images->numel of them;
+ * pixel i is (float)(*pixels)[i] / 255.0f) and images->data NULL; the floats, four times the
+ * memory, are never made (a trainer's peak memory held both for a moment) */
+int rt_fmnist_load_bytes(const char *dir, int is_train, RtTensor *images, uint8_t **pixels,
+                         RtTensor *labels, char *err, size_t errlen);
 
 #endif

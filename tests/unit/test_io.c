@@ -955,6 +955,16 @@ test_fmnist_synthetic(void)
     rt_tensor_free(&im);
     rt_tensor_free(&lb);
 
+    /* the images as their bytes: the same shape, the file's bytes, no floats */
+    uint8_t *px = NULL;
+    rc = rt_fmnist_load_bytes(tmpdir, 0, &im, &px, &lb, err, sizeof err);
+    CHECK(rc == 0 && px && im.data == NULL && im.rank == 4 && im.numel == 3 * 784 && lb.data &&
+          lb.data[0] == 9.0f);
+    CHECK(rc == 0 && memcmp(px, bi.p + 16, 3 * 784) == 0);
+    free(px);
+    rt_tensor_free(&im);
+    rt_tensor_free(&lb);
+
     /* through $SNN_DATA_DIR */
     setenv("SNN_DATA_DIR", tmpdir, 1);
     CHECK(rt_fmnist_load(NULL, 0, &im, &lb, err, sizeof err) == 0 && im.dims[0] == 3);
@@ -978,9 +988,17 @@ test_fmnist_synthetic(void)
     bl.p[9] = 10;
     write_bytes(tmp_path("t10k-labels-idx1-ubyte"), bl.p, bl.n);
     CHECK_ERR(rt_fmnist_load(tmpdir, 0, &im, &lb, err, sizeof err), err, "label 1 is 10");
+    px = (uint8_t *)err; /* set to NULL on failure, nothing left allocated (ASan) */
+    CHECK_ERR(rt_fmnist_load_bytes(tmpdir, 0, &im, &px, &lb, err, sizeof err), err,
+              "label 1 is 10");
+    CHECK(px == NULL && im.data == NULL && lb.data == NULL);
     unlink(tmp_path("t10k-labels-idx1-ubyte"));
     CHECK_ERR(rt_fmnist_load(tmpdir, 0, &im, &lb, err, sizeof err), err,
               "no t10k-labels-idx1-ubyte[.gz] beside it");
+    px = (uint8_t *)err;
+    CHECK_ERR(rt_fmnist_load_bytes(tmpdir, 0, &im, &px, &lb, err, sizeof err), err,
+              "no t10k-labels-idx1-ubyte[.gz] beside it");
+    CHECK(px == NULL);
     unlink(tmp_path("t10k-images-idx3-ubyte.gz"));
     free(bi.p);
     free(bl.p);
