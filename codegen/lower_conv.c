@@ -290,14 +290,11 @@ conv_event_pixels(Lower *lw, Cur c, Conv *cv)
     s_assign(lw, in, qv,
              conv_count_index(lw, cv, bin(lw, KB_ADD, bin(lw, KB_MUL, ih, ci(lw, cv->d.W)), iw)));
     KStmt *fe = loop(lw, in, "e", kx_load(lw->p, cv->count, var(lw, qv)), false, &e);
-    s_assign(lw, body(fe), cgv,
-             kx_load(lw->p, cv->list,
-                     bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->d.Cg)), e)));
+    KExpr *at = bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->d.Cg)), e);
+    s_assign(lw, body(fe), cgv, kx_load(lw->p, cv->list, at));
     KExpr *x = conv_listed(lw, cv, cgv, ih, iw, &cg);
     if (cv->flags >= 0) { /* paired rows: each listed weight row loaded once for both */
-        KExpr *f = to(lw, KT_I64,
-                      kx_load(lw->p, cv->flags,
-                              bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, qv), ci(lw, cv->d.Cg)), e)));
+        KExpr *f = to(lw, KT_I64, kx_load(lw->p, cv->flags, at));
         KExpr *wi = conv_weight(lw, cv, cg, kh, kw, ci(lw, 0));
         tile_fma(lw, body(fe), t, to(lw, lw->acc, bin(lw, KB_BITAND, f, ci(lw, 1))), cv->w, wi,
                  true);
@@ -633,13 +630,10 @@ conv_list_append(Lower *lw, Cur c, const ConvList *cl, KExpr *q, KExpr *cg)
     }
     s_assign(lw, c, cl->qv, conv_count_index(lw, cv, q));
     s_assign(lw, c, cl->nv, kx_load(lw->p, cv->count, var(lw, cl->qv)));
-    s_store(lw, c, cv->list,
-            bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, cl->qv), ci(lw, cv->d.Cg)), var(lw, cl->nv)), cg);
-    if (cv->flags >= 0)
-        s_store(
-            lw, c, cv->flags,
-            bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, cl->qv), ci(lw, cv->d.Cg)), var(lw, cl->nv)),
-            var(lw, cl->flagv));
+    KExpr *at =
+        bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, cl->qv), ci(lw, cv->d.Cg)), var(lw, cl->nv));
+    s_store(lw, c, cv->list, at, cg);
+    if (cv->flags >= 0) s_store(lw, c, cv->flags, at, var(lw, cl->flagv));
     s_store(lw, c, cv->count, var(lw, cl->qv), bin(lw, KB_ADD, var(lw, cl->nv), ci(lw, 1)));
 }
 
