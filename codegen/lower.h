@@ -23,6 +23,11 @@ typedef struct VStore {
     Layout layout;
     int buf;
     int64_t numel;
+    /* LY_FULL [C][H][W] stored window by window for the pooled scan that alone reads it (CPU,
+     * kir_lower.c plan_windows): element (ch, h, w) of a row at
+     * ((h % win_kh)*win_kw + w % win_kw)*numel/K + (ch*H/win_kh + h/win_kh)*W/win_kw + w/win_kw
+     * (K = win_kh*win_kw), so each of the window's K neurons is a contiguous plane; 0: NCHW */
+    int win_kh, win_kw;
 } VStore;
 
 /* where a statement goes: a growable array of statements (capacity: the next power of two) */
@@ -48,6 +53,10 @@ typedef struct Lower {
     ValueId epilogue; /* the batchnorm the layer being lowered computes as it stores, or -1 */
     bool is_epilogue_by_row; /* ... applied to whole rows afterwards (CPU conv: batchnorm_row) */
     Cur pre; /* where a scan's input load puts the sums of a layer summed in it (LY_SUMMED) */
+    /* a fused batchnorm's channel terms computed before a scan's t loop (batchnorm_hoist), which
+     * batchnorm_expr reads instead of loading them at every step; or NULL */
+    const Node *hoisted_bn;
+    int hoisted_terms[4];
     int capkernels, caplocals;
     /* how vload computes a value that has no memory where it is read: the one recursion of the
      * lowering (a consumer lowers its fused producer inline), set by kir_lower_for so that
@@ -365,6 +374,7 @@ const char *describe(Lower *lw, ValueId v, const char *how);
 
 /* lower_layers.c */
 void kernel_add_node(Lower *lw, ValueId v);
+void batchnorm_hoist(Lower *lw, Cur c, ValueId x, const Pos *ps);
 KExpr *batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x);
 KExpr *pointwise_expr(Lower *lw, ValueId v, Pos *ps);
 void lower_elementwise(Lower *lw, ValueId v);

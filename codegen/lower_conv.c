@@ -108,13 +108,25 @@ conv_bias(Lower *lw, Cur c, const Conv *cv, KExpr *o0, int t)
 }
 
 /* acc + bias, stored to the output pixel (oh, ow) of channels [o0, o0 + lanes) of group g: one
- * channel apart is OH*OW elements apart (NCHW) */
+ * channel apart is OH*OW elements apart (NCHW), or a window's (VStore.win_kh: window by window) */
 static void
 conv_store_at(Lower *lw, Cur c, const Conv *cv, const Pos *ps, KExpr *oh, KExpr *ow, KExpr *o0,
               int t)
 {
     KExpr *o = conv_bias(lw, c, cv, o0, t);
     Pos py = *ps;
+    const VStore *vs = &lw->vs[cv->v];
+    if (vs->win_kh) {
+        int64_t kh = vs->win_kh, kw = vs->win_kw, wh = cv->d.OH / kh, ww = cv->d.OW / kw;
+        KExpr *plane = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_REM, oh, ci(lw, kh)), ci(lw, kw)),
+                           bin(lw, KB_REM, ow, ci(lw, kw)));
+        KExpr *win = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_DIV, oh, ci(lw, kh)), ci(lw, ww)),
+                         bin(lw, KB_DIV, ow, ci(lw, kw)));
+        py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, plane, ci(lw, vs->numel / (kh * kw))),
+                   bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, wh * ww)), win));
+        tile_store(lw, c, cv->v, &py, wh * ww, t);
+        return;
+    }
     py.i = bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, cv->d.OH * cv->d.OW)),
                bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, cv->d.OW)), ow));
     tile_store(lw, c, cv->v, &py, cv->d.OH * cv->d.OW, t);

@@ -44,6 +44,42 @@ elementwise_expr(Lower *lw, const Node *n, Pos *ps)
     }
 }
 
+/* the channel of element i of batchnorm value bn ([C, ...]: i / (numel / C)) */
+static KExpr *
+batchnorm_channel(Lower *lw, ValueId bn, KExpr *i)
+{
+    const Node *n = &lw->m->nodes[bn];
+    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
+    int64_t inner = C ? lw->vs[bn].numel / C : 0;
+    return inner == 1 ? i : bin(lw, KB_DIV, i, ci(lw, inner));
+}
+
+/* If x, a scan's input, is a batchnorm fused into it: its channel's terms (weight, bias,
+ * mean, sqrt(var + eps), in f64) into locals at c, before the scan's t loop, which batchnorm_expr
+ * then reads until the next call, instead of loading them for every step (and, in SIMD lanes over
+ * several channels, gathering them); the same operations, so the same bits. x anything else:
+ * nothing. A pooled scan's window neurons share the channel, and so the terms. */
+void
+batchnorm_hoist(Lower *lw, Cur c, ValueId x, const Pos *ps)
+{
+    const Node *n = &lw->m->nodes[x];
+    lw->hoisted_bn = NULL;
+    if (n->op != OP_BATCHNORM || lw->vs[x].layout != LY_INLINE) return;
+    Pos px = *ps;
+    KExpr *cc = px.ch ? px.ch : batchnorm_channel(lw, x, pos_i(lw, &px));
+    static const char *const names[4] = {"bn_w", "bn_b", "bn_mean", "bn_sd"};
+    KExpr *w[4];
+    for (int s = 0; s < 4; s++)
+        w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
+    w[3] = kx_un(lw->p, KU_SQRT,
+                 bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
+    for (int s = 0; s < 4; s++) {
+        lw->hoisted_terms[s] = local(lw, names[s], KT_F64);
+        s_assign(lw, c, lw->hoisted_terms[s], w[s]);
+    }
+    lw->hoisted_bn = n;
+}
+
 /* (x - mean) / sqrt(var + eps) * weight + bias of channel cc, in f64, rounded once */
 KExpr *
 batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x)
@@ -53,21 +89,16 @@ batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x)
         w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
     KExpr *sd = kx_un(lw->p, KU_SQRT,
                       bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
+    if (lw->hoisted_bn == n) {
+        for (int s = 0; s < 3; s++)
+            w[s] = var(lw, lw->hoisted_terms[s]);
+        sd = var(lw, lw->hoisted_terms[3]);
+    }
     KExpr *y = bin(lw, KB_ADD,
                    bin(lw, KB_MUL, bin(lw, KB_DIV, bin(lw, KB_SUB, to(lw, KT_F64, x), w[2]), sd),
                        w[0]),
                    w[1]);
     return to(lw, KT_F32, y);
-}
-
-/* the channel of element i of batchnorm value bn ([C, ...]: i / (numel / C)) */
-static KExpr *
-batchnorm_channel(Lower *lw, ValueId bn, KExpr *i)
-{
-    const Node *n = &lw->m->nodes[bn];
-    int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1;
-    int64_t inner = C ? lw->vs[bn].numel / C : 0;
-    return inner == 1 ? i : bin(lw, KB_DIV, i, ci(lw, inner));
 }
 
 /* a fused elementwise value at ps (LY_INLINE), computed where it is loaded */

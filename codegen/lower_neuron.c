@@ -417,9 +417,19 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
      * division (per lane, a scalar one) */
     int chv = local(lw, "ch", KT_I64), base = local(lw, "i0", KT_I64);
     int64_t C = n->type.dims[0];
-    s_assign(lw, c, base,
-             bin(lw, KB_ADD, bin(lw, KB_MUL, jp, ci(lw, KW)),
-                 bin(lw, KB_MUL, bin(lw, KB_DIV, jp, ci(lw, OW)), ci(lw, (KH - 1) * W))));
+    /* an input stored window by window (VStore.win_kh): the window's neuron e of sample b at
+     * b*numel + e*per + jp % per, i.e. jp + (jp / per)*(K - 1)*per + e*per */
+    ValueId x = n->args[0];
+    if (m->nodes[x].op == OP_BATCHNORM && lw->vs[x].layout == LY_INLINE) x = m->nodes[x].args[0];
+    bool is_windows = lw->vs[x].win_kh != 0;
+    if (is_windows)
+        s_assign(lw, c, base,
+                 bin(lw, KB_ADD, jp,
+                     bin(lw, KB_MUL, bin(lw, KB_DIV, jp, ci(lw, per)), ci(lw, (K - 1) * per))));
+    else
+        s_assign(lw, c, base,
+                 bin(lw, KB_ADD, bin(lw, KB_MUL, jp, ci(lw, KW)),
+                     bin(lw, KB_MUL, bin(lw, KB_DIV, jp, ci(lw, OW)), ci(lw, (KH - 1) * W))));
     s_assign(lw, c, chv, bin(lw, KB_REM, bin(lw, KB_DIV, jp, ci(lw, OH * OW)), ci(lw, C)));
     /* one counter per window: the run functions sum every counter of the layer */
     int cbuf = spike_count_buffer(lw, v, per, (int64_t)lw->T * K);
@@ -435,7 +445,9 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
         const char *sfx = arena_printf(&p->arena, ".%d", e);
         neuron_copy(lw, n, sfx, &cp[e]);
         jl[e] = local(lw, arena_printf(&p->arena, "j%s", sfx), KT_I64);
-        s_assign(lw, c, jl[e], bin(lw, KB_ADD, var(lw, base), ci(lw, (e / KW) * W + e % KW)));
+        s_assign(
+            lw, c, jl[e],
+            bin(lw, KB_ADD, var(lw, base), ci(lw, is_windows ? e * per : (e / KW) * W + e % KW)));
         for (int k = 0; k < cp[e].ncarry; k++)
             s_assign(lw, c, cp[e].carry[k], cp[e].init[k]);
         memset(&ps[e], 0, sizeof ps[e]);
@@ -447,6 +459,7 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
             s_assign(lw, c, cp[e].nl.input, as_f32(lw, vload(lw, n->args[0], &ps[e])));
     }
     lw->pre = (Cur){NULL, NULL};
+    if (!is_static_input) batchnorm_hoist(lw, c, n->args[0], &ps[0]);
     KExpr *tv;
     Cur step = body(loop(lw, c, "t", ci(lw, lw->T), false, &tv));
     int pv = local(lw, "pooled", KT_F64);
@@ -471,6 +484,7 @@ lower_neuron_pooled(Lower *lw, ValueId v, ValueId pool)
                      bin(lw, KB_ADD, var(lw, cnt),
                          kx_select(p, spiked, kx_const(p, ct, 1), kx_const(p, ct, 0))));
     }
+    lw->hoisted_bn = NULL;
     KExpr *pooled = var(lw, pv);
     if (pn->op == OP_AVGPOOL2D)
         pooled = bin(lw, KB_DIV, pooled, kx_const(p, KT_F64, (double)K));
@@ -601,6 +615,8 @@ lower_neuron(Lower *lw, ValueId v, ValueId ro, int obuf)
         lw->pre = c;
         if (is_static_input)
             s_assign(lw, c, nl.input, as_f32(lw, vload(lw, n->args[0], &ps)));
+        else
+            batchnorm_hoist(lw, c, n->args[0], &ps);
         KExpr *tv;
         ft = loop(lw, c, "t", ci(lw, lw->T), false, &tv);
         ps.t = tv;
@@ -609,6 +625,7 @@ lower_neuron(Lower *lw, ValueId v, ValueId ro, int obuf)
     lw->pre = step;
     if (!is_static_input)
         s_assign(lw, step, nl.input, as_f32(lw, vload(lw, n->args[0], &ps)));
+    lw->hoisted_bn = NULL;
     lw->pre = (Cur){NULL, NULL};
     neuron_step(lw, step, &nl);
     KExpr *value = has_output ? var(lw, nl.out) : var(lw, nl.spike);
