@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/bigmem.h"
 #include "runtime/clock.h"
 #include "runtime/cuda_exec.h"
 #include "runtime/f16.h"
@@ -332,8 +333,8 @@ weights_from_set(const snn_model *m, const RtTensorSet *set, const char *what, c
         const RtTensor *t = rt_tensorset_find(set, w->name);
         size_t n = (size_t)(w->numel ? w->numel : 1);
         bool is_16 = kb->type == RT_ELEM_F16 || kb->type == RT_ELEM_BF16;
-        float *f = malloc(n * sizeof *f);
-        uint16_t *h = is_16 ? malloc(n * sizeof *h) : NULL;
+        float *f = is_16 ? malloc(n * sizeof *f) : rt_big_alloc(n * sizeof *f);
+        uint16_t *h = is_16 ? rt_big_alloc(n * sizeof *h) : NULL;
         if (!f || (is_16 && !h)) {
             free(f);
             for (int k = 0; k < b; k++)
@@ -561,7 +562,7 @@ open_cpu(snn_session *s, int threads)
     }
     /* the memory plan: temporaries of one slot share a region */
     size_t total = rt_arena_layout(m->nbufs, bytes, slot, ARENA_ALIGN, off);
-    s->arena = aligned_alloc(ARENA_ALIGN, total ? total : ARENA_ALIGN);
+    s->arena = rt_big_alloc(total); /* ARENA_ALIGN (64) aligned */
     if (!s->arena) {
         free(bytes);
         free(off);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/bigmem.h"
 #include "runtime/layout.h"
 #include "runtime/model_parts.h"
 #include "runtime/pool.h"
@@ -266,7 +267,7 @@ snn_trainer_create(const snn_model *m, const snn_train_config *c, int max_batch,
     }
     if (ok) {
         size_t total = rt_arena_layout(nb, bytes, slots, 64, off);
-        ok = (t->arena = aligned_alloc(64, (total + 63) / 64 * 64 + 64)) != NULL;
+        ok = (t->arena = rt_big_alloc((total + 63) / 64 * 64 + 64)) != NULL;
     }
     for (int b = 0; ok && b < nb; b++) {
         const RtBuf *kb = &m->train_bufs[b];
@@ -280,7 +281,7 @@ snn_trainer_create(const snn_model *m, const snn_train_config *c, int max_batch,
             continue;
         }
         size_t n = rt_buf_bytes(kb, max_batch);
-        t->bufs[b] = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+        t->bufs[b] = rt_big_alloc((n + 63) / 64 * 64 + 64);
         t->owned[b] = true;
         ok = t->bufs[b] != NULL;
     }

@@ -6,6 +6,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include "runtime/bigmem.h"
 #include "runtime/f16.h"
 #include "runtime/tensor_io.h"
 
@@ -1072,6 +1073,27 @@ test_files(void)
     rt_tensorset_free(NULL);
 }
 
+/* rt_big_alloc: 64-byte aligned below RT_BIG_BYTES, RT_BIG_BYTES-aligned from it up (whether the
+ * kernel then gives huge pages is its choice), every byte usable, impossible sizes refused */
+static void
+test_big_alloc(void)
+{
+    static const size_t sizes[] = {0, 1, 100, RT_BIG_BYTES - 1, RT_BIG_BYTES, 3 * RT_BIG_BYTES + 5};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        unsigned char *p = rt_big_alloc(n);
+        CHECK(p != NULL);
+        if (!p) continue;
+        size_t align = n >= RT_BIG_BYTES ? RT_BIG_BYTES : 64;
+        CHECK((uintptr_t)p % align == 0);
+        memset(p, 0xa5, n);
+        CHECK(n == 0 || (p[0] == 0xa5 && p[n - 1] == 0xa5));
+        free(p);
+    }
+    CHECK(rt_big_alloc(SIZE_MAX) == NULL);
+    CHECK(rt_big_alloc(SIZE_MAX - RT_BIG_BYTES / 2) == NULL);
+}
+
 int
 main(void)
 {
@@ -1092,6 +1114,7 @@ main(void)
     test_idx();
     test_fmnist_synthetic();
     test_fmnist_debian();
+    test_big_alloc();
     if (rmdir(tmpdir) != 0) fprintf(stderr, "warning: %s not empty after the tests\n", tmpdir);
     printf("%d passed, %d failed\n", npass, nfail);
     return nfail != 0;
