@@ -142,8 +142,9 @@ only_reader(const Module *m, ValueId v)
     return user;
 }
 
-/* A conv2d whose only reader is a neuron layer fused into its pooling (directly or through a
- * batchnorm fused into the neuron) is stored window by window (VStore.win_kh): the pooled scan
+/* A conv2d whose only reader is a neuron layer fused into its pooling (directly, through a
+ * batchnorm fused into the neuron, or as the batchnorm it is folded into) is stored window by
+ * window (VStore.win_kh; a folded batchnorm normalises the planes, batchnorm_row): the pooled scan
  * then loads each of a window's neurons from a plane of its own, SIMD lanes over neighbouring
  * windows reading neighbouring floats, where in NCHW its lanes gathered them 2 apart across rows
  * (the conv SNN's IF_s2 at batch 1, with its batchnorm's terms hoisted: 0.046 -> 0.015 ms). The
@@ -154,10 +155,13 @@ plan_windows(Lower *lw)
 {
     const Module *m = lw->m;
     if (lw->p->target != KTARGET_CPU || lw->train) return;
-    for (ValueId v = 0; v < m->nnodes; v++) {
+    for (ValueId c = 0; c < m->nnodes; c++) {
+        if (m->nodes[c].op != OP_CONV2D) continue;
+        /* the value the conv stores: its own, or its batchnorm's (fold-batchnorm) */
+        ValueId v = m->nodes[c].fused_into >= 0 ? m->nodes[c].fused_into : c;
         const Node *n = &m->nodes[v];
-        if (n->op != OP_CONV2D || n->is_output || n->fused_into >= 0 ||
-            lw->vs[v].layout != LY_FULL || n->type.rank != 3)
+        if ((v != c && n->op != OP_BATCHNORM) || n->is_output || n->fused_into >= 0 ||
+            (lw->vs[v].layout != LY_FULL && lw->vs[v].layout != LY_STATIC) || n->type.rank != 3)
             continue;
         ValueId s = only_reader(m, v);
         if (s < 0) continue;
@@ -170,8 +174,8 @@ plan_windows(Lower *lw)
         if (sn->op != OP_NEURON || sn->fused_into < 0) continue;
         const Node *pn = &m->nodes[sn->fused_into];
         if (pn->op != OP_MAXPOOL2D && pn->op != OP_AVGPOOL2D && pn->op != OP_SUMPOOL2D) continue;
-        lw->vs[v].win_kh = (int)node_attr_i(pn, "kernel", 0);
-        lw->vs[v].win_kw = (int)node_attr_i(pn, "kernel", 1);
+        lw->vs[v].win_kh = lw->vs[c].win_kh = (int)node_attr_i(pn, "kernel", 0);
+        lw->vs[v].win_kw = lw->vs[c].win_kw = (int)node_attr_i(pn, "kernel", 1);
     }
 }
 

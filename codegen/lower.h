@@ -375,6 +375,7 @@ const char *describe(Lower *lw, ValueId v, const char *how);
 /* lower_layers.c */
 void kernel_add_node(Lower *lw, ValueId v);
 void batchnorm_hoist(Lower *lw, Cur c, ValueId x, const Pos *ps);
+void batchnorm_terms(Lower *lw, Cur c, ValueId bn, KExpr *cc);
 KExpr *batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x);
 KExpr *pointwise_expr(Lower *lw, ValueId v, Pos *ps);
 void lower_elementwise(Lower *lw, ValueId v);

@@ -338,17 +338,41 @@ conv_event_pixels(Lower *lw, Cur c, Conv *cv)
  * and a launch per batchnorm.) A channel's batchnorm terms are the same at each of its pixels, so
  * the square root is computed once a channel (hoisted out of the pixel loop). */
 static void
-batchnorm_part(Lower *lw, Cur c, const Pos *ps, KExpr *ch0, int64_t nch, KExpr *p0, int64_t np,
-               int64_t HW)
+batchnorm_part(Lower *lw, Cur c, const Conv *cv, const Pos *ps, KExpr *ch0, int64_t nch)
 {
     ValueId bn = lw->epilogue;
+    const VStore *vs = &lw->vs[bn];
+    int64_t HW = cv->d.OH * cv->d.OW;
     KExpr *ch, *i;
     KStmt *fc = loop(lw, c, "ch", ci(lw, nch), false, &ch);
-    KStmt *fi = loop(lw, body(fc), "i", ci(lw, np), false, &i);
     KExpr *chan = bin(lw, KB_ADD, ch0, ch);
     Pos pe = *ps;
-    pe.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), bin(lw, KB_ADD, p0, i));
-    vstore(lw, body(fi), bn, &pe, batchnorm_expr(lw, &lw->m->nodes[bn], chan, vload(lw, bn, &pe)));
+    Cur in = body(fc);
+    batchnorm_terms(lw, in, bn, chan); /* once per channel, not per pixel */
+    if (!vs->win_kh) {                 /* NCHW: the channel's pixels, or one output row's */
+        KExpr *p0 = cv->row_oh ? bin(lw, KB_MUL, cv->row_oh, ci(lw, cv->d.OW)) : ci(lw, 0);
+        KStmt *fi = loop(lw, in, "i", ci(lw, cv->row_oh ? cv->d.OW : HW), false, &i);
+        pe.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), bin(lw, KB_ADD, p0, i));
+        in = body(fi);
+    } else { /* window by window (conv_store_at): the channel's run in each plane, or the
+              * output row's pixels in each of its KW planes */
+        int64_t kh = vs->win_kh, kw = vs->win_kw, ww = cv->d.OW / kw, per = HW / (kh * kw);
+        KExpr *k;
+        KStmt *fk = loop(lw, in, "k", ci(lw, cv->row_oh ? kw : kh * kw), false, &k);
+        KStmt *fi = loop(lw, body(fk), "i", ci(lw, cv->row_oh ? ww : per), false, &i);
+        KExpr *plane = k, *run = bin(lw, KB_MUL, chan, ci(lw, per));
+        if (cv->row_oh) {
+            plane = bin(lw, KB_ADD,
+                        bin(lw, KB_MUL, bin(lw, KB_REM, cv->row_oh, ci(lw, kh)), ci(lw, kw)), k);
+            run = bin(lw, KB_ADD, run,
+                      bin(lw, KB_MUL, bin(lw, KB_DIV, cv->row_oh, ci(lw, kh)), ci(lw, ww)));
+        }
+        pe.i = bin(lw, KB_ADD, bin(lw, KB_MUL, plane, ci(lw, vs->numel / (kh * kw))),
+                   bin(lw, KB_ADD, run, i));
+        in = body(fi);
+    }
+    vstore(lw, in, bn, &pe, batchnorm_expr(lw, &lw->m->nodes[bn], chan, vload(lw, bn, &pe)));
+    lw->hoisted_bn = NULL;
 }
 
 /* ... over channels [ch0, ch0 + nch) of the row (or rows: paired) at every pixel, or of one
@@ -356,14 +380,11 @@ batchnorm_part(Lower *lw, Cur c, const Pos *ps, KExpr *ch0, int64_t nch, KExpr *
 static void
 batchnorm_row(Lower *lw, Cur c, const Conv *cv, KExpr *ch0, int64_t nch)
 {
-    int64_t HW = cv->d.OH * cv->d.OW;
-    KExpr *p0 = cv->row_oh ? bin(lw, KB_MUL, cv->row_oh, ci(lw, cv->d.OW)) : ci(lw, 0);
-    int64_t np = cv->row_oh ? cv->d.OW : HW;
-    batchnorm_part(lw, c, &cv->ps, ch0, nch, p0, np, HW);
+    batchnorm_part(lw, c, cv, &cv->ps, ch0, nch);
     if (cv->flags < 0) return;
     if (lw->T % 2) /* an odd T's last pair is one row twice: normalised once */
         c = body(s_if(lw, c, bin(lw, KB_NE, cv->ps1.r, cv->ps.r)));
-    batchnorm_part(lw, c, &cv->ps1, ch0, nch, p0, np, HW);
+    batchnorm_part(lw, c, cv, &cv->ps1, ch0, nch);
 }
 
 static void

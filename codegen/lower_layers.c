@@ -66,7 +66,15 @@ batchnorm_hoist(Lower *lw, Cur c, ValueId x, const Pos *ps)
     lw->hoisted_bn = NULL;
     if (n->op != OP_BATCHNORM || lw->vs[x].layout != LY_INLINE) return;
     Pos px = *ps;
-    KExpr *cc = px.ch ? px.ch : batchnorm_channel(lw, x, pos_i(lw, &px));
+    batchnorm_terms(lw, c, x, px.ch ? px.ch : batchnorm_channel(lw, x, pos_i(lw, &px)));
+}
+
+/* batchnorm bn's channel cc's terms into locals at c, which batchnorm_expr reads until
+ * Lower.hoisted_bn is cleared (batchnorm_hoist; the CPU conv's epilogue, once per channel) */
+void
+batchnorm_terms(Lower *lw, Cur c, ValueId bn, KExpr *cc)
+{
+    const Node *n = &lw->m->nodes[bn];
     static const char *const names[4] = {"bn_w", "bn_b", "bn_mean", "bn_sd"};
     KExpr *w[4];
     for (int s = 0; s < 4; s++)
