@@ -410,6 +410,10 @@ void for_bit_spikes_pair(Lower *lw, Cur c, ValueId x, const Pos *ps, const Pos *
                          KExpr *first, int64_t K, SpikeBody *fn, void *ctx);
 void lower_dense_events(Lower *lw, ValueId v);
 void lower_pool(Lower *lw, ValueId v);
+/* In a training step: max pool u's forward kernel leaves in its input's buffer, for each window,
+ * 1 at the window's first maximum and 0 elsewhere (the input being spikes that nothing else
+ * reads), and the backward reads that instead of finding the maximum again */
+bool pool_masks_input(const Lower *lw, ValueId u);
 void lower_batchnorm(Lower *lw, ValueId v);
 void lower_poisson(Lower *lw, ValueId v);
 void lower_delay(Lower *lw, ValueId v);

@@ -1603,6 +1603,9 @@ pool_grad_inline(G *g, ValueId u, Cur c, Pos *px)
                 bin(lw, KB_DIV, to(lw, KT_F64, gy), kx_const(p, KT_F64, (double)(q.KH * q.KW))));
     KExpr *e = bin(lw, KB_ADD, zero(lw), gy);
     if (n->op != OP_MAXPOOL2D) return e;
+    if (pool_masks_input(lw, u)) /* the forward marked the window's first maximum */
+        return kx_select(p, bin(lw, KB_NE, to(lw, KT_F32, vload(lw, x, px)), zero(lw)), e,
+                         zero(lw));
     /* the first maximum of the window, taps in (kh, kw) order: is it this element? */
     KExpr *base =
         bin(lw, KB_SUB, px->j,

@@ -1115,6 +1115,86 @@ lower_dense_events(Lower *lw, ValueId v)
     vstore(lw, body(fo), v, &py, y);
 }
 
+/* A training step's max pool over spikes (bytes) whose windows tile them, the pool their only
+ * reader and nothing recurrent: the pool's kernel overwrites each window of its input with 1 at
+ * the window's first maximum and 0 elsewhere (pool_max_marking), so that the backward
+ * (lower_grad.c pool_grad_inline) tests one byte, its own, instead of loading the window's (a
+ * byte gather x86 does one byte at a time). The mask's first maximum is the same element, so
+ * every reader of the input after the pool (its backward, inline or its own kernel) finds the
+ * same window maximum as in the spikes. */
+bool
+pool_masks_input(const Lower *lw, ValueId u)
+{
+    const Module *m = lw->m;
+    const Node *n = &m->nodes[u];
+    if (!lw->train || n->op != OP_MAXPOOL2D) return false;
+    ValueId x = n->args[0];
+    const Node *xn = &m->nodes[x];
+    if (xn->op != OP_NEURON || xn->is_output || lw->region[x] >= 0 || xn->type.rank != 3 ||
+        lw->vs[x].layout != LY_FULL || lw->vs[u].layout != LY_FULL || lw->vs[x].buf < 0 ||
+        lw->p->bufs[lw->vs[x].buf].type != KT_U8)
+        return false;
+    for (int d = 0; d < 2; d++) { /* windows that tile the input: each element in exactly one */
+        int64_t k = node_attr_i(n, "kernel", d), st = node_attr_i(n, "stride", d);
+        if (k < 1 || (st != 0 && st != k) || node_attr_i(n, "pad", d) != 0 ||
+            n->type.dims[1 + d] * k != xn->type.dims[1 + d])
+            return false;
+    }
+    if (node_attr_i(n, "kernel", 0) * node_attr_i(n, "kernel", 1) > 16) return false;
+    for (ValueId v = 0; v < m->nnodes; v++)
+        for (int a = 0; a < m->nodes[v].nargs; a++)
+            if (m->nodes[v].args[a] == x && v != u) return false;
+    for (int o = 0; o < m->noutputs; o++)
+        if (m->outputs[o] == x) return false;
+    return true;
+}
+
+/* A training step's max pool whose input's windows it marks (pool_masks_input): per window (its
+ * elements all inside, the windows tiling the input) the first maximum as the backward finds it
+ * (the first x > best, or the first NaN), then 1 there and 0 at the window's other elements, in
+ * place, and the maximum, which for spikes (bytes, never NaN) is the value the max loop finds */
+static void
+pool_max_marking(Lower *lw, ValueId v, Cur c, const Pos *ps, KExpr *cc, KExpr *oh, KExpr *ow)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    const Type *xt = &lw->m->nodes[x].type;
+    int64_t H = xt->dims[1], W = xt->dims[2], OH = n->type.dims[1], OW = n->type.dims[2];
+    int64_t KH = H / OH, KW = W / OW;
+    int best = local(lw, "best", KT_F32), arg = local(lw, "arg", KT_I64),
+        xv = local(lw, "x", KT_F32);
+    Pos pw[16];
+    for (int64_t k = 0; k < KH * KW; k++) { /* at most 16 (pool_masks_input) */
+        pw[k] = *ps;
+        KExpr *ih = bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, KH)), ci(lw, k / KW));
+        KExpr *iw = bin(lw, KB_ADD, bin(lw, KB_MUL, ow, ci(lw, KW)), ci(lw, k % KW));
+        pw[k].i = bin(
+            lw, KB_ADD,
+            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, H)), ih), ci(lw, W)), iw);
+        KExpr *xk = to(lw, KT_F32, vload(lw, x, &pw[k]));
+        if (k == 0) {
+            s_assign(lw, c, best, xk);
+            s_assign(lw, c, arg, ci(lw, 0));
+            continue;
+        }
+        s_assign(lw, c, xv, xk);
+        KExpr *X = var(lw, xv), *B = var(lw, best);
+        KExpr *better = bin(lw, KB_OR, bin(lw, KB_GT, X, B),
+                            bin(lw, KB_AND, bin(lw, KB_NE, X, X), bin(lw, KB_EQ, B, B)));
+        s_assign(lw, c, arg, kx_select(lw->p, better, ci(lw, k), var(lw, arg)));
+        s_assign(lw, c, best, kx_select(lw->p, better, X, B));
+    }
+    for (int64_t k = 0; k < KH * KW; k++)
+        vstore(lw, c, x, &pw[k],
+               kx_select(lw->p, bin(lw, KB_EQ, var(lw, arg), ci(lw, k)), kx_const(lw->p, KT_F32, 1),
+                         kx_const(lw->p, KT_F32, 0)));
+    Pos py = *ps;
+    py.i =
+        bin(lw, KB_ADD,
+            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, OH)), oh), ci(lw, OW)), ow);
+    vstore(lw, c, v, &py, var(lw, best));
+}
+
 void
 lower_pool(Lower *lw, ValueId v)
 {
@@ -1136,6 +1216,10 @@ lower_pool(Lower *lw, ValueId v)
     Cur px_c = open_elements(lw, v, &ps, 3, (const int64_t[]){C, OH, OW},
                              (const char *const[]){"c", "oh", "ow"}, ix);
     KExpr *cc = ix[0], *oh = ix[1], *ow = ix[2];
+    if (is_max && pool_masks_input(lw, v)) {
+        pool_max_marking(lw, v, px_c, &ps, cc, oh, ow);
+        return;
+    }
     KType at = is_max ? KT_F32 : KT_F64;
     int acc = local(lw, "acc", at);
     s_assign(lw, px_c, acc, kx_const(lw->p, at, is_max ? -INFINITY : 0.0));
