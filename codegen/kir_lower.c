@@ -128,20 +128,6 @@ resolve_aliases(Lower *lw, const ValueId *topo)
     }
 }
 
-/* the only reader of v (as its first operand), or -1 */
-static ValueId
-only_reader(const Module *m, ValueId v)
-{
-    ValueId user = -1;
-    for (ValueId u = 0; u < m->nnodes; u++)
-        for (int k = 0; k < m->nodes[u].nargs; k++)
-            if (m->nodes[u].args[k] == v) {
-                if (user >= 0 || k != 0) return -1;
-                user = u;
-            }
-    return user;
-}
-
 /* A conv2d whose only reader is a neuron layer fused into its pooling (directly, through a
  * batchnorm fused into the neuron, or as the batchnorm it is folded into) is stored window by
  * window (VStore.win_kh; a folded batchnorm normalises the planes, batchnorm_row): the pooled scan
@@ -163,11 +149,11 @@ plan_windows(Lower *lw)
         if ((v != c && n->op != OP_BATCHNORM) || n->is_output || n->fused_into >= 0 ||
             (lw->vs[v].layout != LY_FULL && lw->vs[v].layout != LY_STATIC) || n->type.rank != 3)
             continue;
-        ValueId s = only_reader(m, v);
+        ValueId s = value_only_reader(m, v);
         if (s < 0) continue;
         if (m->nodes[s].op == OP_BATCHNORM) {
             if (m->nodes[s].is_output || lw->vs[s].layout != LY_INLINE) continue;
-            s = only_reader(m, s);
+            s = value_only_reader(m, s);
             if (s < 0) continue;
         }
         const Node *sn = &m->nodes[s];

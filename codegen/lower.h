@@ -371,6 +371,8 @@ Ctx ctx_of(Lower *lw, ValueId v);
 const char *ctx_what(Ctx c);
 Cur open_rows(Lower *lw, ValueId v, Pos *ps);
 const char *describe(Lower *lw, ValueId v, const char *how);
+/* the one node that reads v, as its first operand and nowhere else, or -1 */
+ValueId value_only_reader(const Module *m, ValueId v);
 
 /* lower_layers.c */
 void kernel_add_node(Lower *lw, ValueId v);

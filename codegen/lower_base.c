@@ -262,3 +262,16 @@ describe(Lower *lw, ValueId v, const char *how)
     return arena_printf(&lw->p->arena, "%s = %s(%s): %s", value_name(lw, v), node_op_name(lw->m, n),
                         args, how);
 }
+
+ValueId
+value_only_reader(const Module *m, ValueId v)
+{
+    ValueId user = -1;
+    for (ValueId u = 0; u < m->nnodes; u++)
+        for (int k = 0; k < m->nodes[u].nargs; k++)
+            if (m->nodes[u].args[k] == v) {
+                if (user >= 0 || k != 0) return -1;
+                user = u;
+            }
+    return user;
+}

@@ -54,6 +54,16 @@ batchnorm_channel(Lower *lw, ValueId bn, KExpr *i)
     return inner == 1 ? i : bin(lw, KB_DIV, i, ci(lw, inner));
 }
 
+/* batchnorm n's terms of channel cc in f64: weight, bias, mean, sqrt(var + eps) */
+static void
+batchnorm_term_exprs(Lower *lw, const Node *n, KExpr *cc, KExpr *w[4])
+{
+    for (int s = 0; s < 4; s++)
+        w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
+    w[3] = kx_un(lw->p, KU_SQRT,
+                 bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
+}
+
 /* If x, a scan's input, is a batchnorm fused into it: its channel's terms (weight, bias,
  * mean, sqrt(var + eps), in f64) into locals at c, before the scan's t loop, which batchnorm_expr
  * then reads until the next call, instead of loading them for every step (and, in SIMD lanes over
@@ -77,10 +87,7 @@ batchnorm_terms(Lower *lw, Cur c, ValueId bn, KExpr *cc)
     const Node *n = &lw->m->nodes[bn];
     static const char *const names[4] = {"bn_w", "bn_b", "bn_mean", "bn_sd"};
     KExpr *w[4];
-    for (int s = 0; s < 4; s++)
-        w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
-    w[3] = kx_un(lw->p, KU_SQRT,
-                 bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
+    batchnorm_term_exprs(lw, n, cc, w);
     for (int s = 0; s < 4; s++) {
         lw->hoisted_terms[s] = local(lw, names[s], KT_F64);
         s_assign(lw, c, lw->hoisted_terms[s], w[s]);
@@ -93,19 +100,15 @@ KExpr *
 batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x)
 {
     KExpr *w[4];
-    for (int s = 0; s < 4; s++)
-        w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
-    KExpr *sd = kx_un(lw->p, KU_SQRT,
-                      bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
-    if (lw->hoisted_bn == n) {
-        for (int s = 0; s < 3; s++)
+    if (lw->hoisted_bn == n)
+        for (int s = 0; s < 4; s++)
             w[s] = var(lw, lw->hoisted_terms[s]);
-        sd = var(lw, lw->hoisted_terms[3]);
-    }
-    KExpr *y = bin(lw, KB_ADD,
-                   bin(lw, KB_MUL, bin(lw, KB_DIV, bin(lw, KB_SUB, to(lw, KT_F64, x), w[2]), sd),
-                       w[0]),
-                   w[1]);
+    else
+        batchnorm_term_exprs(lw, n, cc, w);
+    KExpr *y =
+        bin(lw, KB_ADD,
+            bin(lw, KB_MUL, bin(lw, KB_DIV, bin(lw, KB_SUB, to(lw, KT_F64, x), w[2]), w[3]), w[0]),
+            w[1]);
     return to(lw, KT_F32, y);
 }
 
@@ -1140,13 +1143,8 @@ pool_masks_input(const Lower *lw, ValueId u)
             n->type.dims[1 + d] * k != xn->type.dims[1 + d])
             return false;
     }
-    if (node_attr_i(n, "kernel", 0) * node_attr_i(n, "kernel", 1) > 16) return false;
-    for (ValueId v = 0; v < m->nnodes; v++)
-        for (int a = 0; a < m->nodes[v].nargs; a++)
-            if (m->nodes[v].args[a] == x && v != u) return false;
-    for (int o = 0; o < m->noutputs; o++)
-        if (m->outputs[o] == x) return false;
-    return true;
+    return node_attr_i(n, "kernel", 0) * node_attr_i(n, "kernel", 1) <= 16 &&
+           value_only_reader(m, x) == u;
 }
 
 /* A training step's max pool whose input's windows it marks (pool_masks_input): per window (its
