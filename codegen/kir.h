@@ -320,6 +320,10 @@ typedef struct KTrain {
 } KTrain;
 /* NULL with the reason in err (grad_problem's, naming the layer) */
 KProgram *kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen);
+/* either, for a target: on KTARGET_GPU the layers' forward and backward kernels take the GPU's
+ * shapes (a thread per output, sums in the same order: the same bits) */
+KProgram *kir_lower_train_for(const Module *m, KTarget target, bool inputs, KTrain *tr, char *err,
+                              size_t errlen);
 /* the same with the inputs' gradients too (KTrain.has_input_grads) */
 KProgram *kir_lower_train_inputs(const Module *m, KTrain *tr, char *err, size_t errlen);
 /* the same check alone: NULL when m can be trained by compiled code, else why (at *where) */

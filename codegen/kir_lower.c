@@ -430,22 +430,21 @@ kir_train_problem(const Module *m, ValueId *where)
     return grad_problem(m, where);
 }
 
-static KProgram *lower_train(const Module *m, KTrain *tr, bool inputs, char *err, size_t errlen);
-
 KProgram *
 kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen)
 {
-    return lower_train(m, tr, false, err, errlen);
+    return kir_lower_train_for(m, KTARGET_CPU, false, tr, err, errlen);
 }
 
 KProgram *
 kir_lower_train_inputs(const Module *m, KTrain *tr, char *err, size_t errlen)
 {
-    return lower_train(m, tr, true, err, errlen);
+    return kir_lower_train_for(m, KTARGET_CPU, true, tr, err, errlen);
 }
 
-static KProgram *
-lower_train(const Module *m, KTrain *tr, bool inputs, char *err, size_t errlen)
+KProgram *
+kir_lower_train_for(const Module *m, KTarget target, bool inputs, KTrain *tr, char *err,
+                    size_t errlen)
 {
     ValueId where;
     const char *why = kir_train_problem(m, &where);
@@ -457,7 +456,7 @@ lower_train(const Module *m, KTrain *tr, bool inputs, char *err, size_t errlen)
     }
     memset(tr, 0, sizeof *tr);
     tr->has_input_grads = inputs;
-    KProgram *p = lower_program(m, KTARGET_CPU, tr);
+    KProgram *p = lower_program(m, target, tr);
     if (p) p->adds_zero_terms = true;
     if (!p) diag_format(err, errlen, "the training program could not be lowered");
     else
@@ -531,7 +530,11 @@ lower_program(const Module *m, KTarget target, KTrain *tr)
                            (groups[k].kind == KG_FLAT || groups[k].kind == KG_EPILOGUE);
             bool is_lists = made == 2 && p->target == KTARGET_CPU &&
                             (groups[k].kind == KG_EVENTS || groups[k].kind == KG_EPILOGUE);
-            if (made != 1 && !is_twin && !is_lists)
+            /* a training batchnorm on the GPU five, its statistics in four and then its
+             * values (lower_grad.c, lower_batchnorm_batch) */
+            bool is_bn = made == 5 && p->target == KTARGET_GPU && tr &&
+                         m->nodes[groups[k].root].op == OP_BATCHNORM;
+            if (made != 1 && !is_twin && !is_lists && !is_bn)
                 die("kir: group %d (%s) made %d kernels", k, kgroup_name(groups[k].kind), made);
             for (int i = before; i < p->nkernels; i++)
                 p->kernels[i].group = groups[k].kind;

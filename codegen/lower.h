@@ -402,6 +402,8 @@ void dense_sum(Lower *lw, Cur c, ValueId v, const Pos *row, KExpr *o, int t);
 void lower_dense_flat(Lower *lw, ValueId v);
 KExpr *gpu_tiles_on(Lower *lw, KExpr *threads);
 void gpu_twin_kernel(Lower *lw);
+/* the same with the next kernel's name (a kernel's further parts: lower_grad.c's batchnorm) */
+void gpu_next_kernel(Lower *lw, const char *name);
 int bits_of(Lower *lw, ValueId v);
 bool is_bits(Lower *lw, ValueId v);
 void for_bit_spikes(Lower *lw, Cur c, ValueId x, const Pos *ps, KExpr *first, int64_t K,

@@ -1074,6 +1074,57 @@ dense_grad_init(G *g, ValueId v, DenseGrad *dg)
 
 static void dense_grad_weights(G *g, DenseGrad *dg);
 
+/* ---- the GPU's shapes (KTARGET_GPU): a thread per element of the result, consecutive threads
+ * on neighbouring elements, each element's terms in the CPU kernels' order (the same bits; a
+ * one-lane tile is the CPU tile's lane). The CPU's tiles of 16-64 lanes over rows or channels
+ * gave the GPU a few dozen threads, each with its tiles in local memory: the conv net's step
+ * spent 2.7 s in the dW of its 128->128 conv, with 18 threads (H200). ---- */
+
+static bool
+on_gpu(const Lower *lw)
+{
+    return lw->p->target == KTARGET_GPU;
+}
+
+/* q's coordinates in an array of dims n[0..k) (the last fastest) into locals out[] */
+static void
+gpu_coords(Lower *lw, Cur c, KExpr *q, int k, const int64_t *n, KExpr **out)
+{
+    KExpr *rest = q;
+    for (int d = k - 1; d >= 0; d--) {
+        int v = local(lw, "i", KT_I64);
+        s_assign(lw, c, v, d == 0 ? rest : bin(lw, KB_REM, rest, ci(lw, n[d])));
+        out[d] = var(lw, v);
+        if (d > 0) rest = bin(lw, KB_DIV, rest, ci(lw, n[d]));
+    }
+}
+
+/* dL/dx[r, i] = (what it holds) + sum over o of dy[r, o] W[o, i]: a thread per (r, i), i
+ * fastest (the warp's weight loads coalesce, its dy loads are one broadcast) */
+static void
+dense_data_gpu(Lower *lw, const DenseGrad *d)
+{
+    G *g = d->g;
+    ValueId rx = root(lw, d->x);
+    KExpr *q, *ri[2];
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, d->v), ci(lw, d->K)), true, &q);
+    Cur c = body(fq);
+    gpu_coords(lw, c, q, 2, (const int64_t[]){0, d->K}, ri);
+    int t = tile(lw, "dx", 1);
+    Pos px = row_pos(lw, d->v, ri[0], ri[1]);
+    KExpr *xi = vindex(lw, rx, &px);
+    if (d->first)
+        s_tile(lw, c, KS_VSET, t, -1, NULL, kx_const(lw->p, KT_F64, 0));
+    else
+        s_tile(lw, c, KS_VLOAD, t, g->gbuf[rx], xi, NULL);
+    KExpr *o;
+    KStmt *fo = loop(lw, c, "o", ci(lw, d->O), false, &o);
+    Pos py = row_pos(lw, d->v, ri[0], o);
+    tile_fma(lw, body(fo), t, gload(g, d->v, &py), d->wrows,
+             bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, d->K)), ri[1]), false);
+    s_tile(lw, c, KS_VSTORE, t, g->gbuf[rx], xi, NULL);
+}
+
 static void
 grad_dense(G *g, ValueId v)
 {
@@ -1092,10 +1143,19 @@ grad_dense(G *g, ValueId v)
         d.first = claim(g, x);
         begin_kernel(lw, v,
                      describe(lw, v,
-                              "backward: dL/dx = dL/dy W, tiles of inputs in parallel, blocks of "
-                              "rows sharing each weight vector, outputs in order"),
+                              on_gpu(lw) ? "backward: dL/dx = dL/dy W, a thread per input "
+                                           "element, outputs in order"
+                                         : "backward: dL/dx = dL/dy W, tiles of inputs in "
+                                           "parallel, blocks of rows sharing each weight vector, "
+                                           "outputs in order"),
                      false);
         lw->k.name = arena_printf(&p->arena, "grad_x_%s", name);
+        if (on_gpu(lw)) {
+            dense_data_gpu(lw, &d);
+            end_kernel(lw);
+            dense_grad_weights(g, &d);
+            return;
+        }
         int64_t nfull = d.K / nt, tail = d.K % nt;
         KExpr *it;
         KStmt *fi = loop(lw, top(lw), "it", ci(lw, nfull + (tail > 0)), true, &it);
@@ -1298,12 +1358,77 @@ grad_elementwise(G *g, ValueId v)
 
 /* ---- batchnorm on the batch's statistics ---- */
 
-/* The training forward of batchnorm v (one kernel, parallel over channels): its statistics over
- * every row (t*B + b, or B rows of a static value) and position in order, in double as
- * interp.c's batch_statistics: the mean, the biased variance (x - mean)^2 summed, and 1 /
- * sqrt(var + eps); the mean and that rounded to float; then y = (float)((x - mean) invstd) w + b,
- * rounded once more. The statistics stay in buffers (KTrain.bn_*): the backward reads them and
- * the caller updates the running ones. */
+/* GPU: a parallel loop over every element of per-channel value v ([rows][C][inner]), a thread
+ * each, the position fastest; its row, channel and position in *r, *c, *i; the loop's body */
+static Cur
+gpu_elements(Lower *lw, ValueId v, int64_t C, int64_t inner, KExpr **r, KExpr **c, KExpr **i)
+{
+    KExpr *q, *x[3];
+    KStmt *fq =
+        loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, C * inner)), true, &q);
+    gpu_coords(lw, body(fq), q, 3, (const int64_t[]){0, C, inner}, x);
+    *r = x[0], *c = x[1], *i = x[2];
+    return body(fq);
+}
+
+/* GPU: a parallel loop over the (row, channel) pairs of per-channel value v, a thread each, the
+ * channel fastest; the row and channel in *r, *c, the pair's index in *q; the loop's body */
+static Cur
+gpu_row_channels(Lower *lw, ValueId v, int64_t C, KExpr **q, KExpr **r, KExpr **c)
+{
+    KExpr *x[2];
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, C)), true, q);
+    gpu_coords(lw, body(fq), *q, 2, (const int64_t[]){0, C}, x);
+    *r = x[0], *c = x[1];
+    return body(fq);
+}
+
+/* the sums over rows in order of the rows' sums in part ([rows][C], double) for channel cv:
+ * each of n sums (parts[k] the buffer of sum k, into locals sums[k]) */
+static void
+gpu_rows_total(Lower *lw, Cur c, ValueId v, int64_t C, KExpr *cv, int n, const int *parts,
+               const int *sums)
+{
+    KExpr *rv;
+    for (int k = 0; k < n; k++)
+        s_assign(lw, c, sums[k], kx_const(lw->p, KT_F64, 0));
+    KStmt *fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+    KExpr *at = bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, C)), cv);
+    for (int k = 0; k < n; k++)
+        s_assign(lw, body(fr), sums[k],
+                 bin(lw, KB_ADD, var(lw, sums[k]), kx_load(lw->p, parts[k], at)));
+}
+
+/* a row's sum of x over channel cv's positions (x - mu squared with mu), from +0, into local
+ * part; then, on the CPU, added to local total */
+static void
+bn_row_sum(Lower *lw, Cur c, ValueId x, int64_t inner, KExpr *rv, KExpr *cv, int mu, int part,
+           int total)
+{
+    KExpr *iv;
+    s_assign(lw, c, part, kx_const(lw->p, KT_F64, 0));
+    KStmt *fi = loop(lw, c, "i", ci(lw, inner), false, &iv);
+    Pos ps = row_pos(lw, x, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, cv, ci(lw, inner)), iv));
+    KExpr *e = to(lw, KT_F64, vload(lw, x, &ps));
+    if (mu >= 0) {
+        int d = local(lw, "d", KT_F64);
+        s_assign(lw, body(fi), d, bin(lw, KB_SUB, e, var(lw, mu)));
+        e = bin(lw, KB_MUL, var(lw, d), var(lw, d));
+    }
+    s_assign(lw, body(fi), part, bin(lw, KB_ADD, var(lw, part), e));
+    if (total >= 0) s_assign(lw, c, total, bin(lw, KB_ADD, var(lw, total), var(lw, part)));
+}
+
+/* The training forward of batchnorm v: its statistics over every row (t*B + b, or B rows of a
+ * static value) and position, in double as interp.c's batch_statistics (each row's sum over its
+ * positions, then the rows' in order): the mean, the biased variance ((x - mean)^2 summed so)
+ * and 1 / sqrt(var + eps); the mean and that rounded to float; then y = (float)((x - mean)
+ * invstd) w + b, rounded once more. On the CPU one kernel, parallel over channels. On the GPU
+ * five: the rows' sums a thread per row and channel, their totals a thread per channel, the same
+ * for the variance, then the values a thread each (a thread per channel, summing in order, had
+ * left 128 threads to sum 50,000 values each: 5.5 ms of the conv net's step on an H200). The
+ * statistics stay in buffers (KTrain.bn_*): the backward reads them and the caller updates the
+ * running ones. */
 void
 lower_batchnorm_batch(Lower *lw, ValueId v)
 {
@@ -1311,6 +1436,7 @@ lower_batchnorm_batch(Lower *lw, ValueId v)
     const Node *n = &lw->m->nodes[v];
     ValueId x = n->args[0];
     int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1, inner = C ? lw->vs[v].numel / C : 0;
+    int64_t steps = lw->is_static[v] ? 1 : lw->T;
     const char *name = value_name(lw, v);
     KTrain *tr = lw->train;
     tr->bn_mean[v] =
@@ -1320,29 +1446,57 @@ lower_batchnorm_batch(Lower *lw, ValueId v)
     tr->bn_var[v] =
         scratch_buf_sized(lw, arena_printf(&p->arena, "%s.var", name), KT_F64, (KSize){0, C});
     lw->k.what = describe(lw, v,
-                          "training: the batch's statistics per channel (every step, sample and "
-                          "position, in order, in double), then (x - mean) invstd w + b");
-    KExpr *cv, *rv, *iv;
-    KStmt *fc = loop(lw, top(lw), "c", ci(lw, C), true, &cv);
-    Cur c = body(fc);
-    KExpr *f64zero = kx_const(p, KT_F64, 0);
-    int sum = local(lw, "sum", KT_F64), sq = local(lw, "sq", KT_F64), mu = local(lw, "mu", KT_F64);
+                          "training: the batch's statistics per channel (each row's sum over the "
+                          "positions, then the rows' in order, in double), then (x - mean) invstd "
+                          "w + b");
     KExpr *cnt = to(lw, KT_F64, bin(lw, KB_MUL, rows_of(lw, v), ci(lw, inner)));
-    KExpr *base = bin(lw, KB_MUL, cv, ci(lw, inner));
-    s_assign(lw, c, sum, f64zero);
-    KStmt *fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
-    KStmt *fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
-    Pos ps = row_pos(lw, x, rv, bin(lw, KB_ADD, base, iv));
-    s_assign(lw, body(fi), sum, bin(lw, KB_ADD, var(lw, sum), to(lw, KT_F64, vload(lw, x, &ps))));
-    s_assign(lw, c, mu, bin(lw, KB_DIV, var(lw, sum), cnt));
-    s_assign(lw, c, sq, f64zero);
-    fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
-    fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
-    ps = row_pos(lw, x, rv, bin(lw, KB_ADD, base, iv));
-    int d = local(lw, "d", KT_F64);
-    s_assign(lw, body(fi), d, bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mu)));
-    s_assign(lw, body(fi), sq,
-             bin(lw, KB_ADD, var(lw, sq), bin(lw, KB_MUL, var(lw, d), var(lw, d))));
+    KExpr *cv, *rv, *iv, *q;
+    Cur c;
+    int sum = -1, sq = -1, mu = -1;
+    const char *kname = lw->k.name;
+    if (on_gpu(lw)) {
+        int rows_s = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.row_sums", name), KT_F64,
+                                       (KSize){steps * C, 0});
+        int mu_s =
+            scratch_buf_sized(lw, arena_printf(&p->arena, "%s.mu", name), KT_F64, (KSize){0, C});
+        /* each row's sum; the mean; each row's (x - mean)^2; the variance */
+        for (int pass = 0; pass < 2; pass++) {
+            c = gpu_row_channels(lw, v, C, &q, &rv, &cv);
+            int part = local(lw, "part", KT_F64);
+            if (pass == 1) {
+                mu = local(lw, "mu", KT_F64);
+                s_assign(lw, c, mu, kx_load(p, mu_s, cv));
+            }
+            bn_row_sum(lw, c, x, inner, rv, cv, pass ? mu : -1, part, -1);
+            s_store(lw, c, rows_s, q, var(lw, part));
+            gpu_next_kernel(lw, arena_printf(&p->arena, "%s_%s", kname, pass ? "var" : "mean"));
+            KStmt *fc = loop(lw, top(lw), "c", ci(lw, C), true, &cv);
+            c = body(fc);
+            int total = local(lw, pass ? "sq" : "sum", KT_F64);
+            gpu_rows_total(lw, c, v, C, cv, 1, &rows_s, &total);
+            if (pass == 0) {
+                s_store(lw, c, mu_s, cv, bin(lw, KB_DIV, var(lw, total), cnt));
+                gpu_next_kernel(lw, arena_printf(&p->arena, "%s_var_rows", kname));
+            } else {
+                sq = total;
+                mu = local(lw, "mu", KT_F64);
+                s_assign(lw, c, mu, kx_load(p, mu_s, cv));
+            }
+        }
+    } else {
+        KStmt *fc = loop(lw, top(lw), "c", ci(lw, C), true, &cv);
+        c = body(fc);
+        KExpr *f64zero = kx_const(p, KT_F64, 0);
+        sum = local(lw, "sum", KT_F64), sq = local(lw, "sq", KT_F64), mu = local(lw, "mu", KT_F64);
+        int part = local(lw, "part", KT_F64);
+        s_assign(lw, c, sum, f64zero);
+        KStmt *fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+        bn_row_sum(lw, body(fr), x, inner, rv, cv, -1, part, sum);
+        s_assign(lw, c, mu, bin(lw, KB_DIV, var(lw, sum), cnt));
+        s_assign(lw, c, sq, f64zero);
+        fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+        bn_row_sum(lw, body(fr), x, inner, rv, cv, mu, part, sq);
+    }
     KExpr *varc = bin(lw, KB_DIV, var(lw, sq), cnt);
     int mf = local(lw, "mean", KT_F64), is = local(lw, "invstd", KT_F64);
     s_assign(lw, c, mf, to(lw, KT_F64, to(lw, KT_F32, var(lw, mu))));
@@ -1355,23 +1509,57 @@ lower_batchnorm_batch(Lower *lw, ValueId v)
     s_store(lw, c, tr->bn_mean[v], cv, var(lw, mf));
     s_store(lw, c, tr->bn_invstd[v], cv, var(lw, is));
     s_store(lw, c, tr->bn_var[v], cv, varc);
+    if (on_gpu(lw)) {
+        /* the values a thread each, mean and invstd read back as stored (the same values) */
+        gpu_next_kernel(lw, arena_printf(&p->arena, "%s_values", kname));
+        c = gpu_elements(lw, v, C, inner, &rv, &cv, &iv);
+        mf = local(lw, "mean", KT_F64), is = local(lw, "invstd", KT_F64);
+        s_assign(lw, c, mf, to(lw, KT_F64, kx_load(p, tr->bn_mean[v], cv)));
+        s_assign(lw, c, is, to(lw, KT_F64, kx_load(p, tr->bn_invstd[v], cv)));
+    } else {
+        KStmt *fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+        KStmt *fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
+        fi->is_lanes = true;
+        c = body(fi);
+    }
     KExpr *w = to(lw, KT_F64, kx_load(p, wbuf(lw, n, 0), cv));
     KExpr *b = to(lw, KT_F64, kx_load(p, wbuf(lw, n, 1), cv));
-    fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
-    fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
-    fi->is_lanes = true;
-    ps = row_pos(lw, v, rv, bin(lw, KB_ADD, base, iv));
+    Pos ps = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, cv, ci(lw, inner)), iv));
     KExpr *xh = to(lw, KT_F32,
                    bin(lw, KB_MUL, bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mf)),
                        var(lw, is)));
-    vstore(lw, body(fi), v, &ps,
+    vstore(lw, c, v, &ps,
            to(lw, KT_F32, bin(lw, KB_ADD, bin(lw, KB_MUL, to(lw, KT_F64, xh), w), b)));
 }
 
-/* Its backward (interp_grad.c's batchnorm_backward_batch), parallel over channels: sg = sum dy,
- * sgx = sum dy (x - mean) invstd in double over every row and position in order; dw = sgx,
+/* the backward's sums of row rv over channel cv's positions, from +0, into locals pg (dy) and pgx
+ * (dy (x - mean) invstd) */
+static void
+bn_grad_row_sums(G *g, Cur c, ValueId v, int64_t inner, KExpr *rv, KExpr *cv, int mean, int is,
+                 int pg, int pgx)
+{
+    Lower *lw = g->lw;
+    ValueId x = lw->m->nodes[v].args[0];
+    KExpr *iv, *f64zero = kx_const(lw->p, KT_F64, 0);
+    s_assign(lw, c, pg, f64zero);
+    s_assign(lw, c, pgx, f64zero);
+    KStmt *fi = loop(lw, c, "i", ci(lw, inner), false, &iv);
+    Pos ps = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, cv, ci(lw, inner)), iv));
+    int gy = local(lw, "gy", KT_F64);
+    s_assign(lw, body(fi), gy, to(lw, KT_F64, gload(g, v, &ps)));
+    s_assign(lw, body(fi), pg, bin(lw, KB_ADD, var(lw, pg), var(lw, gy)));
+    KExpr *xc = bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mean));
+    s_assign(lw, body(fi), pgx,
+             bin(lw, KB_ADD, var(lw, pgx),
+                 bin(lw, KB_MUL, bin(lw, KB_MUL, var(lw, gy), xc), var(lw, is))));
+}
+
+/* Its backward (interp_grad.c's batchnorm_backward_batch): sg = sum dy, sgx = sum dy (x - mean)
+ * invstd in double (each row's sums over the positions, then the rows' in order); dw = sgx,
  * db = sg; dx = (float)(w invstd (dy - mg - xh mgx)) with mg, mgx the sums over the count (a
- * static value counted T times) */
+ * static value counted T times). On the CPU one kernel, parallel over channels; on the GPU the
+ * rows' sums a thread per row and channel, the totals a thread per channel, then dL/dx a thread
+ * per element. */
 static void
 grad_batchnorm(G *g, ValueId v)
 {
@@ -1380,6 +1568,7 @@ grad_batchnorm(G *g, ValueId v)
     const Node *n = &lw->m->nodes[v];
     ValueId x = n->args[0];
     int64_t C = n->type.rank > 0 ? n->type.dims[0] : 1, inner = C ? lw->vs[v].numel / C : 0;
+    int64_t steps = lw->is_static[v] ? 1 : lw->T;
     bool needs_x = g->needs[x], first = needs_x ? claim(g, x) : false;
     int w = n->first_weight;
     int dw = add_buf(lw, arena_printf(&p->arena, "%s.grad", lw->m->weights[w].name), KT_F32,
@@ -1389,35 +1578,72 @@ grad_batchnorm(G *g, ValueId v)
     p->bufs[dw].is_written_first = p->bufs[db].is_written_first = true;
     g->tr->weight_grad[w] = dw;
     g->tr->weight_grad[w + 1] = db;
+    const char *name = value_name(lw, v);
     begin_kernel(lw, v,
                  describe(lw, v,
-                          "backward: the batch statistics' gradient per channel (sums in order, "
-                          "in double), then dL/dx"),
+                          "backward: the batch statistics' gradient per channel (each row's sums, "
+                          "then the rows' in order, in double), then dL/dx"),
                  false);
     lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
-    KExpr *cv, *rv, *iv;
-    KStmt *fc = loop(lw, top(lw), "c", ci(lw, C), true, &cv);
-    Cur c = body(fc);
+    const char *kname = lw->k.name;
+    KExpr *cv, *rv, *iv, *q;
     KExpr *f64zero = kx_const(p, KT_F64, 0);
-    int sg = local(lw, "sg", KT_F64), sgx = local(lw, "sgx", KT_F64);
-    int mean = local(lw, "mean", KT_F64), is = local(lw, "invstd", KT_F64);
-    s_assign(lw, c, mean, to(lw, KT_F64, kx_load(p, g->tr->bn_mean[v], cv)));
-    s_assign(lw, c, is, to(lw, KT_F64, kx_load(p, g->tr->bn_invstd[v], cv)));
-    s_assign(lw, c, sg, f64zero);
-    s_assign(lw, c, sgx, f64zero);
-    KExpr *base = bin(lw, KB_MUL, cv, ci(lw, inner));
-    KStmt *fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
-    KStmt *fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
-    Pos ps = row_pos(lw, v, rv, bin(lw, KB_ADD, base, iv));
-    int gy = local(lw, "gy", KT_F64);
-    s_assign(lw, body(fi), gy, to(lw, KT_F64, gload(g, v, &ps)));
-    s_assign(lw, body(fi), sg, bin(lw, KB_ADD, var(lw, sg), var(lw, gy)));
-    KExpr *xc = bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mean));
-    s_assign(lw, body(fi), sgx,
-             bin(lw, KB_ADD, var(lw, sgx),
-                 bin(lw, KB_MUL, bin(lw, KB_MUL, var(lw, gy), xc), var(lw, is))));
+    int sg, sgx, mean, is;
+    Cur c;
+    int pg, pgx;
+    if (on_gpu(lw)) {
+        int rg = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.row_sg", name), KT_F64,
+                                   (KSize){steps * C, 0});
+        int rgx = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.row_sgx", name), KT_F64,
+                                    (KSize){steps * C, 0});
+        c = gpu_row_channels(lw, v, C, &q, &rv, &cv);
+        mean = local(lw, "mean", KT_F64), is = local(lw, "invstd", KT_F64);
+        pg = local(lw, "pg", KT_F64), pgx = local(lw, "pgx", KT_F64);
+        s_assign(lw, c, mean, to(lw, KT_F64, kx_load(p, g->tr->bn_mean[v], cv)));
+        s_assign(lw, c, is, to(lw, KT_F64, kx_load(p, g->tr->bn_invstd[v], cv)));
+        bn_grad_row_sums(g, c, v, inner, rv, cv, mean, is, pg, pgx);
+        s_store(lw, c, rg, q, var(lw, pg));
+        s_store(lw, c, rgx, q, var(lw, pgx));
+        gpu_next_kernel(lw, arena_printf(&p->arena, "%s_sums", kname));
+        KStmt *fc = loop(lw, top(lw), "c", ci(lw, C), true, &cv);
+        c = body(fc);
+        sg = local(lw, "sg", KT_F64), sgx = local(lw, "sgx", KT_F64);
+        gpu_rows_total(lw, c, v, C, cv, 2, (const int[]){rg, rgx}, (const int[]){sg, sgx});
+    } else {
+        KStmt *fc = loop(lw, top(lw), "c", ci(lw, C), true, &cv);
+        c = body(fc);
+        sg = local(lw, "sg", KT_F64), sgx = local(lw, "sgx", KT_F64);
+        mean = local(lw, "mean", KT_F64), is = local(lw, "invstd", KT_F64);
+        pg = local(lw, "pg", KT_F64), pgx = local(lw, "pgx", KT_F64);
+        s_assign(lw, c, mean, to(lw, KT_F64, kx_load(p, g->tr->bn_mean[v], cv)));
+        s_assign(lw, c, is, to(lw, KT_F64, kx_load(p, g->tr->bn_invstd[v], cv)));
+        s_assign(lw, c, sg, f64zero);
+        s_assign(lw, c, sgx, f64zero);
+        KStmt *fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+        bn_grad_row_sums(g, body(fr), v, inner, rv, cv, mean, is, pg, pgx);
+        s_assign(lw, body(fr), sg, bin(lw, KB_ADD, var(lw, sg), var(lw, pg)));
+        s_assign(lw, body(fr), sgx, bin(lw, KB_ADD, var(lw, sgx), var(lw, pgx)));
+    }
     s_store(lw, c, dw, cv, var(lw, sgx));
     s_store(lw, c, db, cv, var(lw, sg));
+    if (needs_x && on_gpu(lw)) {
+        /* dL/dx a thread per element: the sums (double) and the statistics read back as
+         * stored */
+        int ssg =
+            scratch_buf_sized(lw, arena_printf(&p->arena, "%s.sg", name), KT_F64, (KSize){0, C});
+        int ssgx =
+            scratch_buf_sized(lw, arena_printf(&p->arena, "%s.sgx", name), KT_F64, (KSize){0, C});
+        s_store(lw, c, ssg, cv, var(lw, sg));
+        s_store(lw, c, ssgx, cv, var(lw, sgx));
+        gpu_next_kernel(lw, arena_printf(&p->arena, "%s_dx", kname));
+        c = gpu_elements(lw, v, C, inner, &rv, &cv, &iv);
+        sg = local(lw, "sg", KT_F64), sgx = local(lw, "sgx", KT_F64);
+        mean = local(lw, "mean", KT_F64), is = local(lw, "invstd", KT_F64);
+        s_assign(lw, c, mean, to(lw, KT_F64, kx_load(p, g->tr->bn_mean[v], cv)));
+        s_assign(lw, c, is, to(lw, KT_F64, kx_load(p, g->tr->bn_invstd[v], cv)));
+        s_assign(lw, c, sg, kx_load(p, ssg, cv));
+        s_assign(lw, c, sgx, kx_load(p, ssgx, cv));
+    }
     if (needs_x) {
         double copies = lw->is_static[v] ? lw->T : 1;
         KExpr *cnt = bin(lw, KB_MUL, kx_const(p, KT_F64, copies),
@@ -1430,10 +1656,13 @@ grad_batchnorm(G *g, ValueId v)
         int wis = local(lw, "wis", KT_F64);
         s_assign(lw, c, wis,
                  bin(lw, KB_MUL, to(lw, KT_F64, kx_load(p, wbuf(lw, n, 0), cv)), var(lw, is)));
-        fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
-        fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
-        fi->is_lanes = true;
-        ps = row_pos(lw, v, rv, bin(lw, KB_ADD, base, iv));
+        if (!on_gpu(lw)) {
+            KStmt *fr = loop(lw, c, "r", rows_of(lw, v), false, &rv);
+            KStmt *fi = loop(lw, body(fr), "i", ci(lw, inner), false, &iv);
+            fi->is_lanes = true;
+            c = body(fi);
+        }
+        Pos ps = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, cv, ci(lw, inner)), iv));
         KExpr *xh =
             bin(lw, KB_MUL, bin(lw, KB_SUB, to(lw, KT_F64, vload(lw, x, &ps)), var(lw, mean)),
                 var(lw, is));
@@ -1441,7 +1670,7 @@ grad_batchnorm(G *g, ValueId v)
             bin(lw, KB_MUL, var(lw, wis),
                 bin(lw, KB_SUB, bin(lw, KB_SUB, to(lw, KT_F64, gload(g, v, &ps)), var(lw, mg)),
                     bin(lw, KB_MUL, xh, var(lw, mgx))));
-        gadd(g, body(fi), x, &ps, to(lw, KT_F32, e), first);
+        gadd(g, c, x, &ps, to(lw, KT_F32, e), first);
     }
     end_kernel(lw);
 }
@@ -1763,6 +1992,8 @@ typedef struct ConvGrad {
     int dyt;                    /* dL/dy channels last, [rows][OH*OW][O] */
     int dxs;                    /* dL/dx channels last, [rows][H*W][C] */
     int acc;                    /* the weight gradient's partial sums, [items][Cg][lanes] */
+    int rowacc;                 /* a small conv's (conv_dw_rows_first): a row's, the same shape;
+                                 * else -1 */
     KExpr *r, *ih, *iw, *grp;   /* dx: the row, input pixel and group */
     KExpr *item, *kh, *kw, *o0; /* dW: the block's item, tap and first output channel */
     KExpr *xc0;                 /* dW: the first input channel of o0's group */
@@ -1902,6 +2133,30 @@ conv_data_row(Lower *lw, Cur c, ConvGrad *cg)
     conv_data_run(lw, c, cg, done, d->W - done);
 }
 
+/* the loops over the output pixels (oh, ow), in order, whose tap (kh, kw) lies inside the input:
+ * their body, the input pixel in locals *ihv, *iwv, the output's in *oh, *ow */
+static Cur
+conv_tap_pixels(Lower *lw, Cur c, const ConvGeom *d, KExpr *kh, KExpr *kw, KExpr **oh, KExpr **ow,
+                int *ihv, int *iwv)
+{
+    KStmt *foh = loop(lw, c, "oh", ci(lw, d->OH), false, oh);
+    *ihv = local(lw, "ih", KT_I64), *iwv = local(lw, "iw", KT_I64);
+    s_assign(lw, body(foh), *ihv,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, *oh, ci(lw, d->SH)), ci(lw, d->PH)),
+                 bin(lw, KB_MUL, kh, ci(lw, d->DH))));
+    KStmt *ifh = s_if(lw, body(foh),
+                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, *ihv), ci(lw, 0)),
+                          bin(lw, KB_LT, var(lw, *ihv), ci(lw, d->H))));
+    KStmt *fow = loop(lw, body(ifh), "ow", ci(lw, d->OW), false, ow);
+    s_assign(lw, body(fow), *iwv,
+             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, *ow, ci(lw, d->SW)), ci(lw, d->PW)),
+                 bin(lw, KB_MUL, kw, ci(lw, d->DW))));
+    KStmt *ifw = s_if(lw, body(fow),
+                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, *iwv), ci(lw, 0)),
+                          bin(lw, KB_LT, var(lw, *iwv), ci(lw, d->W))));
+    return body(ifw);
+}
+
 /* dW[o0 .. o0 + lanes, c .. c + ni, kh, kw] += the rows [r0, r0 + CONV_DW_ROWS) of the sum over
  * rows, oh, ow (in order, taps inside the input) of x[r, c, ih, iw] dy[r, o, oh, ow]: ni tiles
  * of partial sums in registers, loaded from and stored back to the block's buffer */
@@ -1924,22 +2179,17 @@ conv_weight_block(Lower *lw, Cur c, const ConvGrad *cg, KExpr *c0, int ni, int l
     int rv = local(lw, "r", KT_I64);
     s_assign(lw, body(fr), rv, bin(lw, KB_ADD, r0, rr));
     KStmt *inr = s_if(lw, body(fr), bin(lw, KB_LT, var(lw, rv), rows_of(lw, cg->v)));
-    KStmt *foh = loop(lw, body(inr), "oh", ci(lw, d->OH), false, &oh);
-    int ihv = local(lw, "ih", KT_I64), iwv = local(lw, "iw", KT_I64);
-    s_assign(lw, body(foh), ihv,
-             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, oh, ci(lw, d->SH)), ci(lw, d->PH)),
-                 bin(lw, KB_MUL, cg->kh, ci(lw, d->DH))));
-    KStmt *ifh = s_if(lw, body(foh),
-                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, ihv), ci(lw, 0)),
-                          bin(lw, KB_LT, var(lw, ihv), ci(lw, d->H))));
-    KStmt *fow = loop(lw, body(ifh), "ow", ci(lw, d->OW), false, &ow);
-    s_assign(lw, body(fow), iwv,
-             bin(lw, KB_ADD, bin(lw, KB_SUB, bin(lw, KB_MUL, ow, ci(lw, d->SW)), ci(lw, d->PW)),
-                 bin(lw, KB_MUL, cg->kw, ci(lw, d->DW))));
-    KStmt *ifw = s_if(lw, body(fow),
-                      bin(lw, KB_AND, bin(lw, KB_GE, var(lw, iwv), ci(lw, 0)),
-                          bin(lw, KB_LT, var(lw, iwv), ci(lw, d->W))));
-    Cur cp = body(ifw);
+    /* a small conv: each row's sums from +0 (pt), added to the total through the row buffer
+     * (fma(1, row, total): one rounding, as interp_grad.c's) */
+    int pt[CONV_DW_CH_WIDE];
+    for (int k = 0; k < ni; k++) {
+        pt[k] = t[k];
+        if (cg->rowacc < 0) continue;
+        pt[k] = tile(lw, "dwr", lanes);
+        s_tile(lw, body(inr), KS_VSET, pt[k], -1, NULL, kx_const(lw->p, KT_F64, 0));
+    }
+    int ihv, iwv;
+    Cur cp = conv_tap_pixels(lw, body(inr), d, cg->kh, cg->kw, &oh, &ow, &ihv, &iwv);
     KExpr *pix = bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, d->OW)), ow);
     KExpr *yi = bin(lw, KB_ADD,
                     bin(lw, KB_MUL,
@@ -1954,7 +2204,11 @@ conv_weight_block(Lower *lw, Cur c, const ConvGrad *cg, KExpr *c0, int ni, int l
                 bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, d->H)), var(lw, ihv)),
                     ci(lw, d->W)),
                 var(lw, iwv)));
-        tile_fma(lw, cp, t[k], to(lw, KT_F32, vload(lw, cg->x, &px)), cg->dyt, yi, false);
+        tile_fma(lw, cp, pt[k], to(lw, KT_F32, vload(lw, cg->x, &px)), cg->dyt, yi, false);
+    }
+    for (int k = 0; cg->rowacc >= 0 && k < ni; k++) {
+        s_tile(lw, body(inr), KS_VSTORE, pt[k], cg->rowacc, ai[k], NULL);
+        tile_fma(lw, body(inr), t[k], kx_const(lw->p, KT_F64, 1), cg->rowacc, ai[k], false);
     }
     for (int k = 0; k < ni; k++)
         s_tile(lw, c, KS_VSTORE, t[k], cg->acc, ai[k], NULL);
@@ -1975,6 +2229,11 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
     cg->acc =
         scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dw%s", name, o_first ? "_tail" : ""),
                           lw->acc, (KSize){0, items * d->Cg * lanes});
+    cg->rowacc = conv_dw_rows_first(d)
+                     ? scratch_buf_sized(
+                           lw, arena_printf(&p->arena, "%s.dw_row%s", name, o_first ? "_tail" : ""),
+                           lw->acc, (KSize){0, items * d->Cg * lanes})
+                     : -1;
     KExpr *it;
     KStmt *fi = loop(lw, top(lw), "item", ci(lw, items), true, &it);
     Cur c = body(fi);
@@ -2007,6 +2266,7 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
                       false, &rb);
     KExpr *r0 = bin(lw, KB_MUL, rb, ci(lw, CONV_DW_ROWS));
     int nch = lower_wide_vectors() ? CONV_DW_CH_WIDE : CONV_DW_CH;
+    if (cg->rowacc >= 0) nch /= 2; /* its rows' tiles live beside the totals' */
     int64_t nblk = d->Cg / nch, done = nblk * nch;
     if (nblk > 0) {
         KExpr *cb;
@@ -2035,6 +2295,127 @@ conv_weight_kernel(G *g, ConvGrad *cg, int64_t ntiles, int64_t o_first, int lane
             cg->kw);
     KStmt *st = s_tile(lw, body(fs), KS_VSTORE, ts, dw, wi, NULL);
     st->stride = d->Cg * d->KH * d->KW;
+    end_kernel(lw);
+}
+
+/* dL/dx channels last, a thread per (row, input pixel, channel), channels fastest (the warp's
+ * weight loads coalesce): conv_data_tile's sums, one lane each */
+static void
+conv_data_gpu(Lower *lw, ConvGrad *cg)
+{
+    const ConvGeom *d = &cg->d;
+    KExpr *q, *x[5];
+    KStmt *fq = loop(lw, top(lw), "q",
+                     bin(lw, KB_MUL, rows_of(lw, cg->v), ci(lw, d->H * d->W * d->C)), true, &q);
+    Cur c = body(fq);
+    gpu_coords(lw, c, q, 5, (const int64_t[]){0, d->H, d->W, d->G, d->Cg}, x);
+    cg->r = x[0];
+    cg->ih = x[1];
+    cg->iw = x[2];
+    cg->grp = x[3];
+    conv_data_tile(lw, c, x[4], 1, cg);
+}
+
+/* dW[o, c, kh, kw] = the sum over rows, oh, ow (in order, taps inside the input) of
+ * x[r, c, ih, iw] dy[r, o, oh, ow]: conv_weight_kernel's sums, a thread per output channel and
+ * block of up to four input channels (each dL/dy value loaded once for them: fma is the same
+ * either way round), output channels fastest (the warp's dL/dy loads, channels last, coalesce;
+ * its input loads are one broadcast). A small conv (conv_dw_rows_first): a thread per row and
+ * weight block for the rows' sums, into a buffer, then a thread per weight adding them in order. */
+static void
+conv_weight_gpu(G *g, ConvGrad *cg, int dw, const char *name)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const ConvGeom *d = &cg->d;
+    bool rows_first = conv_dw_rows_first(d);
+    int64_t nw = d->O * d->Cg * d->KH * d->KW, steps = lw->is_static[cg->v] ? 1 : lw->T;
+    int nc = d->Cg % 4 == 0 ? 4 : d->Cg % 2 == 0 ? 2 : 1;
+    begin_kernel(lw, cg->v,
+                 describe(lw, cg->v,
+                          rows_first ? "backward: dW, each row's sum over its pixels, a thread per "
+                                       "row and weight block"
+                                     : "backward: dW = the sum over rows and pixels of dy x, a "
+                                       "thread per output channel and block of input channels, "
+                                       "rows and pixels in order"),
+                 false);
+    lw->k.name = arena_printf(&p->arena, rows_first ? "grad_w_rows_%s" : "grad_w_%s", name);
+    int rowbuf = rows_first ? scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dw_rows", name),
+                                                lw->acc, (KSize){steps * nw, 0})
+                            : -1;
+    KExpr *q, *x[5], *r;
+    int64_t nblk = d->KH * d->KW * (d->Cg / nc) * d->O;
+    KStmt *fq = loop(lw, top(lw), "q",
+                     rows_first ? bin(lw, KB_MUL, rows_of(lw, cg->v), ci(lw, nblk)) : ci(lw, nblk),
+                     true, &q);
+    Cur c = body(fq);
+    gpu_coords(lw, c, q, 5, (const int64_t[]){0, d->KH, d->KW, d->Cg / nc, d->O}, x);
+    KExpr *kh = x[1], *kw = x[2], *c0 = bin(lw, KB_MUL, x[3], ci(lw, nc)), *o = x[4];
+    KExpr *xc0 =
+        d->G == 1 ? ci(lw, 0) : bin(lw, KB_MUL, bin(lw, KB_DIV, o, ci(lw, d->Og)), ci(lw, d->Cg));
+    int t[4];
+    for (int j = 0; j < nc; j++) {
+        t[j] = tile(lw, "dw", 1);
+        s_tile(lw, c, KS_VSET, t[j], -1, NULL, kx_const(p, KT_F64, 0));
+    }
+    Cur cr = c;
+    if (rows_first) {
+        r = x[0];
+    } else {
+        KStmt *fr = loop(lw, c, "r", rows_of(lw, cg->v), false, &r);
+        cr = body(fr);
+    }
+    KExpr *oh, *ow;
+    int ihv, iwv;
+    Cur cp = conv_tap_pixels(lw, cr, d, kh, kw, &oh, &ow, &ihv, &iwv);
+    KExpr *pix = bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, d->OW)), ow);
+    KExpr *yi = bin(lw, KB_ADD,
+                    bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, r, ci(lw, d->OH * d->OW)), pix),
+                        ci(lw, d->O)),
+                    o);
+    int dy = local(lw, "dy", KT_F32);
+    s_assign(lw, cp, dy, kx_load(p, cg->dyt, yi));
+    KExpr *wi[4];
+    for (int j = 0; j < nc; j++) {
+        KExpr *cc = bin(lw, KB_ADD, c0, ci(lw, j));
+        KExpr *chan = bin(lw, KB_ADD, xc0, cc);
+        Pos px = row_pos(
+            lw, cg->x, r,
+            bin(lw, KB_ADD,
+                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, d->H)), var(lw, ihv)),
+                    ci(lw, d->W)),
+                var(lw, iwv)));
+        /* the term x dy: fma(dy, x, s), the same as the CPU's fma(x, dy, s) (an x computed
+         * where it is read: the CPU's form) */
+        if (lw->vs[cg->x].layout == LY_INLINE || lw->vs[cg->x].layout == LY_SUMMED)
+            tile_fma(lw, cp, t[j], to(lw, KT_F32, vload(lw, cg->x, &px)), cg->dyt, yi, false);
+        else
+            tile_fma(lw, cp, t[j], to(lw, KT_F64, var(lw, dy)), lw->vs[cg->x].buf,
+                     vindex(lw, cg->x, &px), false);
+        wi[j] = bin(lw, KB_ADD,
+                    bin(lw, KB_MUL,
+                        bin(lw, KB_ADD,
+                            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, o, ci(lw, d->Cg)), cc),
+                                ci(lw, d->KH)),
+                            kh),
+                        ci(lw, d->KW)),
+                    kw);
+    }
+    for (int j = 0; j < nc; j++)
+        s_tile(lw, c, KS_VSTORE, t[j], rows_first ? rowbuf : dw,
+               rows_first ? bin(lw, KB_ADD, bin(lw, KB_MUL, r, ci(lw, nw)), wi[j]) : wi[j], NULL);
+    if (rows_first) {
+        /* each weight's total over the rows, in order (fma(1, row, total): one rounding) */
+        gpu_next_kernel(lw, arena_printf(&p->arena, "grad_w_%s", name));
+        KExpr *w, *rr;
+        KStmt *fw = loop(lw, top(lw), "w", ci(lw, nw), true, &w);
+        int ts = tile(lw, "dw", 1);
+        s_tile(lw, body(fw), KS_VSET, ts, -1, NULL, kx_const(p, KT_F64, 0));
+        KStmt *fr = loop(lw, body(fw), "r", rows_of(lw, cg->v), false, &rr);
+        tile_fma(lw, body(fr), ts, kx_const(p, KT_F64, 1), rowbuf,
+                 bin(lw, KB_ADD, bin(lw, KB_MUL, rr, ci(lw, nw)), w), false);
+        s_tile(lw, body(fw), KS_VSTORE, ts, dw, w, NULL);
+    }
     end_kernel(lw);
 }
 
@@ -2076,10 +2457,35 @@ grad_conv(G *g, ValueId v)
                                    (KSize){steps * d->C * d->H * d->W, 0});
         begin_kernel(lw, v,
                      describe(lw, v,
-                              "backward: dL/dx, the transposed convolution: each input pixel's "
-                              "channels in tiles, its taps then the output channels in order"),
+                              on_gpu(lw) ? "backward: dL/dx, the transposed convolution: a thread "
+                                           "per input element (channels last), its taps then the "
+                                           "output channels in order"
+                                         : "backward: dL/dx, the transposed convolution: each "
+                                           "input pixel's channels in tiles, its taps then the "
+                                           "output channels in order"),
                      false);
         lw->k.name = arena_printf(&p->arena, "grad_x_%s", name);
+        if (on_gpu(lw)) {
+            conv_data_gpu(lw, &cg);
+            end_kernel(lw);
+            /* then into x's gradient, a thread per element */
+            begin_kernel(lw, v, describe(lw, v, "backward: dL/dx into x's gradient"), false);
+            lw->k.name = arena_printf(&p->arena, "grad_dx_%s", name);
+            KExpr *q, *x[3];
+            KStmt *fq = loop(lw, top(lw), "q",
+                             bin(lw, KB_MUL, rows_of(lw, v), ci(lw, d->C * d->H * d->W)), true, &q);
+            gpu_coords(lw, body(fq), q, 3, (const int64_t[]){0, d->C, d->H * d->W}, x);
+            Pos px = row_pos(lw, cg.x, x[0],
+                             bin(lw, KB_ADD, bin(lw, KB_MUL, x[1], ci(lw, d->H * d->W)), x[2]));
+            KExpr *si = bin(lw, KB_ADD,
+                            bin(lw, KB_MUL,
+                                bin(lw, KB_ADD, bin(lw, KB_MUL, x[0], ci(lw, d->H * d->W)), x[2]),
+                                ci(lw, d->C)),
+                            x[1]);
+            gadd(g, body(fq), cg.x, &px, kx_load(p, cg.dxs, si), first);
+            end_kernel(lw);
+            goto dy_cl;
+        }
         KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
         KExpr *ih, *cc, *q;
         KStmt *fh = loop(lw, body(fr), "ih", ci(lw, d->H), false, &ih);
@@ -2108,16 +2514,29 @@ grad_conv(G *g, ValueId v)
         gadd(g, body(fq), cg.x, &px, kx_load(p, cg.dxs, si), first);
         end_kernel(lw);
     }
-    /* dL/dy channels last, for the weight gradient's tiles of output channels */
+dy_cl:
+    /* dL/dy channels last, for the weight gradient's tiles of output channels (on the GPU a
+     * thread per element) */
     cg.dyt = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dy_cl", name), KT_F32,
                                (KSize){steps * P * d->O, 0});
     begin_kernel(lw, v, describe(lw, v, "backward: dL/dy channels last"), false);
     lw->k.name = arena_printf(&p->arena, "grad_cl_%s", name);
-    KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
-    KStmt *fo = loop(lw, body(fr), "o", ci(lw, d->O), false, &ov);
-    KStmt *fp = loop(lw, body(fo), "p", ci(lw, P), false, &pv);
+    Cur cl;
+    if (on_gpu(lw)) {
+        KExpr *q, *x[3];
+        KStmt *fq =
+            loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, d->O * P)), true, &q);
+        gpu_coords(lw, body(fq), q, 3, (const int64_t[]){0, d->O, P}, x);
+        rv = x[0], ov = x[1], pv = x[2];
+        cl = body(fq);
+    } else {
+        KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
+        KStmt *fo = loop(lw, body(fr), "o", ci(lw, d->O), false, &ov);
+        KStmt *fp = loop(lw, body(fo), "p", ci(lw, P), false, &pv);
+        cl = body(fp);
+    }
     Pos py = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, ov, ci(lw, P)), pv));
-    s_store(lw, body(fp), cg.dyt,
+    s_store(lw, cl, cg.dyt,
             bin(lw, KB_ADD,
                 bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, P)), pv), ci(lw, d->O)),
                 ov),
@@ -2133,12 +2552,14 @@ grad_conv(G *g, ValueId v)
     if (d->G > 1) /* tiles inside groups: the largest divisor of Og up to wl lanes */
         while (d->Og % wl) wl--;
     int64_t ntiles = d->O / wl, tail = d->O % wl;
-    if (ntiles > 0)
+    if (on_gpu(lw))
+        conv_weight_gpu(g, &cg, dw, name);
+    else if (ntiles > 0)
         conv_weight_kernel(g, &cg, ntiles, 0, wl, dw,
                            "backward: dW = the sum over rows and pixels of dy x, tiles of output "
                            "channels times taps in parallel, rows and pixels in order",
                            name);
-    if (tail > 0)
+    if (tail > 0 && !on_gpu(lw))
         conv_weight_kernel(g, &cg, 1, ntiles * wl, (int)tail, dw,
                            "backward: dW, the output channels left over", name);
     /* db: the sum over rows and pixels per output channel */

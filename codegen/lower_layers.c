@@ -507,11 +507,17 @@ gpu_tiles_on(Lower *lw, KExpr *threads)
 void
 gpu_twin_kernel(Lower *lw)
 {
+    gpu_next_kernel(lw, arena_printf(&lw->p->arena, "%s_flat", lw->k.name));
+}
+
+void
+gpu_next_kernel(Lower *lw, const char *name)
+{
     Kernel k = lw->k;
     end_kernel(lw);
     memset(&lw->k, 0, sizeof lw->k);
     lw->caplocals = 0;
-    lw->k.name = arena_printf(&lw->p->arena, "%s_flat", k.name);
+    lw->k.name = name;
     lw->k.what = k.what;
     lw->k.is_step = k.is_step;
     lw->k.nodes = arena_alloc(&lw->p->arena, (size_t)k.nnodes * sizeof *lw->k.nodes);

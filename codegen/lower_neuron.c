@@ -268,7 +268,8 @@ static int
 spike_count_buffer(Lower *lw, ValueId v, int64_t n, int64_t max)
 {
     KProgram *p = lw->p;
-    bool is_acc = p->target == KTARGET_GPU;
+    /* a training step counts for nobody: its counters are the CPU's temporaries on any target */
+    bool is_acc = p->target == KTARGET_GPU && !lw->train;
     KSize size = is_acc ? (KSize){0, 1} : (KSize){n, 0};
     int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)),
                       !is_acc && max <= 255 ? KT_U8 : KT_I64, size, KB_TEMP, -1, -1);

@@ -15,6 +15,7 @@
 #include "codegen/cuda/cuda_gen.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_exec.h"
+#include "runtime/layout.h"
 #include "runtime/model_parts.h"
 #include "runtime/tensor_io.h"
 #ifdef SNN_HAVE_LLVM
@@ -501,6 +502,19 @@ typedef struct Engine {
     CudaBuild cb_cuda;
     snn_model *cm;
     RtCudaExec *cx;
+    /* and the optimiser there (dev_opt: without --clip-grad-norm, whose global norm the host
+     * takes): per weight its f32 master copy and optimiser state in device memory (dw[w] 0: not
+     * trained) and, where no gradient flows, a zero one; the host's weights and state are brought
+     * back (engine_sync) before testing and writing. host_grads: this step's weight gradients come
+     * back to the host too (--grads) */
+    bool dev_opt, host_grads;
+    uint64_t *dw, *dstate, *dzero;
+    /* with batchnorm, testing runs there too: the inference program for the GPU (running
+     * statistics), its build and executor */
+    KProgram *infg;
+    CudaBuild cb_inf;
+    snn_model *cmi;
+    RtCudaExec *cxi;
 #ifdef SNN_HAVE_LLVM
     CgLlvm *cf, *cb, *cbi, *ci;
     /* SNN_TRAIN_PROFILE=1: every kernel of p compiled alone and timed (seconds in kt), the
@@ -528,15 +542,16 @@ update_running_stats(Engine *e, const Module *m, int nb)
     }
 }
 
-/* --device=cuda: the training program as CUDA C for the device's architecture, a model made of
- * its description, image and the module's weights, and an executor on the device; false after
- * reporting */
+/* --device=cuda: program p as CUDA C for the device's architecture (with the training step's
+ * own kernels after it: cuda_gen_train_source), a model made of its description, image and the
+ * module's weights, and an executor on the device holding them (packed as the program's buffers
+ * say); false after reporting */
 static bool
-engine_open_cuda(Engine *e, const Module *m, const Options *o)
+cuda_open(KProgram *p, const Module *m, const Options *o, bool is_train, CudaBuild *cb,
+          snn_model **cm, RtCudaExec **cx)
 {
     char err[1024], name[256];
     int major, minor;
-    e->is_cuda = true;
     if (!rt_cuda_device_arch(o->cuda_ordinal, &major, &minor, name, sizeof name, err, sizeof err) ||
         !cuda_nvrtc_load(err, sizeof err)) {
         fprintf(stderr, "snnc: error: --device=cuda: %s\n", err);
@@ -544,26 +559,32 @@ engine_open_cuda(Engine *e, const Module *m, const Options *o)
     }
     char arch[32];
     snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
-    if (!cuda_build_begin(&e->cb_cuda, e->p, cuda_gen_source(e->p), m->name ? m->name : "model"))
-        return false;
-    CudaImage *img = cuda_build_add(&e->cb_cuda, arch, true);
+    char *src = is_train ? cuda_gen_train_source(p) : cuda_gen_source(p);
+    const char *dump = getenv("SNN_TRAIN_CUDA_SOURCE"); /* the step's CUDA C, to read */
+    if (dump && *dump && is_train) {
+        FILE *f = fopen(dump, "w");
+        if (f) {
+            fputs(src, f);
+            fclose(f);
+        }
+    }
+    if (!cuda_build_begin(cb, p, src, m->name ? m->name : "model")) return false;
+    CudaImage *img = cuda_build_add(cb, arch, true);
     if (!img) {
-        fprintf(stderr,
-                "snnc: error: the training step's CUDA code for %s (%s) could not be "
-                "built\n",
-                name, arch);
+        fprintf(stderr, "snnc: error: the %s's CUDA code for %s (%s) could not be built\n",
+                is_train ? "training step" : "testing program", name, arch);
         return false;
     }
     /* training counts no spikes: the description names no counted layer (the kernels' per-sample
      * counters stay temporaries) */
-    int nstats = e->p->nstats;
-    e->p->nstats = 0;
-    char *kernels = cuda_gen_describe(e->p);
+    int nstats = p->nstats;
+    p->nstats = is_train ? 0 : nstats;
+    char *kernels = cuda_gen_describe(p);
     size_t rlen = strlen(kernels) + 128;
     char *records = xmalloc(rlen);
     snprintf(records, rlen, "%scuda_image cubin %s 0 %zu\n", kernels, arch, img->size);
-    char *meta = kir_describe_with(e->p, "cuda", records);
-    e->p->nstats = nstats;
+    char *meta = kir_describe_with(p, "cuda", records);
+    p->nstats = nstats;
     free(kernels);
     free(records);
     RtTensor *ts = weights_as_tensors(m);
@@ -572,26 +593,193 @@ engine_open_cuda(Engine *e, const Module *m, const Options *o)
     bool ok = rt_safetensors_encode(ts, m->nweights, RT_F32, &wbytes, &wlen, err, sizeof err) == 0;
     if (!ok) fprintf(stderr, "snnc: error: encoding the weights: %s\n", err);
     snn_status st = SNN_OK;
-    if (ok &&
-        (st = rt_model_create(meta, NULL, wbytes, wlen, img->data, img->size, &e->cm)) != SNN_OK)
-        fprintf(stderr, "snnc: error: the training step's CUDA model: %s\n", snn_last_error());
+    if (ok && (st = rt_model_create(meta, NULL, wbytes, wlen, img->data, img->size, cm)) != SNN_OK)
+        fprintf(stderr, "snnc: error: the %s's CUDA model: %s\n",
+                is_train ? "training step" : "testing program", snn_last_error());
     ok = ok && st == SNN_OK;
     free(meta);
     free(wbytes);
     free(ts);
-    if (ok && e->cm->ncuda_bufs != e->p->nbufs)
-        die("--device=cuda: the CUDA model has %d buffers, the program %d", e->cm->ncuda_bufs,
-            e->p->nbufs);
-    if (ok && (st = rt_cuda_exec_create(e->cm, o->cuda_ordinal, o->batch, &e->cx, err,
-                                        sizeof err)) != SNN_OK) {
+    if (ok && (*cm)->ncuda_bufs != p->nbufs)
+        die("--device=cuda: the CUDA model has %d buffers, the program %d", (*cm)->ncuda_bufs,
+            p->nbufs);
+    if (ok &&
+        (st = rt_cuda_exec_create(*cm, o->cuda_ordinal, o->batch, cx, err, sizeof err)) != SNN_OK) {
         fprintf(stderr, "snnc: error: --device=cuda: %s\n", err);
         ok = false;
     }
-    if (ok && (st = rt_cuda_exec_set_weights(e->cx, e->bd->mem, err, sizeof err)) != SNN_OK) {
-        fprintf(stderr, "snnc: error: --device=cuda: the weights: %s\n", err);
-        ok = false;
-    }
     return ok;
+}
+
+/* program p's weight buffers, packed from the module's weights as they are now, to executor x */
+static bool
+cuda_upload_weights(const KProgram *p, RtCudaExec *x, char *err, size_t errlen)
+{
+    void **mem = xcalloc((size_t)p->nbufs + 1, sizeof *mem),
+         **packed = xcalloc((size_t)p->nbufs + 1, sizeof *packed);
+    bool ok = true;
+    for (int b = 0; ok && b < p->nbufs; b++)
+        if (p->bufs[b].kind == KB_WEIGHT)
+            ok = (mem[b] = (void *)kir_bind_weight(p, b, &packed[b], err, errlen)) != NULL;
+    ok = ok && rt_cuda_exec_set_weights(x, mem, err, errlen) == SNN_OK;
+    for (int b = 0; b < p->nbufs; b++)
+        free(packed[b]);
+    free(packed);
+    free(mem);
+    return ok;
+}
+
+/* the training step, and with batchnorm the testing program, on the device */
+static bool
+engine_open_cuda(Engine *e, Module *m, const Options *o, bool has_bn)
+{
+    char err[512];
+    e->is_cuda = true;
+    if (!cuda_open(e->p, m, o, true, &e->cb_cuda, &e->cm, &e->cx)) return false;
+    if (rt_cuda_exec_set_weights(e->cx, e->bd->mem, err, sizeof err) != SNN_OK) {
+        fprintf(stderr, "snnc: error: --device=cuda: the weights: %s\n", err);
+        return false;
+    }
+    if (!has_bn) return true; /* testing runs the training program's forward */
+    /* its temporaries share memory where their lifetimes allow */
+    m->memory = MEMORY_REUSE;
+    e->infg = kir_lower_for(m, KTARGET_GPU);
+    m->memory = MEMORY_SEPARATE;
+    if (!e->infg) {
+        fprintf(stderr, "snnc: error: the inference program for testing: not lowered\n");
+        return false;
+    }
+    return cuda_open(e->infg, m, o, false, &e->cb_inf, &e->cmi, &e->cxi);
+}
+
+/* the module's gradient of weight w on the device: the program's buffer, or zeros */
+static uint64_t
+device_grad(Engine *e, int w)
+{
+    return e->tr.weight_grad[w] >= 0 ? rt_cuda_exec_addr(e->cx, e->tr.weight_grad[w]) : e->dzero[w];
+}
+
+/* every trained weight's master copy and optimiser state to the device (dev_opt) */
+static bool
+engine_opt_begin(Engine *e, const Module *m, const RtOptConfig *c, float *const *state, char *err,
+                 size_t errlen)
+{
+    int nw = m->nweights;
+    e->dw = xcalloc((size_t)nw + 1, sizeof *e->dw);
+    e->dstate = xcalloc((size_t)nw + 1, sizeof *e->dstate);
+    e->dzero = xcalloc((size_t)nw + 1, sizeof *e->dzero);
+    int nstate = c->kind == RT_OPT_SGD ? (c->momentum != 0) : 2;
+    for (int w = 0; w < nw; w++) {
+        const Weight *wt = &m->weights[w];
+        if (strncmp(weight_slot_name(m, wt), "running_", 8) == 0) continue;
+        size_t bytes = (size_t)wt->numel * sizeof(float);
+        if (rt_cuda_exec_alloc(e->cx, bytes, &e->dw[w], err, errlen) != SNN_OK ||
+            rt_cuda_exec_copy_addr(e->cx, e->dw[w], wt->data, bytes, true, err, errlen) != SNN_OK)
+            return false;
+        if (nstate &&
+            (rt_cuda_exec_alloc(e->cx, nstate * bytes, &e->dstate[w], err, errlen) != SNN_OK ||
+             rt_cuda_exec_copy_addr(e->cx, e->dstate[w], state[w], nstate * bytes, true, err,
+                                    errlen) != SNN_OK))
+            return false;
+        if (e->tr.weight_grad[w] < 0 &&
+            rt_cuda_exec_alloc(e->cx, bytes, &e->dzero[w], err, errlen) != SNN_OK)
+            return false;
+    }
+    return true;
+}
+
+static long long
+f32_bits(double x)
+{
+    float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (long long)u;
+}
+
+/* one update of every trained weight on the device (runtime/train.c's, the same bits), then the
+ * program's packed copies of each made again from it there */
+static bool
+engine_opt_device(Engine *e, const Module *m, const RtOptConfig *c, int64_t step, char *err,
+                  size_t errlen)
+{
+    for (int w = 0; w < m->nweights; w++) {
+        if (!e->dw[w]) continue;
+        const Weight *wt = &m->weights[w];
+        uint64_t p = e->dw[w], g = device_grad(e, w), st = e->dstate[w];
+        uint64_t st2 = st ? st + (uint64_t)wt->numel * sizeof(float) : 0;
+        long long n = wt->numel, a[10];
+        snn_status s;
+        if (c->kind == RT_OPT_SGD) {
+            long long flags = (c->weight_decay != 0) | (c->momentum != 0) << 1 |
+                              (c->nesterov ? 4 : 0) | (step == 1 ? 8 : 0);
+            a[0] = f32_bits(c->lr), a[1] = f32_bits(c->weight_decay), a[2] = f32_bits(c->momentum);
+            a[3] = f32_bits(1 - c->dampening), a[4] = flags;
+            void *params[] = {&p, &g, &st, &n, &a[0], &a[1], &a[2], &a[3], &a[4]};
+            s = rt_cuda_exec_launch(e->cx, "snn_train_sgd", n, params, err, errlen);
+        } else {
+            double bc1 = 1 - pow(c->beta1, (double)step), bc2 = 1 - pow(c->beta2, (double)step);
+            bool decoupled = c->kind == RT_OPT_ADAMW && c->weight_decay != 0;
+            bool l2 = c->kind == RT_OPT_ADAM && c->weight_decay != 0;
+            a[0] = f32_bits(c->lr / bc1), a[1] = f32_bits((float)sqrt(bc2));
+            a[2] = f32_bits(1 - c->beta1), a[3] = f32_bits(c->beta2), a[4] = f32_bits(1 - c->beta2);
+            a[5] = f32_bits(c->eps), a[6] = f32_bits(l2 ? c->weight_decay : 0);
+            a[7] = f32_bits(decoupled ? 1 - c->lr * c->weight_decay : 1);
+            a[8] = (l2 ? 1 : 0) | (decoupled ? 2 : 0);
+            void *params[] = {&p,    &g,    &st,   &st2,  &n,    &a[0], &a[1],
+                              &a[2], &a[3], &a[4], &a[5], &a[6], &a[7], &a[8]};
+            s = rt_cuda_exec_launch(e->cx, "snn_train_adam", n, params, err, errlen);
+        }
+        if (s != SNN_OK) return false;
+        /* the buffers the program reads it from: a copy, or packed (runtime/layout.h) */
+        for (int b = 0; b < e->p->nbufs; b++) {
+            const KBuf *kb = &e->p->bufs[b];
+            if (kb->kind != KB_WEIGHT || kb->io != w) continue;
+            if (kb->type != KT_F32) die("--device=cuda: weight buffer '%s' is not f32", kb->name);
+            int64_t dims[IR_MAX_RANK + 1], st_[IR_MAX_RANK + 1];
+            long long d[5] = {1, 1, 1, 1, 1}, ss[5] = {0, 0, 0, 0, 0}, rank = 1;
+            if (!kb->nperm) {
+                d[0] = n, ss[0] = 1;
+            } else {
+                rank = rt_split_dims(wt->rank, wt->dims, kb->split, dims);
+                if (rank > 5) die("--device=cuda: weight buffer '%s' of rank %lld", kb->name, rank);
+                int64_t stride = 1;
+                for (int k = (int)rank - 1; k >= 0; k--) {
+                    st_[k] = stride;
+                    stride *= dims[k];
+                }
+                for (int k = 0; k < rank; k++)
+                    d[k] = dims[kb->perm[k]], ss[k] = st_[kb->perm[k]];
+            }
+            uint64_t dst = rt_cuda_exec_addr(e->cx, b);
+            void *params[] = {&dst,  &p,    &n,     &rank,  &d[0],  &d[1],  &d[2],
+                              &d[3], &d[4], &ss[0], &ss[1], &ss[2], &ss[3], &ss[4]};
+            if (rt_cuda_exec_launch(e->cx, "snn_train_repack", n, params, err, errlen) != SNN_OK)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* the device's weights and optimiser state back into the module's weights and state[] */
+static bool
+engine_sync(Engine *e, const Module *m, const RtOptConfig *c, float *const *state, char *err,
+            size_t errlen)
+{
+    if (!e->dev_opt) return true;
+    int nstate = c->kind == RT_OPT_SGD ? (c->momentum != 0) : 2;
+    for (int w = 0; w < m->nweights; w++) {
+        if (!e->dw[w]) continue;
+        const Weight *wt = &m->weights[w];
+        size_t bytes = (size_t)wt->numel * sizeof(float);
+        if (rt_cuda_exec_copy_addr(e->cx, e->dw[w], wt->data, bytes, false, err, errlen) !=
+                SNN_OK ||
+            (nstate && rt_cuda_exec_copy_addr(e->cx, e->dstate[w], state[w], nstate * bytes, false,
+                                              err, errlen) != SNN_OK))
+            return false;
+    }
+    /* the host binding's packed copies follow (the CPU's view of them, for whoever reads them) */
+    return kir_rebind_weights(e->p, e->bd, e->pool ? rt_pool_rt(e->pool) : NULL, err, errlen);
 }
 
 /* copies between the host's binding and the device: buffer b at batch nb */
@@ -624,7 +812,7 @@ cuda_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t e
     for (ValueId u = 0; ok && is_fwd && u < m->nnodes; u++)
         ok = cuda_copy(e, e->tr.bn_mean[u], nb, false, err, errlen) &&
              cuda_copy(e, e->tr.bn_var[u], nb, false, err, errlen);
-    for (int w = 0; ok && v == &e->bwd && w < m->nweights; w++)
+    for (int w = 0; ok && v == &e->bwd && (!e->dev_opt || e->host_grads) && w < m->nweights; w++)
         ok = cuda_copy(e, e->tr.weight_grad[w], nb, false, err, errlen);
     for (int i = 0; ok && v == &e->bwd_in && i < m->ninputs; i++)
         ok = cuda_copy(e, e->tr.input_grad[i], nb, false, err, errlen);
@@ -646,8 +834,9 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
     m->schedule = SCHEDULE_LAYER; /* every layer over all its steps, each value in its buffer */
     m->memory = MEMORY_SEPARATE;
     /* --grads writes the inputs' gradients of the first batch too */
-    e->p = o->grads ? kir_lower_train_inputs(m, &e->tr, err, sizeof err)
-                    : kir_lower_train(m, &e->tr, err, sizeof err);
+    bool on_gpu = strcmp(o->backend, "cuda") == 0;
+    e->p = kir_lower_train_for(m, on_gpu ? KTARGET_GPU : KTARGET_CPU, o->grads != NULL, &e->tr, err,
+                               sizeof err);
     if (!e->p) {
         fprintf(stderr, "snnc: error: --backend=%s: %s; --backend=interp trains it\n", o->backend,
                 err);
@@ -669,7 +858,7 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
     bool has_bn = false;
     for (ValueId v = 0; v < m->nnodes; v++)
         has_bn |= e->tr.bn_mean[v] >= 0;
-    if (has_bn) {
+    if (has_bn && !on_gpu) {
         /* its temporaries share memory where their lifetimes allow (the training program's
          * plan is its own) */
         m->memory = MEMORY_REUSE;
@@ -686,19 +875,10 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
         /* its packed weights are the training forward's (repacked after every update) */
         kir_share_weights(e->inf, e->bdi, e->p, e->bd);
     }
-    if (strcmp(o->backend, "cuda") == 0 && !engine_open_cuda(e, m, o)) return false;
-    if (strcmp(o->backend, "cpu") == 0 || (e->is_cuda && e->inf)) {
+    if (on_gpu) return engine_open_cuda(e, m, o, has_bn);
+    if (strcmp(o->backend, "cpu") == 0) {
 #ifdef SNN_HAVE_LLVM
-        /* on a GPU the testing program (running statistics) runs on the CPU */
-        e->is_llvm = !e->is_cuda;
-        if (e->is_cuda) {
-            e->ci = cg_llvm_compile(e->inf, err, sizeof err);
-            if (!e->ci) {
-                fprintf(stderr, "snnc: error: compiling the testing program: %s\n", err);
-                return false;
-            }
-            return true;
-        }
+        e->is_llvm = true;
         e->cf = cg_llvm_compile(&e->fwd, err, sizeof err);
         if (e->cf) e->cb = cg_llvm_compile(&e->bwd, err, sizeof err);
         if (e->cb && o->grads) e->cbi = cg_llvm_compile(&e->bwd_in, err, sizeof err);
@@ -734,6 +914,14 @@ engine_close(Engine *e)
     rt_model_free(e->cm);
     e->cb_cuda.gp = NULL; /* e->p, freed below */
     cuda_build_free(&e->cb_cuda);
+    rt_cuda_exec_destroy(e->cxi);
+    rt_model_free(e->cmi);
+    e->cb_inf.gp = NULL;
+    cuda_build_free(&e->cb_inf);
+    kir_free(e->infg);
+    free(e->dw);
+    free(e->dstate);
+    free(e->dzero);
 #ifdef SNN_HAVE_LLVM
     if (e->ck) {
         double total = 0;
@@ -773,16 +961,12 @@ view_first(const Engine *e, const KProgram *v)
 static bool
 engine_run(Engine *e, const KProgram *v, int nb, int64_t base, char *err, size_t errlen)
 {
+    if (e->is_cuda) return cuda_run(e, v, nb, base, err, errlen); /* the device zeroes its own */
     bool is_inf = v == e->inf;
     const KProgram *whole = is_inf ? e->inf : e->p;
     KBinding *bd = is_inf ? e->bdi : e->bd;
     if (v == &e->fwd || is_inf) kir_zero_temps(whole, bd, nb);
-    if (e->is_cuda && !is_inf) return cuda_run(e, v, nb, base, err, errlen);
 #ifdef SNN_HAVE_LLVM
-    if (e->is_cuda && is_inf) {
-        ((SnnkEntryFn)(uintptr_t)cg_llvm_entry(e->ci))(bd->mem, nb, base, rt_pool_rt(e->pool));
-        return true;
-    }
     if (e->is_llvm && e->ck && !is_inf) {
         int first = view_first(e, v);
         for (int k = first; k < first + v->nkernels; k++) {
@@ -814,6 +998,12 @@ engine_forward(Engine *e, const Module *m, const InterpOptions *io, int nb, int6
         ti.batch_stats = false; /* testing: batchnorm's running statistics */
         return interp_run(m, &ti, nb, base, (const float *const *)bin, outs, NULL, err, errlen);
     }
+    if (e->cxi) {
+        int64_t launches, graphs;
+        return rt_cuda_exec_run(e->cxi, false, NULL, base, nb, (const void *const *)bin,
+                                (void *const *)outs, false, &launches, &graphs, err,
+                                errlen) == SNN_OK;
+    }
     return engine_run(e, e->inf ? e->inf : &e->fwd, nb, base, err, errlen);
 }
 
@@ -828,6 +1018,8 @@ test_accuracy(Engine *e, const Module *m, const Options *o, const InterpOptions 
     /* the inference program's packed copies of the weights as they are now */
     bool ok = !e->inf ||
               kir_rebind_weights(e->inf, e->bdi, e->pool ? rt_pool_rt(e->pool) : NULL, err, errlen);
+    /* on the GPU: the testing program's weights from the module's (running statistics too) */
+    ok = ok && (!e->cxi || cuda_upload_weights(e->infg, e->cxi, err, errlen));
     for (int64_t first = 0; first < s->ntest && ok; first += o->batch) {
         int nb = (int)(s->ntest - first < o->batch ? s->ntest - first : o->batch);
         for (int64_t q = 0; q < (int64_t)nb * 784; q++)
@@ -942,8 +1134,9 @@ train_emit_kernel(Module *m, const Options *o)
     char err[512];
     KTrain tr;
     /* with --grads, the input gradients' kernels too, as the run would have them */
-    KProgram *p = o->grads ? kir_lower_train_inputs(m, &tr, err, sizeof err)
-                           : kir_lower_train(m, &tr, err, sizeof err);
+    KProgram *p =
+        kir_lower_train_for(m, strcmp(o->backend, "cuda") == 0 ? KTARGET_GPU : KTARGET_CPU,
+                            o->grads != NULL, &tr, err, sizeof err);
     if (!p) {
         fprintf(stderr, "snnc: error: --train --emit=kernel: %s\n", err);
         return 1;
@@ -1136,6 +1329,14 @@ train(Module *m, const Options *o)
     memset(&eng, 0, sizeof eng);
     if (rc == 0 && !engine_open(&eng, m, o, bin, outs)) rc = 1;
     char err[512];
+    /* on the GPU the optimiser runs there too, but for --clip-grad-norm (the host takes the norm)
+     */
+    eng.dev_opt = rc == 0 && eng.is_cuda && !(o->clip_norm > 0);
+    eng.host_grads = o->grads != NULL;
+    if (eng.dev_opt && !engine_opt_begin(&eng, m, &cfg, state, err, sizeof err)) {
+        fprintf(stderr, "snnc: error: --device=cuda: the weights to the device: %s\n", err);
+        rc = 1;
+    }
     if (!o->quiet && rc == 0)
         printf("training %s on %lld samples: %lld epoch%s, batch %d, %s, lr %g, loss %s, T = %d "
                "(%s, %s)\n",
@@ -1211,6 +1412,16 @@ train(Module *m, const Options *o)
                 break;
             }
             double to0 = rt_now_seconds();
+            if (eng.dev_opt) {
+                eng.host_grads = false;
+                if (!engine_opt_device(&eng, m, &ecfg, step, err, sizeof err)) {
+                    fprintf(stderr, "snnc: error: --device=cuda: the optimiser: %s\n", err);
+                    rc = 1;
+                    break;
+                }
+                t_opt += rt_now_seconds() - to0;
+                goto updated;
+            }
             if (o->clip_norm > 0) {
                 /* the trained weights' gradients (not batchnorm's running statistics) */
                 int ng = 0;
@@ -1238,6 +1449,7 @@ train(Module *m, const Options *o)
                 rc = 1;
                 break;
             }
+        updated:
             loss_sum += bt.loss_sum * nb;
             correct += bt.correct;
             done += nb;
@@ -1253,6 +1465,11 @@ train(Module *m, const Options *o)
         if (tty) fputc('\n', stderr);
         if (rc) break;
         double secs = rt_now_seconds() - t0;
+        if (!engine_sync(&eng, m, &cfg, state, err, sizeof err)) {
+            fprintf(stderr, "snnc: error: --device=cuda: the weights from the device: %s\n", err);
+            rc = 1;
+            break;
+        }
         double acc = test_accuracy(&eng, m, o, &io, &sets, bin, outs, err, sizeof err);
         if (isnan(acc)) {
             fprintf(stderr, "snnc: error: testing: %s\n", err);
@@ -1277,14 +1494,18 @@ train(Module *m, const Options *o)
             fflush(stdout);
         }
         if (js)
-            fprintf(js,
-                    "%s{\"epoch\": %lld, \"loss\": %.9g, \"train_accuracy\": %.6f, "
-                    "\"test_accuracy\": %.6f, \"images_per_s\": %.1f, \"seconds\": %.3f, "
-                    "\"lr\": %.9g, \"peak_rss_mb\": %.1f, \"phases\": {\"forward\": %.3f, "
-                    "\"loss\": %.3f, \"backward\": %.3f, \"optimiser\": %.3f, \"weights\": %.3f}}",
-                    e ? ", " : "", (long long)e + 1, train_loss, train_acc, acc,
-                    done / (secs > 0 ? secs : 1), secs, ecfg.lr, peak_rss_mb(), eng.t_forward,
-                    eng.t_loss, eng.t_backward, t_opt, t_rebind);
+            fprintf(
+                js,
+                "%s{\"epoch\": %lld, \"loss\": %.9g, \"train_accuracy\": %.6f, "
+                "\"test_accuracy\": %.6f, \"images_per_s\": %.1f, \"seconds\": %.3f, "
+                "\"lr\": %.9g, \"peak_rss_mb\": %.1f, \"device_mb\": %.1f, "
+                "\"phases\": {\"forward\": %.3f, "
+                "\"loss\": %.3f, \"backward\": %.3f, \"optimiser\": %.3f, \"weights\": %.3f}}",
+                e ? ", " : "", (long long)e + 1, train_loss, train_acc, acc,
+                done / (secs > 0 ? secs : 1), secs, ecfg.lr, peak_rss_mb(),
+                (double)(rt_cuda_exec_device_bytes(eng.cx) + rt_cuda_exec_device_bytes(eng.cxi)) /
+                    (1 << 20),
+                eng.t_forward, eng.t_loss, eng.t_backward, t_opt, t_rebind);
     }
     if (js) {
         fclose(js);

@@ -482,7 +482,9 @@ eval_pool(Interp *ip, ValueId v, int t)
 
 /* A batchnorm's statistics over its whole input (every step: the backward pass runs layer by
  * layer, so they are all there; a static value's one), per channel, in double as PyTorch's CPU
- * kernels accumulate them: the mean, the biased variance and 1 / sqrt(var + eps) */
+ * kernels accumulate them: the mean, the biased variance and 1 / sqrt(var + eps). Each sum is
+ * each row's (step and sample) sum over the positions, then the rows' in order: every backend
+ * sums so (a GPU a thread per row and channel, then per channel: docs/design.md) */
 static void
 batch_statistics(Interp *ip, ValueId v)
 {
@@ -495,18 +497,24 @@ batch_statistics(Interp *ip, ValueId v)
         double sum = 0, sq = 0;
         for (int t = 0; t < steps; t++) {
             const double *x = ip_val(ip, n->args[0], t);
-            for (int b = 0; b < ip->nb; b++)
+            for (int b = 0; b < ip->nb; b++) {
+                double part = 0; /* each row's positions, then the rows */
                 for (int64_t i = 0; i < inner; i++)
-                    sum += x[(size_t)b * (size_t)r->numel + (size_t)(c * inner + i)];
+                    part += x[(size_t)b * (size_t)r->numel + (size_t)(c * inner + i)];
+                sum += part;
+            }
         }
         double mean = sum / cnt;
         for (int t = 0; t < steps; t++) {
             const double *x = ip_val(ip, n->args[0], t);
-            for (int b = 0; b < ip->nb; b++)
+            for (int b = 0; b < ip->nb; b++) {
+                double part = 0;
                 for (int64_t i = 0; i < inner; i++) {
                     double d = x[(size_t)b * (size_t)r->numel + (size_t)(c * inner + i)] - mean;
-                    sq += d * d;
+                    part += d * d;
                 }
+                sq += part;
+            }
         }
         r->bn_mean[c] = ip_rnd(ip, mean);
         r->bn_var[c] = sq / cnt;

@@ -446,9 +446,10 @@ dense_backward(Grad *G, ValueId v, int t)
  * grad_conv), once for every step at the node's first backward call: rows q = t*B + b (a static
  * layer's B rows); dL/dx[q, c, ih, iw]: from +0, fma over the taps (kh, kw) that reach the pixel,
  * then its group's output channels o, in order, rounded to float and added to what it holds;
- * dW[o, c, kh, kw]: fma over rows, then output pixels (oh, ow) in order from +0, every term;
- * db[o]: the sum over rows and output pixels. Float sums under `accumulate f32` (fmaf), double under
- * `accumulate exact`, rounded once at the end. */
+ * dW[o, c, kh, kw]: fma over rows, then output pixels (oh, ow) in order from +0, every term (a
+ * small conv, ir.h conv_dw_rows_first: each row's from +0, added to the total in order);
+ * db[o]: the sum over rows and output pixels. Float sums under `accumulate f32` (fmaf), double
+ * under `accumulate exact`, rounded once at the end. */
 static void
 conv_backward_f32(Grad *G, ValueId v)
 {
@@ -490,6 +491,7 @@ conv_backward_f32(Grad *G, ValueId v)
                     acc(ip, &gx[(c * g.H + ih) * g.W + iw], (float)s);
                 }
     }
+    bool rows_first = conv_dw_rows_first(&g);
     for (int64_t o = 0; o < g.O && (dw || db); o++) {
         for (int64_t cg = 0; cg < g.Cg && dw; cg++)
             for (int64_t kh = 0; kh < g.KH; kh++)
@@ -499,6 +501,7 @@ conv_backward_f32(Grad *G, ValueId v)
                         int t = (int)(q / ip->nb);
                         const double *gy = ROW(gslot(G, v, t), q, g.O * npix);
                         const double *x = ROW(ip_val(ip, a, t), q, nin);
+                        double ps = 0, *sum = rows_first ? &ps : &s;
                         for (int64_t oh = 0; oh < g.OH; oh++) {
                             int64_t ih = oh * g.SH - g.PH + kh * g.DH;
                             if (ih < 0 || ih >= g.H) continue;
@@ -506,9 +509,10 @@ conv_backward_f32(Grad *G, ValueId v)
                                 int64_t iw = ow * g.SW - g.PW + kw * g.DW;
                                 if (iw < 0 || iw >= g.W) continue;
                                 double xv = x[(((o / g.Og) * g.Cg + cg) * g.H + ih) * g.W + iw];
-                                s = FMA(xv, gy[o * npix + oh * g.OW + ow], s);
+                                *sum = FMA(xv, gy[o * npix + oh * g.OW + ow], *sum);
                             }
                         }
+                        if (rows_first) s = FMA(1.0, ps, s);
                     }
                     dw[((o * g.Cg + cg) * g.KH + kh) * g.KW + kw] += (float)s;
                 }
@@ -647,12 +651,16 @@ batchnorm_backward_batch(Grad *G, ValueId v, int t)
         double sg = 0, sgx = 0, mean = r->bn_mean[c], is = r->bn_invstd[c];
         for (int s = 0; s < steps; s++) {
             const double *x = ip_val(ip, a, s), *gy = gslot(G, v, s);
-            for (int b = 0; b < ip->nb; b++)
+            for (int b = 0; b < ip->nb; b++) {
+                double pg = 0, pgx = 0; /* each row's, then the rows' (batch_statistics) */
                 for (int64_t i = 0; i < inner; i++) {
                     size_t j = (size_t)b * (size_t)numel + (size_t)(c * inner + i);
-                    sg += gy[j];
-                    sgx += gy[j] * (x[j] - mean) * is;
+                    pg += gy[j];
+                    pgx += gy[j] * (x[j] - mean) * is;
                 }
+                sg += pg;
+                sgx += pgx;
+            }
         }
         if (dw) dw[c] += sgx;
         if (db) db[c] += sg;

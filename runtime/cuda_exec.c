@@ -48,6 +48,15 @@ struct RtCudaExec {
     uint64_t *param_vals; /* [max NB + 3] a launch's parameter values (the driver copies them) */
     void **params;        /* [max NB + 3] &param_vals[i] */
     CUresult last;        /* of the last failed call */
+    /* rt_cuda_exec_alloc's memory beside the arena, and rt_cuda_exec_launch's functions */
+    CUdeviceptr *extra;
+    int nextra;
+    size_t bytes; /* the arena's and the extra memory's */
+    struct NamedFn {
+        char name[64];
+        CUfunction fn;
+    } named[8];
+    int nnamed;
 };
 
 static bool
@@ -106,6 +115,8 @@ rt_cuda_exec_destroy(RtCudaExec *x)
             if (x->graphs[b]) d->cuGraphExecDestroy(x->graphs[b]);
         if (x->stream) d->cuStreamDestroy_v2(x->stream);
         if (x->arena) d->cuMemFree_v2(x->arena);
+        for (int i = 0; i < x->nextra; i++)
+            d->cuMemFree_v2(x->extra[i]);
         if (x->module) d->cuModuleUnload(x->module);
         CUcontext popped;
         d->cuCtxPopCurrent_v2(&popped);
@@ -121,6 +132,7 @@ rt_cuda_exec_destroy(RtCudaExec *x)
     free(x->count_off);
     free(x->param_vals);
     free(x->params);
+    free(x->extra);
     free(x);
 }
 
@@ -323,6 +335,7 @@ rt_cuda_exec_create(const snn_model *m, int ordinal, int max_batch, RtCudaExec *
         goto fail;
     }
     bool is_ok = load_module(x, err, errlen);
+    x->bytes = total;
     if (is_ok && !CU(cuMemAlloc_v2, &x->arena, total)) {
         x->arena = 0;
         char msg[384];
@@ -656,18 +669,7 @@ rt_cuda_exec_copy(RtCudaExec *x, int b, void *host, size_t bytes, bool to_device
         snprintf(err, errlen, "buffer %d is not one of the model's %d", b, x->m->ncuda_bufs);
         return SNN_ERR_ARGUMENT;
     }
-    if (!push(x, err, errlen)) return cu_status(x);
-    bool is_ok = settle(x, err, errlen) &&
-                 (to_device ? CU(cuMemcpyHtoDAsync_v2, x->addr[b], host, bytes, x->stream)
-                            : CU(cuMemcpyDtoHAsync_v2, host, x->addr[b], bytes, x->stream)) &&
-                 CU(cuStreamSynchronize, x->stream);
-    if (!is_ok) {
-        x->drv->cuStreamSynchronize(x->stream);
-        CUcontext popped;
-        x->drv->cuCtxPopCurrent_v2(&popped);
-        return cu_status(x);
-    }
-    return pop(x, err, errlen) ? SNN_OK : cu_status(x);
+    return rt_cuda_exec_copy_addr(x, (uint64_t)x->addr[b], host, bytes, to_device, err, errlen);
 }
 
 snn_status
@@ -714,4 +716,105 @@ rt_cuda_exec_reset_counts(RtCudaExec *x, char *err, size_t errlen)
         return cu_status(x);
     }
     return pop(x, err, errlen) ? SNN_OK : cu_status(x);
+}
+
+/* ---- a training step's own device work (snnc --train --device=cuda): memory beside the
+ * arena, copies to and from it, and kernels the module holds outside the model's schedule ---- */
+
+/* the end of a call that pushed the context: on failure the stream waited for and the context
+ * popped, the driver's status; else popped */
+static snn_status
+finish(RtCudaExec *x, bool is_ok, char *err, size_t errlen)
+{
+    if (!is_ok) {
+        x->drv->cuStreamSynchronize(x->stream);
+        CUcontext popped;
+        x->drv->cuCtxPopCurrent_v2(&popped);
+        return cu_status(x);
+    }
+    return pop(x, err, errlen) ? SNN_OK : cu_status(x);
+}
+
+snn_status
+rt_cuda_exec_alloc(RtCudaExec *x, size_t bytes, uint64_t *addr, char *err, size_t errlen)
+{
+    x->last = CUDA_SUCCESS;
+    CUdeviceptr *grown = realloc(x->extra, (size_t)(x->nextra + 1) * sizeof *grown);
+    if (!grown) {
+        snprintf(err, errlen, "out of memory");
+        return SNN_ERR_MEMORY;
+    }
+    x->extra = grown;
+    if (!push(x, err, errlen)) return cu_status(x);
+    CUdeviceptr d = 0;
+    bool is_ok = CU(cuMemAlloc_v2, &d, bytes ? bytes : 1) &&
+                 CU(cuMemsetD8Async, d, 0, bytes ? bytes : 1, x->stream) &&
+                 CU(cuStreamSynchronize, x->stream);
+    if (d) x->extra[x->nextra++] = d;
+    if (d) x->bytes += bytes;
+    if (!is_ok) {
+        CUcontext popped;
+        x->drv->cuCtxPopCurrent_v2(&popped);
+        snprintf(err + strlen(err), errlen - strlen(err), " (%zu bytes of device memory)", bytes);
+        return x->last == CUDA_ERROR_OUT_OF_MEMORY ? SNN_ERR_MEMORY : cu_status(x);
+    }
+    *addr = (uint64_t)d;
+    return pop(x, err, errlen) ? SNN_OK : cu_status(x);
+}
+
+uint64_t
+rt_cuda_exec_addr(const RtCudaExec *x, int b)
+{
+    return b >= 0 && b < x->m->ncuda_bufs ? (uint64_t)x->addr[b] : 0;
+}
+
+snn_status
+rt_cuda_exec_copy_addr(RtCudaExec *x, uint64_t addr, void *host, size_t bytes, bool to_device,
+                       char *err, size_t errlen)
+{
+    x->last = CUDA_SUCCESS;
+    if (!push(x, err, errlen)) return cu_status(x);
+    CUdeviceptr d = (CUdeviceptr)addr;
+    bool is_ok = settle(x, err, errlen) &&
+                 (to_device ? CU(cuMemcpyHtoDAsync_v2, d, host, bytes, x->stream)
+                            : CU(cuMemcpyDtoHAsync_v2, host, d, bytes, x->stream)) &&
+                 CU(cuStreamSynchronize, x->stream);
+    return finish(x, is_ok, err, errlen);
+}
+
+snn_status
+rt_cuda_exec_launch(RtCudaExec *x, const char *name, int64_t threads, void **params, char *err,
+                    size_t errlen)
+{
+    x->last = CUDA_SUCCESS;
+    if (threads <= 0) return SNN_OK;
+    if (strlen(name) >= sizeof x->named[0].name) {
+        snprintf(err, errlen, "kernel name '%s' too long", name);
+        return SNN_ERR_ARGUMENT;
+    }
+    if (!push(x, err, errlen)) return cu_status(x);
+    CUfunction fn = NULL;
+    for (int i = 0; i < x->nnamed && !fn; i++)
+        if (!strcmp(x->named[i].name, name)) fn = x->named[i].fn;
+    bool is_ok = settle(x, err, errlen);
+    if (is_ok && !fn) {
+        is_ok = CU(cuModuleGetFunction, &fn, x->module, name);
+        if (is_ok && x->nnamed < (int)(sizeof x->named / sizeof x->named[0])) {
+            snprintf(x->named[x->nnamed].name, sizeof x->named[0].name, "%s", name);
+            x->named[x->nnamed++].fn = fn;
+        }
+        if (!is_ok) snprintf(err + strlen(err), errlen - strlen(err), " (kernel '%s')", name);
+    }
+    int64_t blocks = threads / SNN_CUDA_BLOCK + (threads % SNN_CUDA_BLOCK != 0);
+    int64_t cap = (int64_t)BLOCKS_PER_SM * x->nsm;
+    unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
+    is_ok = is_ok &&
+            CU(cuLaunchKernel, fn, grid, 1, 1, SNN_CUDA_BLOCK, 1, 1, 0, x->stream, params, NULL);
+    return finish(x, is_ok, err, errlen);
+}
+
+size_t
+rt_cuda_exec_device_bytes(const RtCudaExec *x)
+{
+    return x ? x->bytes : 0;
 }

@@ -45,6 +45,24 @@ snn_status rt_cuda_exec_run_kernels(RtCudaExec *x, int first, int end, int batch
 /* bytes of buffer b (a cuda_buf index; an input's or output's staging) from or to host memory */
 snn_status rt_cuda_exec_copy(RtCudaExec *x, int b, void *host, size_t bytes, bool to_device,
                              char *err, size_t errlen);
+/* A training step's own device work (snnc --train --device=cuda keeps the weights, their
+ * optimiser state and the update on the device). rt_cuda_exec_alloc: `bytes` zeroed bytes of
+ * device memory beside the arena, freed with the executor, their address in *addr.
+ * rt_cuda_exec_addr: buffer b's device address (0 for no such buffer). rt_cuda_exec_copy_addr:
+ * bytes between host memory and a device address (waited for). rt_cuda_exec_launch: a kernel of
+ * the module that is no part of the model's schedule, by name, over `threads` threads in blocks
+ * of SNN_CUDA_BLOCK (the grid capped as a schedule's; its threads stride over the rest), params
+ * as cuLaunchKernel's (8 bytes each, runtime/cuda_abi.h), queued on the executor's stream after
+ * what it ran before. */
+snn_status rt_cuda_exec_alloc(RtCudaExec *x, size_t bytes, uint64_t *addr, char *err,
+                              size_t errlen);
+uint64_t rt_cuda_exec_addr(const RtCudaExec *x, int b);
+snn_status rt_cuda_exec_copy_addr(RtCudaExec *x, uint64_t addr, void *host, size_t bytes,
+                                  bool to_device, char *err, size_t errlen);
+snn_status rt_cuda_exec_launch(RtCudaExec *x, const char *name, int64_t threads, void **params,
+                               char *err, size_t errlen);
+/* the device memory the executor holds: its arena and rt_cuda_exec_alloc's (0 for NULL) */
+size_t rt_cuda_exec_device_bytes(const RtCudaExec *x);
 /* counts[l]: every spike of counted layer l since the executor began or its counts were reset */
 snn_status rt_cuda_exec_counts(RtCudaExec *x, double *counts, char *err, size_t errlen);
 snn_status rt_cuda_exec_reset_counts(RtCudaExec *x, char *err, size_t errlen);

@@ -1230,3 +1230,127 @@ cuda_gen_describe(const KProgram *p)
     if (fclose(f) != 0) die("out of memory");
     return text;
 }
+
+/* ---- snnc --train --device=cuda: the optimiser's update and the weights' packed copies on the
+ * device (driver/train.c launches them by name: runtime/cuda_exec.h rt_cuda_exec_launch). The
+ * update is runtime/train.c's, operation for operation in float32 (no contraction: --fmad=false;
+ * sqrtf and / correctly rounded), its scalars computed by the host as there and passed as bits:
+ * the same weights as the host's optimiser, bit for bit. ---- */
+
+static const char train_text[] =
+    "/* the training step's optimiser and packed weight copies (snnc --train --device=cuda) */\n"
+    "#define SNN_TRAIN_LOOP(n) for (long long i = (long long)blockIdx.x * blockDim.x + "
+    "threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)\n"
+    "#define SNN_F(u) snn_bits_f32((uint32_t)(u))\n"
+    "/* SGD: flags 1 weight decay, 2 momentum, 4 nesterov, 8 the first step */\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) snn_train_sgd(float *__restrict__ p, "
+    "const float *__restrict__ g, float *__restrict__ m, long long n, long long lr_, long long "
+    "wd_, long long mom_, long long damp_, long long flags)\n"
+    "{\n"
+    "    float lr = SNN_F(lr_), wd = SNN_F(wd_), mom = SNN_F(mom_), damp1 = SNN_F(damp_);\n"
+    "    SNN_TRAIN_LOOP(n) {\n"
+    "        float d = g[i];\n"
+    "        if (flags & 1) d = fmaf(p[i], wd, d);\n"
+    "        if (flags & 2) {\n"
+    "            float b = (flags & 8) ? d : fmaf(d, damp1, m[i] * mom);\n"
+    "            m[i] = b;\n"
+    "            d = (flags & 4) ? fmaf(b, mom, d) : b;\n"
+    "        }\n"
+    "        p[i] = fmaf(d, -lr, p[i]);\n"
+    "    }\n"
+    "}\n"
+    "/* Adam and AdamW: flags 1 L2 weight decay (Adam), 2 decoupled decay (AdamW) */\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) snn_train_adam(float *__restrict__ p, "
+    "const float *__restrict__ g, float *__restrict__ m, float *__restrict__ v, long long n, "
+    "long long step_size_, long long bc2_sqrt_, long long w1_, long long b2_, long long w2_, "
+    "long long eps_, long long wd_, long long keep_, long long flags)\n"
+    "{\n"
+    "    float step_size = SNN_F(step_size_), bc2_sqrt = SNN_F(bc2_sqrt_), w1 = SNN_F(w1_);\n"
+    "    float b2 = SNN_F(b2_), w2 = SNN_F(w2_), eps = SNN_F(eps_), wd = SNN_F(wd_), keep = "
+    "SNN_F(keep_);\n"
+    "    SNN_TRAIN_LOOP(n) {\n"
+    "        float pi = p[i];\n"
+    "        if (flags & 2) pi *= keep;\n"
+    "        float d = (flags & 1) ? fmaf(pi, wd, g[i]) : g[i];\n"
+    "        float mi = fmaf(w1, d - m[i], m[i]);\n"
+    "        m[i] = mi;\n"
+    "        float vi = v[i] * b2;\n"
+    "        float dd = w2 * d;\n"
+    "        vi = vi + dd * d;\n"
+    "        v[i] = vi;\n"
+    "        float denom = sqrtf(vi) / bc2_sqrt + eps;\n"
+    "        float upd = -step_size * mi;\n"
+    "        p[i] = pi + upd / denom;\n"
+    "    }\n"
+    "}\n"
+    "/* dst = src transposed (NumPy's transpose made contiguous): dst's dims d[0..rank), the\n"
+    " * source's stride along each, the last fastest */\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) snn_train_repack(float *__restrict__ "
+    "dst, const float *__restrict__ src, long long n, long long rank, long long d0, long long d1, "
+    "long long d2, long long d3, long long d4, long long s0, long long s1, long long s2, long long "
+    "s3, long long s4)\n"
+    "{\n"
+    "    const long long d[5] = {d0, d1, d2, d3, d4}, s[5] = {s0, s1, s2, s3, s4};\n"
+    "    SNN_TRAIN_LOOP(n) {\n"
+    "        long long rest = i, at = 0;\n"
+    "        for (long long k = rank - 1; k >= 0; k--) {\n"
+    "            at += rest % d[k] * s[k];\n"
+    "            rest /= d[k];\n"
+    "        }\n"
+    "        dst[i] = src[at];\n"
+    "    }\n"
+    "}\n";
+
+/* (ISO C's string limit) their host emulation's entries */
+static const char train_emu[] =
+    "#ifdef SNN_CUDA_EMULATE\n"
+    "#define SNN_P(T, i) (*(T *)params[i])\n"
+    "static void snn_train_sgd_thread(void **params)\n"
+    "{\n"
+    "    snn_train_sgd(SNN_P(float *, 0), SNN_P(const float *, 1), SNN_P(float *, 2), "
+    "SNN_P(long long, 3), SNN_P(long long, 4), SNN_P(long long, 5), SNN_P(long long, 6), "
+    "SNN_P(long long, 7), SNN_P(long long, 8));\n"
+    "}\n"
+    "static void snn_train_adam_thread(void **params)\n"
+    "{\n"
+    "    snn_train_adam(SNN_P(float *, 0), SNN_P(const float *, 1), SNN_P(float *, 2), "
+    "SNN_P(float *, 3), SNN_P(long long, 4), SNN_P(long long, 5), SNN_P(long long, 6), "
+    "SNN_P(long long, 7), SNN_P(long long, 8), SNN_P(long long, 9), SNN_P(long long, 10), "
+    "SNN_P(long long, 11), SNN_P(long long, 12), SNN_P(long long, 13));\n"
+    "}\n"
+    "static void snn_train_repack_thread(void **params)\n"
+    "{\n"
+    "    snn_train_repack(SNN_P(float *, 0), SNN_P(const float *, 1), SNN_P(long long, 2), "
+    "SNN_P(long long, 3), SNN_P(long long, 4), SNN_P(long long, 5), SNN_P(long long, 6), "
+    "SNN_P(long long, 7), SNN_P(long long, 8), SNN_P(long long, 9), SNN_P(long long, 10), "
+    "SNN_P(long long, 11), SNN_P(long long, 12), SNN_P(long long, 13));\n"
+    "}\n"
+    "extern \"C\" const int snnk_emu_snn_train_sgd_nparams = 9;\n"
+    "extern \"C\" const int snnk_emu_snn_train_adam_nparams = 14;\n"
+    "extern \"C\" const int snnk_emu_snn_train_repack_nparams = 14;\n"
+    "extern \"C\" void snnk_emu_snn_train_sgd(unsigned gx, unsigned bx, void **params)\n"
+    "{\n"
+    "    snn_emu_launch(gx, bx, params, snn_train_sgd_thread, false);\n"
+    "}\n"
+    "extern \"C\" void snnk_emu_snn_train_adam(unsigned gx, unsigned bx, void **params)\n"
+    "{\n"
+    "    snn_emu_launch(gx, bx, params, snn_train_adam_thread, false);\n"
+    "}\n"
+    "extern \"C\" void snnk_emu_snn_train_repack(unsigned gx, unsigned bx, void **params)\n"
+    "{\n"
+    "    snn_emu_launch(gx, bx, params, snn_train_repack_thread, false);\n"
+    "}\n"
+    "#endif\n";
+
+char *
+cuda_gen_train_source(const KProgram *p)
+{
+    char *prog = cuda_gen_source(p);
+    size_t n = strlen(prog);
+    char *text = xmalloc(n + sizeof train_text + sizeof train_emu);
+    memcpy(text, prog, n);
+    memcpy(text + n, train_text, sizeof train_text - 1);
+    memcpy(text + n + sizeof train_text - 1, train_emu, sizeof train_emu);
+    free(prog);
+    return text;
+}

@@ -12,6 +12,10 @@
 /* p is lowered for KTARGET_GPU (kir_lower_for); its buffers are its own, not the CPU program's.
  * The program as one CUDA C translation unit (runtime/cuda_abi.h), malloc'ed; deterministic. */
 char *cuda_gen_source(const KProgram *p);
+/* cuda_gen_source's text with the kernels a training step launches by name after it (snnc
+ * --train --device=cuda): snn_train_sgd, snn_train_adam (runtime/train.c's updates, the same bits)
+ * and snn_train_repack (a weight's packed copy from its own layout); malloc'ed. */
+char *cuda_gen_train_source(const KProgram *p);
 /* The program's cuda_layer, cuda_buf and cuda_kernel records (runtime/cuda_abi.h), malloc'ed. */
 char *cuda_gen_describe(const KProgram *p);
 /* Whether step kernels [first, end) (a whole step loop) become one kernel launched once per run,
