@@ -25,14 +25,17 @@ batches), trained by:
 --net conv: SpikingJelly's Fashion-MNIST conv net (examples/fmnist_conv.snn: conv 128 + BN + IF,
 maxpool, conv 128 + BN + IF, maxpool, fc 2048 + IF, fc 10 + IF; IF with the ATan surrogate, hard
 reset to 0; batchnorm on the batch's statistics over T*B*H*W; T = 4, batch 64, the image fed
-directly), the same loss and optimiser; peers sj (layer.Conv2d/BatchNorm2d/MaxPool2d, multi-step,
+directly; snnc trains the example with its IF given the ATan surrogate, as the peers' IFNode),
+the same loss and optimiser; peers sj (layer.Conv2d/BatchNorm2d/MaxPool2d, multi-step,
 torch backend), hand (conv1 + BN of the static image once, the IF scans in tensor ops, the other
 layers over all T*B rows at once) and hand-compile; snnTorch has no row there.
 
 --device cuda: the same on a CUDA GPU (snnc --train --device=cuda; the peers' modules and data on
 torch's CUDA device, each step synchronised before it is timed; peak device memory from
-torch.cuda.max_memory_allocated for the peers). Prepared for a lent GPU; snnc's row is checked on
-the CUDA stand-in (SNN_CUDA_DRIVER/SNN_NVRTC naming tests/cuda_emu's library).
+torch.cuda.max_memory_allocated for the peers). SpikingJelly's GPU neurons as peers too:
+sj-cupy (0.0.0.0.14's backend='cupy' fused CUDA kernels, forward and backward; its package folder
+in $SNN_SJ014_SITE) and sj-triton (2.0's Triton kernels, SJ_*_CUDA_IMPLEMENTATION=triton; its
+folder in $SNN_SJ2_SITE); bench/gpu/train.sh runs it all on a lent GPU.
 
 Each runs in a subprocess of its own (its peak RSS is its own), torch held to --threads threads.
 Reported: images/s over the timed batches (every batch after the first), the test accuracy after
@@ -54,7 +57,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-SNNC = ROOT / "build" / "driver" / "snnc"
+# SNNC: another build (the GPU machine runs one without LLVM: tools/gpu-check.sh prepare)
+SNNC = Path(os.environ.get("SNNC", ROOT / "build" / "driver" / "snnc"))
 T, BATCH, LR = 8, 128, 1e-3
 NETS = {"mlp": (8, 128), "conv": (4, 64)}  # T, batch
 
@@ -138,10 +142,14 @@ def child(name, images, epochs, threads, net="mlp", device="cpu"):
             out.append(s)
         return torch.stack(out)
 
-    if net == "conv" and name == "sj":
+    if name == "sj-cupy" and "int" not in np.__dict__:
+        np.int = int  # 0.0.0.0.14 compares dtypes with np.int, which numpy 1.24 removed
+    # (0.0.0.0.14 accepts backend='cupy' only from a neuron made multi-step)
+    sj_kw = {"backend": "cupy", "step_mode": "m"} if name == "sj-cupy" else {}
+    if net == "conv" and name in ("sj", "sj-cupy", "sj-triton"):
         from spikingjelly.activation_based import functional, layer, neuron, surrogate
         def ifn():
-            return neuron.IFNode(surrogate_function=surrogate.ATan())
+            return neuron.IFNode(surrogate_function=surrogate.ATan(), **sj_kw)
         net_ = nn.Sequential(
             layer.Conv2d(1, 128, 3, padding=1, bias=False), layer.BatchNorm2d(128), ifn(),
             layer.MaxPool2d(2, 2),
@@ -177,10 +185,10 @@ def child(name, images, epochs, threads, net="mlp", device="cpu"):
         train_mode, eval_mode = mods.train, mods.eval
     elif net == "conv":
         raise SystemExit(f"no conv net for peer {name}")
-    elif name == "sj":
+    elif name in ("sj", "sj-cupy", "sj-triton"):
         from spikingjelly.activation_based import functional, layer, neuron
-        mlp = nn.Sequential(layer.Flatten(), layer.Linear(784, 256), neuron.LIFNode(tau=2.0),
-                            layer.Linear(256, 10), neuron.LIFNode(tau=2.0))
+        mlp = nn.Sequential(layer.Flatten(), layer.Linear(784, 256), neuron.LIFNode(tau=2.0, **sj_kw),
+                            layer.Linear(256, 10), neuron.LIFNode(tau=2.0, **sj_kw))
         functional.set_step_mode(mlp, "m")
 
         def forward(x):
@@ -258,10 +266,13 @@ def child(name, images, epochs, threads, net="mlp", device="cpu"):
 
 # ---- the parent -------------------------------------------------------------------------------
 
-def run_child(cmd, env=None):
+def run_child(cmd, env=None, timeout=None):
     """the child's last stdout line as JSON (each reports its own peak RSS), its wall time"""
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"not finished in {timeout} s"}
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         return {"error": (p.stderr or p.stdout).strip()[-600:]}
@@ -270,20 +281,39 @@ def run_child(cmd, env=None):
     return out
 
 
-def run_snnc(images, epochs, threads, net="mlp", device="cpu"):
+def conv_model_atan():
+    """examples/fmnist_conv.snn with the peers' neuron: SpikingJelly's IFNode with the ATan
+    surrogate, as its conv example trains it (the prelude's IF has IFNode's default, Sigmoid
+    alpha 4: the same forward, another backward)"""
+    text = (ROOT / "examples" / "fmnist_conv.snn").read_text()
+    text = "\n".join(line for line in text.splitlines() if not line.strip().startswith("weights "))
+    text = text.replace(" IF(", " IFA(")
+    neuron = ("neuron IFA(v_th = 1.0, v_reset = 0.0) {\n  state v = v_reset\n  v = v + I\n"
+              "  fire v >= v_th\n  reset v = v_reset\n  surrogate atan(alpha = 2.0)\n}\n")
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"snnc-bench-fmnist-conv-atan-{os.getpid()}.snn"
+    path.write_text(neuron + text + "\n")
+    return path
+
+
+def run_snnc(images, epochs, threads, net="mlp", device="cpu", extra=(), timeout=None):
+    model = conv_model_atan() if net == "conv" else ROOT / "examples" / f"fmnist_{net}.snn"
     cmd = [str(SNNC), "--train", "--device=cuda" if device == "cuda" else "--backend=cpu",
-           str(ROOT / "examples" / f"fmnist_{net}.snn"),
+           str(model),
            "--init", "--data=fashion-mnist", f"--limit={images}", f"--epochs={epochs}",
            f"--batch={BATCH}", "--optimizer=adam", f"--lr={LR}", "--loss=mse", "--no-shuffle",
            f"--threads={threads}", "-o", "/tmp/snnc-bench-train.safetensors", "--report=json",
-           "-q"]
-    r = run_child(cmd)
+           "-q", *extra]
+    r = run_child(cmd, timeout=timeout)
+    if net == "conv":
+        model.unlink(missing_ok=True)
     if "error" in r:
         return r
     ep = r["epochs"]
     return {"images_per_s": sum(e["images_per_s"] for e in ep) / len(ep),
             "test_accuracy": ep[-1]["test_accuracy"], "loss": ep[-1]["loss"],
-            "peak_rss_mb": ep[-1]["peak_rss_mb"], "wall_s": r["wall_s"], "command": " ".join(cmd)}
+            "peak_rss_mb": ep[-1]["peak_rss_mb"], "wall_s": r["wall_s"], "command": " ".join(cmd),
+            "peak_device_mb": ep[-1].get("device_mb") if device == "cuda" else None,
+            "phases": ep[-1].get("phases")}
 
 
 def main():
@@ -295,6 +325,8 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--only", default="snnc,sj,hand,hand-compile,snntorch")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--snnc-args", default="", help="more arguments for snnc, e.g. --test-limit=N")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds each row may take")
     ap.add_argument("--child", default=None)
     a = ap.parse_args()
     global T, BATCH
@@ -324,15 +356,28 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     for name in a.only.split(","):
         if name == "snnc":
-            r = run_snnc(a.images, a.epochs, a.threads, a.net, a.device)
+            r = run_snnc(a.images, a.epochs, a.threads, a.net, a.device, a.snnc_args.split(),
+                         a.timeout)
         else:
+            cenv = dict(env)
+            site = {"sj-cupy": "SNN_SJ014_SITE", "sj-triton": "SNN_SJ2_SITE",
+                    "sj": "SNN_SJ2_SITE"}.get(name)
+            if site and os.environ.get(site):
+                cenv["PYTHONPATH"] = os.pathsep.join(
+                    [os.environ[site]] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+            if name == "sj-triton":
+                cenv["SJ_LIF_CUDA_IMPLEMENTATION"] = cenv["SJ_IF_CUDA_IMPLEMENTATION"] = "triton"
             r = run_child([sys.executable, __file__, "--child", name, "--images", str(a.images),
                            "--epochs", str(a.epochs), "--threads", str(a.threads),
-                           "--net", a.net, "--device", a.device], env)
+                           "--net", a.net, "--device", a.device], cenv, a.timeout)
         res["rows"][name] = r
+        dev_mb = r.get("peak_device_mb")
         print(f"{name:14s} " + (r["error"] if "error" in r else
               f"{r['images_per_s']:10.0f} images/s  test accuracy {r['test_accuracy']:.4f}  "
-              f"peak RSS {r['peak_rss_mb']:.0f} MB"), flush=True)
+              f"peak RSS {r['peak_rss_mb']:.0f} MB" +
+              (f"  device {dev_mb:.0f} MiB" if dev_mb else "")), flush=True)
+        if a.json:
+            Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
     rows = res["rows"]
     if "snnc" in rows and "images_per_s" in rows["snnc"]:
         s = rows["snnc"]["images_per_s"]
