@@ -25,8 +25,8 @@ batches), trained by:
 --net conv: SpikingJelly's Fashion-MNIST conv net (examples/fmnist_conv.snn: conv 128 + BN + IF,
 maxpool, conv 128 + BN + IF, maxpool, fc 2048 + IF, fc 10 + IF; IF with the ATan surrogate, hard
 reset to 0; batchnorm on the batch's statistics over T*B*H*W; T = 4, batch 64, the image fed
-directly; snnc trains the example with its IF given the ATan surrogate, as the peers' IFNode),
-the same loss and optimiser; peers sj (layer.Conv2d/BatchNorm2d/MaxPool2d, multi-step,
+directly; snnc trains the example with its IF given the ATan surrogate, as the peers' IFNode,
+from the hand peer's initial weights), the same loss and optimiser; peers sj (layer.Conv2d/BatchNorm2d/MaxPool2d, multi-step,
 torch backend), hand (conv1 + BN of the static image once, the IF scans in tensor ops, the other
 layers over all T*B rows at once) and hand-compile; snnTorch has no row there.
 
@@ -295,17 +295,47 @@ def conv_model_atan():
     return path
 
 
+def conv_init(path):
+    """(a child) the conv net's initial weights as the `hand` peer draws them (torch.manual_seed(0),
+    its layers made in the same order), by SpikingJelly's state_dict names, to safetensors at path:
+    snnc starts from them, so that the rows' accuracies compare (the first steps' losses swing with
+    the draw: 0.1, 0.84, 0.55, ... from this one)"""
+    import torch
+    import torch.nn as nn
+    from safetensors.torch import save_file
+    torch.manual_seed(0)
+    c1, b1 = nn.Conv2d(1, 128, 3, padding=1, bias=False), nn.BatchNorm2d(128)
+    c2, b2 = nn.Conv2d(128, 128, 3, padding=1, bias=False), nn.BatchNorm2d(128)
+    f3, f4 = nn.Linear(128 * 7 * 7, 2048, bias=False), nn.Linear(2048, 10, bias=False)
+    w = {}
+    for name, m in (("conv_fc.0", c1), ("conv_fc.1", b1), ("conv_fc.4", c2), ("conv_fc.5", b2),
+                    ("conv_fc.9", f3), ("conv_fc.11", f4)):
+        for k, v in m.state_dict().items():
+            if k != "num_batches_tracked":
+                w[f"{name}.{k}"] = v.detach().clone().contiguous()
+    save_file(w, path)
+
+
 def run_snnc(images, epochs, threads, net="mlp", device="cpu", extra=(), timeout=None):
     model = conv_model_atan() if net == "conv" else ROOT / "examples" / f"fmnist_{net}.snn"
+    init = ["--init"]
+    if net == "conv":
+        # the hand peer's initial weights (made in a child: the parent imports no torch)
+        path = model.with_suffix(".init.safetensors")
+        r = subprocess.run([sys.executable, __file__, "--child", "conv-init", "--json", str(path)],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            init = [f"--weights={path}"]
     cmd = [str(SNNC), "--train", "--device=cuda" if device == "cuda" else "--backend=cpu",
            str(model),
-           "--init", "--data=fashion-mnist", f"--limit={images}", f"--epochs={epochs}",
+           *init, "--data=fashion-mnist", f"--limit={images}", f"--epochs={epochs}",
            f"--batch={BATCH}", "--optimizer=adam", f"--lr={LR}", "--loss=mse", "--no-shuffle",
            f"--threads={threads}", "-o", "/tmp/snnc-bench-train.safetensors", "--report=json",
            "-q", *extra]
     r = run_child(cmd, timeout=timeout)
     if net == "conv":
         model.unlink(missing_ok=True)
+        model.with_suffix(".init.safetensors").unlink(missing_ok=True)
     if "error" in r:
         return r
     ep = r["epochs"]
@@ -336,6 +366,9 @@ def main():
     # whole batches only: a last, smaller batch would make torch.compile compile again inside
     # the timed loop (dynamic shapes), which no user's epoch pays more than once
     a.images -= a.images % BATCH
+    if a.child == "conv-init":
+        conv_init(a.json)
+        return
     if a.child:
         child(a.child, a.images, a.epochs, a.threads, a.net, a.device)
         return
