@@ -1120,6 +1120,38 @@ engine_weights_changed(Engine *e, char *err, size_t errlen)
     return !e->is_cuda || rt_cuda_exec_set_weights(e->cx, e->bd->mem, err, errlen) == SNN_OK;
 }
 
+/* the host's optimiser over every trained weight (not batchnorm's running statistics), after
+ * --clip-grad-norm's clipping of g, then the binding's packed copies (and a device's weights)
+ * follow: *t_rebind gets the seconds of that */
+static bool
+engine_opt_host(Engine *e, Module *m, const Options *o, const RtOptConfig *c, int64_t step,
+                float *const *g, float *const *state, float **clip_g, int64_t *clip_n,
+                double *t_rebind, char *err, size_t errlen)
+{
+    int nw = m->nweights;
+    if (o->clip_norm > 0) {
+        int ng = 0;
+        for (int w = 0; w < nw; w++) {
+            const Weight *wt = &m->weights[w];
+            if (strncmp(weight_slot_name(m, wt), "running_", 8)) {
+                clip_g[ng] = g[w];
+                clip_n[ng++] = wt->numel;
+            }
+        }
+        rt_clip_grad_norm(clip_g, clip_n, ng, o->clip_norm);
+    }
+    for (int w = 0; w < nw; w++) {
+        Weight *wt = &m->weights[w];
+        if (strncmp(weight_slot_name(m, wt), "running_", 8) == 0) continue;
+        rt_opt_step_pool(e->pool, c, step, wt->data, g[w], state[w], state[w] + wt->numel,
+                         wt->numel);
+    }
+    double t0 = rt_now_seconds();
+    bool ok = engine_weights_changed(e, err, errlen);
+    *t_rebind = rt_now_seconds() - t0;
+    return ok;
+}
+
 static bool apply_train_block(const Module *m, Options *o);
 
 int
@@ -1411,45 +1443,19 @@ train(Module *m, const Options *o)
                 rc = 1;
                 break;
             }
-            double to0 = rt_now_seconds();
-            if (eng.dev_opt) {
-                eng.host_grads = false;
-                if (!engine_opt_device(&eng, m, &ecfg, step, err, sizeof err)) {
-                    fprintf(stderr, "snnc: error: --device=cuda: the optimiser: %s\n", err);
-                    rc = 1;
-                    break;
-                }
-                t_opt += rt_now_seconds() - to0;
-                goto updated;
-            }
-            if (o->clip_norm > 0) {
-                /* the trained weights' gradients (not batchnorm's running statistics) */
-                int ng = 0;
-                for (int w = 0; w < nw; w++) {
-                    const Weight *wt = &m->weights[w];
-                    if (strncmp(weight_slot_name(m, wt), "running_", 8)) {
-                        clip_g[ng] = gsrc[w];
-                        clip_n[ng++] = wt->numel;
-                    }
-                }
-                rt_clip_grad_norm(clip_g, clip_n, ng, o->clip_norm);
-            }
-            for (int w = 0; w < nw; w++) {
-                Weight *wt = &m->weights[w];
-                if (strncmp(weight_slot_name(m, wt), "running_", 8) == 0) continue;
-                rt_opt_step_pool(eng.pool, &ecfg, step, wt->data, gsrc[w], state[w],
-                                 state[w] + wt->numel, wt->numel);
-            }
-            double to1 = rt_now_seconds();
-            t_opt += to1 - to0;
-            bool rebound = engine_weights_changed(&eng, err, sizeof err);
-            t_rebind += rt_now_seconds() - to1;
-            if (!rebound) {
-                fprintf(stderr, "snnc: error: %s\n", err);
+            double to0 = rt_now_seconds(), t_reb = 0;
+            eng.host_grads = !eng.dev_opt;
+            bool updated = eng.dev_opt ? engine_opt_device(&eng, m, &ecfg, step, err, sizeof err)
+                                       : engine_opt_host(&eng, m, o, &ecfg, step, gsrc, state,
+                                                         clip_g, clip_n, &t_reb, err, sizeof err);
+            t_opt += rt_now_seconds() - to0 - t_reb;
+            t_rebind += t_reb;
+            if (!updated) {
+                fprintf(stderr, "snnc: error: %s%s\n",
+                        eng.dev_opt ? "--device=cuda: the optimiser: " : "", err);
                 rc = 1;
                 break;
             }
-        updated:
             loss_sum += bt.loss_sum * nb;
             correct += bt.correct;
             done += nb;
