@@ -304,8 +304,8 @@ void kir_free(KProgram *p);
  * so the two give the same bits. */
 typedef struct KTrain {
     int nforward;
-    /* has_input_grads (kir_lower_train_inputs): input k's gradient in buffer input_grad[k] (f32,
-     * the input's layout; -1: none), from kernels [nforward, nkernels); kernels
+    /* has_input_grads (a train module with inputs' grad nodes): input k's gradient in buffer
+     * input_grad[k] (f32, the input's layout; -1: none), from kernels [nforward, nkernels); kernels
      * [ninput_first, nkernels) serve only those, so a step that wants none ends before them
      * (without: ninput_first == nkernels, input_grad all -1) */
     bool has_input_grads;
@@ -318,14 +318,15 @@ typedef struct KTrain {
      * them: mean and var), or -1 */
     int *bn_mean, *bn_invstd, *bn_var;
 } KTrain;
-/* NULL with the reason in err (grad_problem's, naming the layer) */
-KProgram *kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen);
+/* The training program of tm, a train-step module (ir_grad: a forward module and its grad
+ * nodes), its backward kernels in the grad nodes' order; the inputs' gradients where it has
+ * them (KTrain.has_input_grads). NULL with the reason in err (grad_problem's, naming the layer).
+ * tm must outlive the program. */
+KProgram *kir_lower_train(const Module *tm, KTrain *tr, char *err, size_t errlen);
 /* either, for a target: on KTARGET_GPU the layers' forward and backward kernels take the GPU's
  * shapes (a thread per output, sums in the same order: the same bits) */
-KProgram *kir_lower_train_for(const Module *m, KTarget target, bool inputs, KTrain *tr, char *err,
+KProgram *kir_lower_train_for(const Module *tm, KTarget target, KTrain *tr, char *err,
                               size_t errlen);
-/* the same with the inputs' gradients too (KTrain.has_input_grads) */
-KProgram *kir_lower_train_inputs(const Module *m, KTrain *tr, char *err, size_t errlen);
 /* the same check alone: NULL when m can be trained by compiled code, else why (at *where) */
 const char *kir_train_problem(const Module *m, ValueId *where);
 int64_t ksize_eval(KSize s, int64_t batch);

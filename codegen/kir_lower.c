@@ -418,7 +418,10 @@ kir_train_problem(const Module *m, ValueId *where)
     *where = -1;
     if (m->schedule != SCHEDULE_LAYER || m->memory != MEMORY_SEPARATE)
         return "the training program needs the layer-by-layer schedule and no memory plan";
-    for (ValueId v = 0; v < m->nnodes; v++) {
+    /* the forward's nodes (a train-step module's grad nodes follow them) */
+    Module fwd = *m;
+    fwd.nnodes = module_nforward(m);
+    for (ValueId v = 0; v < fwd.nnodes; v++) {
         const Node *n = &m->nodes[v];
         if (n->fused_into >= 0 || n->is_events || n->layout != SPIKES_BYTES ||
             n->is_scan_epilogue) {
@@ -427,36 +430,31 @@ kir_train_problem(const Module *m, ValueId *where)
                    "events, packed spikes or epilogue marks)";
         }
     }
-    return grad_problem(m, where);
+    return grad_problem(&fwd, where);
 }
 
 KProgram *
-kir_lower_train(const Module *m, KTrain *tr, char *err, size_t errlen)
+kir_lower_train(const Module *tm, KTrain *tr, char *err, size_t errlen)
 {
-    return kir_lower_train_for(m, KTARGET_CPU, false, tr, err, errlen);
+    return kir_lower_train_for(tm, KTARGET_CPU, tr, err, errlen);
 }
 
 KProgram *
-kir_lower_train_inputs(const Module *m, KTrain *tr, char *err, size_t errlen)
-{
-    return kir_lower_train_for(m, KTARGET_CPU, true, tr, err, errlen);
-}
-
-KProgram *
-kir_lower_train_for(const Module *m, KTarget target, bool inputs, KTrain *tr, char *err,
-                    size_t errlen)
+kir_lower_train_for(const Module *tm, KTarget target, KTrain *tr, char *err, size_t errlen)
 {
     ValueId where;
-    const char *why = kir_train_problem(m, &where);
+    const char *why = kir_train_problem(tm, &where);
     if (why) {
-        const Node *n = where >= 0 ? &m->nodes[where] : NULL;
-        const char *name = !n ? "" : n->name ? n->name : node_layer_name(m, n);
+        const Node *n = where >= 0 ? &tm->nodes[where] : NULL;
+        const char *name = !n ? "" : n->name ? n->name : node_layer_name(tm, n);
         diag_format(err, errlen, "%s%s%s%s", n ? "layer '" : "", name, n ? "': " : "", why);
         return NULL;
     }
     memset(tr, 0, sizeof *tr);
-    tr->has_input_grads = inputs;
-    KProgram *p = lower_program(m, target, tr);
+    /* the inputs' gradients where the backward has them (ir_grad with inputs) */
+    for (int k = module_nforward(tm); k < tm->nnodes; k++)
+        tr->has_input_grads |= tm->nodes[tm->nodes[k].args[0]].op == OP_INPUT;
+    KProgram *p = lower_program(tm, target, tr);
     if (p) p->adds_zero_terms = true;
     if (!p) diag_format(err, errlen, "the training program could not be lowered");
     else
@@ -468,6 +466,18 @@ static KProgram *
 lower_program(const Module *m, KTarget target, KTrain *tr)
 {
     KProgram *p = xcalloc(1, sizeof *p);
+    /* a train-step module: the forward lowered as a module of its own (its nodes, the grad nodes
+     * left out; its arena the program's, so nothing frees it twice), the backward from the grad
+     * nodes (lower_grad) */
+    const Module *tm = NULL;
+    if (tr) {
+        tm = m;
+        Module *fwd = arena_alloc(&p->arena, sizeof *fwd);
+        *fwd = *m;
+        fwd->arena = (Arena){0};
+        fwd->nnodes = module_nforward(m);
+        m = fwd;
+    }
     p->m = m;
     p->target = target;
     p->timesteps = m->timesteps;
@@ -541,7 +551,7 @@ lower_program(const Module *m, KTarget target, KTrain *tr)
         }
         if (tr) {
             tr->nforward = p->nkernels;
-            lower_grad(&lw, topo, order, tr);
+            lower_grad(&lw, tm, topo, order, tr);
         }
         if (m->memory == MEMORY_REUSE)
             plan_memory(p);

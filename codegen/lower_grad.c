@@ -3042,7 +3042,7 @@ plan_train_memory(KProgram *p, const KTrain *tr)
 /* ---- the pass ---- */
 
 void
-lower_grad(Lower *lw, const ValueId *topo, const ValueId *sched, KTrain *tr)
+lower_grad(Lower *lw, const Module *tm, const ValueId *topo, const ValueId *sched, KTrain *tr)
 {
     const Module *m = lw->m;
     KProgram *p = lw->p;
@@ -3065,26 +3065,16 @@ lower_grad(Lower *lw, const ValueId *topo, const ValueId *sched, KTrain *tr)
     tr->weight_grad = arena_alloc(&p->arena, ((size_t)m->nweights + 1) * sizeof(int));
     for (int w = 0; w < m->nweights; w++)
         tr->weight_grad[w] = -1;
-    /* which values a weight's gradient flows through: those that depend on a weight */
+    /* which values get a gradient: those with a grad node; needs_w, which of them depend on a
+     * weight (the rest serve only the inputs' gradients) */
     bool *needs_w = arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(bool));
-    /* in topological order, again until nothing changes: a delay in a loop reads a node after it */
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int k = 0; k < n; k++) {
-            ValueId v = topo[k];
-            const Node *nd = &m->nodes[v];
-            bool w = op_info(nd->op)->nweights > 0 || (nd->op == OP_NEURON && nd->learned);
-            for (int a = 0; a < nd->nargs; a++)
-                w = w || needs_w[nd->args[a]];
-            /* with the inputs' gradients: also what depends on an input but through a sampling */
-            bool need = w || (tr->has_input_grads && nd->op == OP_INPUT);
-            for (int a = 0; a < nd->nargs && nd->op != OP_POISSON; a++)
-                need = need || g.needs[nd->args[a]];
-            changed = changed || w != needs_w[v] || need != g.needs[v];
-            needs_w[v] = w;
-            g.needs[v] = need;
-            g.gbuf[v] = -1;
-        }
+    bool *needs = arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(bool));
+    ir_grad_needs(m, topo, tr->has_input_grads, needs_w, needs);
+    for (int k = n; k < tm->nnodes; k++)
+        g.needs[tm->nodes[k].args[0]] = true;
+    for (ValueId v = 0; v < n; v++) {
+        g.gbuf[v] = -1;
+        if (needs[v] != g.needs[v]) die("kir: the grad nodes are not the forward's (ir_grad)");
     }
     /* a neuron layer read by one pool that tiles it (and nothing else): its backward computes the
      * pool's inline, so neither the pool's kernel nor the layer's gradient buffer exists */
@@ -3138,24 +3128,25 @@ lower_grad(Lower *lw, const ValueId *topo, const ValueId *sched, KTrain *tr)
         if (g.needs[v] && !is_step_readout(nd->op) && nd->op != OP_SEQUENCE)
             grad_direct_output(&g, v, o);
     }
-    /* with recurrence, ir_schedule_order's order (each region contiguous after what it reads,
-     * before what reads it); without, the topological order (the interpreter's) */
-    bool has_region = false;
-    for (ValueId v = 0; v < n; v++)
-        has_region = has_region || region[v] >= 0;
-    const ValueId *ord = has_region ? sched : topo;
-    for (int k = n - 1; k >= 0; k--) {
-        ValueId v = ord[k];
+    /* the grad nodes in order: each value's backward step where its gradient is complete; a
+     * recurrent region's steps together, ir_schedule_order's range of it (contiguous) */
+    for (int k = n; k < tm->nnodes; k++) {
+        ValueId v = tm->nodes[k].args[0];
         const Node *nd = &m->nodes[v];
         if (region[v] >= 0) {
-            int lo = k;
-            while (lo > 0 && region[ord[lo - 1]] == region[v])
+            int at = 0;
+            while (sched[at] != v)
+                at++;
+            int lo = at, hi = at;
+            while (lo > 0 && region[sched[lo - 1]] == region[v])
                 lo--;
-            grad_region(&g, ord, lo, k);
-            k = lo;
+            while (hi + 1 < n && region[sched[hi + 1]] == region[v])
+                hi++;
+            grad_region(&g, sched, lo, hi);
+            while (k + 1 < tm->nnodes && region[tm->nodes[k + 1].args[0]] == region[v])
+                k++;
             continue;
         }
-        if (!g.needs[v]) continue;
         if (g.gbuf[v] >= 0 && !g.written[v]) {
             /* nothing reads it: its gradient is zero (a buffer written whole) */
             zero_kernel(lw, v, g.gbuf[v], "backward: no reader, a zero gradient");

@@ -263,7 +263,7 @@ build_binary(Module *m, const Options *o)
     cuda.images = images;
     /* --train -o MODEL.so: the training step too, lowered from a copy of the model as written
      * (every value in a buffer of its own, the weights in f32: what `snnc --train` runs) */
-    Module *tm = NULL;
+    Module *tm = NULL, *gm = NULL;
     KProgram *tp = NULL;
     KTrain tr;
     LinkTrain lt = {0};
@@ -273,7 +273,8 @@ build_binary(Module *m, const Options *o)
         tm->schedule = SCHEDULE_LAYER;
         tm->memory = MEMORY_SEPARATE;
         char terr[512];
-        tp = kir_lower_train_inputs(tm, &tr, terr, sizeof terr);
+        gm = ir_grad(tm, true); /* the train-step module, the inputs' gradients too */
+        tp = kir_lower_train(gm, &tr, terr, sizeof terr);
         if (!tp) {
             diag_file_error(o->out, "cannot build its training step: %s", terr);
             is_ok = false;
@@ -286,6 +287,7 @@ build_binary(Module *m, const Options *o)
                         : link_shared_library(kp, o->cpu, &cuda, tp ? &lt : NULL, o->out, embed);
     free((char *)lt.records);
     kir_free(tp);
+    module_free(gm);
     module_free(tm);
     if (is_ok && o->report_json && !o->run)
         cuda_build_report(&b, o->out, records ? "cpu,cuda" : "cpu");

@@ -771,10 +771,12 @@ parse_options(int argc, char **argv, Options *o)
     if (o->is_nir && o->model)
         usage_error("--model picks one model of a .snn file; a NIR graph is one model");
     if (o->train) {
-        if (o->run || (o->emit && strcmp(o->emit, "kernel") != 0) || (o->explain && o->emit))
+        if (o->run || (o->emit && strcmp(o->emit, "kernel") != 0 && strcmp(o->emit, "ir") != 0) ||
+            (o->explain && o->emit))
             usage_error("--train trains and writes weights: not with --run or --emit (but "
-                        "--emit=kernel, which prints the training step's kernels, or --explain, "
-                        "its buffers and memory)");
+                        "--emit=ir, which prints the train-step module, its forward and backward "
+                        "graph, --emit=kernel, the training step's kernels, or --explain, its "
+                        "buffers and memory)");
         if (!o->out && !o->emit && !o->explain)
             usage_error("--train needs -o FILE.safetensors for the trained weights");
         size_t olen = o->out ? strlen(o->out) : 0;

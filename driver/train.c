@@ -484,6 +484,7 @@ peak_rss_mb(void)
 typedef struct Engine {
     bool is_interp, is_llvm;
     double t_forward, t_loss, t_backward; /* seconds this epoch (--report=json "phases") */
+    Module *tm;                           /* the train-step module (ir_grad) p is lowered from */
     KProgram *p;
     KTrain tr;
     /* views of p: its forward and backward kernels, and with --grads the kernels only the
@@ -835,8 +836,10 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
     m->memory = MEMORY_SEPARATE;
     /* --grads writes the inputs' gradients of the first batch too */
     bool on_gpu = strcmp(o->backend, "cuda") == 0;
-    e->p = kir_lower_train_for(m, on_gpu ? KTARGET_GPU : KTARGET_CPU, o->grads != NULL, &e->tr, err,
-                               sizeof err);
+    /* the train-step module (ir_grad), lowered: its forward, then its backward in the order of
+     * its grad nodes */
+    e->tm = ir_grad(m, o->grads != NULL);
+    e->p = kir_lower_train_for(e->tm, on_gpu ? KTARGET_GPU : KTARGET_CPU, &e->tr, err, sizeof err);
     if (!e->p) {
         fprintf(stderr, "snnc: error: --backend=%s: %s; --backend=interp trains it\n", o->backend,
                 err);
@@ -886,6 +889,16 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
         if (!e->cb || (o->grads && !e->cbi) || (e->inf && !e->ci)) {
             fprintf(stderr, "snnc: error: compiling the training step: %s\n", err);
             return false;
+        }
+        const char *ll = getenv("SNN_TRAIN_LLVM"); /* the step's optimised LLVM IR, to read */
+        if (ll && *ll) {
+            char *text = cg_llvm_module_text(e->p, true, err, sizeof err);
+            FILE *f = text ? fopen(ll, "w") : NULL;
+            if (f) {
+                fputs(text, f);
+                fclose(f);
+            }
+            free(text);
         }
         const char *prof = getenv("SNN_TRAIN_PROFILE");
         if (prof && *prof && strcmp(prof, "0") != 0) {
@@ -945,6 +958,7 @@ engine_close(Engine *e)
     rt_pool_free(e->pool);
     kir_unbind(e->bd);
     kir_free(e->p);
+    module_free(e->tm);
     kir_unbind(e->bdi);
     kir_free(e->inf);
 }
@@ -1165,19 +1179,26 @@ train_emit_kernel(Module *m, const Options *o)
     m->memory = MEMORY_SEPARATE;
     char err[512];
     KTrain tr;
-    /* with --grads, the input gradients' kernels too, as the run would have them */
+    /* the train-step module: with --grads, the inputs' gradients too, as the run would have
+     * them */
+    Module *tm = ir_grad(m, o->grads != NULL);
+    bool is_ir = strcmp(o->emit ? o->emit : "", "ir") == 0;
     KProgram *p =
-        kir_lower_train_for(m, strcmp(o->backend, "cuda") == 0 ? KTARGET_GPU : KTARGET_CPU,
-                            o->grads != NULL, &tr, err, sizeof err);
-    if (!p) {
+        is_ir ? NULL
+              : kir_lower_train_for(tm, strcmp(o->backend, "cuda") == 0 ? KTARGET_GPU : KTARGET_CPU,
+                                    &tr, err, sizeof err);
+    if (!p && !is_ir) {
         fprintf(stderr, "snnc: error: --train --emit=kernel: %s\n", err);
+        module_free(tm);
         return 1;
     }
     char *text = NULL;
     size_t len = 0;
     FILE *f = o->out ? open_memstream(&text, &len) : stdout;
     if (!f) die("out of memory");
-    if (o->explain) {
+    if (is_ir) {
+        ir_print(f, tm);
+    } else if (o->explain) {
         /* the training step's buffers and memory at --batch, and what lives outside it */
         explain_print(f, p, o->batch);
         int64_t wbytes = 0;
@@ -1192,18 +1213,19 @@ train_emit_kernel(Module *m, const Options *o)
                 o->optimizer == RT_OPT_SGD ? "sgd" : o->optimizer == RT_OPT_ADAM ? "adam" : "adamw",
                 nstate, nstate == 1 ? "" : "s", (double)(nstate * wbytes) / 1048576.0);
     } else {
-    fprintf(f,
+        fprintf(
+            f,
             "# the training step: kernels 0..%d the forward; the caller writes the loss gradient "
             "into",
             tr.nforward - 1);
-    for (int k = 0; k < m->noutputs; k++)
-        fprintf(f, " @%s", p->bufs[tr.out_grad[k]].name);
-    fprintf(f, "; kernels %d..%d the backward, leaving the weights' gradients in", tr.nforward,
-            p->nkernels - 1);
-    for (int w = 0; w < m->nweights; w++)
-        if (tr.weight_grad[w] >= 0) fprintf(f, " @%s", p->bufs[tr.weight_grad[w]].name);
-    fputs("\n", f);
-    kir_print(f, p);
+        for (int k = 0; k < m->noutputs; k++)
+            fprintf(f, " @%s", p->bufs[tr.out_grad[k]].name);
+        fprintf(f, "; kernels %d..%d the backward, leaving the weights' gradients in", tr.nforward,
+                p->nkernels - 1);
+        for (int w = 0; w < m->nweights; w++)
+            if (tr.weight_grad[w] >= 0) fprintf(f, " @%s", p->bufs[tr.weight_grad[w]].name);
+        fputs("\n", f);
+        kir_print(f, p);
     }
     int rc = 0;
     if (f != stdout) {
@@ -1215,6 +1237,7 @@ train_emit_kernel(Module *m, const Options *o)
         free(text);
     }
     kir_free(p);
+    module_free(tm);
     return rc;
 }
 

@@ -314,6 +314,10 @@ infer_node(Infer *in, ValueId v)
         set_type(n, n->op == OP_SEQUENCE || n->op == OP_LAST || n->op == OP_MAX ? x->dtype : DT_F32,
                  n->op == OP_SEQUENCE, x->rank, x->dims);
         return 1;
+    case OP_GRAD: /* dL/dx: x's shape, in f32 */
+        if (!x) return 0;
+        set_type(n, DT_F32, x->has_time, x->rank, x->dims);
+        return 1;
     case OP_COUNT_:
         break;
     }

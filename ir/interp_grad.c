@@ -891,6 +891,7 @@ node_backward(Grad *G, ValueId v, int t, double **carry, double *snap)
     case OP_SEQUENCE:
         readout_backward(G, v, t);
         break;
+    case OP_GRAD: /* the interpreter differentiates the forward module itself */
     case OP_COUNT_:
         unreachable();
     }

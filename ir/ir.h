@@ -490,6 +490,20 @@ bool ir_infer(Module *m);
  * through delay, readouts only feeding outputs, neuron programs well formed). Returns false after
  * reporting errors. neuron_analyse fills the derived flags of a NeuronDef. */
 bool ir_verify(Module *m);
+
+/* grad.c: reverse mode over the graph IR. A train-step module is a forward module followed by its
+ * backward: `grad(x)` nodes (dL/dx in f32, x's shape), one per value the loss's gradient flows
+ * through to a weight (or an input), each after the grad nodes of its value's readers, in the
+ * order the backward completes them; x's backward step (its operands' and weights' gradients)
+ * runs where grad(x) stands. ir_grad makes one from a forward module (a copy: m must outlive it;
+ * inputs: the inputs' gradients too); module_nforward counts the forward's nodes (the grad nodes
+ * come last); module_drop_backward leaves the forward; ir_grad_needs sets, over the forward in
+ * topo (ir_topo_order's) order, needs_w[v] (v depends on a weight) and needs[v] (v gets a
+ * gradient). ir_verify checks the grad nodes' rules. */
+Module *ir_grad(const Module *m, bool inputs);
+int module_nforward(const Module *m);
+void module_drop_backward(Module *m);
+void ir_grad_needs(const Module *m, const ValueId *topo, bool inputs, bool *needs_w, bool *needs);
 /* Why value a cannot be computed inside the kernel of b (`fuse a into b`), or NULL when it can:
  * b is a's only user and either a is elementwise (batchnorm, add, sub, mul, scale) and b reads it
  * element by element (a neuron layer or another elementwise op), or a is a neuron layer outside

@@ -312,6 +312,14 @@ put_node(FILE *f, const Module *m, const int *pos, ValueId v)
     }
     fprintf(f, ") : %s", type_str(&n->type, tb, sizeof tb));
     put_loc(f, n->loc);
+    if (n->op == OP_GRAD) {
+        /* the weights' gradients its value's backward step gives (a batchnorm's running
+         * statistics are updated from the batch's, not trained) */
+        const Node *x = &m->nodes[n->args[0]];
+        int nw = x->op == OP_BATCHNORM ? 2 : x->nweights;
+        for (int w = 0; w < nw && w < x->nweights; w++)
+            fprintf(f, "%s%s.grad", w ? ", " : "  # and ", m->weights[x->first_weight + w].name);
+    }
     fputc('\n', f);
 }
 
@@ -392,8 +400,13 @@ ir_print(FILE *f, const Module *m)
     if (!order || !pos)
         die("out of memory");
     print_order(m, order, pos);
-    for (int i = 0; i < m->nnodes; i++)
+    for (int i = 0; i < m->nnodes; i++) {
+        if (m->nodes[order[i]].op == OP_GRAD && (i == 0 || m->nodes[order[i - 1]].op != OP_GRAD))
+            fputs("  # backward (ir/grad.c): grad(x) is dL/dx, complete where it stands, and x's "
+                  "backward step runs there\n",
+                  f);
         put_node(f, m, pos, order[i]);
+    }
     /* the schedule marks (marks.c), each kind in the table's order, values in step order */
     for (int k = 0; k < MARK_COUNT; k++) {
         const MarkInfo *mi = mark_info((MarkKind)k);

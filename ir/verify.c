@@ -146,6 +146,77 @@ check_attrs(const Module *m, const Node *n)
     return true;
 }
 
+/* the backward's rules (ir_verify): after the forward, each of a forward value, one a value, no
+ * forward node reading one, and each after the grad nodes of its value's readers in the same step
+ * (a delay's operand is read at an earlier step: inside a recurrence the steps go backwards
+ * together, in the order of its grad nodes) */
+static bool
+verify_backward(const Module *m)
+{
+    int nf = 0; /* the forward's nodes: those before the first grad node */
+    while (nf < m->nnodes && m->nodes[nf].op != OP_GRAD)
+        nf++;
+    int *at = xmalloc(((size_t)m->nnodes + 1) * sizeof *at); /* v's grad node, or -1 */
+    for (ValueId v = 0; v < m->nnodes; v++)
+        at[v] = -1;
+    bool ok = true;
+    for (ValueId v = 0; v < m->nnodes && ok; v++) {
+        const Node *n = &m->nodes[v];
+        if (n->op != OP_GRAD) {
+            for (int a = 0; a < n->nargs && ok; a++)
+                if (m->nodes[n->args[a]].op == OP_GRAD) {
+                    diag_error(n->loc,
+                               "%s reads '%s', a gradient (grad): the forward reads forward "
+                               "values only",
+                               node_op_name(m, n),
+                               m->nodes[n->args[a]].name ? m->nodes[n->args[a]].name : "grad");
+                    ok = false;
+                }
+            if (ok && v >= nf) {
+                diag_error(n->loc,
+                           "%s follows a grad node: a train-step module's backward (its grad "
+                           "nodes) comes after its whole forward",
+                           node_op_name(m, n));
+                ok = false;
+            }
+            continue;
+        }
+        ValueId x = n->args[0];
+        const char *xn = node_layer_name(m, &m->nodes[x]);
+        if (m->nodes[x].op == OP_GRAD) {
+            diag_error(n->loc, "grad reads '%s', a gradient: it is the gradient of a forward value",
+                       xn);
+            ok = false;
+        } else if (at[x] >= 0) {
+            diag_error(n->loc, "'%s' has two gradients (grad nodes)", xn);
+            diag_note(m->nodes[at[x]].loc, "the first");
+            ok = false;
+        } else if (n->is_output) {
+            diag_error(n->loc, "a gradient cannot be a model output");
+            ok = false;
+        }
+        at[x] = v;
+    }
+    /* every reader's gradient first: a reader r of x (not through a delay) with a grad node
+     * after x's */
+    for (ValueId r = 0; r < nf && ok; r++) {
+        const Node *rn = &m->nodes[r];
+        if (rn->op == OP_DELAY || at[r] < 0) continue;
+        for (int a = 0; a < rn->nargs && ok; a++) {
+            ValueId x = rn->args[a];
+            if (at[x] >= 0 && at[x] < at[r]) {
+                diag_error(m->nodes[at[x]].loc,
+                           "the gradient of '%s' comes before that of '%s', which reads it: a "
+                           "value's gradient is complete only after its readers' backward steps",
+                           node_layer_name(m, &m->nodes[x]), node_layer_name(m, rn));
+                ok = false;
+            }
+        }
+    }
+    free(at);
+    return ok;
+}
+
 bool
 ir_verify(Module *m)
 {
@@ -169,7 +240,7 @@ ir_verify(Module *m)
                 ok = false;
                 break;
             }
-            if (is_readout(m->nodes[u].op)) {
+            if (is_readout(m->nodes[u].op) && n->op != OP_GRAD) {
                 diag_error(n->loc,
                            "%s reads '%s', a readout; readouts (count, mean, last, max, sequence) can "
                            "only be model outputs",
@@ -247,7 +318,7 @@ ir_verify(Module *m)
         ok = false;
     }
     free(order);
-    return ok;
+    return ok && verify_backward(m);
 }
 
 bool
