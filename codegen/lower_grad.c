@@ -36,36 +36,25 @@ static KExpr *pool_grad_inline(G *g, ValueId u, Cur c, Pos *px);
 
 /* ---- what it differentiates ---- */
 
-static bool
-is_supported_op(Op op)
+/* the ops with a backward (ops.def), inside a recurrence or anywhere, "a, b and c" */
+static const char *
+grad_ops(const Module *m, bool in_loop)
 {
-    switch (op) {
-    case OP_INPUT:
-    case OP_POISSON:
-    case OP_FLATTEN:
-    case OP_DENSE:
-    case OP_CONV2D:
-    case OP_CONV1D:
-    case OP_MAXPOOL2D:
-    case OP_AVGPOOL2D:
-    case OP_SUMPOOL2D:
-    case OP_BATCHNORM:
-    case OP_NEURON:
-    case OP_STATE:
-    case OP_SEQUENCE:
-    case OP_MEAN:
-    case OP_COUNT:
-    case OP_LAST:
-    case OP_MAX:
-    case OP_ADD:
-    case OP_SUB:
-    case OP_MUL:
-    case OP_SCALE:
-    case OP_DELAY:
-        return true;
-    default:
-        return false;
+    char *list = arena_strdup((Arena *)&m->arena, "");
+    int n = 0, k = 0;
+    for (int i = 0; i < OP_COUNT_; i++)
+        n += op_info((Op)i)->backward && (!in_loop || op_info((Op)i)->grad_in_loop);
+    for (int i = 0; i < OP_COUNT_; i++) {
+        const OpInfo *oi = op_info((Op)i);
+        if (!oi->backward || (in_loop && !oi->grad_in_loop)) continue;
+        k++;
+        list = arena_printf((Arena *)&m->arena, "%s%s%s", list,
+                            k == 1   ? ""
+                            : k == n ? " and "
+                                     : ", ",
+                            oi->name);
     }
+    return list;
 }
 
 const char *
@@ -84,29 +73,22 @@ grad_problem(const Module *m, ValueId *where)
         const Node *n = &m->nodes[v];
         *where = v;
         Op op = n->op;
-        bool in_loop = region[v] >= 0;
-        if (in_loop && op != OP_NEURON && op != OP_DENSE && op != OP_ADD && op != OP_SUB &&
-            op != OP_MUL && op != OP_SCALE && op != OP_DELAY && op != OP_STATE &&
-            op != OP_FLATTEN) {
+        if (region[v] >= 0 && !op_info(op)->grad_in_loop) {
             free(region);
             return arena_printf((Arena *)&m->arena,
                                 "compiled training does not differentiate %s inside a "
-                                "recurrence yet (there it does dense, neuron, add, sub, mul, "
-                                "scale and delay layers; --backend=interp trains it)",
-                                node_op_name(m, n));
+                                "recurrence yet (there it does %s)",
+                                node_op_name(m, n), grad_ops(m, true));
         }
     }
     free(region);
     for (ValueId v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
         *where = v;
-        if (!is_supported_op(n->op))
+        if (!op_info(n->op)->backward)
             return arena_printf((Arena *)&m->arena,
-                                "compiled training does not differentiate %s yet (dense, conv, "
-                                "pools, batchnorm, neuron layers and their state probes, add, "
-                                "sub, mul, scale, flatten, mean, count, last and sequence "
-                                "readouts; --backend=interp trains every layer)",
-                                node_op_name(m, n));
+                                "compiled training does not differentiate %s (it does %s)",
+                                node_op_name(m, n), grad_ops(m, false));
         if (n->op == OP_NEURON) {
             SurrogateFn sg;
             char why[256];

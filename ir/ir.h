@@ -86,7 +86,7 @@ char *type_str(const Type *t, char *buf, size_t n);
 
 /* ---- ops (ops.def) ---- */
 typedef enum {
-#define OP(id, name, alias, nargs, attrs, weights, sem) OP_##id,
+#define OP(id, name, alias, nargs, attrs, weights, sem, loop, backward) OP_##id,
 #include "ir/ops.def"
 #undef OP
     OP_COUNT_
@@ -113,6 +113,11 @@ typedef struct OpInfo {
     int nweights;
     const char *weights[IR_MAX_WEIGHTS];
     bool weight_optional[IR_MAX_WEIGHTS]; /* "bias?": only when the bias attribute is true */
+    /* its gradient rule (what its backward step gives its operands and weights from dL/dy), or
+     * NULL: not differentiated; grad_in_loop: compiled training differentiates it inside a
+     * recurrence too */
+    const char *backward;
+    bool grad_in_loop;
 } OpInfo;
 const OpInfo *op_info(Op op);
 bool op_lookup(const char *name, Op *out); /* name or alias */

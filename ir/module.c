@@ -61,10 +61,12 @@ static OpInfo op_infos[OP_COUNT_];
 static bool op_infos_ready;
 
 static const struct {
-    const char *name, *alias, *attrs, *weights, *sem;
+    const char *name, *alias, *attrs, *weights, *sem, *backward;
     int nargs;
+    bool loop;
 } op_rows[OP_COUNT_] = {
-#define OP(id, name, alias, nargs, attrs, weights, sem) {name, alias, attrs, weights, sem, nargs},
+#define OP(id, name, alias, nargs, attrs, weights, sem, loop, backward)                            \
+    {name, alias, attrs, weights, sem, backward, nargs, loop},
 #include "ir/ops.def"
 #undef OP
 };
@@ -129,6 +131,8 @@ init_op_infos(void)
         oi->name = op_rows[i].name;
         oi->alias = op_rows[i].alias;
         oi->semantics = op_rows[i].sem;
+        oi->backward = op_rows[i].backward;
+        oi->grad_in_loop = op_rows[i].loop;
         oi->nargs = op_rows[i].nargs;
         parse_attr_schema(oi, op_rows[i].attrs);
         const char *p = op_rows[i].weights;
@@ -192,6 +196,8 @@ ops_print_help(FILE *f)
         if (oi->alias[0])
             fprintf(f, " (alias %s)", oi->alias);
         fprintf(f, ": %d operand%s\n  %s\n", oi->nargs, oi->nargs == 1 ? "" : "s", oi->semantics);
+        fprintf(f, "  backward: %s%s\n", oi->backward ? oi->backward : "none (not differentiated)",
+                oi->backward && oi->grad_in_loop ? " (compiled, inside a recurrence too)" : "");
         for (int a = 0; a < oi->nattrs; a++)
             fprintf(f, "  %s: %s%s\n", oi->attrs[a].name, kinds[oi->attrs[a].kind],
                     oi->attrs[a].has_default ? "" : " (required)");
