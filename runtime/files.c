@@ -225,6 +225,26 @@ write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+int
+rt_fd_write_all(int fd, const void *buf, size_t len)
+{
+    return write_all(fd, buf, len);
+}
+
+/* what a write puts in the file: buf, or what fn writes to the descriptor */
+typedef struct Src {
+    const void *buf;
+    size_t len;
+    RtWriteFn fn;
+    void *ctx;
+} Src;
+
+static int
+src_write(int fd, const Src *s)
+{
+    return s->fn ? s->fn(s->ctx, fd) : write_all(fd, s->buf, s->len);
+}
+
 /* A write prepared and not yet committed: for a file, its temporary, written whole; for a
  * stream, nothing (streams are written when prepared: they cannot be taken back). */
 struct RtWrite {
@@ -263,8 +283,7 @@ write_new(const char *path, const char *target)
 /* path as a stream: a character device, a FIFO, a descriptor the process holds (fd >= 0); *out
  * a write with nothing left to commit */
 static int
-write_stream(const char *path, int fd, const void *buf, size_t len, RtWrite **out, char *err,
-             size_t errlen)
+write_stream(const char *path, int fd, const Src *src, RtWrite **out, char *err, size_t errlen)
 {
     bool is_own = fd >= 0;
     if (is_own) {
@@ -277,7 +296,7 @@ write_stream(const char *path, int fd, const void *buf, size_t len, RtWrite **ou
             return 1;
         }
     }
-    int e = write_all(fd, buf, len);
+    int e = src_write(fd, src);
     if (!is_own && close(fd) != 0 && !e) e = errno;
     if (e) {
         rt_io_error(err, errlen, path, "cannot write: %s", strerror(e));
@@ -294,8 +313,8 @@ write_stream(const char *path, int fd, const void *buf, size_t len, RtWrite **ou
  * fsync'ed and closed, every error checked; the old file, if any, keeps its permissions (and its
  * owner, where this process may give it) */
 static int
-write_temp(RtWrite *w, const struct stat *old, unsigned flags, const void *buf, size_t len,
-           char *err, size_t errlen)
+write_temp(RtWrite *w, const struct stat *old, unsigned flags, const Src *src, char *err,
+           size_t errlen)
 {
     const char *target = w->target;
     const char *slash = strrchr(target, '/');
@@ -339,7 +358,7 @@ write_temp(RtWrite *w, const struct stat *old, unsigned flags, const void *buf, 
         fchown(fd, old->st_uid, old->st_gid) != 0)
         errno = 0;
     int e = old && fchmod(fd, old->st_mode & 07777) != 0 ? errno : 0;
-    if (!e) e = write_all(fd, buf, len);
+    if (!e) e = src_write(fd, src);
     while (!e && fsync(fd) != 0)
         if (errno != EINTR) e = errno;
     if (close(fd) != 0 && !e) e = errno;
@@ -353,13 +372,12 @@ write_temp(RtWrite *w, const struct stat *old, unsigned flags, const void *buf, 
     return 0;
 }
 
-int
-rt_write_prepare(const char *path, const void *buf, size_t len, unsigned flags, RtWrite **out,
-                 char *err, size_t errlen)
+static int
+prepare(const char *path, const Src *src, unsigned flags, RtWrite **out, char *err, size_t errlen)
 {
     *out = NULL;
     int fd = rt_fd_path(path);
-    if (fd >= 0) return write_stream(path, fd, buf, len, out, err, errlen);
+    if (fd >= 0) return write_stream(path, fd, src, out, err, errlen);
     struct stat lst, st;
     const char *target = path;
     char *resolved = NULL;
@@ -380,7 +398,7 @@ rt_write_prepare(const char *path, const void *buf, size_t len, unsigned flags, 
         }
         if (!is_link) st = lst;
         if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))
-            return write_stream(path, -1, buf, len, out, err, errlen);
+            return write_stream(path, -1, src, out, err, errlen);
         if (!S_ISREG(st.st_mode)) {
             rt_io_error(err, errlen, path,
                         "is %s; snnc writes only regular files (replaced whole) and character "
@@ -407,12 +425,36 @@ rt_write_prepare(const char *path, const void *buf, size_t len, unsigned flags, 
         rt_io_error(err, errlen, path, "out of memory");
         return 1;
     }
-    if (write_temp(w, has_old ? &st : NULL, flags, buf, len, err, errlen)) {
+    if (write_temp(w, has_old ? &st : NULL, flags, src, err, errlen)) {
         write_free(w);
         return 1;
     }
     *out = w;
     return 0;
+}
+
+int
+rt_write_prepare(const char *path, const void *buf, size_t len, unsigned flags, RtWrite **out,
+                 char *err, size_t errlen)
+{
+    Src src = {buf, len, NULL, NULL};
+    return prepare(path, &src, flags, out, err, errlen);
+}
+
+int
+rt_write_prepare_fn(const char *path, RtWriteFn fn, void *ctx, unsigned flags, RtWrite **out,
+                    char *err, size_t errlen)
+{
+    Src src = {NULL, 0, fn, ctx};
+    return prepare(path, &src, flags, out, err, errlen);
+}
+
+int
+rt_write_file_fn(const char *path, RtWriteFn fn, void *ctx, char *err, size_t errlen)
+{
+    RtWrite *w;
+    if (rt_write_prepare_fn(path, fn, ctx, 0, &w, err, errlen)) return 1;
+    return rt_write_commit(w, err, errlen);
 }
 
 int

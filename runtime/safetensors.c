@@ -1185,12 +1185,30 @@ rt_tensor_check(const RtTensor *t, const char *what, char *err, size_t errlen)
     return 0;
 }
 
-static int
-st_encode(const RtTensor *ts, int n, RtDType store_dtype, unsigned char **out, size_t *outlen,
-          const char *what, char *err, size_t errlen)
+/* A file being encoded: the tensors in data order (sorted by name) and the header, its length
+ * first, padded with spaces to 8 bytes */
+typedef struct Enc {
+    const RtTensor **order;
+    int n;
+    RtDType dtype;
+    Buf head; /* the 8 length bytes and the JSON header */
+    uint64_t data_bytes;
+} Enc;
+
+static void
+enc_free(Enc *e)
 {
-    *out = NULL;
-    *outlen = 0;
+    free(e->order);
+    free(e->head.p);
+}
+
+static int
+st_begin(const RtTensor *ts, int n, RtDType store_dtype, Enc *e, const char *what, char *err,
+         size_t errlen)
+{
+    memset(e, 0, sizeof *e);
+    e->dtype = store_dtype;
+    e->n = n;
     if (store_dtype != RT_F32 && store_dtype != RT_F16 && store_dtype != RT_BF16) {
         rt_io_error(err, errlen, what, "cannot store dtype %s (use f32, f16 or bf16)",
                     rt_dtype_name(store_dtype));
@@ -1211,18 +1229,18 @@ st_encode(const RtTensor *ts, int n, RtDType store_dtype, unsigned char **out, s
         }
         if (rt_tensor_check(&ts[i], what, err, errlen)) return 1;
     }
-    const RtTensor **order = malloc((n > 0 ? (size_t)n : 1) * sizeof *order);
-    if (!order) {
+    e->order = malloc((n > 0 ? (size_t)n : 1) * sizeof *e->order);
+    if (!e->order) {
         rt_io_error(err, errlen, what, "out of memory");
         return 1;
     }
     for (int i = 0; i < n; i++)
-        order[i] = &ts[i];
-    qsort(order, (size_t)n, sizeof *order, cmp_tensor_name);
+        e->order[i] = &ts[i];
+    qsort(e->order, (size_t)n, sizeof *e->order, cmp_tensor_name);
     for (int i = 1; i < n; i++)
-        if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
-            rt_io_error(err, errlen, what, "tensor '%s' appears twice", order[i]->name);
-            free(order);
+        if (strcmp(e->order[i - 1]->name, e->order[i]->name) == 0) {
+            rt_io_error(err, errlen, what, "tensor '%s' appears twice", e->order[i]->name);
+            enc_free(e);
             return 1;
         }
 
@@ -1232,7 +1250,7 @@ st_encode(const RtTensor *ts, int n, RtDType store_dtype, unsigned char **out, s
     buf_put(&h, "{", 1);
     long long off = 0;
     for (int i = 0; i < n; i++) {
-        const RtTensor *t = order[i];
+        const RtTensor *t = e->order[i];
         if (i) buf_put(&h, ",", 1);
         buf_json_string(&h, t->name);
         buf_str(&h, ":{\"dtype\":\"");
@@ -1248,47 +1266,87 @@ st_encode(const RtTensor *ts, int n, RtDType store_dtype, unsigned char **out, s
     buf_put(&h, "}", 1);
     while (!h.failed && h.n % 8)
         buf_put(&h, " ", 1);
-
-    Buf f = {0};
     unsigned char len8[8];
     uint64_t hl = h.n;
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)(hl >> (8 * i));
-    if (!h.failed && (uint64_t)off <= SIZE_MAX - h.n - 8) {
-        f.cap = 8 + h.n + (size_t)off;
-        f.p = malloc(f.cap ? f.cap : 1);
-        f.failed = !f.p;
-    } else
-        f.failed = 1;
-    buf_put(&f, len8, 8);
-    buf_put(&f, h.p, h.n);
+    buf_put(&e->head, len8, 8);
+    buf_put(&e->head, h.p, h.n);
     free(h.p);
-    for (int i = 0; i < n && !f.failed; i++) {
-        const RtTensor *t = order[i];
-        unsigned char *dst = f.p + f.n;
-        for (int64_t k = 0; k < t->numel; k++) {
-            if (store_dtype == RT_F32) {
-                uint32_t u = rt_f32_bits(t->data[k]);
-                for (int s = 0; s < 4; s++)
-                    dst[4 * k + s] = (unsigned char)(u >> (8 * s));
-            } else {
-                uint16_t u =
-                    store_dtype == RT_F16 ? rt_f32_to_f16(t->data[k]) : rt_f32_to_bf16(t->data[k]);
-                dst[2 * k] = (unsigned char)u;
-                dst[2 * k + 1] = (unsigned char)(u >> 8);
-            }
-        }
-        f.n += (size_t)t->numel * esize;
+    e->data_bytes = (uint64_t)off;
+    if (h.failed || e->head.failed || (uint64_t)off > SIZE_MAX - e->head.n) {
+        rt_io_error(err, errlen, what, "out of memory encoding %d tensors", n);
+        enc_free(e);
+        return 1;
     }
-    free(order);
-    if (f.failed) {
-        free(f.p);
+    return 0;
+}
+
+/* elements [k0, k0 + n) of t as stored (little-endian) at dst */
+static void
+st_put(const Enc *e, const RtTensor *t, int64_t k0, int64_t n, unsigned char *dst)
+{
+    for (int64_t k = 0; k < n; k++) {
+        float x = t->data[k0 + k];
+        if (e->dtype == RT_F32) {
+            uint32_t u = rt_f32_bits(x);
+            for (int s = 0; s < 4; s++)
+                dst[4 * k + s] = (unsigned char)(u >> (8 * s));
+        } else {
+            uint16_t u = e->dtype == RT_F16 ? rt_f32_to_f16(x) : rt_f32_to_bf16(x);
+            dst[2 * k] = (unsigned char)u;
+            dst[2 * k + 1] = (unsigned char)(u >> 8);
+        }
+    }
+}
+
+static int
+st_encode(const RtTensor *ts, int n, RtDType store_dtype, unsigned char **out, size_t *outlen,
+          const char *what, char *err, size_t errlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    Enc e;
+    if (st_begin(ts, n, store_dtype, &e, what, err, errlen)) return 1;
+    size_t esize = rt_dtype_size(store_dtype), len = e.head.n + (size_t)e.data_bytes;
+    unsigned char *f = malloc(len ? len : 1);
+    if (!f) {
+        enc_free(&e);
         rt_io_error(err, errlen, what, "out of memory encoding %d tensors", n);
         return 1;
     }
-    *out = f.p;
-    *outlen = f.n;
+    memcpy(f, e.head.p, e.head.n);
+    size_t at = e.head.n;
+    for (int i = 0; i < n; i++) {
+        st_put(&e, e.order[i], 0, e.order[i]->numel, f + at);
+        at += (size_t)e.order[i]->numel * esize;
+    }
+    enc_free(&e);
+    *out = f;
+    *outlen = len;
     return 0;
+}
+
+/* RtWriteFn: the file, each tensor converted in pieces of ST_PIECE elements */
+enum { ST_PIECE = 16384 };
+static int
+st_write_fd(void *ctx, int fd)
+{
+    const Enc *e = ctx;
+    int rc = rt_fd_write_all(fd, e->head.p, e->head.n);
+    size_t esize = rt_dtype_size(e->dtype);
+    unsigned char *piece = rc ? NULL : malloc(ST_PIECE * esize);
+    if (!rc && !piece) rc = ENOMEM;
+    for (int i = 0; i < e->n && !rc; i++) {
+        const RtTensor *t = e->order[i];
+        for (int64_t k = 0; k < t->numel && !rc; k += ST_PIECE) {
+            int64_t m = t->numel - k < ST_PIECE ? t->numel - k : ST_PIECE;
+            st_put(e, t, k, m, piece);
+            rc = rt_fd_write_all(fd, piece, (size_t)m * esize);
+        }
+    }
+    free(piece);
+    return rc;
 }
 
 int
@@ -1302,10 +1360,11 @@ int
 rt_safetensors_write(const char *path, const RtTensor *ts, int n, RtDType store_dtype, char *err,
                      size_t errlen)
 {
-    unsigned char *buf;
-    size_t len;
-    if (st_encode(ts, n, store_dtype, &buf, &len, path, err, errlen)) return 1;
-    int rc = rt_write_file(path, buf, len, err, errlen);
-    free(buf);
+    /* streamed: the file is never whole in memory (the trained weights and a checkpoint's
+     * optimiser state would be a second copy of themselves at the run's peak) */
+    Enc e;
+    if (st_begin(ts, n, store_dtype, &e, path, err, errlen)) return 1;
+    int rc = rt_write_file_fn(path, st_write_fd, &e, err, errlen);
+    enc_free(&e);
     return rc;
 }

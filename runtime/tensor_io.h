@@ -93,6 +93,14 @@ int rt_write_prepare(const char *path, const void *buf, size_t len, unsigned fla
                      char *err, size_t errlen);
 int rt_write_commit(RtWrite *w, char *err, size_t errlen);
 void rt_write_abort(RtWrite *w);
+/* the same with the bytes written by fn(ctx, fd) to the file's descriptor (0, or an errno value;
+ * rt_fd_write_all writes a buffer whole), so that a large file needs no copy of itself in memory
+ * (the trained weights, a checkpoint) */
+typedef int (*RtWriteFn)(void *ctx, int fd);
+int rt_write_prepare_fn(const char *path, RtWriteFn fn, void *ctx, unsigned flags, RtWrite **w,
+                        char *err, size_t errlen);
+int rt_write_file_fn(const char *path, RtWriteFn fn, void *ctx, char *err, size_t errlen);
+int rt_fd_write_all(int fd, const void *buf, size_t len);
 /* n little-endian elements of dtype t at bytes (n * rt_dtype_size(t) of them, checked by the
  * caller) converted to float */
 void rt_decode_le(RtDType t, const void *bytes, int64_t n, float *dst);
