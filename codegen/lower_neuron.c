@@ -268,8 +268,7 @@ static int
 spike_count_buffer(Lower *lw, ValueId v, int64_t n, int64_t max)
 {
     KProgram *p = lw->p;
-    /* a training step counts for nobody: its counters are the CPU's temporaries on any target */
-    bool is_acc = p->target == KTARGET_GPU && !lw->train;
+    bool is_acc = p->target == KTARGET_GPU;
     KSize size = is_acc ? (KSize){0, 1} : (KSize){n, 0};
     int buf = add_buf(lw, arena_printf(&p->arena, "%s.nspikes", value_name(lw, v)),
                       !is_acc && max <= 255 ? KT_U8 : KT_I64, size, KB_TEMP, -1, -1);
@@ -303,6 +302,9 @@ static void
 count_spikes(Lower *lw, ValueId v, Cur c, Cur step, KStmt *ft, KExpr *jv, KExpr *spike)
 {
     KProgram *p = lw->p;
+    /* a training step reports no firing rates: no counters (the conv SNN's were 8 MB of its
+     * arena at batch 64, written and never read) */
+    if (lw->train) return;
     int buf = spike_count_buffer(lw, v, lw->vs[v].numel, lw->T);
     if (p->bufs[buf].is_accumulator) {
         /* the GPU: each step's spike into the thread's sum (cuda_gen.c), nothing else live across

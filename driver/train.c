@@ -26,6 +26,9 @@
 #include "runtime/train.h"
 
 #include <math.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1383,6 +1386,11 @@ train(Module *m, const Options *o)
     Engine eng;
     memset(&eng, 0, sizeof eng);
     if (rc == 0 && !engine_open(&eng, m, o, bin, outs)) rc = 1;
+#ifdef __GLIBC__
+    /* what compiling the step freed (LLVM's passes) back to the system before the step's buffers
+     * fill: the heap would keep it resident under the training's peak */
+    malloc_trim(0);
+#endif
     char err[512];
     /* on the GPU the optimiser runs there too, but for --clip-grad-norm (the host takes the norm)
      */
