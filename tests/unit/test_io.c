@@ -355,6 +355,35 @@ test_safetensors_roundtrip(void)
     rt_tensor_free(&g[1]);
 }
 
+/* the streamed file (rt_safetensors_write: tensors converted in pieces) is the encoder's bytes,
+ * for a tensor of several pieces and one that ends inside a piece, in every stored dtype (failed
+ * writes: lit robust/output-disk.test) */
+static void
+test_safetensors_streamed(void)
+{
+    char err[512];
+    RtTensor ts[2];
+    int64_t d_big[] = {3, 20011}, d_small[] = {7};
+    CHECK(rt_tensor_init(&ts[0], "big", 2, d_big, err, sizeof err) == 0);
+    CHECK(rt_tensor_init(&ts[1], "a.small", 1, d_small, err, sizeof err) == 0);
+    fill(&ts[0], 3.0f);
+    fill(&ts[1], 1e5f);
+    static const RtDType stores[] = {RT_F32, RT_F16, RT_BF16};
+    for (int s = 0; s < 3; s++) {
+        unsigned char *enc = NULL, *got = NULL;
+        size_t elen = 0, glen = 0;
+        const char *path = tmp_path("streamed.safetensors");
+        CHECK(rt_safetensors_encode(ts, 2, stores[s], &enc, &elen, err, sizeof err) == 0);
+        CHECK(rt_safetensors_write(path, ts, 2, stores[s], err, sizeof err) == 0);
+        CHECK(rt_read_file(path, NULL, &got, &glen, err, sizeof err) == 0);
+        CHECK(elen > 3 * 20011 * 2 && glen == elen && got && memcmp(enc, got, elen) == 0);
+        free(got);
+        free(enc);
+    }
+    rt_tensor_free(&ts[0]);
+    rt_tensor_free(&ts[1]);
+}
+
 static void
 test_safetensors_parse_ok(void)
 {
@@ -1107,6 +1136,7 @@ main(void)
     test_f16();
     test_files();
     test_safetensors_roundtrip();
+    test_safetensors_streamed();
     test_safetensors_parse_ok();
     test_safetensors_errors();
     test_npy();
