@@ -413,7 +413,7 @@ kir_lower_for(const Module *m, KTarget target)
 }
 
 const char *
-kir_train_problem(const Module *m, ValueId *where)
+kir_train_problem(const Module *m, KTarget target, ValueId *where)
 {
     *where = -1;
     if (m->schedule != SCHEDULE_LAYER || m->memory != MEMORY_SEPARATE)
@@ -430,7 +430,7 @@ kir_train_problem(const Module *m, ValueId *where)
                    "events, packed spikes or epilogue marks)";
         }
     }
-    return grad_problem(&fwd, where);
+    return grad_problem(&fwd, target, where);
 }
 
 KProgram *
@@ -443,11 +443,21 @@ KProgram *
 kir_lower_train_for(const Module *tm, KTarget target, KTrain *tr, char *err, size_t errlen)
 {
     ValueId where;
-    const char *why = kir_train_problem(tm, &where);
+    const char *why = kir_train_problem(tm, target, &where);
     if (why) {
         const Node *n = where >= 0 ? &tm->nodes[where] : NULL;
         const char *name = !n ? "" : n->name ? n->name : node_layer_name(tm, n);
-        diag_format(err, errlen, "%s%s%s%s", n ? "layer '" : "", name, n ? "': " : "", why);
+        char at[512] = "";
+        if (n && !n->name && strcmp(name, "?") == 0) {
+            /* an anonymous layer with no name of its own: its op, and where the model has it */
+            name = op_info(n->op)->name;
+            if (n->loc.file)
+                snprintf(at, sizeof at, " at %s:%d:%d", n->loc.file, n->loc.line, n->loc.col);
+        }
+        diag_format(err, errlen, "%s%s%s%s%s", n ? "layer '" : "", name, n ? "'" : "", at,
+                    n ? ": " : "");
+        size_t k = err ? strlen(err) : 0;
+        if (k < errlen) diag_format(err + k, errlen - k, "%s", why);
         return NULL;
     }
     memset(tr, 0, sizeof *tr);

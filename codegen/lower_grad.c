@@ -58,7 +58,7 @@ grad_ops(const Module *m, bool in_loop)
 }
 
 const char *
-grad_problem(const Module *m, ValueId *where)
+grad_problem(const Module *m, KTarget target, ValueId *where)
 {
     ValueId *order = xmalloc(((size_t)m->nnodes + 1) * sizeof *order);
     ValueId *sched = xmalloc(((size_t)m->nnodes + 1) * sizeof *sched);
@@ -73,6 +73,13 @@ grad_problem(const Module *m, ValueId *where)
         const Node *n = &m->nodes[v];
         *where = v;
         Op op = n->op;
+        if (region[v] >= 0 && target == KTARGET_GPU && op_is_conv(op)) {
+            free(region);
+            return arena_printf((Arena *)&m->arena,
+                                "compiled training on a GPU does not differentiate %s inside a "
+                                "recurrence yet (the CPU's does)",
+                                node_op_name(m, n));
+        }
         if (region[v] >= 0 && !op_info(op)->grad_in_loop) {
             free(region);
             return arena_printf((Arena *)&m->arena,
@@ -2409,8 +2416,9 @@ conv_weight_gpu(G *g, ConvGrad *cg, int dw, const char *name)
     end_kernel(lw);
 }
 
+/* the conv's backward: geometry and names */
 static void
-grad_conv(G *g, ValueId v)
+conv_grad_init(G *g, ValueId v, ConvGrad *out)
 {
     Lower *lw = g->lw;
     KProgram *p = lw->p;
@@ -2423,15 +2431,12 @@ grad_conv(G *g, ValueId v)
     cg.x = n->args[0];
     cg.d = conv_geom(m, n);
     const ConvGeom *d = &cg.d;
-    const char *name = value_name(lw, v);
-    int64_t P = d->OH * d->OW, steps = lw->is_static[v] ? 1 : lw->T;
+    int64_t steps = lw->is_static[v] ? 1 : lw->T;
     int w = n->first_weight;
     if (lw->is_static[v] != lw->is_static[cg.x])
         die("kir: conv gradient between a static and a per-step value");
-    KExpr *rv, *ov, *pv;
     /* dL/dx: the transposed convolution, channels last, then added into x's gradient */
     if (g->needs[cg.x]) {
-        bool first = claim(g, cg.x);
         cg.wt = add_buf(lw, arena_printf(&p->arena, "%s.taps", m->weights[w].name), KT_F32,
                         (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
         KBuf *kb = &p->bufs[cg.wt];
@@ -2443,68 +2448,107 @@ grad_conv(G *g, ValueId v)
             kb->nperm = 4;
             memcpy(kb->perm, (const int[]){2, 3, 0, 1}, 4 * sizeof *kb->perm);
         }
-        cg.dxs = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dx", name), KT_F32,
+        cg.dxs = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dx", value_name(lw, v)), KT_F32,
                                    (KSize){steps * d->C * d->H * d->W, 0});
-        begin_kernel(lw, v,
-                     describe(lw, v,
-                              on_gpu(lw) ? "backward: dL/dx, the transposed convolution: a thread "
-                                           "per input element (channels last), its taps then the "
-                                           "output channels in order"
-                                         : "backward: dL/dx, the transposed convolution: each "
-                                           "input pixel's channels in tiles, its taps then the "
-                                           "output channels in order"),
-                     false);
-        lw->k.name = arena_printf(&p->arena, "grad_x_%s", name);
-        if (on_gpu(lw)) {
-            conv_data_gpu(lw, &cg);
-            end_kernel(lw);
-            /* then into x's gradient, a thread per element */
-            begin_kernel(lw, v, describe(lw, v, "backward: dL/dx into x's gradient"), false);
-            lw->k.name = arena_printf(&p->arena, "grad_dx_%s", name);
-            KExpr *q, *x[3];
-            KStmt *fq = loop(lw, top(lw), "q",
-                             bin(lw, KB_MUL, rows_of(lw, v), ci(lw, d->C * d->H * d->W)), true, &q);
-            gpu_coords(lw, body(fq), q, 3, (const int64_t[]){0, d->C, d->H * d->W}, x);
-            Pos px = row_pos(lw, cg.x, x[0],
-                             bin(lw, KB_ADD, bin(lw, KB_MUL, x[1], ci(lw, d->H * d->W)), x[2]));
-            KExpr *si = bin(lw, KB_ADD,
-                            bin(lw, KB_MUL,
-                                bin(lw, KB_ADD, bin(lw, KB_MUL, x[0], ci(lw, d->H * d->W)), x[2]),
-                                ci(lw, d->C)),
-                            x[1]);
-            gadd(g, body(fq), cg.x, &px, kx_load(p, cg.dxs, si), first);
-            end_kernel(lw);
-            goto dy_cl;
-        }
-        KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
-        KExpr *ih, *cc, *q;
-        KStmt *fh = loop(lw, body(fr), "ih", ci(lw, d->H), false, &ih);
-        cg.r = rv;
-        cg.ih = ih;
-        /* each group's input channels in tiles, pixel by pixel or in blocks */
-        if (d->G == 1) {
-            cg.grp = ci(lw, 0);
-            conv_data_row(lw, body(fh), &cg);
-        } else {
-            KExpr *gv;
-            KStmt *fg = loop(lw, body(fh), "g", ci(lw, d->G), false, &gv);
-            cg.grp = gv;
-            conv_data_row(lw, body(fg), &cg);
-        }
-        KStmt *fc = loop(lw, body(fr), "c", ci(lw, d->C), false, &cc);
-        KStmt *fq = loop(lw, body(fc), "q", ci(lw, d->H * d->W), false, &q);
-        fq->is_lanes = true;
-        Pos px =
-            row_pos(lw, cg.x, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, d->H * d->W)), q));
+    }
+    *out = cg;
+}
+
+/* dL/dx of row rv (the CPU's): each input row's channels in tiles over the taps and output
+ * channels into the channels-last scratch, then added into x's gradient (first: stored) */
+static void
+conv_data_rows(G *g, ConvGrad *cg, Cur c, KExpr *rv, bool first)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const ConvGeom *d = &cg->d;
+    KExpr *ih, *cc, *q;
+    KStmt *fh = loop(lw, c, "ih", ci(lw, d->H), false, &ih);
+    cg->r = rv;
+    cg->ih = ih;
+    /* each group's input channels in tiles, pixel by pixel or in blocks */
+    if (d->G == 1) {
+        cg->grp = ci(lw, 0);
+        conv_data_row(lw, body(fh), cg);
+    } else {
+        KExpr *gv;
+        KStmt *fg = loop(lw, body(fh), "g", ci(lw, d->G), false, &gv);
+        cg->grp = gv;
+        conv_data_row(lw, body(fg), cg);
+    }
+    KStmt *fc = loop(lw, c, "c", ci(lw, d->C), false, &cc);
+    KStmt *fq = loop(lw, body(fc), "q", ci(lw, d->H * d->W), false, &q);
+    fq->is_lanes = true;
+    Pos px = row_pos(lw, cg->x, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, d->H * d->W)), q));
+    KExpr *si = bin(
+        lw, KB_ADD,
+        bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, d->H * d->W)), q), ci(lw, d->C)),
+        cc);
+    gadd(g, body(fq), cg->x, &px, kx_load(p, cg->dxs, si), first);
+}
+
+/* dL/dx of every row: the CPU's rows in parallel, the GPU's a thread per element */
+static void
+conv_data_all(G *g, ConvGrad *cg)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    ValueId v = cg->v;
+    const ConvGeom *d = &cg->d;
+    const char *name = value_name(lw, v);
+    bool first = claim(g, cg->x);
+    begin_kernel(lw, v,
+                 describe(lw, v,
+                          on_gpu(lw) ? "backward: dL/dx, the transposed convolution: a thread "
+                                       "per input element (channels last), its taps then the "
+                                       "output channels in order"
+                                     : "backward: dL/dx, the transposed convolution: each "
+                                       "input pixel's channels in tiles, its taps then the "
+                                       "output channels in order"),
+                 false);
+    lw->k.name = arena_printf(&p->arena, "grad_x_%s", name);
+    if (on_gpu(lw)) {
+        conv_data_gpu(lw, cg);
+        end_kernel(lw);
+        /* then into x's gradient, a thread per element */
+        begin_kernel(lw, v, describe(lw, v, "backward: dL/dx into x's gradient"), false);
+        lw->k.name = arena_printf(&p->arena, "grad_dx_%s", name);
+        KExpr *q, *x[3];
+        KStmt *fq = loop(lw, top(lw), "q",
+                         bin(lw, KB_MUL, rows_of(lw, v), ci(lw, d->C * d->H * d->W)), true, &q);
+        gpu_coords(lw, body(fq), q, 3, (const int64_t[]){0, d->C, d->H * d->W}, x);
+        Pos px = row_pos(lw, cg->x, x[0],
+                         bin(lw, KB_ADD, bin(lw, KB_MUL, x[1], ci(lw, d->H * d->W)), x[2]));
         KExpr *si =
             bin(lw, KB_ADD,
-                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, d->H * d->W)), q),
+                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, x[0], ci(lw, d->H * d->W)), x[2]),
                     ci(lw, d->C)),
-                cc);
-        gadd(g, body(fq), cg.x, &px, kx_load(p, cg.dxs, si), first);
+                x[1]);
+        gadd(g, body(fq), cg->x, &px, kx_load(p, cg->dxs, si), first);
         end_kernel(lw);
+        return;
     }
-dy_cl:
+    KExpr *rv;
+    KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
+    conv_data_rows(g, cg, body(fr), rv, first);
+    end_kernel(lw);
+}
+
+/* dW and db over every row (dL/dy copied channels last first) */
+static void
+conv_grad_weights(G *g, ConvGrad *cgp)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Module *m = lw->m;
+    ValueId v = cgp->v;
+    const Node *n = &m->nodes[v];
+    ConvGrad cg = *cgp;
+    const ConvGeom *d = &cg.d;
+    const char *name = value_name(lw, v);
+    int64_t P = d->OH * d->OW, steps = lw->is_static[v] ? 1 : lw->T;
+    int w = n->first_weight;
+    KExpr *rv, *ov, *pv;
     /* dL/dy channels last, for the weight gradient's tiles of output channels (on the GPU a
      * thread per element) */
     cg.dyt = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dy_cl", name), KT_F32,
@@ -2572,6 +2616,16 @@ dy_cl:
         s_store(lw, body(fo2), db, ov, var(lw, sum));
         end_kernel(lw);
     }
+    *cgp = cg;
+}
+
+static void
+grad_conv(G *g, ValueId v)
+{
+    ConvGrad cg;
+    conv_grad_init(g, v, &cg);
+    if (g->needs[cg.x]) conv_data_all(g, &cg);
+    conv_grad_weights(g, &cg);
 }
 
 /* ---- delays (no recurrence: the operand comes first) ---- */
@@ -2763,6 +2817,7 @@ grad_region(G *g, const ValueId *sched, int lo, int hi)
     const Module *m = lw->m;
     RegionNeuron *rn = arena_alloc(&lw->scratch, (size_t)(hi - lo + 1) * sizeof *rn);
     DenseGrad *dg = arena_alloc(&lw->scratch, (size_t)(hi - lo + 1) * sizeof *dg);
+    ConvGrad *cgs = arena_alloc(&lw->scratch, (size_t)(hi - lo + 1) * sizeof *cgs);
     /* every gradient the region adds to: zeroed unless its readers outside stored it */
     for (int q = lo; q <= hi; q++) {
         const Node *n = &m->nodes[sched[q]];
@@ -2778,6 +2833,7 @@ grad_region(G *g, const ValueId *sched, int lo, int hi)
         ValueId v = sched[q];
         const Node *n = &m->nodes[v];
         if (n->op == OP_DENSE) dense_grad_init(g, v, &dg[q - lo]);
+        if (op_is_conv(n->op)) conv_grad_init(g, v, &cgs[q - lo]);
         if (n->op != OP_NEURON) continue;
         const NeuronDef *nd = m->neurons[n->neuron];
         int64_t numel = lw->vs[v].numel;
@@ -2844,6 +2900,19 @@ grad_region(G *g, const ValueId *sched, int lo, int hi)
             end_kernel(lw);
             break;
         }
+        case OP_CONV2D:
+        case OP_CONV1D: {
+            if (!g->needs[n->args[0]]) break;
+            Cur c = region_kernel(lw, v,
+                                  "backward: one step's dL/dx, the transposed convolution: the "
+                                  "sample's row, its taps then the output channels in order (a "
+                                  "recurrent region's, from the last step)",
+                                  "grad_x_step", 1, false, &iv, &tv);
+            KExpr *row = bin(lw, KB_ADD, bin(lw, KB_MUL, tv, kx_kind(p, KX_BATCH)), iv);
+            conv_data_rows(g, &cgs[q - lo], c, row, false);
+            end_kernel(lw);
+            break;
+        }
         case OP_ADD:
         case OP_SUB:
         case OP_MUL:
@@ -2888,6 +2957,7 @@ grad_region(G *g, const ValueId *sched, int lo, int hi)
         ValueId v = sched[q];
         const Node *n = &m->nodes[v];
         if (n->op == OP_DENSE) dense_grad_weights(g, &dg[q - lo]);
+        if (op_is_conv(n->op)) conv_grad_weights(g, &cgs[q - lo]);
         for (int i = 0; n->op == OP_NEURON && i < m->neurons[n->neuron]->nparams; i++)
             if (rn[q - lo].partial[i] >= 0) learned_grad(g, v, i, rn[q - lo].partial[i]);
     }

@@ -451,7 +451,7 @@ dense_backward(Grad *G, ValueId v, int t)
  * db[o]: the sum over rows and output pixels. Float sums under `accumulate f32` (fmaf), double
  * under `accumulate exact`, rounded once at the end. */
 static void
-conv_backward_f32(Grad *G, ValueId v)
+conv_backward_f32_rows(Grad *G, ValueId v, int64_t q0, int64_t q1, bool weights)
 {
     Interp *ip = &G->ip;
     const Node *n = &ip->m->nodes[v];
@@ -467,7 +467,7 @@ conv_backward_f32(Grad *G, ValueId v)
     bool f32 = ip->is_f32_sums;
 #define FMA(x, y, s) (f32 ? (double)fmaf((float)(x), (float)(y), (float)(s)) : fma((x), (y), (s)))
 #define ROW(base, q, len) ((base) + (size_t)((q) % ip->nb) * (size_t)(len))
-    for (int64_t q = 0; q < rows; q++) {
+    for (int64_t q = q0; q < q1; q++) {
         int t = (int)(q / ip->nb);
         const double *gy = ROW(gslot(G, v, t), q, g.O * npix);
         double *gx = ROW(gslot(G, a, t), q, nin);
@@ -492,7 +492,7 @@ conv_backward_f32(Grad *G, ValueId v)
                 }
     }
     bool rows_first = conv_dw_rows_first(&g);
-    for (int64_t o = 0; o < g.O && (dw || db); o++) {
+    for (int64_t o = 0; o < g.O && (dw || db) && weights; o++) {
         for (int64_t cg = 0; cg < g.Cg && dw; cg++)
             for (int64_t kh = 0; kh < g.KH; kh++)
                 for (int64_t kw = 0; kw < g.KW; kw++) {
@@ -531,9 +531,21 @@ conv_backward_f32(Grad *G, ValueId v)
 }
 
 static void
+conv_backward_f32(Grad *G, ValueId v)
+{
+    const NodeRun *r = &G->ip.nodes[v];
+    conv_backward_f32_rows(G, v, 0, (int64_t)(r->is_static ? 1 : G->ip.T) * G->ip.nb, true);
+}
+
+static void
 conv_backward(Grad *G, ValueId v, int t)
 {
     Interp *ip = &G->ip;
+    if (G->compiled_order && G->region && G->region[v] >= 0) {
+        /* in a recurrence, step by step: this step's rows of dL/dx (dW and db after the loop) */
+        conv_backward_f32_rows(G, v, (int64_t)t * ip->nb, (int64_t)(t + 1) * ip->nb, false);
+        return;
+    }
     if (G->compiled_order) {
         if (t == (ip->nodes[v].is_static ? 0 : ip->T - 1)) conv_backward_f32(G, v);
         return;
@@ -1109,6 +1121,8 @@ interp_grad(const Module *m, const InterpOptions *opt, int batch, int64_t sample
                 for (int q = k; q >= first; q--)
                     if (m->nodes[sched[q]].op == OP_DENSE)
                         dense_backward_f32_rows(&G, sched[q], 0, 0, true);
+                    else if (op_is_conv(m->nodes[sched[q]].op))
+                        conv_backward_f32_rows(&G, sched[q], 0, 0, true);
                 k = first;
             }
         } else {
