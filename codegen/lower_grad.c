@@ -1859,58 +1859,47 @@ pool_grad_inline(G *g, ValueId u, Cur c, Pos *px)
  * element in increasing (oh, ow), the order in which interp_grad.c's scatter adds them; each
  * adds dL/dy (avg: divided by KH KW, rounded), a max pool's only where the element is its
  * window's first maximum (recomputed from the input) */
+/* the gradient of row rv of pool v's input: each input element gathers dL/dy of its windows in
+ * increasing (oh, ow) (a max pool's where it is the window's first maximum) onto what it holds
+ * (first: from 0) */
 static void
-grad_pool(G *g, ValueId v)
+pool_grad_rows(G *g, ValueId v, const PoolGeom *q, Cur c0, KExpr *rv, bool first)
 {
     Lower *lw = g->lw;
     KProgram *p = lw->p;
     const Node *n = &lw->m->nodes[v];
     ValueId x = n->args[0];
-    if (!g->needs[x] || g->pool_of[x] == v) return; /* x's backward reads this one's inline */
-    PoolGeom q = pool_geom(lw->m, n);
-    bool first = claim(g, x), is_max = n->op == OP_MAXPOOL2D;
-    begin_kernel(lw, v,
-                 describe(lw, v,
-                          is_max ? "backward: each input gets dL/dy of the windows whose first "
-                                   "maximum it is, gathered"
-                                 : "backward: each input gets dL/dy of its windows, gathered"),
-                 false);
-    lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
-    KExpr *rv, *cc, *ih, *iw, *a, *bb, *oh, *ow;
-    if (pool_tiles(&q)) {
-        grad_pool_tiled(g, v, &q, first);
-        return;
-    }
-    KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
-    KStmt *fcn = loop(lw, body(fr), "c", ci(lw, q.C), false, &cc);
-    KStmt *fh = loop(lw, body(fcn), "ih", ci(lw, q.H), false, &ih);
-    KStmt *fw = loop(lw, body(fh), "iw", ci(lw, q.W), false, &iw);
+    bool is_max = n->op == OP_MAXPOOL2D;
+    KExpr *cc, *ih, *iw, *a, *bb, *oh, *ow;
+    KStmt *fcn = loop(lw, c0, "c", ci(lw, q->C), false, &cc);
+    KStmt *fh = loop(lw, body(fcn), "ih", ci(lw, q->H), false, &ih);
+    KStmt *fw = loop(lw, body(fh), "iw", ci(lw, q->W), false, &iw);
     Cur c = body(fw);
-    KExpr *chan = bin(lw, KB_MUL, cc, ci(lw, q.H));
+    KExpr *chan = bin(lw, KB_MUL, cc, ci(lw, q->H));
     Pos px = row_pos(lw, x, rv,
-                     bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, chan, ih), ci(lw, q.W)), iw));
+                     bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, chan, ih), ci(lw, q->W)), iw));
     int s = local(lw, "s", KT_F32);
     s_assign(lw, c, s, first ? zero(lw) : gload(g, x, &px));
     /* kh = KH-1-a: the windows in increasing oh */
-    KStmt *fa = loop(lw, c, "a", ci(lw, q.KH), false, &a);
-    Cur ca = tap_source(lw, body(fa), ih, bin(lw, KB_SUB, ci(lw, q.KH - 1), a), q.PH, 1, q.SH, q.OH,
-                        &oh);
-    KStmt *fb = loop(lw, ca, "b", ci(lw, q.KW), false, &bb);
-    Cur cb = tap_source(lw, body(fb), iw, bin(lw, KB_SUB, ci(lw, q.KW - 1), bb), q.PW, 1, q.SW,
-                        q.OW, &ow);
+    KStmt *fa = loop(lw, c, "a", ci(lw, q->KH), false, &a);
+    Cur ca = tap_source(lw, body(fa), ih, bin(lw, KB_SUB, ci(lw, q->KH - 1), a), q->PH, 1, q->SH,
+                        q->OH, &oh);
+    KStmt *fb = loop(lw, ca, "b", ci(lw, q->KW), false, &bb);
+    Cur cb = tap_source(lw, body(fb), iw, bin(lw, KB_SUB, ci(lw, q->KW - 1), bb), q->PW, 1, q->SW,
+                        q->OW, &ow);
     int ohv = local(lw, "oh", KT_I64), owv = local(lw, "ow", KT_I64);
     s_assign(lw, cb, ohv, oh);
     s_assign(lw, cb, owv, ow);
     Pos py = row_pos(
         lw, v, rv,
         bin(lw, KB_ADD,
-            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, q.OH)), var(lw, ohv)),
-                ci(lw, q.OW)),
+            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cc, ci(lw, q->OH)), var(lw, ohv)),
+                ci(lw, q->OW)),
             var(lw, owv)));
     KExpr *gv = gload(g, v, &py);
     if (n->op == OP_AVGPOOL2D)
         gv = to(lw, KT_F32,
-                bin(lw, KB_DIV, to(lw, KT_F64, gv), kx_const(p, KT_F64, (double)(q.KH * q.KW))));
+                bin(lw, KB_DIV, to(lw, KT_F64, gv), kx_const(p, KT_F64, (double)(q->KH * q->KW))));
     if (!is_max) {
         s_assign(lw, cb, s, bin(lw, KB_ADD, var(lw, s), gv));
     } else {
@@ -1922,25 +1911,25 @@ grad_pool(G *g, ValueId v)
         s_assign(lw, cb, aw, ci(lw, -1));
         KExpr *kh, *kw;
         int jh = local(lw, "jh", KT_I64), jw = local(lw, "jw", KT_I64);
-        KStmt *fkh = loop(lw, cb, "kh", ci(lw, q.KH), false, &kh);
+        KStmt *fkh = loop(lw, cb, "kh", ci(lw, q->KH), false, &kh);
         s_assign(lw, body(fkh), jh,
                  bin(lw, KB_ADD,
-                     bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, ohv), ci(lw, q.SH)), ci(lw, q.PH)),
+                     bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, ohv), ci(lw, q->SH)), ci(lw, q->PH)),
                      kh));
         KStmt *ifh = s_if(lw, body(fkh),
                           bin(lw, KB_AND, bin(lw, KB_GE, var(lw, jh), ci(lw, 0)),
-                              bin(lw, KB_LT, var(lw, jh), ci(lw, q.H))));
-        KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, q.KW), false, &kw);
+                              bin(lw, KB_LT, var(lw, jh), ci(lw, q->H))));
+        KStmt *fkw = loop(lw, body(ifh), "kw", ci(lw, q->KW), false, &kw);
         s_assign(lw, body(fkw), jw,
                  bin(lw, KB_ADD,
-                     bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, owv), ci(lw, q.SW)), ci(lw, q.PW)),
+                     bin(lw, KB_SUB, bin(lw, KB_MUL, var(lw, owv), ci(lw, q->SW)), ci(lw, q->PW)),
                      kw));
         KStmt *ifw = s_if(lw, body(fkw),
                           bin(lw, KB_AND, bin(lw, KB_GE, var(lw, jw), ci(lw, 0)),
-                              bin(lw, KB_LT, var(lw, jw), ci(lw, q.W))));
+                              bin(lw, KB_LT, var(lw, jw), ci(lw, q->W))));
         Pos pj = row_pos(lw, x, rv,
                          bin(lw, KB_ADD,
-                             bin(lw, KB_MUL, bin(lw, KB_ADD, chan, var(lw, jh)), ci(lw, q.W)),
+                             bin(lw, KB_MUL, bin(lw, KB_ADD, chan, var(lw, jh)), ci(lw, q->W)),
                              var(lw, jw)));
         int xv = local(lw, "xv", KT_F32);
         s_assign(lw, body(ifw), xv, to(lw, KT_F32, vload(lw, x, &pj)));
@@ -1961,6 +1950,32 @@ grad_pool(G *g, ValueId v)
     }
     ValueId rx = root(lw, x);
     s_store(lw, c, g->gbuf[rx], vindex(lw, rx, &px), var(lw, s));
+}
+
+static void
+grad_pool(G *g, ValueId v)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    if (!g->needs[x] || g->pool_of[x] == v) return; /* x's backward reads this one's inline */
+    PoolGeom q = pool_geom(lw->m, n);
+    bool first = claim(g, x), is_max = n->op == OP_MAXPOOL2D;
+    begin_kernel(lw, v,
+                 describe(lw, v,
+                          is_max ? "backward: each input gets dL/dy of the windows whose first "
+                                   "maximum it is, gathered"
+                                 : "backward: each input gets dL/dy of its windows, gathered"),
+                 false);
+    lw->k.name = arena_printf(&p->arena, "grad_%s", lw->k.name);
+    KExpr *rv;
+    if (pool_tiles(&q)) {
+        grad_pool_tiled(g, v, &q, first);
+        return;
+    }
+    KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
+    pool_grad_rows(g, v, &q, body(fr), rv, first);
     end_kernel(lw);
 }
 
@@ -2910,6 +2925,22 @@ grad_region(G *g, const ValueId *sched, int lo, int hi)
                                   "grad_x_step", 1, false, &iv, &tv);
             KExpr *row = bin(lw, KB_ADD, bin(lw, KB_MUL, tv, kx_kind(p, KX_BATCH)), iv);
             conv_data_rows(g, &cgs[q - lo], c, row, false);
+            end_kernel(lw);
+            break;
+        }
+        case OP_MAXPOOL2D:
+        case OP_AVGPOOL2D:
+        case OP_SUMPOOL2D: {
+            /* (a neuron layer outside that only this pool reads computes it inline) */
+            if (!g->needs[n->args[0]] || g->pool_of[n->args[0]] == v) break;
+            Cur c = region_kernel(lw, v,
+                                  "backward: one step's dL/dx, each input element gathering "
+                                  "dL/dy of its windows (a recurrent region's, from the last "
+                                  "step)",
+                                  "grad_step", 1, false, &iv, &tv);
+            PoolGeom pq = pool_geom(m, n);
+            KExpr *row = bin(lw, KB_ADD, bin(lw, KB_MUL, tv, kx_kind(p, KX_BATCH)), iv);
+            pool_grad_rows(g, v, &pq, c, row, false);
             end_kernel(lw);
             break;
         }
