@@ -328,7 +328,7 @@ KProgram *kir_lower_train(const Module *tm, KTrain *tr, char *err, size_t errlen
 KProgram *kir_lower_train_for(const Module *tm, KTarget target, KTrain *tr, char *err,
                               size_t errlen);
 /* the same check alone: NULL when m can be trained by compiled code, else why (at *where) */
-const char *kir_train_problem(const Module *m, KTarget target, ValueId *where);
+const char *kir_train_problem(const Module *m, ValueId *where);
 int64_t ksize_eval(KSize s, int64_t batch);
 /* Whether the step loop of kernels [first, end) may run sample by sample (every kernel has
  * sample_iters): each block of samples through all steps in turn, the blocks independent. The CPU

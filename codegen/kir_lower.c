@@ -413,7 +413,7 @@ kir_lower_for(const Module *m, KTarget target)
 }
 
 const char *
-kir_train_problem(const Module *m, KTarget target, ValueId *where)
+kir_train_problem(const Module *m, ValueId *where)
 {
     *where = -1;
     if (m->schedule != SCHEDULE_LAYER || m->memory != MEMORY_SEPARATE)
@@ -430,7 +430,7 @@ kir_train_problem(const Module *m, KTarget target, ValueId *where)
                    "events, packed spikes or epilogue marks)";
         }
     }
-    return grad_problem(&fwd, target, where);
+    return grad_problem(&fwd, where);
 }
 
 KProgram *
@@ -443,7 +443,7 @@ KProgram *
 kir_lower_train_for(const Module *tm, KTarget target, KTrain *tr, char *err, size_t errlen)
 {
     ValueId where;
-    const char *why = kir_train_problem(tm, target, &where);
+    const char *why = kir_train_problem(tm, &where);
     if (why) {
         const Node *n = where >= 0 ? &tm->nodes[where] : NULL;
         const char *name = !n ? "" : n->name ? n->name : node_layer_name(tm, n);

@@ -58,7 +58,7 @@ grad_ops(const Module *m, bool in_loop)
 }
 
 const char *
-grad_problem(const Module *m, KTarget target, ValueId *where)
+grad_problem(const Module *m, ValueId *where)
 {
     ValueId *order = xmalloc(((size_t)m->nnodes + 1) * sizeof *order);
     ValueId *sched = xmalloc(((size_t)m->nnodes + 1) * sizeof *sched);
@@ -73,13 +73,6 @@ grad_problem(const Module *m, KTarget target, ValueId *where)
         const Node *n = &m->nodes[v];
         *where = v;
         Op op = n->op;
-        if (region[v] >= 0 && target == KTARGET_GPU && op_is_conv(op)) {
-            free(region);
-            return arena_printf((Arena *)&m->arena,
-                                "compiled training on a GPU does not differentiate %s inside a "
-                                "recurrence yet (the CPU's does)",
-                                node_op_name(m, n));
-        }
         if (region[v] >= 0 && !op_info(op)->grad_in_loop) {
             free(region);
             return arena_printf((Arena *)&m->arena,
