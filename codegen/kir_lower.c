@@ -419,9 +419,7 @@ kir_train_problem(const Module *m, ValueId *where)
     if (m->schedule != SCHEDULE_LAYER || m->memory != MEMORY_SEPARATE)
         return "the training program needs the layer-by-layer schedule and no memory plan";
     /* the forward's nodes (a train-step module's grad nodes follow them) */
-    Module fwd = *m;
-    fwd.nnodes = module_nforward(m);
-    for (ValueId v = 0; v < fwd.nnodes; v++) {
+    for (ValueId v = 0; v < module_nforward(m); v++) {
         const Node *n = &m->nodes[v];
         if (n->fused_into >= 0 || n->is_events || n->layout != SPIKES_BYTES ||
             n->is_scan_epilogue) {
@@ -430,7 +428,7 @@ kir_train_problem(const Module *m, ValueId *where)
                    "events, packed spikes or epilogue marks)";
         }
     }
-    return grad_problem(&fwd, where);
+    return grad_problem(m, where);
 }
 
 KProgram *

@@ -464,9 +464,11 @@ void lower_sequence(Lower *lw, ValueId x, int obuf, bool has_time);
 
 /* lower_grad.c */
 /* Why compiled training cannot run module m yet (an op or neuron it does not differentiate), at
- * node *where; NULL when it can */
+ * node *where; NULL when it can. m: a forward module or a train-step module (its forward checked);
+ * the message lives in m's arena */
 const char *grad_problem(const Module *m, ValueId *where);
-/* the backward kernels of the forward lowered in lw, appended to its program; tr filled */
+/* the backward kernels of the forward lowered in lw (tm's forward), appended to its program in
+ * the order of tm's grad nodes; tr filled */
 void lower_grad(Lower *lw, const Module *tm, const ValueId *topo, const ValueId *sched, KTrain *tr);
 void lower_batchnorm_batch(Lower *lw, ValueId v);
 

@@ -60,6 +60,7 @@ grad_ops(const Module *m, bool in_loop)
 const char *
 grad_problem(const Module *m, ValueId *where)
 {
+    int nf = module_nforward(m); /* a train-step module's forward: its grad nodes follow */
     ValueId *order = xmalloc(((size_t)m->nnodes + 1) * sizeof *order);
     ValueId *sched = xmalloc(((size_t)m->nnodes + 1) * sizeof *sched);
     int *region = xmalloc(((size_t)m->nnodes + 1) * sizeof *region);
@@ -69,7 +70,7 @@ grad_problem(const Module *m, ValueId *where)
     if (has_order) ir_schedule_order(m, order, region, sched);
     free(order);
     free(sched);
-    for (ValueId v = 0; v < m->nnodes; v++) {
+    for (ValueId v = 0; v < nf; v++) {
         const Node *n = &m->nodes[v];
         *where = v;
         Op op = n->op;
@@ -82,7 +83,7 @@ grad_problem(const Module *m, ValueId *where)
         }
     }
     free(region);
-    for (ValueId v = 0; v < m->nnodes; v++) {
+    for (ValueId v = 0; v < nf; v++) {
         const Node *n = &m->nodes[v];
         *where = v;
         if (!op_info(n->op)->backward)
