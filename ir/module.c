@@ -285,7 +285,7 @@ module_clone(const Module *m)
     c->arena = keep;
     c->capnodes = m->nnodes;
     c->nodes = arena_alloc(a, ((size_t)m->nnodes + 1) * sizeof *c->nodes);
-    memcpy(c->nodes, m->nodes, (size_t)m->nnodes * sizeof *c->nodes);
+    if (m->nnodes) memcpy(c->nodes, m->nodes, (size_t)m->nnodes * sizeof *c->nodes);
     for (int v = 0; v < m->nnodes; v++) {
         const Node *n = &m->nodes[v];
         int np = n->op == OP_NEURON && n->neuron >= 0 ? m->neurons[n->neuron]->nparams : 0;
@@ -296,13 +296,14 @@ module_clone(const Module *m)
     }
     c->capneurons = m->nneurons;
     c->neurons = arena_alloc(a, ((size_t)m->nneurons + 1) * sizeof *c->neurons);
-    memcpy(c->neurons, m->neurons, (size_t)m->nneurons * sizeof *c->neurons);
+    if (m->nneurons) memcpy(c->neurons, m->neurons, (size_t)m->nneurons * sizeof *c->neurons);
     c->weights = arena_alloc(a, ((size_t)m->nweights + 1) * sizeof *c->weights);
-    memcpy(c->weights, m->weights, (size_t)m->nweights * sizeof *c->weights);
+    /* (memcpy from NULL is undefined even for 0 bytes: a model without weights has none) */
+    if (m->nweights) memcpy(c->weights, m->weights, (size_t)m->nweights * sizeof *c->weights);
     c->inputs = arena_alloc(a, ((size_t)m->ninputs + 1) * sizeof *c->inputs);
-    memcpy(c->inputs, m->inputs, (size_t)m->ninputs * sizeof *c->inputs);
+    if (m->ninputs) memcpy(c->inputs, m->inputs, (size_t)m->ninputs * sizeof *c->inputs);
     c->outputs = arena_alloc(a, ((size_t)m->noutputs + 1) * sizeof *c->outputs);
-    memcpy(c->outputs, m->outputs, (size_t)m->noutputs * sizeof *c->outputs);
+    if (m->noutputs) memcpy(c->outputs, m->outputs, (size_t)m->noutputs * sizeof *c->outputs);
     return c;
 }
 
