@@ -1580,11 +1580,12 @@ fe_load_text(const char *path, const char *text, size_t len, const char *model_n
     const AstItem *model = NULL;
     Loc none = {0};
     ok = load_file(&L, path, text, len, true, model_name, none, 0, &model) &&
-         lower_model(&L, model, path) && ir_verify(L.m) && ir_infer(L.m) && ir_verify_fusions(L.m) &&
-         check_annotations(&L);
+         lower_model(&L, model, path) && ir_verify(L.m) && ir_infer(L.m);
     /* a train-step module's backward (--train --emit=ir) is checked, then left: what reads a
-     * model runs its forward, and --train derives the backward again (ir_grad) */
+     * model runs its forward (its marks checked on it), and --train derives the backward again
+     * (ir_grad) */
     if (ok) module_drop_backward(L.m);
+    ok = ok && ir_verify_fusions(L.m) && check_annotations(&L);
     if (ok) {
         /* included[0] is the main file's name, which fe_load adds if it is a file */
         L.m->files = arena_alloc(&L.m->arena, (size_t)L.nincluded * sizeof *L.m->files);

@@ -84,7 +84,11 @@ ir_grad(const Module *m, bool inputs)
     for (ValueId v = 0; v < n; v++)
         has_region = has_region || region[v] >= 0;
     const ValueId *ord = has_region ? sched : topo;
+    /* a copy in the layer-by-layer schedule with no marks: what the training program lowers (every
+     * value in a buffer of its own), and what the printed module needs to read back (a fused value
+     * would have a second reader, its grad node) */
     Module *t = module_clone(m);
+    module_clear_marks(t);
     for (int k = n - 1; k >= 0; k--) {
         ValueId v = ord[k];
         if (!needs[v]) continue;

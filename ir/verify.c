@@ -172,6 +172,13 @@ verify_backward(const Module *m)
                                m->nodes[n->args[a]].name ? m->nodes[n->args[a]].name : "grad");
                     ok = false;
                 }
+            if (ok && n->fused_into >= nf) {
+                diag_error(n->loc,
+                           "%s is fused into a gradient: marks (fuse, events, layout, ...) "
+                           "are the forward's",
+                           node_op_name(m, n));
+                ok = false;
+            }
             if (ok && v >= nf) {
                 diag_error(n->loc,
                            "%s follows a grad node: a train-step module's backward (its grad "
@@ -183,7 +190,13 @@ verify_backward(const Module *m)
         }
         ValueId x = n->args[0];
         const char *xn = node_layer_name(m, &m->nodes[x]);
-        if (m->nodes[x].op == OP_GRAD) {
+        if (n->fused_into >= 0 || n->is_events || n->layout != SPIKES_BYTES ||
+            n->is_scan_epilogue || n->wstore != WSTORE_F32 || n->astore != WSTORE_F32) {
+            diag_error(n->loc,
+                       "a gradient takes no marks (fuse, events, layout, ...): they are the "
+                       "forward's");
+            ok = false;
+        } else if (m->nodes[x].op == OP_GRAD) {
             diag_error(n->loc, "grad reads '%s', a gradient: it is the gradient of a forward value",
                        xn);
             ok = false;

@@ -1,7 +1,9 @@
-/* fuzz_lower.c: libFuzzer target for the whole frontend: parse, lower, verify and infer a model from
- * any bytes, as a .snn (with the prelude) or as textual IR (.snnir) by the first byte's low bit. Never a
- * crash, hang or leak; and every module that loads must print, re-parse and print to the same bytes
- * (the IR round-trip property). Includes of anything but regular files are refused by the frontend. */
+/* fuzz_lower.c: libFuzzer target for the whole frontend: parse, lower, verify and infer a model
+ * from any bytes, as a .snn (with the prelude) or as textual IR (.snnir) by the first byte's low
+ * bit. Never a crash, hang or leak; and every module that loads must print, re-parse and print to
+ * the same bytes (the IR round-trip property), and its train-step module (ir_grad) print and load
+ * back to the same forward, its marks cleared. Includes of anything but regular files are refused
+ * by the frontend. */
 #include "frontend/frontend.h"
 
 #include <stdlib.h>
@@ -34,6 +36,21 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(twice);
         free(once);
         module_free(again);
+        /* its train-step module (ir/grad.c) prints, and that loads back to the same forward */
+        Module *tm = ir_grad(m, data[0] & 2);
+        char *train = ir_print_to_string(tm);
+        Module *fwd = fe_load_text("fuzz-train.snnir", train, strlen(train), NULL);
+        if (!fwd) die("printed train-step module does not load back:\n%s", train);
+        Module *plain = module_clone(m); /* the forward as ir_grad copies it: no marks */
+        module_clear_marks(plain);
+        char *a = ir_print_to_string(plain), *b = ir_print_to_string(fwd);
+        if (strcmp(a, b) != 0) die("train-step module's forward differs:\n%s\n---\n%s", a, b);
+        free(a);
+        free(b);
+        module_free(plain);
+        free(train);
+        module_free(fwd);
+        module_free(tm);
         module_free(m);
     }
     diag_reset();
