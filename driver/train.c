@@ -842,6 +842,7 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
     /* the train-step module (ir_grad), lowered: its forward, then its backward in the order of
      * its grad nodes */
     e->tm = ir_grad(m, o->grads != NULL);
+    if (!passes_dump_grad(&o->passes, m, e->tm)) return false;
     e->p = kir_lower_train_for(e->tm, on_gpu ? KTARGET_GPU : KTARGET_CPU, &e->tr, err, sizeof err);
     if (!e->p) {
         fprintf(stderr, "snnc: error: --backend=%s: %s; --backend=interp trains it\n", o->backend,
@@ -1185,6 +1186,10 @@ train_emit_kernel(Module *m, const Options *o)
     /* the train-step module: with --grads, the inputs' gradients too, as the run would have
      * them */
     Module *tm = ir_grad(m, o->grads != NULL);
+    if (!passes_dump_grad(&o->passes, m, tm)) {
+        module_free(tm);
+        return 1;
+    }
     bool is_ir = strcmp(o->emit ? o->emit : "", "ir") == 0;
     KProgram *p =
         is_ir ? NULL

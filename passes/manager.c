@@ -53,13 +53,16 @@ pass_check_list(const char *list, char *err, size_t errlen)
 {
     for (const char *p = list; p && *p;) {
         size_t len = strcspn(p, ",");
-        if (!find(p, len)) {
+        /* grad: --train's reverse mode (ir_grad), which the dumps show as the pass after these */
+        if (!find(p, len) && !(len == 4 && strncmp(p, "grad", 4) == 0)) {
             char names[512] = "";
             for (int i = 0; i < NPASSES; i++) {
                 size_t at = strlen(names);
                 snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "", table[i].name);
             }
-            snprintf(err, errlen, "there is no pass '%.*s' (passes: %s)", (int)len, p, names);
+            snprintf(err, errlen,
+                     "there is no pass '%.*s' (passes: %s; and grad, --train's reverse mode)",
+                     (int)len, p, names);
             return false;
         }
         p += len + (p[len] == ',');
@@ -71,6 +74,12 @@ bool
 pass_check_pipeline(const char *list, char *err, size_t errlen)
 {
     if (!pass_check_list(list, err, errlen)) return false;
+    if (in_list(list, "grad")) {
+        snprintf(err, errlen,
+                 "grad is not a pass to list: --train runs it (reverse mode, ir_grad) "
+                 "after the passes");
+        return false;
+    }
     int n = 0;
     for (const char *p = list; *p; n++)
         p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',');
@@ -230,4 +239,22 @@ passes_run(Module *m, const PassOptions *o)
                     changed_any[k] ? "  changed" : "");
     }
     return true;
+}
+
+bool
+passes_dump_grad(const PassOptions *o, const Module *fwd, const Module *tm)
+{
+    FILE *out = o->dump ? o->dump : stderr;
+    if (o->print_after_all || o->print_after_change || in_list(o->print_after, "grad"))
+        dump(out, tm, "after", "grad", 1, 1);
+    if (!o->tree_dir) return true;
+    struct stat st;
+    if (mkdir(o->tree_dir, 0777) != 0 &&
+        (errno != EEXIST || stat(o->tree_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        diag_file_error(o->tree_dir, "cannot create the dump directory: %s",
+                        errno == EEXIST ? "a file of that name is in the way" : strerror(errno));
+        return false;
+    }
+    return dump_file(o->tree_dir, 0, "input", fwd, "before", 1, 1) &&
+           dump_file(o->tree_dir, 1, "grad", tm, "after", 1, 1);
 }

@@ -45,6 +45,10 @@ bool passes_include(const PassOptions *o, const char *name);
 bool passes_tree_path(const PassOptions *o, int i, char *buf, size_t n);
 /* The pipeline o asks for, on m. False after reporting an error. */
 bool passes_run(Module *m, const PassOptions *o);
+/* --train's dumps: the train-step module tm (ir_grad of fwd) as the IR after a pass named grad
+ * (--print-ir-after=grad, -all, -change, SNN_IR_DUMP), and with a tree dir 00-input.snnir (fwd)
+ * and 01-grad.snnir (tm). False after reporting a dump file that could not be written. */
+bool passes_dump_grad(const PassOptions *o, const Module *fwd, const Module *tm);
 /* --help-passes: name, minimum level, description, one per line. */
 void passes_print_help(FILE *f);
 
