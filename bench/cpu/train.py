@@ -81,7 +81,7 @@ def fmnist():
 
 # ---- the peers (run in a child: python3 train.py --child NAME) ----------------------------------
 
-def child(name, images, epochs, threads, net="mlp", device="cpu"):
+def child(name, images, epochs, threads, net="mlp", device="cpu", tta=None):
     global T, BATCH
     T, BATCH = NETS[net]
     import numpy as np
@@ -230,12 +230,32 @@ def child(name, images, epochs, threads, net="mlp", device="cpu"):
         if isinstance(v, nn.Module):
             v.to(dev)
     opt = torch.optim.Adam(params, lr=LR)
+    # --tta: the training set shuffled each epoch (a seeded generator), the learning rate on a
+    # cosine over the epochs (as snnc --schedule=cosine), the test accuracy after every epoch
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs) if tta else None
+    gen = torch.Generator().manual_seed(0)
+
+    def test_accuracy():
+        correct = 0
+        eval_mode()
+        with torch.no_grad():
+            step = 1000 if net == "mlp" else BATCH
+            for i in range(0, xte.shape[0], step):
+                correct += int((forward(xte[i:i + step]).argmax(1) == yte[i:i + step]).sum())
+        train_mode()
+        return correct / xte.shape[0]
+
     train_mode()
     timed_images, timed = 0, 0.0
     first_batch = None
+    trained, log, tta_s = 0.0, [], None
     for e in range(epochs):
+        order = torch.randperm(images, generator=gen).to(dev) if tta else None
         for i in range(0, images, BATCH):
-            x, y = xtr[i:i + BATCH], ytr[i:i + BATCH]
+            if tta:
+                x, y = xtr[order[i:i + BATCH]], ytr[order[i:i + BATCH]]
+            else:
+                x, y = xtr[i:i + BATCH], ytr[i:i + BATCH]
             sync()
             t0 = time.perf_counter()
             out = forward(x)
@@ -245,19 +265,25 @@ def child(name, images, epochs, threads, net="mlp", device="cpu"):
             opt.step()
             sync()
             dt = time.perf_counter() - t0
+            trained += dt
             if first_batch is None:
                 first_batch = dt
             else:
                 timed += dt
                 timed_images += x.shape[0]
-    correct = 0
-    eval_mode()
-    with torch.no_grad():
-        step = 1000 if net == "mlp" else BATCH
-        for i in range(0, xte.shape[0], step):
-            correct += int((forward(xte[i:i + step]).argmax(1) == yte[i:i + step]).sum())
+        if tta:
+            sched.step()
+            acc = test_accuracy()
+            log.append({"epoch": e + 1, "train_s": trained, "test_accuracy": acc})
+            print(f"  epoch {e + 1}: test accuracy {acc:.4f}, {trained:.1f} s training",
+                  file=sys.stderr, flush=True)
+            if acc >= tta:
+                tta_s = trained
+                break
+    acc = log[-1]["test_accuracy"] if log else test_accuracy()
     print(json.dumps({"images_per_s": timed_images / timed if timed else 0.0,
-                      "first_batch_s": first_batch, "test_accuracy": correct / xte.shape[0],
+                      "first_batch_s": first_batch, "test_accuracy": acc,
+                      "epochs_log": log, "tta_s": tta_s,
                       "loss": float(loss),
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                       "peak_device_mb": (torch.cuda.max_memory_allocated() / 2**20
@@ -316,7 +342,7 @@ def conv_init(path):
     save_file(w, path)
 
 
-def run_snnc(images, epochs, threads, net="mlp", device="cpu", extra=(), timeout=None):
+def run_snnc(images, epochs, threads, net="mlp", device="cpu", extra=(), timeout=None, tta=None):
     model = conv_model_atan() if net == "conv" else ROOT / "examples" / f"fmnist_{net}.snn"
     init = ["--init"]
     if net == "conv":
@@ -329,7 +355,8 @@ def run_snnc(images, epochs, threads, net="mlp", device="cpu", extra=(), timeout
     cmd = [str(SNNC), "--train", "--device=cuda" if device == "cuda" else "--backend=cpu",
            str(model),
            *init, "--data=fashion-mnist", f"--limit={images}", f"--epochs={epochs}",
-           f"--batch={BATCH}", "--optimizer=adam", f"--lr={LR}", "--loss=mse", "--no-shuffle",
+           f"--batch={BATCH}", "--optimizer=adam", f"--lr={LR}", "--loss=mse",
+           *(["--schedule=cosine"] if tta else ["--no-shuffle"]),
            f"--threads={threads}", "-o", "/tmp/snnc-bench-train.safetensors", "--report=json",
            "-q", *extra]
     r = run_child(cmd, timeout=timeout)
@@ -339,7 +366,15 @@ def run_snnc(images, epochs, threads, net="mlp", device="cpu", extra=(), timeout
     if "error" in r:
         return r
     ep = r["epochs"]
+    # --tta: the training seconds up to the first epoch at the accuracy (snnc runs every epoch)
+    log, tta_s, trained = [], None, 0.0
+    for e in ep:
+        trained += e["seconds"]
+        log.append({"epoch": e["epoch"], "train_s": trained, "test_accuracy": e["test_accuracy"]})
+        if tta and tta_s is None and e["test_accuracy"] >= tta:
+            tta_s = trained
     return {"images_per_s": sum(e["images_per_s"] for e in ep) / len(ep),
+            "epochs_log": log, "tta_s": tta_s,
             "test_accuracy": ep[-1]["test_accuracy"], "loss": ep[-1]["loss"],
             "peak_rss_mb": ep[-1]["peak_rss_mb"], "wall_s": r["wall_s"], "command": " ".join(cmd),
             "peak_device_mb": ep[-1].get("device_mb") if device == "cuda" else None,
@@ -357,6 +392,10 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--snnc-args", default="", help="more arguments for snnc, e.g. --test-limit=N")
     ap.add_argument("--timeout", type=float, default=None, help="seconds each row may take")
+    ap.add_argument("--tta", type=float, default=None,
+                    help="time to this test accuracy: every row trains up to --epochs epochs "
+                         "(shuffled, a cosine learning rate), tested after each, and reports the "
+                         "training seconds to the first epoch at or past it")
     ap.add_argument("--child", default=None)
     a = ap.parse_args()
     global T, BATCH
@@ -370,7 +409,7 @@ def main():
         conv_init(a.json)
         return
     if a.child:
-        child(a.child, a.images, a.epochs, a.threads, a.net, a.device)
+        child(a.child, a.images, a.epochs, a.threads, a.net, a.device, a.tta)
         return
     # the parent imports no torch: a child's peak RSS (ru_maxrss) keeps the parent's high-water
     # mark across fork and exec, so the parent stays small
@@ -385,12 +424,13 @@ def main():
     res = {"date": datetime.date.today().isoformat(), "host": cpu.group(1) if cpu else "?",
            "device": a.device,
            "cpus": os.cpu_count(), "threads": a.threads, "net": a.net, "images": a.images, "epochs": a.epochs,
+           "tta": a.tta,
            "batch": BATCH, "T": T, "versions": vers, "rows": {}}
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     for name in a.only.split(","):
         if name == "snnc":
             r = run_snnc(a.images, a.epochs, a.threads, a.net, a.device, a.snnc_args.split(),
-                         a.timeout)
+                         a.timeout, a.tta)
         else:
             cenv = dict(env)
             site = {"sj-cupy": "SNN_SJ014_SITE", "sj-triton": "SNN_SJ2_SITE",
@@ -402,13 +442,17 @@ def main():
                 cenv["SJ_LIF_CUDA_IMPLEMENTATION"] = cenv["SJ_IF_CUDA_IMPLEMENTATION"] = "triton"
             r = run_child([sys.executable, __file__, "--child", name, "--images", str(a.images),
                            "--epochs", str(a.epochs), "--threads", str(a.threads),
-                           "--net", a.net, "--device", a.device], cenv, a.timeout)
+                           "--net", a.net, "--device", a.device,
+                           *(["--tta", str(a.tta)] if a.tta else [])], cenv, a.timeout)
         res["rows"][name] = r
         dev_mb = r.get("peak_device_mb")
         print(f"{name:14s} " + (r["error"] if "error" in r else
               f"{r['images_per_s']:10.0f} images/s  test accuracy {r['test_accuracy']:.4f}  "
               f"peak RSS {r['peak_rss_mb']:.0f} MB" +
-              (f"  device {dev_mb:.0f} MiB" if dev_mb else "")), flush=True)
+              (f"  device {dev_mb:.0f} MiB" if dev_mb else "") +
+              (("  to %.4f: %s" % (a.tta, "%.2f s training" % r["tta_s"] if r.get("tta_s")
+                                   is not None else "not reached")) if a.tta else "")),
+              flush=True)
         if a.json:
             Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
     rows = res["rows"]
