@@ -188,6 +188,18 @@ passes_include(const PassOptions *o, const char *name)
     return false;
 }
 
+/* the tree dump's directory, made if missing; false after reporting why it cannot be */
+static bool
+tree_dir_make(const char *dir)
+{
+    struct stat st;
+    if (mkdir(dir, 0777) == 0 || (errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)))
+        return true;
+    diag_file_error(dir, "cannot create the dump directory: %s",
+                    errno == EEXIST ? "a file of that name is in the way" : strerror(errno));
+    return false;
+}
+
 bool
 passes_run(Module *m, const PassOptions *o)
 {
@@ -195,13 +207,7 @@ passes_run(Module *m, const PassOptions *o)
     const PassInfo *run[NPASSES * 4 + 1];
     int n = pipeline(o, run);
     if (o->tree_dir) {
-        struct stat st;
-        if (mkdir(o->tree_dir, 0777) != 0 &&
-            (errno != EEXIST || stat(o->tree_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
-            diag_file_error(o->tree_dir, "cannot create the dump directory: %s",
-                            errno == EEXIST ? "a file of that name is in the way" : strerror(errno));
-            return false;
-        }
+        if (!tree_dir_make(o->tree_dir)) return false;
         if (!dump_file(o->tree_dir, 0, "input", m, "before", 1, n)) return false;
     }
     double secs[NPASSES * 4 + 1];
@@ -248,13 +254,7 @@ passes_dump_grad(const PassOptions *o, const Module *fwd, const Module *tm)
     if (o->print_after_all || o->print_after_change || in_list(o->print_after, "grad"))
         dump(out, tm, "after", "grad", 1, 1);
     if (!o->tree_dir) return true;
-    struct stat st;
-    if (mkdir(o->tree_dir, 0777) != 0 &&
-        (errno != EEXIST || stat(o->tree_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        diag_file_error(o->tree_dir, "cannot create the dump directory: %s",
-                        errno == EEXIST ? "a file of that name is in the way" : strerror(errno));
-        return false;
-    }
+    if (!tree_dir_make(o->tree_dir)) return false;
     return dump_file(o->tree_dir, 0, "input", fwd, "before", 1, 1) &&
            dump_file(o->tree_dir, 1, "grad", tm, "after", 1, 1);
 }
