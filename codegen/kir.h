@@ -354,12 +354,20 @@ typedef struct KBinding {
     void **mem;    /* per buffer */
     bool *owned;   /* per buffer: mem is a packed copy this binding frees */
     unsigned char *arena;
+    size_t arena_bytes;
+    bool arena_borrowed; /* arena is another binding's (kir_bind_sharing) */
     int nbufs;
 } KBinding;
 /* NULL with a message in err when a caller array is missing, a caller buffer is not f32 or a
  * weight cannot be bound */
 KBinding *kir_bind(const KProgram *p, int batch, const float *const *inputs,
                    float *const *outputs, char *err, size_t errlen);
+/* kir_bind with p's temporaries in the arena of `host` (another program's binding, which must
+ * outlive it) where they fit, in an arena of their own where they do not: for two programs that
+ * never run at the same time and never keep temporaries between runs (training's step and its
+ * testing, whose runs each start their temporaries afresh) */
+KBinding *kir_bind_sharing(const KProgram *p, int batch, const float *const *inputs,
+                           float *const *outputs, const KBinding *host, char *err, size_t errlen);
 void kir_unbind(KBinding *b);
 /* kernels [first, end) of p on a binding already made (kir_eval is kir_bind, all of them, and
  * kir_unbind): what a trainer runs in two halves, its loss gradient written in between */

@@ -568,6 +568,13 @@ KBinding *
 kir_bind(const KProgram *p, int batch, const float *const *inputs, float *const *outputs,
          char *err, size_t errlen)
 {
+    return kir_bind_sharing(p, batch, inputs, outputs, NULL, err, errlen);
+}
+
+KBinding *
+kir_bind_sharing(const KProgram *p, int batch, const float *const *inputs, float *const *outputs,
+                 const KBinding *host, char *err, size_t errlen)
+{
     KBinding *bd = xcalloc(1, sizeof *bd);
     bd->nbufs = p->nbufs;
     bd->mem = xcalloc((size_t)p->nbufs + 1, sizeof *bd->mem);
@@ -584,7 +591,9 @@ kir_bind(const KProgram *p, int batch, const float *const *inputs, float *const 
     }
     size_t total = rt_arena_layout(p->nbufs, bytes, slot, 64, off);
     free(slot);
-    bd->arena = malloc(total ? total : 1);
+    bd->arena_borrowed = host && host->arena && total <= host->arena_bytes;
+    bd->arena = bd->arena_borrowed ? host->arena : malloc(total ? total : 1);
+    bd->arena_bytes = bd->arena_borrowed ? host->arena_bytes : total;
     bool ok = bd->arena != NULL;
     if (!ok)
         snprintf(err, errlen, "kernel IR: out of memory for the temporaries (%zu bytes)", total);
@@ -652,7 +661,7 @@ kir_unbind(KBinding *bd)
     if (!bd) return;
     for (int b = 0; b < bd->nbufs; b++)
         if (bd->owned[b]) free(bd->mem[b]);
-    free(bd->arena);
+    if (!bd->arena_borrowed) free(bd->arena);
     free(bd->mem);
     free(bd->owned);
     free(bd);

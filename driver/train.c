@@ -871,9 +871,11 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
         m->memory = MEMORY_REUSE;
         e->inf = kir_lower(m);
         m->memory = MEMORY_SEPARATE;
-        e->bdi = e->inf
-                     ? kir_bind(e->inf, o->batch, (const float *const *)bin, outs, err, sizeof err)
-                     : NULL;
+        /* in the step's arena: testing runs between steps, each run of either starts its
+         * temporaries afresh (engine_run), and nothing of a step outlives it there */
+        e->bdi = e->inf ? kir_bind_sharing(e->inf, o->batch, (const float *const *)bin, outs,
+                                           e->bd, err, sizeof err)
+                        : NULL;
         if (!e->bdi) {
             fprintf(stderr, "snnc: error: the inference program for testing: %s\n",
                     e->inf ? err : "not lowered");
