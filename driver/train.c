@@ -190,8 +190,11 @@ load_sets(const Module *m, const Options *o, Sets *s)
                            "(e.g. input image : f32[1, 28, 28])");
         return false;
     }
-    if (rt_fmnist_load_bytes(dir, 1, &s->img, &s->bytes, &s->lab, err, sizeof err) ||
-        rt_fmnist_load_bytes(dir, 0, &s->timg, &s->tbytes, &s->tlab, err, sizeof err)) {
+    /* the images --limit and --test-limit keep, no more */
+    if (rt_fmnist_load_bytes(dir, 1, o->limit > 0 ? o->limit : 0, &s->img, &s->bytes, &s->lab,
+                             err, sizeof err) ||
+        rt_fmnist_load_bytes(dir, 0, o->test_limit > 0 ? o->test_limit : 0, &s->timg, &s->tbytes,
+                             &s->tlab, err, sizeof err)) {
         diag_reader_error(NULL, err);
         return false;
     }

@@ -440,8 +440,8 @@ rt_fmnist_find(const char *dir, int is_train, char *img_path, char *lbl_path, si
 }
 
 static int
-fmnist_load(const char *dir, int is_train, RtTensor *images, uint8_t **pixels, RtTensor *labels,
-            char *err, size_t errlen)
+fmnist_load(const char *dir, int is_train, int64_t max_rows, RtTensor *images, uint8_t **pixels,
+            RtTensor *labels, char *err, size_t errlen)
 {
     const char *what = "Fashion-MNIST";
     memset(images, 0, sizeof *images);
@@ -473,6 +473,21 @@ fmnist_load(const char *dir, int is_train, RtTensor *images, uint8_t **pixels, R
                         (double)labels->data[i]);
             goto fail;
         }
+    /* only the first max_rows kept: a copy of their size, the whole split freed */
+    if (pixels && max_rows > 0 && max_rows < images->dims[0]) {
+        size_t n = (size_t)max_rows * 784;
+        uint8_t *kept = malloc(n);
+        if (!kept) {
+            rt_io_error(err, errlen, img_path, "out of memory for %lld images",
+                        (long long)max_rows);
+            goto fail;
+        }
+        memcpy(kept, *pixels, n);
+        free(*pixels);
+        *pixels = kept;
+        images->dims[0] = labels->dims[0] = labels->numel = max_rows;
+        images->numel = (int64_t)n;
+    }
     /* torchvision ToTensor: byte tensor .float().div(255), i.e. one float32 division */
     for (int64_t i = 0; !pixels && i < images->numel; i++)
         images->data[i] = images->data[i] / 255.0f;
@@ -495,12 +510,12 @@ int
 rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *labels, char *err,
                size_t errlen)
 {
-    return fmnist_load(dir, is_train, images, NULL, labels, err, errlen);
+    return fmnist_load(dir, is_train, 0, images, NULL, labels, err, errlen);
 }
 
 int
-rt_fmnist_load_bytes(const char *dir, int is_train, RtTensor *images, uint8_t **pixels,
-                     RtTensor *labels, char *err, size_t errlen)
+rt_fmnist_load_bytes(const char *dir, int is_train, int64_t max_rows, RtTensor *images,
+                     uint8_t **pixels, RtTensor *labels, char *err, size_t errlen)
 {
-    return fmnist_load(dir, is_train, images, pixels, labels, err, errlen);
+    return fmnist_load(dir, is_train, max_rows, images, pixels, labels, err, errlen);
 }

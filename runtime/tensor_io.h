@@ -178,8 +178,9 @@ int rt_fmnist_load(const char *dir, int is_train, RtTensor *images, RtTensor *la
                    size_t errlen);
 /* rt_fmnist_load with the images kept as their bytes: *pixels (malloc'd, images->numel of them;
  * pixel i is (float)(*pixels)[i] / 255.0f) and images->data NULL; the floats, four times the
- * memory, are never made (a trainer's peak memory held both for a moment) */
-int rt_fmnist_load_bytes(const char *dir, int is_train, RtTensor *images, uint8_t **pixels,
-                         RtTensor *labels, char *err, size_t errlen);
+ * memory, are never made (a trainer's peak memory held both for a moment). max_rows > 0: only
+ * the first max_rows images and labels are kept (the split's whole file is still checked) */
+int rt_fmnist_load_bytes(const char *dir, int is_train, int64_t max_rows, RtTensor *images,
+                         uint8_t **pixels, RtTensor *labels, char *err, size_t errlen);
 
 #endif

@@ -987,10 +987,24 @@ test_fmnist_synthetic(void)
 
     /* the images as their bytes: the same shape, the file's bytes, no floats */
     uint8_t *px = NULL;
-    rc = rt_fmnist_load_bytes(tmpdir, 0, &im, &px, &lb, err, sizeof err);
+    rc = rt_fmnist_load_bytes(tmpdir, 0, 0, &im, &px, &lb, err, sizeof err);
     CHECK(rc == 0 && px && im.data == NULL && im.rank == 4 && im.numel == 3 * 784 && lb.data &&
           lb.data[0] == 9.0f);
     CHECK(rc == 0 && memcmp(px, bi.p + 16, 3 * 784) == 0);
+    free(px);
+    rt_tensor_free(&im);
+    rt_tensor_free(&lb);
+    /* the first 2 (a trainer's --limit): their bytes and labels, no more */
+    rc = rt_fmnist_load_bytes(tmpdir, 0, 2, &im, &px, &lb, err, sizeof err);
+    CHECK(rc == 0 && px && im.dims[0] == 2 && im.numel == 2 * 784 && lb.dims[0] == 2 &&
+          lb.numel == 2 && lb.data[1] == 0.0f);
+    CHECK(rc == 0 && memcmp(px, bi.p + 16, 2 * 784) == 0);
+    free(px);
+    rt_tensor_free(&im);
+    rt_tensor_free(&lb);
+    /* more than there are: all of them */
+    rc = rt_fmnist_load_bytes(tmpdir, 0, 7, &im, &px, &lb, err, sizeof err);
+    CHECK(rc == 0 && im.dims[0] == 3 && im.numel == 3 * 784 && lb.dims[0] == 3);
     free(px);
     rt_tensor_free(&im);
     rt_tensor_free(&lb);
@@ -1019,14 +1033,14 @@ test_fmnist_synthetic(void)
     write_bytes(tmp_path("t10k-labels-idx1-ubyte"), bl.p, bl.n);
     CHECK_ERR(rt_fmnist_load(tmpdir, 0, &im, &lb, err, sizeof err), err, "label 1 is 10");
     px = (uint8_t *)err; /* set to NULL on failure, nothing left allocated (ASan) */
-    CHECK_ERR(rt_fmnist_load_bytes(tmpdir, 0, &im, &px, &lb, err, sizeof err), err,
+    CHECK_ERR(rt_fmnist_load_bytes(tmpdir, 0, 0, &im, &px, &lb, err, sizeof err), err,
               "label 1 is 10");
     CHECK(px == NULL && im.data == NULL && lb.data == NULL);
     unlink(tmp_path("t10k-labels-idx1-ubyte"));
     CHECK_ERR(rt_fmnist_load(tmpdir, 0, &im, &lb, err, sizeof err), err,
               "no t10k-labels-idx1-ubyte[.gz] beside it");
     px = (uint8_t *)err;
-    CHECK_ERR(rt_fmnist_load_bytes(tmpdir, 0, &im, &px, &lb, err, sizeof err), err,
+    CHECK_ERR(rt_fmnist_load_bytes(tmpdir, 0, 0, &im, &px, &lb, err, sizeof err), err,
               "no t10k-labels-idx1-ubyte[.gz] beside it");
     CHECK(px == NULL);
     unlink(tmp_path("t10k-images-idx3-ubyte.gz"));
