@@ -548,11 +548,15 @@ lower_program(const Module *m, KTarget target, KTrain *tr)
                            (groups[k].kind == KG_FLAT || groups[k].kind == KG_EPILOGUE);
             bool is_lists = made == 2 && p->target == KTARGET_CPU &&
                             (groups[k].kind == KG_EVENTS || groups[k].kind == KG_EPILOGUE);
+            /* a dense layer over its weight as stored two, its input transposed and then its
+             * product (lower_layers.c, lower_dense_stored) */
+            bool is_stored = made == 2 && p->target != KTARGET_GPU && m->is_weights_in_place &&
+                             groups[k].kind == KG_TILED;
             /* a training batchnorm on the GPU five, its statistics in four and then its
              * values (lower_grad.c, lower_batchnorm_batch) */
             bool is_bn = made == 5 && p->target == KTARGET_GPU && tr &&
                          m->nodes[groups[k].root].op == OP_BATCHNORM;
-            if (made != 1 && !is_twin && !is_lists && !is_bn)
+            if (made != 1 && !is_twin && !is_lists && !is_stored && !is_bn)
                 die("kir: group %d (%s) made %d kernels", k, kgroup_name(groups[k].kind), made);
             for (int i = before; i < p->nkernels; i++)
                 p->kernels[i].group = groups[k].kind;

@@ -408,12 +408,128 @@ dense_block(Lower *lw, Cur c, KExpr *o0, int lanes, const void *ctx)
     dense_micro(lw, body(fr), d, var(lw, rv), 1, o0, lanes);
 }
 
+/* ---- dense over its weight as stored (Module.is_weights_in_place) ----
+ * y^T = W x^T with W [O][K] as stored: a first kernel writes x^T [K][R] (f32, the rows of the
+ * layer's context); then one parallel loop over (block of outputs, tile of rows): each output's
+ * tile runs over neighbouring rows, its weight W[o][k] one broadcast, each x^T vector loaded once
+ * for the block's outputs. Every y[r][o] still sums from its bias in k order (the interpreter's
+ * bits); a spike's zeros are added (0 * w leaves a sum that never holds -0 as it was). Stored to
+ * y with a stride of O. Chosen for weights of at least STORED_MIN_BYTES, where a packed copy
+ * would cost memory and a repack after every optimiser step. */
+enum {
+    STORED_MIN_BYTES = 1 << 22,
+    STORED_MO = 4,      /* outputs a block ... */
+    STORED_MO_WIDE = 6, /* ... with AVX-512's 32 registers */
+};
+
+static bool
+dense_as_stored(const Lower *lw, ValueId v)
+{
+    const Module *m = lw->m;
+    const Node *n = &m->nodes[v];
+    return m->is_weights_in_place && lw->p->target != KTARGET_GPU && lw->epilogue < 0 &&
+           !is_bits((Lower *)lw, n->args[0]) &&
+           m->weights[n->first_weight].numel * 4 >= STORED_MIN_BYTES;
+}
+
+/* m outputs from o0 times the rows [r0, r0 + lanes): tiles over rows */
+static void
+dense_stored_block(Lower *lw, Cur c, ValueId v, int w, int bias, int xt, KExpr *o0, int m,
+                   KExpr *r0, int lanes)
+{
+    int64_t K = lw->vs[lw->m->nodes[v].args[0]].numel, O = lw->vs[v].numel;
+    int t[STORED_MO_WIDE];
+    for (int i = 0; i < m; i++) {
+        t[i] = tile(lw, "acc", lanes);
+        KExpr *start = kx_const(lw->p, KT_F64, 0);
+        if (bias >= 0)
+            start = bin(lw, KB_ADD, to(lw, lw->acc, start),
+                        to(lw, lw->acc, kx_load(lw->p, bias, bin(lw, KB_ADD, o0, ci(lw, i)))));
+        s_tile(lw, c, KS_VSET, t[i], -1, NULL, start);
+    }
+    KExpr *k;
+    KStmt *fk = loop(lw, c, "k", ci(lw, K), false, &k);
+    KExpr *xi = bin(lw, KB_ADD, bin(lw, KB_MUL, k, rows_of(lw, v)), r0);
+    for (int i = 0; i < m; i++) {
+        KExpr *wi = bin(lw, KB_ADD, bin(lw, KB_MUL, bin(lw, KB_ADD, o0, ci(lw, i)), ci(lw, K)), k);
+        tile_fma(lw, body(fk), t[i], to(lw, KT_F64, kx_load(lw->p, w, wi)), xt, xi, false);
+    }
+    for (int i = 0; i < m; i++) {
+        Pos py = row_pos(lw, v, r0, bin(lw, KB_ADD, o0, ci(lw, i)));
+        tile_store(lw, c, v, &py, O, t[i]);
+    }
+}
+
+/* the block's outputs over every row: tiles of `lanes` rows, then the rows left one by one */
+static void
+dense_stored_rows(Lower *lw, Cur c, ValueId v, int w, int bias, int xt, KExpr *o0, int m,
+                  KExpr *rt, int lanes)
+{
+    KExpr *r0 = bin(lw, KB_MUL, rt, ci(lw, lanes)), *R = rows_of(lw, v);
+    KStmt *full = s_if(lw, c, bin(lw, KB_LE, bin(lw, KB_ADD, r0, ci(lw, lanes)), R));
+    dense_stored_block(lw, body(full), v, w, bias, xt, o0, m, r0, lanes);
+    int rv = local(lw, "r", KT_I64);
+    KStmt *fr = s_for(lw, els(full), rv, r0, R, false);
+    dense_stored_block(lw, body(fr), v, w, bias, xt, o0, m, var(lw, rv), 1);
+}
+
+static void
+lower_dense_stored(Lower *lw, ValueId v)
+{
+    const Node *n = &lw->m->nodes[v];
+    ValueId x = n->args[0];
+    int64_t K = lw->vs[x].numel, O = lw->vs[v].numel;
+    bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
+    const char *name = value_name(lw, v);
+    int xt = scratch_buf_sized(lw, arena_printf(&lw->p->arena, "%s.xt", name), KT_F32,
+                               (KSize){K * (is_batched ? lw->T : 1), 0});
+    KExpr *R = rows_of(lw, v);
+    /* x^T: a thread's inputs k, their rows in order */
+    lw->k.name = arena_printf(&lw->p->arena, "transpose_%s", name);
+    lw->k.what = arena_printf(&lw->p->arena, "%s's input transposed, [K][rows] in f32, for its "
+                              "product over the weight as stored", name);
+    KExpr *k, *r;
+    KStmt *fk = loop(lw, top(lw), "k", ci(lw, K), true, &k);
+    KStmt *fr = loop(lw, body(fk), "r", R, false, &r);
+    Pos px = row_pos(lw, v, r, k);
+    s_store(lw, body(fr), xt, bin(lw, KB_ADD, bin(lw, KB_MUL, k, R), r),
+            to(lw, KT_F32, vload(lw, x, &px)));
+    gpu_next_kernel(lw, arena_printf(&lw->p->arena, "dense_%s", name));
+    lw->k.what = "dense over its weight as stored, [O][K]: blocks of outputs times tiles of rows "
+                 "in parallel, each output from its bias, inputs in order";
+    int w = wbuf(lw, n, 0), bias = has_bias(n) ? wbuf(lw, n, 1) : -1;
+    bool wide = lower_wide_vectors();
+    int mo = wide ? STORED_MO_WIDE : STORED_MO;
+    int lanes = tile_lanes(lw, DENSE_NT) * (wide ? 2 : 1);
+    int64_t nfull = O / mo, tail = O % mo;
+    KExpr *nrt = bin(lw, KB_DIV, bin(lw, KB_ADD, R, ci(lw, lanes - 1)), ci(lw, lanes));
+    KExpr *q;
+    KStmt *fq = loop(lw, top(lw), "q", bin(lw, KB_MUL, ci(lw, nfull + (tail > 0)), nrt), true, &q);
+    Cur c = body(fq);
+    int ob = local(lw, "ob", KT_I64), rt = local(lw, "rt", KT_I64);
+    s_assign(lw, c, ob, bin(lw, KB_DIV, q, nrt));
+    s_assign(lw, c, rt, bin(lw, KB_REM, q, nrt));
+    KExpr *o0 = bin(lw, KB_MUL, var(lw, ob), ci(lw, mo));
+    if (!tail) {
+        dense_stored_rows(lw, c, v, w, bias, xt, o0, mo, var(lw, rt), lanes);
+        return;
+    }
+    KStmt *i = s_if(lw, c, bin(lw, KB_LT, var(lw, ob), ci(lw, nfull)));
+    if (nfull) dense_stored_rows(lw, body(i), v, w, bias, xt, o0, mo, var(lw, rt), lanes);
+    dense_stored_rows(lw, els(i), v, w, bias, xt, ci(lw, nfull * mo), (int)tail, var(lw, rt),
+                      lanes);
+}
+
 /* y[r][o] = (f32)(bias[o] + sum_k x[r][k] W[o][k]) with the sum in k order, as the interpreter;
  * one parallel loop over (output tile, row block) pairs, the output tile outer so that a
  * thread's chunk of pairs reuses one panel of weights [K][DENSE_NT] from cache. */
 void
 lower_dense(Lower *lw, ValueId v)
 {
+    if (dense_as_stored(lw, v)) {
+        lower_dense_stored(lw, v);
+        return;
+    }
     const Node *n = &lw->m->nodes[v];
     Dense d = {v, n->args[0], lw->vs[n->args[0]].numel, lw->vs[v].numel, 0, -1,
                is_spike_value(lw, n->args[0]), 0, NULL, NULL, 0};

@@ -842,6 +842,8 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
     m->memory = MEMORY_SEPARATE;
     /* --grads writes the inputs' gradients of the first batch too */
     bool on_gpu = strcmp(o->backend, "cuda") == 0;
+    /* on the CPU, large dense layers read the weights the optimiser updates, as they are */
+    m->is_weights_in_place = !on_gpu;
     /* the train-step module (ir_grad), lowered: its forward, then its backward in the order of
      * its grad nodes */
     e->tm = ir_grad(m, o->grads != NULL);
@@ -1186,6 +1188,7 @@ train_emit_kernel(Module *m, const Options *o)
     module_clear_marks(m);
     m->schedule = SCHEDULE_LAYER;
     m->memory = MEMORY_SEPARATE;
+    m->is_weights_in_place = strcmp(o->backend, "cuda") != 0; /* as engine_open */
     char err[512];
     KTrain tr;
     /* the train-step module: with --grads, the inputs' gradients too, as the run would have

@@ -391,6 +391,11 @@ typedef struct Module {
     /* the passes choose for the GPU (snnc --device=cuda): the driver's, never printed; the fuse
      * pass leaves a conv's batchnorm to fold-batchnorm on the CPU only (passes/fuse.c) */
     bool is_for_gpu;
+    /* lowered for training and its testing on the CPU (driver/train.c): the driver's, never
+     * printed. The optimiser rewrites the weights every step, so a large dense layer reads its
+     * weight as stored, [out][in], the very array the optimiser updates, rather than a packed
+     * copy remade after every step (codegen/lower_layers.c lower_dense_stored) */
+    bool is_weights_in_place;
     const char *weights_path; /* absolute, or NULL: seeded initialisation */
     const char **files;       /* the files read to build it: the main file (unless it came as
                                  text), then its includes; what no output may overwrite */
