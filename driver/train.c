@@ -678,7 +678,7 @@ engine_opt_begin(Engine *e, const Module *m, const RtOptConfig *c, float *const 
     int nstate = c->kind == RT_OPT_SGD ? (c->momentum != 0) : 2;
     for (int w = 0; w < nw; w++) {
         const Weight *wt = &m->weights[w];
-        if (strncmp(weight_slot_name(m, wt), "running_", 8) == 0) continue;
+        if (!weight_is_trained(m, wt)) continue;
         size_t bytes = (size_t)wt->numel * sizeof(float);
         if (rt_cuda_exec_alloc(e->cx, bytes, &e->dw[w], err, errlen) != SNN_OK ||
             rt_cuda_exec_copy_addr(e->cx, e->dw[w], wt->data, bytes, true, err, errlen) != SNN_OK)
@@ -1158,7 +1158,7 @@ engine_opt_host(Engine *e, Module *m, const Options *o, const RtOptConfig *c, in
         int ng = 0;
         for (int w = 0; w < nw; w++) {
             const Weight *wt = &m->weights[w];
-            if (strncmp(weight_slot_name(m, wt), "running_", 8)) {
+            if (weight_is_trained(m, wt)) {
                 clip_g[ng] = g[w];
                 clip_n[ng++] = wt->numel;
             }
@@ -1167,7 +1167,7 @@ engine_opt_host(Engine *e, Module *m, const Options *o, const RtOptConfig *c, in
     }
     for (int w = 0; w < nw; w++) {
         Weight *wt = &m->weights[w];
-        if (strncmp(weight_slot_name(m, wt), "running_", 8) == 0) continue;
+        if (!weight_is_trained(m, wt)) continue;
         rt_opt_step_pool(e->pool, c, step, wt->data, g[w], state[w], state[w] + wt->numel,
                          wt->numel);
     }

@@ -113,6 +113,7 @@ typedef struct OpInfo {
     int nweights;
     const char *weights[IR_MAX_WEIGHTS];
     bool weight_optional[IR_MAX_WEIGHTS]; /* "bias?": only when the bias attribute is true */
+    bool weight_is_state[IR_MAX_WEIGHTS]; /* "running_mean!": updated by the op, not trained */
     /* its gradient rule (what its backward step gives its operands and weights from dL/dy), or
      * NULL: not differentiated; grad_in_loop: compiled training differentiates it inside a
      * recurrence too */
@@ -444,6 +445,9 @@ int node_param_weight(const Module *m, const Node *n, int i);
 /* what a weight is to its layer: the op's slot name ("weight", "bias", ...) or, for a learned
  * neuron parameter, the parameter's name */
 const char *weight_slot_name(const Module *m, const Weight *w);
+/* trained by an optimiser (a layer's weights, a neuron's learnable parameters), not a state its
+ * op updates itself (ops.def "!": batchnorm's running statistics) */
+bool weight_is_trained(const Module *m, const Weight *w);
 /* the index into Module.weights of the weight Node.wstore applies to, or -1 (not a dense or conv
  * layer) */
 int node_stored_weight(const Module *m, const Node *n);

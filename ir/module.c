@@ -144,9 +144,10 @@ init_op_infos(void)
                 end++;
             if (end == p)
                 break;
-            bool opt = end[-1] == '?';
+            bool opt = end[-1] == '?', state = end[-1] == '!';
             oi->weight_optional[oi->nweights] = opt;
-            oi->weights[oi->nweights++] = strndup(p, (size_t)(end - p) - opt);
+            oi->weight_is_state[oi->nweights] = state;
+            oi->weights[oi->nweights++] = strndup(p, (size_t)(end - p) - opt - state);
             p = end;
         }
     }
@@ -202,8 +203,9 @@ ops_print_help(FILE *f)
             fprintf(f, "  %s: %s%s\n", oi->attrs[a].name, kinds[oi->attrs[a].kind],
                     oi->attrs[a].has_default ? "" : " (required)");
         for (int w = 0; w < oi->nweights; w++)
-            fprintf(f, "  weight <name>.%s%s\n", oi->weights[w],
-                    oi->weight_optional[w] ? " (when bias = true)" : "");
+            fprintf(f, "  weight <name>.%s%s%s\n", oi->weights[w],
+                    oi->weight_optional[w] ? " (when bias = true)" : "",
+                    oi->weight_is_state[w] ? " (a state the op updates, not trained)" : "");
     }
 }
 
@@ -586,6 +588,12 @@ weight_slot_name(const Module *m, const Weight *w)
     const Node *n = &m->nodes[w->node];
     if (w->slot < 0) return m->neurons[n->neuron]->params[w->param].name;
     return op_info(n->op)->weights[w->slot];
+}
+
+bool
+weight_is_trained(const Module *m, const Weight *w)
+{
+    return w->slot < 0 || !op_info(m->nodes[w->node].op)->weight_is_state[w->slot];
 }
 
 static int

@@ -313,12 +313,16 @@ put_node(FILE *f, const Module *m, const int *pos, ValueId v)
     fprintf(f, ") : %s", type_str(&n->type, tb, sizeof tb));
     put_loc(f, n->loc);
     if (n->op == OP_GRAD) {
-        /* the weights' gradients its value's backward step gives (a batchnorm's running
-         * statistics are updated from the batch's, not trained) */
+        /* the weights' gradients its value's backward step gives (not a state its op updates:
+         * ops.def "!") */
         const Node *x = &m->nodes[n->args[0]];
-        int nw = x->op == OP_BATCHNORM ? 2 : x->nweights;
-        for (int w = 0; w < nw && w < x->nweights; w++)
-            fprintf(f, "%s%s.grad", w ? ", " : "  # and ", m->weights[x->first_weight + w].name);
+        bool any = false;
+        for (int w = 0; w < x->nweights; w++) {
+            const Weight *wt = &m->weights[x->first_weight + w];
+            if (!weight_is_trained(m, wt)) continue;
+            fprintf(f, "%s%s.grad", any ? ", " : "  # and ", wt->name);
+            any = true;
+        }
     }
     fputc('\n', f);
 }
