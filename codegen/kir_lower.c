@@ -29,6 +29,27 @@ schedule_order(Lower *lw, const ValueId *topo, ValueId *out)
 
 /* ---- buffers ---- */
 
+/* batchnorm v of a training step on the CPU, kept in no buffer: read by neuron scans outside
+ * recurrent regions only, not an output, its input a layer's value in a buffer of its own */
+static bool
+bn_recomputed(const Lower *lw, ValueId v)
+{
+    const Module *m = lw->m;
+    const Node *n = &m->nodes[v];
+    if (!lw->train || lw->p->target == KTARGET_GPU || n->op != OP_BATCHNORM || n->is_output ||
+        lw->region[v] >= 0)
+        return false;
+    const Node *x = &m->nodes[n->args[0]];
+    if (x->op == OP_INPUT || x->op == OP_FLATTEN || x->op == OP_SEQUENCE ||
+        is_step_readout(x->op) || x->fused_into >= 0 || x->is_scan_epilogue)
+        return false;
+    for (ValueId u = 0; u < m->nnodes; u++)
+        for (int a = 0; a < m->nodes[u].nargs; a++)
+            if (m->nodes[u].args[a] == v && (m->nodes[u].op != OP_NEURON || lw->region[u] >= 0))
+                return false;
+    return true;
+}
+
 static void
 plan_buffers(Lower *lw)
 {
@@ -75,6 +96,16 @@ plan_buffers(Lower *lw)
             continue;
         }
         s->layout = lw->is_static[v] ? LY_STATIC : LY_FULL;
+        if (bn_recomputed(lw, v)) {
+            /* training on the CPU: a batchnorm that only neuron scans read keeps no values. Its
+             * kernel computes the batch's statistics; the scan, forward and backward, recomputes
+             * each value from the layer before it as that kernel would have (batchnorm_expr): a
+             * buffer the size of its input, alive through most of the backward, is saved (the
+             * conv net: b1 and b2, 24.5 MiB each at a batch of 64) */
+            s->is_recomputed = true;
+            s->buf = -1;
+            continue;
+        }
         int64_t per = s->numel * (lw->is_static[v] ? 1 : lw->T);
         /* spikes stored as bits (Node.layout) on the CPU; GPU threads write a neuron each */
         KType t = n->layout == SPIKES_BITS && p->target == KTARGET_CPU

@@ -28,6 +28,9 @@ typedef struct VStore {
      * ((h % win_kh)*win_kw + w % win_kw)*numel/K + (ch*H/win_kh + h/win_kh)*W/win_kw + w/win_kw
      * (K = win_kh*win_kw), so each of the window's K neurons is a contiguous plane; 0: NCHW */
     int win_kh, win_kw;
+    /* LY_FULL or LY_STATIC (its gradient's layout) but kept in no buffer (buf -1): vload
+     * recomputes it where it is read (a training step's batchnorm: kir_lower.c bn_recomputed) */
+    bool is_recomputed;
 } VStore;
 
 /* where a statement goes: a growable array of statements (capacity: the next power of two) */

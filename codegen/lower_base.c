@@ -192,7 +192,7 @@ vindex(Lower *lw, ValueId v, Pos *ps)
 KExpr *
 vload(Lower *lw, ValueId v, Pos *ps)
 {
-    if (lw->vs[v].layout == LY_INLINE)
+    if (lw->vs[v].layout == LY_INLINE || lw->vs[v].is_recomputed)
         return lw->inline_value(lw, v, ps);
     if (lw->vs[v].layout == LY_SUMMED)
         return lw->summed_value(lw, v, ps);

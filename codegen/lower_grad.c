@@ -1492,6 +1492,9 @@ lower_batchnorm_batch(Lower *lw, ValueId v)
     s_store(lw, c, tr->bn_mean[v], cv, var(lw, mf));
     s_store(lw, c, tr->bn_invstd[v], cv, var(lw, is));
     s_store(lw, c, tr->bn_var[v], cv, varc);
+    /* kept in no buffer: its readers recompute each value from x, mean and invstd as below
+     * (kir_lower.c bn_recomputed; lower_layers.c batchnorm_expr) */
+    if (lw->vs[v].is_recomputed) return;
     if (on_gpu(lw)) {
         /* the values a thread each, mean and invstd read back as stored (the same values) */
         gpu_next_kernel(lw, arena_printf(&p->arena, "%s_values", kname));
@@ -3085,6 +3088,78 @@ split_input_kernels(KProgram *p, const KTrain *tr, const bool *is_only)
     return split;
 }
 
+/* Moves the kernels of a weight's gradient to the end of the backward, in their order, where
+ * the gradient is larger than what they read: it lives from where they run to the optimiser, so
+ * computed where its layer's backward stands it held memory through every layer's backward
+ * before it (the conv net's 6272 -> 2048 layer: 49 MiB through both convolutions' backward, for
+ * 3.5 MiB of spikes and dL/dy at a batch of 64). What they read lives longer instead, which pays
+ * up to a batch of DEFER_BATCH. Only whole kernels outside step loops, storing nothing but the
+ * gradient and scratch of their own: nothing after them reads what they store, so the results
+ * are the same bits. */
+enum { DEFER_BATCH = 256 };
+
+static int64_t
+buf_bytes_at(const KBuf *b, int64_t batch)
+{
+    return kbytes(b->type, b->size.fixed + b->size.per_batch * batch);
+}
+
+static void
+defer_weight_grads(KProgram *p, const KTrain *tr)
+{
+    int nk = p->nkernels, nb = p->nbufs, first = tr->nforward;
+    size_t nbb = (size_t)nb + 1;
+    bool *reads = xcalloc((size_t)(nk + 1) * nbb, sizeof(bool));
+    bool *writes = xcalloc((size_t)(nk + 1) * nbb, sizeof(bool));
+    for (int k = 0; k < nk; k++)
+        stmt_uses(p->kernels[k].body, p->kernels[k].nbody, reads + (size_t)k * nbb,
+                  writes + (size_t)k * nbb);
+    bool *moved = xcalloc((size_t)nk + 1, sizeof(bool));
+    bool *in_set = xcalloc((size_t)nk + 1, sizeof(bool));
+    for (int w = 0; w < p->m->nweights; w++) {
+        int wg = tr->weight_grad[w];
+        if (wg < 0) continue;
+        bool ok = true;
+        int64_t read_bytes = 0;
+        for (int k = 0; k < nk; k++) {
+            in_set[k] = k >= first && writes[(size_t)k * nbb + wg];
+            ok = ok && !(in_set[k] && p->kernels[k].is_step) &&
+                 !(reads[(size_t)k * nbb + wg] && !in_set[k]) &&
+                 !(k < first && writes[(size_t)k * nbb + wg]);
+        }
+        for (int b = 0; b < nb && ok; b++) {
+            bool set_writes = false, set_reads = false, others = false;
+            for (int k = 0; k < nk; k++) {
+                bool touches = reads[(size_t)k * nbb + b] || writes[(size_t)k * nbb + b];
+                if (in_set[k]) {
+                    set_writes |= writes[(size_t)k * nbb + b];
+                    set_reads |= reads[(size_t)k * nbb + b];
+                } else {
+                    others |= touches;
+                }
+            }
+            /* the gradient and scratch of their own; what they read of the others' lives on */
+            if (set_writes && b != wg && others) ok = false;
+            if (set_reads && others && p->bufs[b].kind == KB_TEMP)
+                read_bytes += buf_bytes_at(&p->bufs[b], DEFER_BATCH);
+        }
+        if (!ok || buf_bytes_at(&p->bufs[wg], DEFER_BATCH) <= read_bytes) continue;
+        for (int k = first; k < nk; k++)
+            moved[k] |= in_set[k];
+    }
+    Kernel *ks = xmalloc(((size_t)nk + 1) * sizeof *ks);
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = first; k < nk; k++)
+            if (moved[k] == (pass == 1)) ks[n++] = p->kernels[k];
+    memcpy(p->kernels + first, ks, (size_t)n * sizeof *ks);
+    free(ks);
+    free(in_set);
+    free(moved);
+    free(writes);
+    free(reads);
+}
+
 /* ---- memory ---- */
 
 /* The memory plan over the forward and the backward: temporaries whose lifetimes do not overlap
@@ -3269,6 +3344,7 @@ lower_grad(Lower *lw, const Module *tm, const ValueId *topo, const ValueId *sche
             break; /* flatten (a view), inputs */
         }
     }
+    defer_weight_grads(p, tr);
     tr->input_grad = arena_alloc(&p->arena, ((size_t)m->ninputs + 1) * sizeof(int));
     tr->ninput_first = p->nkernels;
     for (int k = 0; k < m->ninputs; k++)

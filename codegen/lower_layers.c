@@ -54,14 +54,30 @@ batchnorm_channel(Lower *lw, ValueId bn, KExpr *i)
     return inner == 1 ? i : bin(lw, KB_DIV, i, ci(lw, inner));
 }
 
-/* batchnorm n's terms of channel cc in f64: weight, bias, mean, sqrt(var + eps) */
+/* a training step's batchnorm n (on the batch's statistics, kept in no buffer: kir_lower.c
+ * bn_recomputed), or -1 */
+static ValueId
+batch_stats_bn(const Lower *lw, const Node *n)
+{
+    ValueId v = (ValueId)(n - lw->m->nodes);
+    return lw->train && lw->train->bn_mean[v] >= 0 ? v : -1;
+}
+
+/* batchnorm n's terms of channel cc in f64: weight, bias, mean, sqrt(var + eps); in a training
+ * step weight, bias, and the batch's mean and invstd as lower_batchnorm_batch stored them */
 static void
 batchnorm_term_exprs(Lower *lw, const Node *n, KExpr *cc, KExpr *w[4])
 {
-    for (int s = 0; s < 4; s++)
-        w[s] = to(lw, KT_F64, kx_load(lw->p, wbuf(lw, n, s), cc));
-    w[3] = kx_un(lw->p, KU_SQRT,
-                 bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
+    ValueId tv = batch_stats_bn(lw, n);
+    for (int s = 0; s < 4; s++) {
+        int b = tv < 0 || s < 2 ? wbuf(lw, n, s)
+                : s == 2        ? lw->train->bn_mean[tv]
+                                : lw->train->bn_invstd[tv];
+        w[s] = to(lw, KT_F64, kx_load(lw->p, b, cc));
+    }
+    if (tv < 0)
+        w[3] = kx_un(lw->p, KU_SQRT,
+                     bin(lw, KB_ADD, w[3], kx_const(lw->p, KT_F64, node_attr_f(n, "eps"))));
 }
 
 /* If x, a scan's input, is a batchnorm fused into it: its channel's terms (weight, bias,
@@ -74,7 +90,8 @@ batchnorm_hoist(Lower *lw, Cur c, ValueId x, const Pos *ps)
 {
     const Node *n = &lw->m->nodes[x];
     lw->hoisted_bn = NULL;
-    if (n->op != OP_BATCHNORM || lw->vs[x].layout != LY_INLINE) return;
+    if (n->op != OP_BATCHNORM || (lw->vs[x].layout != LY_INLINE && !lw->vs[x].is_recomputed))
+        return;
     Pos px = *ps;
     batchnorm_terms(lw, c, x, px.ch ? px.ch : batchnorm_channel(lw, x, pos_i(lw, &px)));
 }
@@ -95,7 +112,9 @@ batchnorm_terms(Lower *lw, Cur c, ValueId bn, KExpr *cc)
     lw->hoisted_bn = n;
 }
 
-/* (x - mean) / sqrt(var + eps) * weight + bias of channel cc, in f64, rounded once */
+/* (x - mean) / sqrt(var + eps) * weight + bias of channel cc, in f64, rounded once; in a
+ * training step on the batch's statistics, as lower_batchnorm_batch computes its values:
+ * xhat = (f32)((x - mean) invstd), then (f32)(xhat weight + bias) */
 KExpr *
 batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x)
 {
@@ -105,6 +124,10 @@ batchnorm_expr(Lower *lw, const Node *n, KExpr *cc, KExpr *x)
             w[s] = var(lw, lw->hoisted_terms[s]);
     else
         batchnorm_term_exprs(lw, n, cc, w);
+    if (batch_stats_bn(lw, n) >= 0) {
+        KExpr *xh = to(lw, KT_F32, bin(lw, KB_MUL, bin(lw, KB_SUB, to(lw, KT_F64, x), w[2]), w[3]));
+        return to(lw, KT_F32, bin(lw, KB_ADD, bin(lw, KB_MUL, to(lw, KT_F64, xh), w[0]), w[1]));
+    }
     KExpr *y =
         bin(lw, KB_ADD,
             bin(lw, KB_MUL, bin(lw, KB_DIV, bin(lw, KB_SUB, to(lw, KT_F64, x), w[2]), w[3]), w[0]),
