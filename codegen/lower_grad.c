@@ -3160,6 +3160,127 @@ defer_weight_grads(KProgram *p, const KTrain *tr)
     free(reads);
 }
 
+/* e with every load of buffer `from` reading `to` instead: the subtrees that load it copied
+ * (trees share subtrees, so none is changed in place), the others shared */
+static KExpr *
+expr_rebuf(KProgram *p, KExpr *e, int from, int to)
+{
+    if (!e) return NULL;
+    KExpr *a = expr_rebuf(p, e->a, from, to), *b = expr_rebuf(p, e->b, from, to),
+          *c = expr_rebuf(p, e->c, from, to);
+    bool loads = e->kind == KX_LOAD && e->buf == from;
+    if (!loads && a == e->a && b == e->b && c == e->c) return e;
+    KExpr *x = arena_alloc(&p->arena, sizeof *x);
+    *x = *e;
+    x->a = a, x->b = b, x->c = c;
+    if (loads) x->buf = to;
+    return x;
+}
+
+/* a copy of statements s[0..n) with buffer `from` read and written as `to` */
+static KStmt **
+stmts_rebuf(KProgram *p, KStmt *const *s, int n, int from, int to)
+{
+    KStmt **out = arena_alloc(&p->arena, ((size_t)n + 1) * sizeof *out);
+    for (int i = 0; i < n; i++) {
+        KStmt *st = arena_alloc(&p->arena, sizeof *st);
+        *st = *s[i];
+        if (st->buf == from) st->buf = to;
+        st->lo = expr_rebuf(p, st->lo, from, to);
+        st->hi = expr_rebuf(p, st->hi, from, to);
+        st->index = expr_rebuf(p, st->index, from, to);
+        st->a = expr_rebuf(p, st->a, from, to);
+        st->body = stmts_rebuf(p, st->body, st->nbody, from, to);
+        st->els = stmts_rebuf(p, st->els, st->nels, from, to);
+        out[i] = st;
+    }
+    return out;
+}
+
+/* A forward kernel computed from the inputs and weights alone into a buffer much larger than
+ * what it reads of the inputs (a first convolution's channels from the image) runs again just
+ * before the backward's first reader of its value, into a buffer of its own that the backward
+ * reads instead: the value is kept through the rest of the forward and the backward's later
+ * layers no more (the conv net's c1, 24.5 MiB at a batch of 64, for a conv over one input
+ * channel, 9 terms an output). The same kernel on the same inputs and weights: the same bits.
+ * Worth it from REMAT_BYTES (at a batch of 64) and REMAT_RATIO times the input bytes. */
+enum { REMAT_BYTES = 4 << 20, REMAT_RATIO = 8 };
+
+static void
+remat_first_layers(Lower *lw, const KTrain *tr)
+{
+    KProgram *p = lw->p;
+    int first = tr->nforward, nb = p->nbufs;
+    /* room for the buffers this adds too, one a forward kernel at most */
+    size_t nbb = (size_t)nb + (size_t)first + 1;
+    bool *reads = xcalloc(((size_t)first + 1) * nbb, sizeof(bool));
+    bool *writes = xcalloc(((size_t)first + 1) * nbb, sizeof(bool));
+    bool *rd = xcalloc(nbb, sizeof(bool)), *wr = xcalloc(nbb, sizeof(bool));
+    for (int k = 0; k < first; k++)
+        stmt_uses(p->kernels[k].body, p->kernels[k].nbody, reads + (size_t)k * nbb,
+                  writes + (size_t)k * nbb);
+    for (int x = 0; x < nb; x++) {
+        const KBuf *xb = &p->bufs[x];
+        if (xb->kind != KB_TEMP || !xb->is_written_first) continue;
+        /* the forward kernels that store x (a GPU layer's two: its tiles and their twin, one of
+         * which runs at a batch): each from the inputs and weights alone, storing x alone */
+        int nw = 0;
+        int64_t in_bytes = 0;
+        bool ok = true;
+        for (int k = 0; k < first && ok; k++) {
+            if (!writes[(size_t)k * nbb + x]) continue;
+            nw++;
+            ok = !p->kernels[k].is_step;
+            for (int b = 0; b < nb && ok; b++) {
+                const KBuf *kb = &p->bufs[b];
+                if (writes[(size_t)k * nbb + b])
+                    ok = b == x;
+                else if (reads[(size_t)k * nbb + b])
+                    ok = kb->kind == KB_INPUT || kb->kind == KB_WEIGHT;
+                if (ok && reads[(size_t)k * nbb + b] && kb->kind == KB_INPUT)
+                    in_bytes += buf_bytes_at(kb, 64);
+            }
+        }
+        int64_t x_bytes = buf_bytes_at(xb, 64);
+        if (!ok || nw == 0 || x_bytes < REMAT_BYTES || x_bytes < REMAT_RATIO * in_bytes) continue;
+        /* the backward's first reader; none, or its first kernel: nothing to gain */
+        int kb = -1;
+        for (int q = first; q < p->nkernels && kb < 0; q++) {
+            memset(rd, 0, nbb * sizeof(bool));
+            memset(wr, 0, nbb * sizeof(bool));
+            stmt_uses(p->kernels[q].body, p->kernels[q].nbody, rd, wr);
+            if (rd[x] || wr[x]) kb = q;
+        }
+        if (kb <= first) continue;
+        KBuf copy = *xb;
+        int y = add_buf(lw, arena_printf(&p->arena, "%s.again", copy.name), copy.type, copy.size,
+                        KB_TEMP, -1, -1);
+        p->bufs[y].is_written_first = true;
+        /* the backward reads y; copies of the kernels that stored x store it, placed before kb
+         * in their order */
+        for (int q = first; q < p->nkernels; q++)
+            p->kernels[q].body = stmts_rebuf(p, p->kernels[q].body, p->kernels[q].nbody, x, y);
+        for (int k = 0, at = kb; k < first; k++) {
+            if (!writes[(size_t)k * nbb + x]) continue;
+            const Kernel *kn = &p->kernels[k];
+            lw->k = *kn;
+            lw->k.name = arena_printf(&p->arena, "%s_again", kn->name);
+            lw->k.what = arena_printf(
+                &p->arena, "%s, again for the backward (kept meanwhile by no buffer)", kn->what);
+            lw->k.body = stmts_rebuf(p, kn->body, kn->nbody, x, y);
+            end_kernel(lw);
+            Kernel again = p->kernels[p->nkernels - 1];
+            memmove(p->kernels + at + 1, p->kernels + at,
+                    (size_t)(p->nkernels - 1 - at) * sizeof *p->kernels);
+            p->kernels[at++] = again;
+        }
+    }
+    free(rd);
+    free(wr);
+    free(reads);
+    free(writes);
+}
+
 /* ---- memory ---- */
 
 /* The memory plan over the forward and the backward: temporaries whose lifetimes do not overlap
@@ -3345,6 +3466,7 @@ lower_grad(Lower *lw, const Module *tm, const ValueId *topo, const ValueId *sche
         }
     }
     defer_weight_grads(p, tr);
+    remat_first_layers(lw, tr);
     tr->input_grad = arena_alloc(&p->arena, ((size_t)m->ninputs + 1) * sizeof(int));
     tr->ninput_first = p->nkernels;
     for (int k = 0; k < m->ninputs; k++)
