@@ -343,12 +343,13 @@ parse_device(Options *o, bool is_f64_asked)
         return;
     }
     if (d && strcmp(d, "cpu") == 0) return;
-    /* auto: a GPU when one can run this (asked only for runs that name no backend) */
+    /* auto: a GPU when one can run this (asked only for runs that name no backend). The device
+     * first: NVRTC (28 MB resident once loaded) only where there is one to compile for */
     if (o->run && !o->backend && !is_f64_asked && !o->emit) {
         char err[512];
         int major, minor;
-        if (cuda_nvrtc_load(err, sizeof err) &&
-            rt_cuda_device_arch(0, &major, &minor, NULL, 0, err, sizeof err))
+        if (rt_cuda_device_arch(0, &major, &minor, NULL, 0, err, sizeof err) &&
+            cuda_nvrtc_load(err, sizeof err))
             o->backend = "cuda";
     }
 }
