@@ -1991,7 +1991,9 @@ typedef struct ConvGrad {
     ConvGeom d;
     int wt;                     /* W as [kh][kw][o][cg] */
     int dyt;                    /* dL/dy channels last, [rows][OH*OW][O] */
-    int dxs;                    /* dL/dx channels last, [rows][H*W][C] */
+    int dxs;                    /* dL/dx channels last, [rows][H*W][C] (conv_dxs), or -1 */
+    bool direct;                /* dx: the tiles stored straight into x's gradient (its first
+                                 * contributor, on the CPU), a lane a channel apart: no scratch */
     int acc;                    /* the weight gradient's partial sums, [items][Cg][lanes] */
     int rowacc;                 /* a small conv's (conv_dw_rows_first): a row's, the same shape;
                                  * else -1 */
@@ -2000,6 +2002,8 @@ typedef struct ConvGrad {
     KExpr *xc0;                 /* dW: the first input channel of o0's group */
     int np;                     /* dx: input pixels per block (conv_data_tiles) */
 } ConvGrad;
+
+static int conv_dxs(Lower *lw, ConvGrad *cg);
 
 /* W[oa][c0 + l][kh][kw] in the taps-first copy, [KH][KW][O][Cg] */
 static KExpr *
@@ -2019,6 +2023,16 @@ conv_dx_store(Lower *lw, Cur c, const ConvGrad *cg, KExpr *iw, KExpr *c0, int t)
 {
     const ConvGeom *d = &cg->d;
     KExpr *px = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->ih, ci(lw, d->W)), iw);
+    if (cg->direct) {
+        /* (a tile's sums start at +0 and never hold -0: the bits gadd's 0 + dx would store) */
+        ValueId rx = root(lw, cg->x);
+        KExpr *ch = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Cg)), c0);
+        Pos ps = row_pos(lw, cg->x, cg->r,
+                         bin(lw, KB_ADD, bin(lw, KB_MUL, ch, ci(lw, d->H * d->W)), px));
+        s_tile(lw, c, KS_VSTORE, t, cg->g->gbuf[rx], vindex(lw, rx, &ps), NULL)->stride =
+            d->H * d->W;
+        return;
+    }
     s_tile(lw, c, KS_VSTORE, t, cg->dxs,
            bin(lw, KB_ADD,
                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, cg->r, ci(lw, d->H * d->W)), px),
@@ -2305,6 +2319,8 @@ static void
 conv_data_gpu(Lower *lw, ConvGrad *cg)
 {
     const ConvGeom *d = &cg->d;
+    cg->direct = false;
+    conv_dxs(lw, cg);
     KExpr *q, *x[5];
     KStmt *fq = loop(lw, top(lw), "q",
                      bin(lw, KB_MUL, rows_of(lw, cg->v), ci(lw, d->H * d->W * d->C)), true, &q);
@@ -2442,12 +2458,11 @@ conv_grad_init(G *g, ValueId v, ConvGrad *out)
     cg.v = v;
     cg.x = n->args[0];
     cg.d = conv_geom(m, n);
-    const ConvGeom *d = &cg.d;
-    int64_t steps = lw->is_static[v] ? 1 : lw->T;
     int w = n->first_weight;
     if (lw->is_static[v] != lw->is_static[cg.x])
         die("kir: conv gradient between a static and a per-step value");
-    /* dL/dx: the transposed convolution, channels last, then added into x's gradient */
+    /* dL/dx: the transposed convolution, channels last (conv_dxs), then added into x's
+     * gradient, or from the tiles straight into it */
     if (g->needs[cg.x]) {
         cg.wt = add_buf(lw, arena_printf(&p->arena, "%s.taps", m->weights[w].name), KT_F32,
                         (KSize){0, m->weights[w].numel}, KB_WEIGHT, w, -1);
@@ -2460,14 +2475,28 @@ conv_grad_init(G *g, ValueId v, ConvGrad *out)
             kb->nperm = 4;
             memcpy(kb->perm, (const int[]){2, 3, 0, 1}, 4 * sizeof *kb->perm);
         }
-        cg.dxs = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dx", value_name(lw, v)), KT_F32,
-                                   (KSize){steps * d->C * d->H * d->W, 0});
     }
+    cg.dxs = -1; /* made where it is needed (conv_dxs) */
     *out = cg;
 }
 
+/* the channels-last scratch of dL/dx, made the first time it is needed */
+static int
+conv_dxs(Lower *lw, ConvGrad *cg)
+{
+    if (cg->dxs < 0) {
+        const ConvGeom *d = &cg->d;
+        int64_t steps = lw->is_static[cg->v] ? 1 : lw->T;
+        cg->dxs =
+            scratch_buf_sized(lw, arena_printf(&lw->p->arena, "%s.dx", value_name(lw, cg->v)),
+                              KT_F32, (KSize){steps * d->C * d->H * d->W, 0});
+    }
+    return cg->dxs;
+}
+
 /* dL/dx of row rv (the CPU's): each input row's channels in tiles over the taps and output
- * channels into the channels-last scratch, then added into x's gradient (first: stored) */
+ * channels into the channels-last scratch, then added into x's gradient (first: stored), or
+ * as x's first contributor stored there straight from the tiles */
 static void
 conv_data_rows(G *g, ConvGrad *cg, Cur c, KExpr *rv, bool first)
 {
@@ -2478,6 +2507,8 @@ conv_data_rows(G *g, ConvGrad *cg, Cur c, KExpr *rv, bool first)
     KStmt *fh = loop(lw, c, "ih", ci(lw, d->H), false, &ih);
     cg->r = rv;
     cg->ih = ih;
+    cg->direct = first;
+    if (!first) conv_dxs(lw, cg);
     /* each group's input channels in tiles, pixel by pixel or in blocks */
     if (d->G == 1) {
         cg->grp = ci(lw, 0);
@@ -2488,6 +2519,7 @@ conv_data_rows(G *g, ConvGrad *cg, Cur c, KExpr *rv, bool first)
         cg->grp = gv;
         conv_data_row(lw, body(fg), cg);
     }
+    if (cg->direct) return;
     KStmt *fc = loop(lw, c, "c", ci(lw, d->C), false, &cc);
     KStmt *fq = loop(lw, body(fc), "q", ci(lw, d->H * d->W), false, &q);
     fq->is_lanes = true;
