@@ -2005,6 +2005,22 @@ typedef struct ConvGrad {
 
 static int conv_dxs(Lower *lw, ConvGrad *cg);
 
+/* dL/dy of output channel oa at output pixel (oh, ow) of the row cg->r: from the channels-last
+ * copy where it is made (conv_dy_cl: the same values), else from the gradient itself */
+static KExpr *
+conv_dy(Lower *lw, const ConvGrad *cg, KExpr *oa, KExpr *oh, KExpr *ow)
+{
+    const ConvGeom *d = &cg->d;
+    KExpr *opix = bin(lw, KB_ADD, bin(lw, KB_MUL, oh, ci(lw, d->OW)), ow);
+    if (cg->dyt >= 0) {
+        KExpr *row = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->r, ci(lw, d->OH * d->OW)), opix);
+        return kx_load(lw->p, cg->dyt, bin(lw, KB_ADD, bin(lw, KB_MUL, row, ci(lw, d->O)), oa));
+    }
+    Pos py = row_pos(lw, cg->v, cg->r,
+                     bin(lw, KB_ADD, bin(lw, KB_MUL, oa, ci(lw, d->OH * d->OW)), opix));
+    return gload(cg->g, cg->v, &py);
+}
+
 /* W[oa][c0 + l][kh][kw] in the taps-first copy, [KH][KW][O][Cg] */
 static KExpr *
 conv_tap_weight(Lower *lw, const ConvGeom *d, KExpr *kh, KExpr *kw, KExpr *oa, KExpr *c0)
@@ -2062,13 +2078,7 @@ conv_data_tile(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
     /* the group's output channels: g Og + o */
     KStmt *fo = loop(lw, cw, "o", ci(lw, d->Og), false, &o);
     KExpr *oa = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Og)), o);
-    Pos py = row_pos(
-        lw, cg->v, cg->r,
-        bin(lw, KB_ADD,
-            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, oa, ci(lw, d->OH)), var(lw, ohv)),
-                ci(lw, d->OW)),
-            var(lw, owv)));
-    tile_fma(lw, body(fo), t, gload(cg->g, cg->v, &py), cg->wt,
+    tile_fma(lw, body(fo), t, conv_dy(lw, cg, oa, var(lw, ohv), var(lw, owv)), cg->wt,
              conv_tap_weight(lw, d, kh, kw, oa, c0), false);
     conv_dx_store(lw, c, cg, cg->iw, c0, t);
 }
@@ -2097,15 +2107,10 @@ conv_data_tiles(Lower *lw, Cur c, KExpr *c0, int lanes, const void *ctx)
     KStmt *fo = loop(lw, body(fkw), "o", ci(lw, d->Og), false, &o);
     KExpr *oa = bin(lw, KB_ADD, bin(lw, KB_MUL, cg->grp, ci(lw, d->Og)), o);
     KExpr *wi = conv_tap_weight(lw, d, kh, kw, oa, c0);
-    for (int q = 0; q < np; q++) {
-        Pos py = row_pos(
-            lw, cg->v, cg->r,
-            bin(lw, KB_ADD,
-                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, oa, ci(lw, d->OH)), var(lw, ohv)),
-                    ci(lw, d->OW)),
-                bin(lw, KB_ADD, var(lw, owv), ci(lw, q))));
-        tile_fma(lw, body(fo), t[q], gload(cg->g, cg->v, &py), cg->wt, wi, false);
-    }
+    for (int q = 0; q < np; q++)
+        tile_fma(lw, body(fo), t[q],
+                 conv_dy(lw, cg, oa, var(lw, ohv), bin(lw, KB_ADD, var(lw, owv), ci(lw, q))),
+                 cg->wt, wi, false);
     for (int q = 0; q < np; q++)
         conv_dx_store(lw, c, cg, bin(lw, KB_ADD, cg->iw, ci(lw, q)), c0, t[q]);
 }
@@ -2477,7 +2482,48 @@ conv_grad_init(G *g, ValueId v, ConvGrad *out)
         }
     }
     cg.dxs = -1; /* made where it is needed (conv_dxs) */
+    cg.dyt = -1; /* made by conv_dy_cl */
     *out = cg;
+}
+
+/* dL/dy channels last (cg->dyt), for dL/dx's taps and the weight gradient's tiles of output
+ * channels (on the GPU a thread per element): made before both, so that dL/dy itself is read by
+ * this kernel alone and its memory is free for the rest of the layer's backward */
+static void
+conv_dy_cl(G *g, ConvGrad *cg)
+{
+    Lower *lw = g->lw;
+    KProgram *p = lw->p;
+    ValueId v = cg->v;
+    const ConvGeom *d = &cg->d;
+    const char *name = value_name(lw, v);
+    int64_t P = d->OH * d->OW, steps = lw->is_static[v] ? 1 : lw->T;
+    KExpr *rv, *ov, *pv;
+    cg->dyt = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dy_cl", name), KT_F32,
+                                (KSize){steps * P * d->O, 0});
+    begin_kernel(lw, v, describe(lw, v, "backward: dL/dy channels last"), false);
+    lw->k.name = arena_printf(&p->arena, "grad_cl_%s", name);
+    Cur cl;
+    if (on_gpu(lw)) {
+        KExpr *q, *x[3];
+        KStmt *fq =
+            loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, d->O * P)), true, &q);
+        gpu_coords(lw, body(fq), q, 3, (const int64_t[]){0, d->O, P}, x);
+        rv = x[0], ov = x[1], pv = x[2];
+        cl = body(fq);
+    } else {
+        KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
+        KStmt *fo = loop(lw, body(fr), "o", ci(lw, d->O), false, &ov);
+        KStmt *fp = loop(lw, body(fo), "p", ci(lw, P), false, &pv);
+        cl = body(fp);
+    }
+    Pos py = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, ov, ci(lw, P)), pv));
+    s_store(lw, cl, cg->dyt,
+            bin(lw, KB_ADD,
+                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, P)), pv), ci(lw, d->O)),
+                ov),
+            gload(g, v, &py));
+    end_kernel(lw);
 }
 
 /* the channels-last scratch of dL/dx, made the first time it is needed */
@@ -2590,36 +2636,9 @@ conv_grad_weights(G *g, ConvGrad *cgp)
     ConvGrad cg = *cgp;
     const ConvGeom *d = &cg.d;
     const char *name = value_name(lw, v);
-    int64_t P = d->OH * d->OW, steps = lw->is_static[v] ? 1 : lw->T;
+    int64_t P = d->OH * d->OW;
     int w = n->first_weight;
-    KExpr *rv, *ov, *pv;
-    /* dL/dy channels last, for the weight gradient's tiles of output channels (on the GPU a
-     * thread per element) */
-    cg.dyt = scratch_buf_sized(lw, arena_printf(&p->arena, "%s.dy_cl", name), KT_F32,
-                               (KSize){steps * P * d->O, 0});
-    begin_kernel(lw, v, describe(lw, v, "backward: dL/dy channels last"), false);
-    lw->k.name = arena_printf(&p->arena, "grad_cl_%s", name);
-    Cur cl;
-    if (on_gpu(lw)) {
-        KExpr *q, *x[3];
-        KStmt *fq =
-            loop(lw, top(lw), "q", bin(lw, KB_MUL, rows_of(lw, v), ci(lw, d->O * P)), true, &q);
-        gpu_coords(lw, body(fq), q, 3, (const int64_t[]){0, d->O, P}, x);
-        rv = x[0], ov = x[1], pv = x[2];
-        cl = body(fq);
-    } else {
-        KStmt *fr = loop(lw, top(lw), "r", rows_of(lw, v), true, &rv);
-        KStmt *fo = loop(lw, body(fr), "o", ci(lw, d->O), false, &ov);
-        KStmt *fp = loop(lw, body(fo), "p", ci(lw, P), false, &pv);
-        cl = body(fp);
-    }
-    Pos py = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, ov, ci(lw, P)), pv));
-    s_store(lw, cl, cg.dyt,
-            bin(lw, KB_ADD,
-                bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, P)), pv), ci(lw, d->O)),
-                ov),
-            gload(g, v, &py));
-    end_kernel(lw);
+    if (cg.dyt < 0) conv_dy_cl(g, &cg);
     /* dW: tiles of output channels times taps in parallel */
     int dw = add_buf(lw, arena_printf(&p->arena, "%s.grad", m->weights[w].name), KT_F32,
                      (KSize){0, m->weights[w].numel}, KB_TEMP, -1, -1);
@@ -2649,14 +2668,18 @@ conv_grad_weights(G *g, ConvGrad *cgp)
         begin_kernel(lw, v, describe(lw, v, "backward: db = the sum of dL/dy over rows and pixels"),
                      false);
         lw->k.name = arena_printf(&p->arena, "grad_b_%s", name);
+        KExpr *rv, *ov, *pv;
         KStmt *fo2 = loop(lw, top(lw), "o", ci(lw, d->O), true, &ov);
         int sum = local(lw, "db", lw->acc);
         s_assign(lw, body(fo2), sum, kx_const(p, lw->acc, 0));
         KStmt *fr2 = loop(lw, body(fo2), "r", rows_of(lw, v), false, &rv);
         KStmt *fp2 = loop(lw, body(fr2), "p", ci(lw, P), false, &pv);
-        Pos pb = row_pos(lw, v, rv, bin(lw, KB_ADD, bin(lw, KB_MUL, ov, ci(lw, P)), pv));
+        /* dL/dy from the channels-last copy (the same values, in the same order) */
+        KExpr *di = bin(
+            lw, KB_ADD,
+            bin(lw, KB_MUL, bin(lw, KB_ADD, bin(lw, KB_MUL, rv, ci(lw, P)), pv), ci(lw, d->O)), ov);
         s_assign(lw, body(fp2), sum,
-                 bin(lw, KB_ADD, var(lw, sum), to(lw, lw->acc, gload(g, v, &pb))));
+                 bin(lw, KB_ADD, var(lw, sum), to(lw, lw->acc, kx_load(p, cg.dyt, di))));
         s_store(lw, body(fo2), db, ov, var(lw, sum));
         end_kernel(lw);
     }
@@ -2668,6 +2691,7 @@ grad_conv(G *g, ValueId v)
 {
     ConvGrad cg;
     conv_grad_init(g, v, &cg);
+    conv_dy_cl(g, &cg);
     if (g->needs[cg.x]) conv_data_all(g, &cg);
     conv_grad_weights(g, &cg);
 }
