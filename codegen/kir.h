@@ -89,6 +89,9 @@ typedef struct KBuf {
      * buffers of slot k, none of which is in use while it is (the memory plan: kir_lower.c
      * plan_memory; runtime/layout.h rt_arena_layout places the regions) */
     int slot;
+    /* slot > 0: the slots it covers from there, laid out one after another (a buffer larger than
+     * any one region free for its lifetime: kir_memory.c); 0 or 1: its slot's region alone */
+    int span;
 } KBuf;
 
 typedef enum {

@@ -583,14 +583,17 @@ kir_bind_sharing(const KProgram *p, int batch, const float *const *inputs, float
     size_t *bytes = xmalloc(((size_t)p->nbufs + 1) * sizeof *bytes);
     size_t *off = xmalloc(((size_t)p->nbufs + 1) * sizeof *off);
     int *slot = xmalloc(((size_t)p->nbufs + 1) * sizeof *slot);
+    int *span = xmalloc(((size_t)p->nbufs + 1) * sizeof *span);
     for (int b = 0; b < p->nbufs; b++) {
         int64_t n = ksize_eval(p->bufs[b].size, batch);
         bytes[b] = p->bufs[b].kind == KB_TEMP ? (size_t)kbytes(p->bufs[b].type, n ? n : 1)
                                               : SIZE_MAX;
         slot[b] = p->bufs[b].slot;
+        span[b] = p->bufs[b].span;
     }
-    size_t total = rt_arena_layout(p->nbufs, bytes, slot, 64, off);
+    size_t total = rt_arena_layout(p->nbufs, bytes, slot, span, 64, off);
     free(slot);
+    free(span);
     bd->arena_borrowed = host && host->arena && total <= host->arena_bytes;
     bd->arena = bd->arena_borrowed ? host->arena : malloc(total ? total : 1);
     bd->arena_bytes = bd->arena_borrowed ? host->arena_bytes : total;

@@ -122,15 +122,96 @@ plan_memory_with(KProgram *p, const int *first_at, const int *last_at)
         }
         p->bufs[b].slot = slot ? slot : ++nslots;
     }
-    /* a slot of one buffer is memory of its own (0); the shared ones numbered from 1 in order */
+    /* A buffer much larger than the rest of its slot (the conv net's 49 MiB weight gradient,
+     * computed at the step's end, among 24.5 MiB activations) makes that slot its size for the
+     * whole run. Where w = 2..SPAN_MAX other slots are free for its whole lifetime, it covers
+     * them instead (KBuf.span: the binders lay their regions out one after another, each at
+     * least a w-th of it, rt_arena_layout) and its own slot shrinks to its next largest member,
+     * when that saves more than the w slots grow (at batch 64). A slot is in one run at most. */
+    enum { SPAN_MAX = 4 };
+    int64_t *ssize = arena_alloc(&scratch, ((size_t)nslots + 2) * sizeof *ssize);
+    int *run = arena_alloc(&scratch, ((size_t)nslots + 2) * sizeof *run); /* slot: run id + 1 */
+    int(*runs)[SPAN_MAX] = arena_alloc(&scratch, ((size_t)n + 1) * sizeof *runs);
+    int nruns = 0;
+    for (int i = 0; i < n; i++) {
+        const KBuf *kb = &p->bufs[order[i]];
+        int64_t sz = kbytes(kb->type, ksize_eval(kb->size, 64));
+        if (sz > ssize[kb->slot]) ssize[kb->slot] = sz;
+    }
+    for (int i = 0; i < n; i++) {
+        int l = order[i], s = p->bufs[l].slot;
+        int64_t size = kbytes(p->bufs[l].type, ksize_eval(p->bufs[l].size, 64)), second = 0;
+        if (run[s]) continue;
+        for (int k = 0; k < n; k++) {
+            int o = order[k];
+            int64_t sz = kbytes(p->bufs[o].type, ksize_eval(p->bufs[o].size, 64));
+            if (o != l && p->bufs[o].slot == s && sz > second) second = sz;
+        }
+        if (size - second < size / 4) continue; /* too little to gain */
+        /* the free slots, largest first */
+        int cand[SPAN_MAX], ncand = 0;
+        for (int t = 1; t <= nslots; t++) {
+            if (t == s || run[t]) continue;
+            bool is_free = true;
+            for (int k = 0; k < n && is_free; k++) {
+                int o = order[k];
+                is_free = p->bufs[o].slot != t || first[o] > last[l] || first[l] > last[o];
+            }
+            if (!is_free) continue;
+            int at = ncand < SPAN_MAX ? ncand++ : SPAN_MAX - 1;
+            if (at == SPAN_MAX - 1 && ncand == SPAN_MAX && ssize[t] <= ssize[cand[at]]) continue;
+            cand[at] = t;
+            for (; at > 0 && ssize[cand[at]] > ssize[cand[at - 1]]; at--) {
+                int x = cand[at];
+                cand[at] = cand[at - 1];
+                cand[at - 1] = x;
+            }
+        }
+        /* the span that saves the most: its own slot shrinks by size - second, the w slots
+         * grow where they hold less than a w-th of it */
+        int best = 0;
+        int64_t best_net = 0;
+        for (int w = 2; w <= ncand; w++) {
+            int64_t part = (size + w - 1) / w, grow = 0;
+            for (int k = 0; k < w; k++)
+                grow += part > ssize[cand[k]] ? part - ssize[cand[k]] : 0;
+            if (size - second - grow > best_net) {
+                best_net = size - second - grow;
+                best = w;
+            }
+        }
+        if (best) {
+            int64_t part = (size + best - 1) / best;
+            for (int k = 0; k < best; k++) {
+                runs[nruns][k] = cand[k];
+                run[cand[k]] = nruns + 1;
+                if (ssize[cand[k]] < part) ssize[cand[k]] = part;
+            }
+            p->bufs[l].slot = cand[0];
+            p->bufs[l].span = best;
+            nruns++;
+            ssize[s] = second;
+        }
+    }
+    /* a slot of one buffer is memory of its own (0); the shared ones numbered from 1 in order, a
+     * run's slots one after another (a spanning buffer counts in each) */
     int *members = arena_alloc(&scratch, ((size_t)nslots + 2) * sizeof *members);
     int *renum = arena_alloc(&scratch, ((size_t)nslots + 2) * sizeof *renum);
-    for (int b = 0; b < nb; b++)
-        members[p->bufs[b].slot]++;
+    for (int b = 0; b < nb; b++) {
+        const KBuf *kb = &p->bufs[b];
+        for (int k = 0; k < (kb->span > 1 ? kb->span : 1); k++)
+            members[kb->span > 1 ? runs[run[kb->slot] - 1][k] : kb->slot]++;
+    }
     int nshared = 0;
     for (int b = 0; b < nb; b++) {
         int sl = p->bufs[b].slot;
-        if (sl > 0 && members[sl] > 1 && !renum[sl]) renum[sl] = ++nshared;
+        if (sl > 0 && members[sl] > 1 && !renum[sl]) {
+            if (run[sl])
+                for (int k = 0; k < SPAN_MAX && runs[run[sl] - 1][k]; k++)
+                    renum[runs[run[sl] - 1][k]] = ++nshared;
+            else
+                renum[sl] = ++nshared;
+        }
         p->bufs[b].slot = sl > 0 && members[sl] > 1 ? renum[sl] : 0;
     }
     arena_free(&scratch);

@@ -58,12 +58,14 @@ kir_describe_buffers(const KProgram *p, const char *prefix)
             b->nperm, (long long)b->split);
         for (int d = 0; d < b->nperm; d++)
             put(&t, " %d", b->perm[d]);
-        put(&t, " %d %d\n",
+        put(&t, " %d %d",
             b->is_exact           ? 3
             : b->is_accumulator   ? 2
             : b->is_written_first ? 0
                                   : 1,
             b->slot);
+        if (b->span > 1) put(&t, " %d", b->span); /* only where it covers more than its slot */
+        put(&t, "\n");
     }
     return t.s;
 }

@@ -309,7 +309,10 @@ buf_notes(Explain *x, int b)
     if (kb->is_accumulator) notes = join(x, notes, "accumulates");
     if (is_zeroed(kb)) notes = join(x, notes, "zeroed each run");
     if (kb->kind == KB_TEMP && kb->slot > 0)
-        notes = join(x, notes, arena_printf(&x->scratch, "slot %d", kb->slot));
+        notes = join(x, notes,
+                     kb->span > 1 ? arena_printf(&x->scratch, "slots %d-%d", kb->slot,
+                                                 kb->slot + kb->span - 1)
+                                  : arena_printf(&x->scratch, "slot %d", kb->slot));
     return notes ? notes : "-";
 }
 
@@ -394,14 +397,17 @@ print_totals(Explain *x)
     size_t *bytes = arena_alloc(&x->scratch, ((size_t)p->nbufs + 1) * sizeof *bytes);
     size_t *off = arena_alloc(&x->scratch, ((size_t)p->nbufs + 1) * sizeof *off);
     int *slot = arena_alloc(&x->scratch, ((size_t)p->nbufs + 1) * sizeof *slot);
+    int *span = arena_alloc(&x->scratch, ((size_t)p->nbufs + 1) * sizeof *span);
     int nslots = 0, nshared = 0;
     for (int b = 0; b < p->nbufs; b++) {
         bytes[b] = p->bufs[b].kind == KB_TEMP ? (size_t)buf_bytes(x, b) : SIZE_MAX;
         slot[b] = p->bufs[b].slot;
-        if (slot[b] > nslots) nslots = slot[b];
+        span[b] = p->bufs[b].span;
+        int end = slot[b] + (span[b] > 1 ? span[b] - 1 : 0);
+        if (end > nslots) nslots = end;
         nshared += p->bufs[b].kind == KB_TEMP && slot[b] > 0;
     }
-    int64_t planned = (int64_t)rt_arena_layout(p->nbufs, bytes, slot, (size_t)align, off);
+    int64_t planned = (int64_t)rt_arena_layout(p->nbufs, bytes, slot, span, (size_t)align, off);
     device -= arena - planned;
     fprintf(x->f, "\ntotals at B = %lld\n", (long long)x->batch);
     if (nslots > 0)

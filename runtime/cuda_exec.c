@@ -286,10 +286,12 @@ rt_cuda_exec_create(const snn_model *m, int ordinal, int max_batch, RtCudaExec *
     }
     size_t *bytes = calloc((size_t)m->ncuda_bufs + 1, sizeof *bytes);
     int *slot = calloc((size_t)m->ncuda_bufs + 1, sizeof *slot);
-    if (!bytes || !slot) {
+    int *span = calloc((size_t)m->ncuda_bufs + 1, sizeof *span);
+    if (!bytes || !slot || !span) {
         free(off);
         free(bytes);
         free(slot);
+        free(span);
         snprintf(err, errlen, "out of memory for a CUDA session");
         st = SNN_ERR_MEMORY;
         goto fail;
@@ -301,6 +303,7 @@ rt_cuda_exec_create(const snn_model *m, int ordinal, int max_batch, RtCudaExec *
             free(off);
             free(bytes);
             free(slot);
+            free(span);
             snprintf(err, errlen, "max_batch %d needs more memory than can be had", max_batch);
             st = SNN_ERR_MEMORY;
             goto fail;
@@ -315,13 +318,15 @@ rt_cuda_exec_create(const snn_model *m, int ordinal, int max_batch, RtCudaExec *
         const RtBuf *kb = &m->cuda_bufs[b];
         bytes[b] = kb->kind == RT_BUF_WEIGHT ? SIZE_MAX : buf_elems(kb, max_batch) * kb->elem;
         slot[b] = kb->kind == RT_BUF_TEMP ? kb->slot : 0;
+        span[b] = kb->span;
     }
-    size_t rest = rt_arena_layout(m->ncuda_bufs, bytes, slot, DEVICE_ALIGN, off);
+    size_t rest = rt_arena_layout(m->ncuda_bufs, bytes, slot, span, DEVICE_ALIGN, off);
     for (int b = 0; b < m->ncuda_bufs; b++)
         if (m->cuda_bufs[b].kind != RT_BUF_WEIGHT) off[b] += total;
     total += rest;
     free(bytes);
     free(slot);
+    free(span);
     size_t dyn_off = total;
     total += align_up((size_t)x->ndyn * sizeof(int64_t));
 

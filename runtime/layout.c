@@ -73,25 +73,32 @@ rt_transpose_f32(const float *src, int rank, const int64_t *dims, const int *per
 }
 
 size_t
-rt_arena_layout(int n, const size_t *bytes, const int *slot, size_t align, size_t *off)
+rt_arena_layout(int n, const size_t *bytes, const int *slot, const int *span, size_t align,
+                size_t *off)
 {
     size_t total = 0;
+    int nreg = 0;
     for (int i = 0; i < n; i++) {
-        if (bytes[i] == SIZE_MAX) continue;
-        /* the first buffer of its region places the region: every member's size is known */
-        bool is_first = true;
-        for (int j = 0; j < i && is_first && slot[i] > 0; j++)
-            if (slot[j] == slot[i] && bytes[j] != SIZE_MAX) {
-                off[i] = off[j];
-                is_first = false;
-            }
-        if (!is_first) continue;
-        size_t size = bytes[i];
-        for (int j = i + 1; j < n && slot[i] > 0; j++)
-            if (slot[j] == slot[i] && bytes[j] != SIZE_MAX && bytes[j] > size) size = bytes[j];
-        off[i] = total;
+        int w = span && span[i] > 1 ? span[i] : 1;
+        if (bytes[i] != SIZE_MAX && slot[i] > 0 && slot[i] + w - 1 > nreg) nreg = slot[i] + w - 1;
+    }
+    /* region k: as large as the most a buffer covering it needs; its first buffers start there */
+    for (int k = 1; k <= nreg; k++) {
+        size_t size = 0;
+        for (int i = 0; i < n; i++) {
+            int w = span && span[i] > 1 ? span[i] : 1;
+            if (bytes[i] == SIZE_MAX || slot[i] <= 0 || k < slot[i] || k >= slot[i] + w) continue;
+            size_t part = bytes[i] / (size_t)w + (bytes[i] % (size_t)w != 0);
+            if (part > size) size = part;
+            if (slot[i] == k) off[i] = total;
+        }
         total += (size + align - 1) & ~(align - 1);
     }
+    for (int i = 0; i < n; i++)
+        if (bytes[i] != SIZE_MAX && slot[i] <= 0) {
+            off[i] = total;
+            total += (bytes[i] + align - 1) & ~(align - 1);
+        }
     return total;
 }
 

@@ -23,12 +23,16 @@ int rt_split_dims(int rank, const int64_t *dims, int64_t split, int64_t *out);
  * (runtime/f16.h): how 16-bit weight buffers are filled, by every binder alike. */
 void rt_narrow16(const float *src, int64_t n, int is_bf16, uint16_t *dst);
 
-/* The offsets of n buffers in one arena. Buffers with the same slot k > 0 share one region: the
- * compiler's memory plan gives a slot to buffers whose lifetimes do not overlap (KBuf.slot); slot 0
- * is a region of its own; bytes[i] == SIZE_MAX leaves buffer i out (off[i] is not written). A
- * region is as large as its largest buffer, regions follow one another in order of their first
- * buffer, each aligned to align bytes (a power of two). Returns the arena's size in bytes. */
-size_t rt_arena_layout(int n, const size_t *bytes, const int *slot, size_t align, size_t *off);
+/* The offsets of n buffers in one arena. Buffers with the same slot k > 0 share region k: the
+ * compiler's memory plan gives a slot to buffers whose lifetimes do not overlap (KBuf.slot); a
+ * buffer of span w > 1 (span NULL: every span 1) covers regions k .. k + w - 1, laid out one after
+ * another, and needs each of them at least a w-th of its bytes; slot 0 is a region of its own;
+ * bytes[i] == SIZE_MAX leaves buffer i out (off[i] is not written). A region is as large as the
+ * most any buffer covering it needs, the shared regions come first in order of their numbers, then
+ * the others in buffer order, each aligned to align bytes (a power of two). Returns the arena's
+ * size in bytes. */
+size_t rt_arena_layout(int n, const size_t *bytes, const int *slot, const int *span, size_t align,
+                       size_t *off);
 
 /* The sum of n spike counters of elem bytes each: 1, unsigned bytes (a CPU layer whose counters
  * cannot pass 255), or 8, int64 (codegen/kir_lower.c spike_count_buffer). As integers: exact in any

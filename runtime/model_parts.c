@@ -12,7 +12,8 @@
  *                                      only): stored narrower because every value was exact
  *                                      there, so loaded values must be too; SLOT (temporaries) 0:
  *                                      memory of its own, k > 0: the arena region it shares with
- *                                      the other buffers of slot k (runtime/layout.h)
+ *                                      the other buffers of slot k; SPAN (optional, 1): the
+ *                                      regions it covers from there (runtime/layout.h)
  *   cuda_layer NAME BUF   cuda_buf ...  as layer and buf, for the CUDA program (its own buffers)
  *   cuda_kernel I SYMBOL STEP MODE NB B0 ... WORK...   cuda_image FORMAT ARCH OFFSET SIZE
  *                                      CUDA code (runtime/cuda_abi.h), optional
@@ -305,15 +306,19 @@ parse_buf(Parser *ps, RtBuf *b)
     }
     for (int d = 0; d < b->nperm; d++)
         b->perm[d] = (int)number(ps);
-    int64_t zero = number(ps), slot = number(ps);
+    int64_t zero = number(ps), slot = number(ps), span = 1;
+    while (*ps->p == ' ')
+        ps->p++;
+    if (*ps->p && *ps->p != '\n') span = number(ps); /* optional: 1 */
     bool is_16 = b->type == RT_ELEM_F16 || b->type == RT_ELEM_BF16;
-    if (zero < 0 || zero > 3 || slot < 0 || slot > RT_MAX_SLOT ||
-        (zero == 3 && (b->kind != RT_BUF_WEIGHT || !is_16)))
+    if (zero < 0 || zero > 3 || slot < 0 || slot > RT_MAX_SLOT || span < 1 ||
+        span > RT_MAX_SLOT - slot || (zero == 3 && (b->kind != RT_BUF_WEIGHT || !is_16)))
         ps->is_bad = true;
     b->needs_zero = zero == 1;
     b->is_accumulator = zero == 2;
     b->is_exact = zero == 3;
     b->slot = (int)slot;
+    b->span = (int)span;
 }
 
 static bool

@@ -41,6 +41,7 @@ typedef struct RtBuf {
     bool is_accumulator; /* cuda_buf spike counts (ZERO 2): each run adds; zeroed by the session */
     bool is_exact;       /* 16-bit weights (ZERO 3): values loaded must be exact in the type */
     int slot;           /* temporaries: 0, memory of its own; k > 0, shared with slot k's others */
+    int span;           /* slot > 0: the regions it covers from slot's (runtime/layout.h) */
 } RtBuf;
 
 /* the bytes of buffer b at batch B (per_batch * B + fixed elements) */

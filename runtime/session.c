@@ -539,29 +539,34 @@ open_cpu(snn_session *s, int threads)
     size_t *bytes = calloc((size_t)m->nbufs + 1, sizeof *bytes);
     size_t *off = calloc((size_t)m->nbufs + 1, sizeof *off);
     int *slot = calloc((size_t)m->nbufs + 1, sizeof *slot);
-    if (!bytes || !off || !slot) {
+    int *span = calloc((size_t)m->nbufs + 1, sizeof *span);
+    if (!bytes || !off || !slot || !span) {
         free(bytes);
         free(off);
         free(slot);
+        free(span);
         return rt_fail(SNN_ERR_MEMORY, "out of memory");
     }
     for (int b = 0; b < m->nbufs; b++) {
         const RtBuf *kb = &m->bufs[b];
         bytes[b] = SIZE_MAX;
         slot[b] = kb->slot;
+        span[b] = kb->span;
         if (kb->kind != RT_BUF_TEMP) continue;
         double n = (double)kb->per_batch * s->max_batch + (double)kb->fixed;
         if (n * (double)kb->elem > 1e15) {
             free(bytes);
             free(off);
             free(slot);
+            free(span);
             return rt_fail(SNN_ERR_MEMORY, "max_batch %d needs more memory than can be had",
                         s->max_batch);
         }
         bytes[b] = rt_buf_bytes(kb, s->max_batch);
     }
     /* the memory plan: temporaries of one slot share a region */
-    size_t total = rt_arena_layout(m->nbufs, bytes, slot, ARENA_ALIGN, off);
+    size_t total = rt_arena_layout(m->nbufs, bytes, slot, span, ARENA_ALIGN, off);
+    free(span);
     s->arena = rt_big_alloc(total); /* ARENA_ALIGN (64) aligned */
     if (!s->arena) {
         free(bytes);

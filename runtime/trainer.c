@@ -258,15 +258,17 @@ snn_trainer_create(const snn_model *m, const snn_train_config *c, int max_batch,
      * on their own */
     size_t *bytes = calloc((size_t)nb + 1, sizeof *bytes),
            *off = calloc((size_t)nb + 1, sizeof *off);
-    int *slots = calloc((size_t)nb + 1, sizeof *slots);
-    ok = ok && bytes && off && slots;
+    int *slots = calloc((size_t)nb + 1, sizeof *slots),
+        *spans = calloc((size_t)nb + 1, sizeof *spans);
+    ok = ok && bytes && off && slots && spans;
     for (int b = 0; ok && b < nb; b++) {
         const RtBuf *kb = &m->train_bufs[b];
         bytes[b] = kb->kind == RT_BUF_TEMP ? rt_buf_bytes(kb, max_batch) : SIZE_MAX;
         slots[b] = kb->slot;
+        spans[b] = kb->span;
     }
     if (ok) {
-        size_t total = rt_arena_layout(nb, bytes, slots, 64, off);
+        size_t total = rt_arena_layout(nb, bytes, slots, spans, 64, off);
         ok = (t->arena = rt_big_alloc((total + 63) / 64 * 64 + 64)) != NULL;
     }
     for (int b = 0; ok && b < nb; b++) {
@@ -288,6 +290,7 @@ snn_trainer_create(const snn_model *m, const snn_train_config *c, int max_batch,
     free(bytes);
     free(off);
     free(slots);
+    free(spans);
     for (int k = 0; ok && k < m->noutputs; k++)
         ok = (t->out[k] = calloc((size_t)max_batch * (size_t)m->outputs[k].info.numel + 1,
                                  sizeof(float))) != NULL;

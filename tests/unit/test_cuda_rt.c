@@ -422,6 +422,21 @@ test_models(void)
               "malformed (line");
     check_bad(edit(toy_meta, "buf acc temp f32 4 0 -1 0 0 1 0", "buf acc temp f32 4 0 -1 0 0 1"),
               "malformed (line");
+    /* ... and its optional span (runtime/layout.h): 1 or more regions from there */
+    {
+        snn_model *ms = NULL;
+        CHECK(rt_model_create(edit(toy_meta, "buf acc temp f32 4 0 -1 0 0 1 0",
+                                   "buf acc temp f32 4 0 -1 0 0 1 0 3"),
+                              toy_entry, NULL, 0, images, sizeof images, &ms) == SNN_OK);
+        if (ms) CHECK(ms->bufs[3].span == 3 && ms->bufs[4].span == 1);
+        rt_model_free(ms);
+    }
+    check_bad(
+        edit(toy_meta, "buf acc temp f32 4 0 -1 0 0 1 0", "buf acc temp f32 4 0 -1 0 0 1 0 0"),
+        "malformed (line");
+    check_bad(
+        edit(toy_meta, "buf acc temp f32 4 0 -1 0 0 1 0", "buf acc temp f32 4 0 -1 0 0 1 0 x"),
+        "malformed (line");
     /* images the records index must be there */
     CHECK_ERR(rt_model_create(toy_meta, toy_entry, NULL, 0, NULL, 0, &m), SNN_ERR_STATE,
               "not within the 0 bytes");

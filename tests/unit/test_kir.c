@@ -3,6 +3,7 @@
  * interpreter's float32 results bit for bit, and the printed schedule must show the intended shape
  * (fused neuron scans, static kernels, step kernels for recurrence). Writes no files. */
 #include "codegen/kir.h"
+#include "runtime/layout.h"
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 
@@ -627,6 +628,32 @@ test_groups(void)
     module_free(m);
 }
 
+/* rt_arena_layout: shared regions in slot order, then buffers of their own; a buffer spanning
+ * regions covers them one after another and needs each to hold a share of it */
+static void
+test_arena_layout(void)
+{
+    /* A, B share region 1 (100 bytes: 128 aligned), D region 2, C its own after them */
+    size_t bytes[5] = {100, 50, 30, 70, SIZE_MAX}, off[5] = {0};
+    int slot[5] = {1, 1, 0, 2, 1};
+    size_t total = rt_arena_layout(5, bytes, slot, NULL, 64, off);
+    CHECK(total == 128 + 128 + 64 && off[0] == 0 && off[1] == 0 && off[3] == 128 && off[2] == 256);
+    /* E spans regions 1 and 2 (200 bytes: 100 of each, which they hold already) */
+    size_t bytes2[3] = {100, 70, 200}, off2[3] = {0};
+    int slot2[3] = {1, 2, 1}, span2[3] = {1, 1, 2};
+    total = rt_arena_layout(3, bytes2, slot2, span2, 64, off2);
+    CHECK(total == 256 && off2[0] == 0 && off2[1] == 128 && off2[2] == 0);
+    /* ... 400 bytes: each region grows to its half, and E still fits the two */
+    bytes2[2] = 400;
+    total = rt_arena_layout(3, bytes2, slot2, span2, 64, off2);
+    CHECK(total == 512 && off2[1] == 256 && off2[2] == 0 && off2[1] + 256 >= bytes2[2] / 2);
+    /* a span from region 2 of 3: regions 2 and 3 follow one another, E starts at 2's */
+    size_t bytes3[4] = {64, 64, 64, 128}, off3[4] = {0};
+    int slot3[4] = {1, 2, 3, 2}, span3[4] = {1, 1, 1, 2};
+    total = rt_arena_layout(4, bytes3, slot3, span3, 64, off3);
+    CHECK(total == 192 && off3[3] == 64 && off3[2] == 128);
+}
+
 int
 main(void)
 {
@@ -642,6 +669,7 @@ main(void)
     test_recurrent();
     test_neurons();
     test_eval_errors();
+    test_arena_layout();
     printf("%d passed, %d failed\n", npass, nfail);
     return nfail != 0;
 }
