@@ -272,6 +272,9 @@ build_binary(Module *m, const Options *o)
         module_clear_marks(tm);
         tm->schedule = SCHEDULE_LAYER;
         tm->memory = MEMORY_SEPARATE;
+        /* the trainer binds a weight as stored to the array it updates: large dense layers read
+         * it there, with no packed copy to remake after each step (as snnc --train) */
+        tm->is_weights_in_place = true;
         char terr[512];
         gm = ir_grad(tm, true); /* the train-step module, the inputs' gradients too */
         tp = kir_lower_train(gm, &tr, terr, sizeof terr);

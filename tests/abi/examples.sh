@@ -46,4 +46,16 @@ if python3 -c 'import numpy' 2> /dev/null; then
     { echo "FAIL: train.py's weights are not snnc --train's"; exit 1; }
   diff <(grep "test accuracy" c-train.out) <(grep "test accuracy" py-train.out)
 fi
+# a conv net whose dense layer (6272 -> 600, 15 MB) the library's step reads as the trainer holds
+# it (no packed copy), its first conv computed again for the backward, batchnorm recomputed in
+# the scan: the same weights as snnc --train
+printf 'model mem {\n  timesteps 2\n  seed 3\n  input image : f32[1, 28, 28]\n  c1 = conv2d(image, 32, 3, pad = 1, bias = false)\n  s1 = IF(batchnorm(c1), v_th = 0.5)\n  f = dense(flatten(maxpool2d(s1, 2)), 600, bias = false)\n  q = IF(dense(LIF(f, tau = 2.0, v_th = 0.3), 10), v_th = 0.2)\n  output r = mean(q)\n}\n' > mem.snn
+"$snnc" --train mem.snn --cuda-arch=none -o mem_train.so
+strings mem_train.so | grep -q '^train_buf f.weight weight f32 0 3763200 [0-9]* 0 0 1 0$' ||
+  { echo "FAIL: the library's step keeps a packed copy of f.weight"; exit 1; }
+./train ./mem_train.so --limit=128 --batch=32 --test-limit=64 -o c-mem.safetensors | tee c-mem.out
+"$snnc" --train mem.snn --data=fashion-mnist --limit=128 --batch=32 --no-shuffle --test-limit=64 -q \
+  -o snnc-mem.safetensors
+cmp c-mem.safetensors snnc-mem.safetensors ||
+  { echo "FAIL: train.c's weights of the conv net are not snnc --train's"; exit 1; }
 echo PASS
