@@ -158,8 +158,13 @@ plan_memory_with(KProgram *p, const int *first_at, const int *last_at)
                 is_free = p->bufs[o].slot != t || first[o] > last[l] || first[l] > last[o];
             }
             if (!is_free) continue;
-            int at = ncand < SPAN_MAX ? ncand++ : SPAN_MAX - 1;
-            if (at == SPAN_MAX - 1 && ncand == SPAN_MAX && ssize[t] <= ssize[cand[at]]) continue;
+            int at;
+            if (ncand < SPAN_MAX)
+                at = ncand++;
+            else if (ssize[t] > ssize[cand[SPAN_MAX - 1]])
+                at = SPAN_MAX - 1; /* in place of the smallest kept */
+            else
+                continue;
             cand[at] = t;
             for (; at > 0 && ssize[cand[at]] > ssize[cand[at - 1]]; at--) {
                 int x = cand[at];
