@@ -41,7 +41,8 @@ bn_recomputed(const Lower *lw, ValueId v)
         return false;
     const Node *x = &m->nodes[n->args[0]];
     if (x->op == OP_INPUT || x->op == OP_FLATTEN || x->op == OP_SEQUENCE ||
-        is_step_readout(x->op) || x->fused_into >= 0 || x->is_scan_epilogue)
+        is_step_readout(x->op) || x->fused_into >= 0 || x->is_scan_epilogue ||
+        lw->region[n->args[0]] >= 0)
         return false;
     for (ValueId u = 0; u < m->nnodes; u++)
         for (int a = 0; a < m->nodes[u].nargs; a++)
