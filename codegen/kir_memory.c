@@ -94,15 +94,17 @@ plan_memory_with(KProgram *p, const int *first_at, const int *last_at)
     for (int b = 0; b < nb; b++)
         if (p->bufs[b].kind == KB_TEMP && !p->bufs[b].is_accumulator && last[b] >= 0)
             order[n++] = b;
+    /* each buffer's bytes at batch 64, by which the plan chooses */
+    int64_t *at64 = arena_alloc(&scratch, ((size_t)nb + 1) * sizeof *at64);
+    for (int b = 0; b < nb; b++)
+        at64[b] = kbytes(p->bufs[b].type, ksize_eval(p->bufs[b].size, 64));
     /* by bytes at batch 64, largest first; ties by when they start (greedy in start order
      * colours intervals with the fewest slots: the conv SNN's training step has ten buffers of
      * 24.5 MiB, and in buffer order they took 2 slots more than they ever overlap), then in buffer
      * order (a stable insertion sort) */
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0; j--) {
-            const KBuf *x = &p->bufs[order[j]], *y = &p->bufs[order[j - 1]];
-            int64_t bx = kbytes(x->type, ksize_eval(x->size, 64));
-            int64_t by = kbytes(y->type, ksize_eval(y->size, 64));
+            int64_t bx = at64[order[j]], by = at64[order[j - 1]];
             if (bx < by || (bx == by && first[order[j]] >= first[order[j - 1]])) break;
             int t = order[j];
             order[j] = order[j - 1];
@@ -134,18 +136,16 @@ plan_memory_with(KProgram *p, const int *first_at, const int *last_at)
     int(*runs)[SPAN_MAX] = arena_alloc(&scratch, ((size_t)n + 1) * sizeof *runs);
     int nruns = 0;
     for (int i = 0; i < n; i++) {
-        const KBuf *kb = &p->bufs[order[i]];
-        int64_t sz = kbytes(kb->type, ksize_eval(kb->size, 64));
-        if (sz > ssize[kb->slot]) ssize[kb->slot] = sz;
+        int b = order[i], sl = p->bufs[b].slot;
+        if (at64[b] > ssize[sl]) ssize[sl] = at64[b];
     }
     for (int i = 0; i < n; i++) {
         int l = order[i], s = p->bufs[l].slot;
-        int64_t size = kbytes(p->bufs[l].type, ksize_eval(p->bufs[l].size, 64)), second = 0;
+        int64_t size = at64[l], second = 0;
         if (run[s]) continue;
         for (int k = 0; k < n; k++) {
             int o = order[k];
-            int64_t sz = kbytes(p->bufs[o].type, ksize_eval(p->bufs[o].size, 64));
-            if (o != l && p->bufs[o].slot == s && sz > second) second = sz;
+            if (o != l && p->bufs[o].slot == s && at64[o] > second) second = at64[o];
         }
         if (size - second < size / 4) continue; /* too little to gain */
         /* the free slots, largest first */

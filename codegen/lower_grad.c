@@ -3077,6 +3077,18 @@ stmt_uses(KStmt *const *s, int n, bool *reads, bool *writes)
     }
 }
 
+/* the loads and stores of kernels [first, end): row k - first of *reads and *writes (nbb
+ * flags a row, one a buffer) */
+static void
+kernels_uses(const KProgram *p, int first, int end, size_t nbb, bool **reads, bool **writes)
+{
+    *reads = xcalloc((size_t)(end - first + 1) * nbb, sizeof(bool));
+    *writes = xcalloc((size_t)(end - first + 1) * nbb, sizeof(bool));
+    for (int k = first; k < end; k++)
+        stmt_uses(p->kernels[k].body, p->kernels[k].nbody, *reads + (size_t)(k - first) * nbb,
+                  *writes + (size_t)(k - first) * nbb);
+}
+
 /* Moves the backward kernels [first, nkernels) that only the inputs' gradients need after the
  * others (each part in its order), and returns where they start. From the last kernel back, one
  * is such a kernel when everything it stores is a gradient that only an input's needs (is_only)
@@ -3090,11 +3102,8 @@ split_input_kernels(KProgram *p, const KTrain *tr, const bool *is_only)
     int nk = p->nkernels, nb = p->nbufs, first = tr->nforward;
     size_t nbb = (size_t)nb + 1;
     /* each backward kernel's loads and stores */
-    bool *reads = xcalloc((size_t)(nk - first + 1) * nbb, sizeof(bool));
-    bool *writes = xcalloc((size_t)(nk - first + 1) * nbb, sizeof(bool));
-    for (int k = first; k < nk; k++)
-        stmt_uses(p->kernels[k].body, p->kernels[k].nbody, reads + (size_t)(k - first) * nbb,
-                  writes + (size_t)(k - first) * nbb);
+    bool *reads, *writes;
+    kernels_uses(p, first, nk, nbb, &reads, &writes);
     bool *read_later = xcalloc(nbb, sizeof(bool));
     /* buffers a kept kernel stores to: a moved kernel storing there too would change the order
      * of the contributions (an input's gradient that a kept layer's kernel adds to) */
@@ -3165,11 +3174,8 @@ defer_weight_grads(KProgram *p, const KTrain *tr)
 {
     int nk = p->nkernels, nb = p->nbufs, first = tr->nforward;
     size_t nbb = (size_t)nb + 1;
-    bool *reads = xcalloc((size_t)(nk + 1) * nbb, sizeof(bool));
-    bool *writes = xcalloc((size_t)(nk + 1) * nbb, sizeof(bool));
-    for (int k = 0; k < nk; k++)
-        stmt_uses(p->kernels[k].body, p->kernels[k].nbody, reads + (size_t)k * nbb,
-                  writes + (size_t)k * nbb);
+    bool *reads, *writes;
+    kernels_uses(p, 0, nk, nbb, &reads, &writes);
     bool *moved = xcalloc((size_t)nk + 1, sizeof(bool));
     bool *in_set = xcalloc((size_t)nk + 1, sizeof(bool));
     for (int w = 0; w < p->m->nweights; w++) {
@@ -3269,12 +3275,8 @@ remat_first_layers(Lower *lw, const KTrain *tr)
     int first = tr->nforward, nb = p->nbufs;
     /* room for the buffers this adds too, one a forward kernel at most */
     size_t nbb = (size_t)nb + (size_t)first + 1;
-    bool *reads = xcalloc(((size_t)first + 1) * nbb, sizeof(bool));
-    bool *writes = xcalloc(((size_t)first + 1) * nbb, sizeof(bool));
-    bool *rd = xcalloc(nbb, sizeof(bool)), *wr = xcalloc(nbb, sizeof(bool));
-    for (int k = 0; k < first; k++)
-        stmt_uses(p->kernels[k].body, p->kernels[k].nbody, reads + (size_t)k * nbb,
-                  writes + (size_t)k * nbb);
+    bool *reads, *writes, *rd = xcalloc(nbb, sizeof(bool)), *wr = xcalloc(nbb, sizeof(bool));
+    kernels_uses(p, 0, first, nbb, &reads, &writes);
     for (int x = 0; x < nb; x++) {
         const KBuf *xb = &p->bufs[x];
         if (xb->kind != KB_TEMP || !xb->is_written_first) continue;
