@@ -205,6 +205,14 @@ layer_kind(const Lower *lw, ValueId v)
 {
     if (lw->p->target == KTARGET_GPU)
         return KG_FLAT;
+    /* a training step: no marks; a conv over spikes (bytes) sums its spike lists, the tiled
+     * kernel's terms in its order (lower_conv2d_events) */
+    if (lw->train) {
+        const Node *n = &lw->m->nodes[v];
+        bool is_spikes = lw->m->nodes[n->args[0]].type.dtype == DT_SPIKE &&
+                         bits_of((Lower *)lw, n->args[0]) == 0;
+        return n->op == OP_CONV2D && is_spikes && !lw->m->is_train_dense ? KG_EVENTS : KG_TILED;
+    }
     return node_lists_events(lw->m, &lw->m->nodes[v]) ? KG_EVENTS : KG_TILED;
 }
 

@@ -794,21 +794,55 @@ open_pair_sums(Lower *lw, Conv *cv)
     return body(f);
 }
 
+/* A training step's weight can leave the finite range, where skipping a zero spike's terms and
+ * adding 0 * w differ (NaN, as PyTorch's training computes it). A kernel of its own notes whether
+ * any weight of the layer is not finite (w - w is then NaN, not 0), one byte; the lists then hold
+ * every channel, zeros too: the dense kernel's terms in its order. With finite weights a zero
+ * term changes no sum (each starts from +0, and fma(0, w, acc) is acc for finite w and acc not
+ * -0, which no sum from +0 becomes), so the lists give the dense kernel's bits either way. */
+static KExpr *
+conv_weights_nonfinite(Lower *lw, const Conv *cv)
+{
+    const char *name = lw->k.name, *what = lw->k.what, *vn = value_name(lw, cv->v);
+    int flag = scratch_buf_sized(lw, arena_printf(&lw->p->arena, "%s.nonfinite", vn), KT_U8,
+                                 (KSize){0, 1});
+    lw->k.name = arena_printf(&lw->p->arena, "%s_finite", name);
+    lw->k.what = arena_printf(&lw->p->arena, "%s; whether every weight is finite", what);
+    s_store(lw, top(lw), flag, ci(lw, 0), ci(lw, 0));
+    const KBuf *w = &lw->p->bufs[cv->w];
+    KExpr *i;
+    KStmt *fi = loop(lw, top(lw), "i", ci(lw, w->size.fixed), false, &i);
+    KExpr *x = kx_load(lw->p, cv->w, i);
+    KStmt *bad =
+        s_if(lw, body(fi), bin(lw, KB_NE, bin(lw, KB_SUB, x, x), kx_const(lw->p, KT_F32, 0)));
+    s_store(lw, body(bad), flag, ci(lw, 0), ci(lw, 1));
+    bool is_step = lw->k.is_step;
+    end_kernel(lw);
+    begin_kernel(lw, cv->v, what, is_step);
+    lw->k.name = name;
+    return to(lw, KT_I64, kx_load(lw->p, flag, ci(lw, 0)));
+}
+
 /* conv2d over spikes: each row first lists, for every input pixel and group, the channels that
  * spike there (count[g][q], list[g][q][n] = cg), then gathers each output pixel over its taps and
- * their listed channels only */
+ * their listed channels only. In a training step (CPU, spikes in bytes) too: the same terms in the
+ * same order as the tiled kernel, whose place it takes (kir_lower.c layer_kind), the weight in
+ * the tiled kernel's layout (the backward reads it) and every channel listed where a weight is
+ * not finite (conv_weights_nonfinite). */
 void
 lower_conv2d_events(Lower *lw, ValueId v)
 {
     Conv cv = conv_geometry(lw, v);
     bool is_batched = ctx_of(lw, v) == CTX_BATCHED;
     int64_t HW = cv.d.H * cv.d.W, rows = is_batched ? lw->T : 1;
+    KExpr *nonfinite = lw->train ? conv_weights_nonfinite(lw, &cv) : NULL;
     /* whole channel tiles: the weight packed tile by tile, [O/nt][Cg][KH][KW][nt], so that a tile's
      * rows are one contiguous block (Cg*KH*KW*nt values) instead of nt values every O: the rows a
      * pixel's terms pick then spread over all cache sets (measured on c2 below) */
     int64_t nt = tile_lanes(lw, lower_wide_vectors() ? CONV_NT_WIDE : CONV_NT);
     cv.nt = (int)nt;
-    if (lw->m->nodes[v].op == OP_CONV2D && cv.d.G == 1 && cv.d.O % nt == 0 && nt < cv.d.O) {
+    if (lw->m->nodes[v].op == OP_CONV2D && cv.d.G == 1 && cv.d.O % nt == 0 && nt < cv.d.O &&
+        !lw->train) {
         KBuf *kb = &lw->p->bufs[cv.w];
         kb->nperm = 5;
         memcpy(kb->perm, (const int[]){0, 2, 3, 4, 1}, 5 * sizeof *kb->perm);
@@ -870,8 +904,24 @@ lower_conv2d_events(Lower *lw, ValueId v)
         KExpr *chan = bin(lw, KB_ADD, bin(lw, KB_MUL, cv.g, ci(lw, cv.d.Cg)), cg);
         px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), q);
         s_assign(lw, body(fq), xv, to(lw, KT_F64, vload(lw, cv.x, &px)));
-        KStmt *nz = s_if(lw, body(fq), bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0)));
-        conv_list_append(lw, body(nz), &cl, q, cg);
+        KExpr *is_listed = bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0));
+        if (nonfinite) {
+            /* a training step: appended without a branch (spikes at a third of the inputs
+             * defeat its prediction): the entry stored at the count, which then grows by one
+             * where it is listed (the count never passes the channel, so it stays in the
+             * pixel's list) */
+            is_listed = bin(lw, KB_OR, is_listed, bin(lw, KB_NE, nonfinite, ci(lw, 0)));
+            s_assign(lw, body(fq), cl.qv, conv_count_index(lw, &cv, q));
+            s_assign(lw, body(fq), cl.nv, kx_load(lw->p, cv.count, var(lw, cl.qv)));
+            KExpr *at =
+                bin(lw, KB_ADD, bin(lw, KB_MUL, var(lw, cl.qv), ci(lw, cv.d.Cg)), var(lw, cl.nv));
+            s_store(lw, body(fq), cv.list, at, cg);
+            s_store(lw, body(fq), cv.count, var(lw, cl.qv),
+                    bin(lw, KB_ADD, var(lw, cl.nv), to(lw, KT_I64, is_listed)));
+        } else {
+            KStmt *nz = s_if(lw, body(fq), is_listed);
+            conv_list_append(lw, body(nz), &cl, q, cg);
+        }
     }
     if (cv.flags >= 0) c = open_pair_sums(lw, &cv);
     conv_groups(lw, c, &cv);

@@ -275,6 +275,7 @@ build_binary(Module *m, const Options *o)
         /* the trainer binds a weight as stored to the array it updates: large dense layers read
          * it there, with no packed copy to remake after each step (as snnc --train) */
         tm->is_weights_in_place = true;
+        tm->is_train_dense = !passes_include(&o->passes, "events");
         char terr[512];
         gm = ir_grad(tm, true); /* the train-step module, the inputs' gradients too */
         tp = kir_lower_train(gm, &tr, terr, sizeof terr);

@@ -844,6 +844,7 @@ engine_open(Engine *e, Module *m, const Options *o, float **bin, float **outs)
     bool on_gpu = strcmp(o->backend, "cuda") == 0;
     /* on the CPU, large dense layers read the weights the optimiser updates, as they are */
     m->is_weights_in_place = !on_gpu;
+    m->is_train_dense = !passes_include(&o->passes, "events");
     /* the train-step module (ir_grad), lowered: its forward, then its backward in the order of
      * its grad nodes */
     e->tm = ir_grad(m, o->grads != NULL);
@@ -1189,6 +1190,7 @@ train_emit_kernel(Module *m, const Options *o)
     m->schedule = SCHEDULE_LAYER;
     m->memory = MEMORY_SEPARATE;
     m->is_weights_in_place = strcmp(o->backend, "cuda") != 0; /* as engine_open */
+    m->is_train_dense = !passes_include(&o->passes, "events");
     char err[512];
     KTrain tr;
     /* the train-step module: with --grads, the inputs' gradients too, as the run would have

@@ -397,6 +397,10 @@ typedef struct Module {
      * weight as stored, [out][in], the very array the optimiser updates, rather than a packed
      * copy remade after every step (codegen/lower_layers.c lower_dense_stored) */
     bool is_weights_in_place;
+    /* lowered for training with the events pass left out (-O0, --disable-pass=events): a spike-fed
+     * conv sums every input, zeros too, rather than its spike lists (codegen/kir_lower.c
+     * layer_kind); the driver's, never printed */
+    bool is_train_dense;
     const char *weights_path; /* absolute, or NULL: seeded initialisation */
     const char **files;       /* the files read to build it: the main file (unless it came as
                                  text), then its includes; what no output may overwrite */

@@ -7,7 +7,9 @@
  * at input rates 5-95%, reading a model input or a neuron's spikes (docs/benchmarks.md); the
  * benchmark networks' layers read 1-37% and never reach it. The same bits either way, float or
  * exact sums: both kernels add the same terms in the same order, the event lists skipping the zero
- * products. The GPU's kernels are dense; the mark does not change them. */
+ * products. The GPU's kernels are dense; the mark does not change them. A training step has no
+ * marks, but follows whether this pass would run: where it would, its convs over spikes sum their
+ * spike lists on the CPU (Module.is_train_dense, codegen/kir_lower.c layer_kind). */
 #include "passes/pass.h"
 
 /* Whether n's input (through flattens) is a model input, whose floats the event lists compare one
