@@ -501,7 +501,8 @@ kir_lower_train_for(const Module *tm, KTarget target, KTrain *tr, char *err, siz
     memset(tr, 0, sizeof *tr);
     /* the inputs' gradients where the backward has them (ir_grad with inputs) */
     for (int k = module_nforward(tm); k < tm->nnodes; k++)
-        tr->has_input_grads |= tm->nodes[tm->nodes[k].args[0]].op == OP_INPUT;
+        tr->has_input_grads |=
+            tm->nodes[k].op == OP_GRAD && tm->nodes[tm->nodes[k].args[0]].op == OP_INPUT;
     KProgram *p = lower_program(tm, target, tr);
     if (p) p->adds_zero_terms = true;
     if (!p) diag_format(err, errlen, "the training program could not be lowered");

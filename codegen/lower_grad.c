@@ -3402,7 +3402,7 @@ lower_grad(Lower *lw, const Module *tm, const ValueId *topo, const ValueId *sche
     bool *needs = arena_alloc(&lw->scratch, ((size_t)n + 1) * sizeof(bool));
     ir_grad_needs(m, topo, tr->has_input_grads, needs_w, needs);
     for (int k = n; k < tm->nnodes; k++)
-        g.needs[tm->nodes[k].args[0]] = true;
+        if (tm->nodes[k].op == OP_GRAD) g.needs[tm->nodes[k].args[0]] = true;
     for (ValueId v = 0; v < n; v++) {
         g.gbuf[v] = -1;
         if (needs[v] != g.needs[v]) die("kir: the grad nodes are not the forward's (ir_grad)");
@@ -3462,6 +3462,7 @@ lower_grad(Lower *lw, const Module *tm, const ValueId *topo, const ValueId *sche
     /* the grad nodes in order: each value's backward step where its gradient is complete; a
      * recurrent region's steps together, ir_schedule_order's range of it (contiguous) */
     for (int k = n; k < tm->nnodes; k++) {
+        if (tm->nodes[k].op != OP_GRAD) continue; /* grad_weight: the step before gives it */
         ValueId v = tm->nodes[k].args[0];
         const Node *nd = &m->nodes[v];
         if (region[v] >= 0) {
@@ -3474,7 +3475,8 @@ lower_grad(Lower *lw, const Module *tm, const ValueId *topo, const ValueId *sche
             while (hi + 1 < n && region[sched[hi + 1]] == region[v])
                 hi++;
             grad_region(&g, sched, lo, hi);
-            while (k + 1 < tm->nnodes && region[tm->nodes[k + 1].args[0]] == region[v])
+            while (k + 1 < tm->nnodes && (tm->nodes[k + 1].op != OP_GRAD ||
+                                          region[tm->nodes[k + 1].args[0]] == region[v]))
                 k++;
             continue;
         }

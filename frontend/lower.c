@@ -1050,16 +1050,24 @@ lower_type(const AstType *t, bool is_input, Type *out)
         return false;
     }
     int i = 0;
+    if (is_input && t->rank == 0) {
+        diag_error(t->loc, "an input has at least one dimension (f32[1]: one number a sample)");
+        return false;
+    }
     if (t->rank > 0 && t->is_sym[0] && t->sym[0] == 'T') {
         out->has_time = true;
         i = 1;
     }
     if (!is_input) {
-        if (i >= t->rank || !t->is_sym[i] || t->sym[i] != 'B') {
-            diag_error(t->loc, "a value type has the form f32[T, B, ...] or f32[B, ...]");
+        if (i == 0 && (t->rank == 0 || !t->is_sym[0])) {
+            out->is_weight = true; /* a weight's shape (f32[] a scalar's): grad_weight's */
+        } else if (i >= t->rank || !t->is_sym[i] || t->sym[i] != 'B') {
+            diag_error(t->loc, "a value type has the form f32[T, B, ...] or f32[B, ...] (a "
+                               "weight's gradient: f32[out, in])");
             return false;
+        } else {
+            i++;
         }
-        i++;
     }
     for (; i < t->rank; i++) {
         if (t->is_sym[i]) {

@@ -514,10 +514,17 @@ opt_type:
   | ":" type { $$ = $2; }
     ;
 
-/* type := IDENT '[' dim (',' dim)* ']' */
+/* type := IDENT '[' dim (',' dim)* ']' | IDENT '[' ']' (a scalar: a learned neuron parameter's
+ * gradient) */
 type:
     IDENT "[" dims "]" {
         $$ = $3;
+        $$->loc = @1;
+        $$->dtype = $1->str;
+    }
+  | IDENT "[" "]" {
+        $$ = arena_alloc(p->arena, sizeof *$$);
+        memset($$, 0, sizeof *$$);
         $$->loc = @1;
         $$->dtype = $1->str;
     }

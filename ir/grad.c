@@ -3,13 +3,15 @@
  * flows through to a weight (or, asked for, to an input), in the order the backward runs. The
  * node `grad(x)` is dL/dx, complete where it stands: every reader of x has had its backward step
  * (whose grad nodes come before it), so x's own step runs from it there, giving its operands'
- * gradients their share and its weights theirs (WEIGHT.grad, the step's outputs). Each step's
- * arithmetic is its op's, in codegen/lower_grad.c (compiled) and ir/interp_grad.c (the oracle);
- * this is what the backward is: which gradients exist and in which order they are completed,
- * checked by ir_verify and printed by --train --emit=ir. The compiled step is lowered from this
- * module (kir_lower_train), its backward kernels in its grad nodes' order. */
+ * gradients their share and its weights theirs: a `grad_weight` node per trained weight of x
+ * follows its grad node, dL/dW in the weight's shape (the step's outputs, the optimiser's). Each
+ * step's arithmetic is its op's, in codegen/lower_grad.c (compiled) and ir/interp_grad.c (the
+ * oracle); this is what the backward is: which gradients exist and in which order they are
+ * completed, checked by ir_verify and printed by --train --emit=ir. The compiled step is lowered
+ * from this module (kir_lower_train), its backward kernels in its grad nodes' order. */
 #include "ir/ir.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +19,7 @@ int
 module_nforward(const Module *m)
 {
     int n = m->nnodes;
-    while (n > 0 && m->nodes[n - 1].op == OP_GRAD)
+    while (n > 0 && op_is_backward(m->nodes[n - 1].op))
         n--;
     return n;
 }
@@ -54,13 +56,17 @@ ir_grad_needs(const Module *m, const ValueId *topo, bool inputs, bool *needs_w, 
     }
 }
 
-/* grad_NAME for a named value where no value has that name, else none (%N) */
+/* grad_NAME for a name (a value's; a weight's, its dots as _) where that is an identifier no value
+ * has, else none (%N): a layer's name, and so its weights', is any string */
 static const char *
-grad_name(Module *t, ValueId v)
+grad_name(Module *t, const char *name)
 {
-    const char *name = t->nodes[v].name;
     if (!name) return NULL;
     char *g = arena_printf(&t->arena, "grad_%s", name);
+    for (char *c = g; *c; c++) {
+        if (*c == '.') *c = '_';
+        if (!(isalnum((unsigned char)*c) || *c == '_')) return NULL;
+    }
     for (ValueId u = 0; u < t->nnodes; u++)
         if (t->nodes[u].name && strcmp(t->nodes[u].name, g) == 0) return NULL;
     return g;
@@ -99,7 +105,21 @@ ir_grad(const Module *m, bool inputs)
         const Type *x = &m->nodes[v].type;
         g->type = *x; /* ir_infer's: x's shape, f32 */
         g->type.dtype = DT_F32;
-        g->name = grad_name(t, v);
+        g->name = grad_name(t, m->nodes[v].name);
+        /* the trained weights' gradients its backward step gives, as values */
+        const Node *xn = &m->nodes[v];
+        for (int w = 0; w < xn->nweights; w++) {
+            const Weight *wt = &m->weights[xn->first_weight + w];
+            if (!weight_is_trained(m, wt)) continue;
+            ValueId wv = module_add_node(t, OP_GRAD_WEIGHT, m->nodes[v].loc);
+            Node *gw = &t->nodes[wv];
+            gw->nargs = 1;
+            gw->args[0] = gv;
+            gw->attrs[0].s = arena_strdup(&t->arena, wt->name);
+            gw->type = (Type){.dtype = DT_F32, .is_weight = true, .rank = wt->rank};
+            memcpy(gw->type.dims, wt->dims, (size_t)wt->rank * sizeof *wt->dims);
+            gw->name = grad_name(t, wt->name);
+        }
     }
     free(topo);
     free(sched);

@@ -318,6 +318,34 @@ infer_node(Infer *in, ValueId v)
         if (!x) return 0;
         set_type(n, DT_F32, x->has_time, x->rank, x->dims);
         return 1;
+    case OP_GRAD_WEIGHT: { /* dL/dW: the weight's shape, in f32 (the weights exist in the final
+                            * pass, made in node order: its layer's before it) */
+        if (!x || !in->final) return x ? 1 : 0;
+        const Node *g = &m->nodes[n->args[0]];
+        const Node *f = g->op == OP_GRAD ? &m->nodes[g->args[0]] : NULL;
+        const char *name = n->attrs[0].s ? n->attrs[0].s : "";
+        for (int w = 0; f && w < f->nweights; w++) {
+            const Weight *wt = &m->weights[f->first_weight + w];
+            if (strcmp(wt->name, name) != 0) continue;
+            if (!weight_is_trained(m, wt)) {
+                diag_error(n->loc, "grad_weight: '%s' is a state its op updates, not trained",
+                           name);
+                return -1;
+            }
+            set_type(n, DT_F32, false, wt->rank, wt->dims);
+            n->type.is_weight = true;
+            return 1;
+        }
+        if (!f)
+            diag_error(n->loc,
+                       "grad_weight reads '%s', not a gradient (grad): a weight's gradient "
+                       "is given by the backward step at its layer's grad node",
+                       vname(m, n->args[0]));
+        else
+            diag_error(n->loc, "grad_weight: '%s' is not a weight of '%s'", name,
+                       vname(m, g->args[0]));
+        return -1;
+    }
     case OP_COUNT_:
         break;
     }
@@ -380,10 +408,31 @@ ir_infer(Module *m)
                 ok = false;
             else if (r == 0)
                 die("inference lost a type");
-            else if (!type_equal(&before, &m->nodes[v].type)) {
+            else if (m->nodes[v].op != OP_GRAD_WEIGHT && !type_equal(&before, &m->nodes[v].type)) {
                 char b1[128], b2[128];
                 diag_error(m->nodes[v].loc, "the recurrence through '%s' changes its shape from %s to %s",
                            vname(m, v), tstr(&before, b1), tstr(&m->nodes[v].type, b2));
+                ok = false;
+            }
+        }
+    }
+    /* a train-step module: each trained weight of a grad node's value has one grad_weight */
+    for (ValueId v = 0; v < n && ok; v++) {
+        const Node *g = &m->nodes[v];
+        if (g->op != OP_GRAD) continue;
+        const Node *f = &m->nodes[g->args[0]];
+        for (int w = 0; w < f->nweights && ok; w++) {
+            const Weight *wt = &m->weights[f->first_weight + w];
+            int count = 0;
+            for (ValueId u = v + 1; u < n; u++)
+                count += m->nodes[u].op == OP_GRAD_WEIGHT && m->nodes[u].args[0] == v &&
+                         strcmp(m->nodes[u].attrs[0].s, wt->name) == 0;
+            if (count != (weight_is_trained(m, wt) ? 1 : 0)) {
+                diag_error(g->loc,
+                           count ? "the gradient of weight '%s' is given twice (grad_weight)"
+                                 : "the backward step at this grad node gives weight '%s' a "
+                                   "gradient: a grad_weight node after it names it",
+                           wt->name);
                 ok = false;
             }
         }

@@ -744,6 +744,7 @@ interp_eval_node(Interp *ip, ValueId v, int t, double *spike_counts)
     case OP_MAX:
     case OP_SEQUENCE: eval_readout(ip, v, t); break;
     case OP_GRAD: /* a train-step module's backward: the driver runs forwards only here */
+    case OP_GRAD_WEIGHT:
     case OP_COUNT_: unreachable();
     }
 }

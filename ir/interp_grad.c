@@ -904,6 +904,7 @@ node_backward(Grad *G, ValueId v, int t, double **carry, double *snap)
         readout_backward(G, v, t);
         break;
     case OP_GRAD: /* the interpreter differentiates the forward module itself */
+    case OP_GRAD_WEIGHT:
     case OP_COUNT_:
         unreachable();
     }

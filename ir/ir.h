@@ -76,6 +76,7 @@ bool dtype_from_name(const char *s, DType *out);
 typedef struct Type {
     DType dtype;
     bool has_time; /* leading T: [T, B, ...]; readouts other than sequence drop it: [B, ...] */
+    bool is_weight; /* a weight's shape, no T and no B: f32[out, in] (grad_weight's) */
     int rank;      /* rank of one sample (dims after T and B) */
     int64_t dims[IR_MAX_RANK];
 } Type;
@@ -513,12 +514,19 @@ bool ir_verify(Module *m);
  * backward: `grad(x)` nodes (dL/dx in f32, x's shape), one per value the loss's gradient flows
  * through to a weight (or an input), each after the grad nodes of its value's readers, in the
  * order the backward completes them; x's backward step (its operands' and weights' gradients)
- * runs where grad(x) stands. ir_grad makes one from a forward module (a copy: m must outlive it;
- * inputs: the inputs' gradients too); module_nforward counts the forward's nodes (the grad nodes
- * come last); module_drop_backward leaves the forward; ir_grad_needs sets, over the forward in
- * topo (ir_topo_order's) order, needs_w[v] (v depends on a weight) and needs[v] (v gets a
- * gradient). ir_verify checks the grad nodes' rules. */
+ * runs where grad(x) stands, and a `grad_weight` node after it per trained weight of x gives that
+ * weight's gradient as a value (f32, the weight's shape: Type.is_weight). ir_grad makes one from a
+ * forward module (a copy: m must outlive it; inputs: the inputs' gradients too); module_nforward
+ * counts the forward's nodes (the backward's come last: op_is_backward); module_drop_backward
+ * leaves the forward; ir_grad_needs sets, over the forward in topo (ir_topo_order's) order,
+ * needs_w[v] (v depends on a weight) and needs[v] (v gets a gradient). ir_verify checks the grad
+ * nodes' rules. */
 Module *ir_grad(const Module *m, bool inputs);
+static inline bool
+op_is_backward(Op op)
+{
+    return op == OP_GRAD || op == OP_GRAD_WEIGHT;
+}
 int module_nforward(const Module *m);
 void module_drop_backward(Module *m);
 void ir_grad_needs(const Module *m, const ValueId *topo, bool inputs, bool *needs_w, bool *needs);

@@ -37,7 +37,8 @@ type_numel(const Type *t)
 bool
 type_equal(const Type *a, const Type *b)
 {
-    if (a->dtype != b->dtype || a->has_time != b->has_time || a->rank != b->rank)
+    if (a->dtype != b->dtype || a->has_time != b->has_time || a->is_weight != b->is_weight ||
+        a->rank != b->rank)
         return false;
     for (int i = 0; i < a->rank; i++)
         if (a->dims[i] != b->dims[i])
@@ -48,9 +49,11 @@ type_equal(const Type *a, const Type *b)
 char *
 type_str(const Type *t, char *buf, size_t n)
 {
-    size_t k = (size_t)snprintf(buf, n, "%s[%sB", dtype_name(t->dtype), t->has_time ? "T, " : "");
+    size_t k = (size_t)snprintf(buf, n, "%s[%s%s", dtype_name(t->dtype), t->has_time ? "T, " : "",
+                                t->is_weight ? "" : "B");
     for (int i = 0; i < t->rank && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, ", %lld", (long long)t->dims[i]);
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", t->is_weight && i == 0 ? "" : ", ",
+                              (long long)t->dims[i]);
     if (k < n)
         snprintf(buf + k, n - k, "]");
     return buf;

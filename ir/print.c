@@ -312,18 +312,6 @@ put_node(FILE *f, const Module *m, const int *pos, ValueId v)
     }
     fprintf(f, ") : %s", type_str(&n->type, tb, sizeof tb));
     put_loc(f, n->loc);
-    if (n->op == OP_GRAD) {
-        /* the weights' gradients its value's backward step gives (not a state its op updates:
-         * ops.def "!") */
-        const Node *x = &m->nodes[n->args[0]];
-        bool any = false;
-        for (int w = 0; w < x->nweights; w++) {
-            const Weight *wt = &m->weights[x->first_weight + w];
-            if (!weight_is_trained(m, wt)) continue;
-            fprintf(f, "%s%s.grad", any ? ", " : "  # and ", wt->name);
-            any = true;
-        }
-    }
     fputc('\n', f);
 }
 
@@ -405,9 +393,10 @@ ir_print(FILE *f, const Module *m)
         die("out of memory");
     print_order(m, order, pos);
     for (int i = 0; i < m->nnodes; i++) {
-        if (m->nodes[order[i]].op == OP_GRAD && (i == 0 || m->nodes[order[i - 1]].op != OP_GRAD))
+        if (op_is_backward(m->nodes[order[i]].op) &&
+            (i == 0 || !op_is_backward(m->nodes[order[i - 1]].op)))
             fputs("  # backward (ir/grad.c): grad(x) is dL/dx, complete where it stands, and x's "
-                  "backward step runs there\n",
+                  "backward step runs there, giving the weights' gradients (grad_weight)\n",
                   f);
         put_node(f, m, pos, order[i]);
     }

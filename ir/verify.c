@@ -154,7 +154,7 @@ static bool
 verify_backward(const Module *m)
 {
     int nf = 0; /* the forward's nodes: those before the first grad node */
-    while (nf < m->nnodes && m->nodes[nf].op != OP_GRAD)
+    while (nf < m->nnodes && !op_is_backward(m->nodes[nf].op))
         nf++;
     int *at = xmalloc(((size_t)m->nnodes + 1) * sizeof *at); /* v's grad node, or -1 */
     for (ValueId v = 0; v < m->nnodes; v++)
@@ -162,9 +162,32 @@ verify_backward(const Module *m)
     bool ok = true;
     for (ValueId v = 0; v < m->nnodes && ok; v++) {
         const Node *n = &m->nodes[v];
+        bool has_marks = n->fused_into >= 0 || n->is_events || n->layout != SPIKES_BYTES ||
+                         n->is_scan_epilogue || n->wstore != WSTORE_F32 || n->astore != WSTORE_F32;
+        if (n->op == OP_GRAD_WEIGHT) {
+            const Node *g = &m->nodes[n->args[0]];
+            if (g->op != OP_GRAD) {
+                diag_error(n->loc,
+                           "grad_weight reads '%s', not a gradient (grad): a weight's gradient is "
+                           "given by the backward step at its layer's grad node",
+                           g->name ? g->name : node_op_name(m, g));
+                ok = false;
+            } else if (has_marks) {
+                diag_error(n->loc, "a gradient takes no marks (fuse, events, layout, ...): they "
+                                   "are the forward's");
+                ok = false;
+            } else if (n->is_output) {
+                diag_error(n->loc, "a gradient cannot be a model output");
+                ok = false;
+            } else if (n->args[0] > v) {
+                diag_error(n->loc, "grad_weight comes before the grad node it reads");
+                ok = false;
+            }
+            continue;
+        }
         if (n->op != OP_GRAD) {
             for (int a = 0; a < n->nargs && ok; a++)
-                if (m->nodes[n->args[a]].op == OP_GRAD) {
+                if (op_is_backward(m->nodes[n->args[a]].op)) {
                     diag_error(n->loc,
                                "%s reads '%s', a gradient (grad): the forward reads forward "
                                "values only",
@@ -190,13 +213,12 @@ verify_backward(const Module *m)
         }
         ValueId x = n->args[0];
         const char *xn = node_layer_name(m, &m->nodes[x]);
-        if (n->fused_into >= 0 || n->is_events || n->layout != SPIKES_BYTES ||
-            n->is_scan_epilogue || n->wstore != WSTORE_F32 || n->astore != WSTORE_F32) {
+        if (has_marks) {
             diag_error(n->loc,
                        "a gradient takes no marks (fuse, events, layout, ...): they are the "
                        "forward's");
             ok = false;
-        } else if (m->nodes[x].op == OP_GRAD) {
+        } else if (op_is_backward(m->nodes[x].op)) {
             diag_error(n->loc, "grad reads '%s', a gradient: it is the gradient of a forward value",
                        xn);
             ok = false;
