@@ -5,6 +5,7 @@
 #include "codegen/kir.h"
 #include "ir/fmath.h"
 #include "runtime/layout.h"
+#include "runtime/bigmem.h"
 #include "runtime/f16.h"
 #include "runtime/kernel_abi.h"
 #include "runtime/philox.h"
@@ -537,7 +538,8 @@ kir_bind_weight(const KProgram *p, int b, void **packed, char *err, size_t errle
         return NULL;
     }
     size_t n = (size_t)(w->numel ? w->numel : 1);
-    float *f = xmalloc(n * sizeof *f);
+    float *f = rt_big_alloc(n * sizeof *f); /* huge pages where large: bigmem.h */
+    if (!f) die("out of memory");
     if (kb->nperm) {
         int64_t dims[IR_MAX_RANK + 1];
         int rank = rt_split_dims(w->rank, w->dims, kb->split, dims);
@@ -595,7 +597,8 @@ kir_bind_sharing(const KProgram *p, int batch, const float *const *inputs, float
     free(slot);
     free(span);
     bd->arena_borrowed = host && host->arena && total <= host->arena_bytes;
-    bd->arena = bd->arena_borrowed ? host->arena : malloc(total ? total : 1);
+    /* on huge pages where large (bigmem.h): a training step's arena is 100 MB and more */
+    bd->arena = bd->arena_borrowed ? host->arena : rt_big_alloc(total ? total : 1);
     bd->arena_bytes = bd->arena_borrowed ? host->arena_bytes : total;
     bool ok = bd->arena != NULL;
     if (!ok)

@@ -21,6 +21,7 @@
 #ifdef SNN_HAVE_LLVM
 #include "codegen/llvm/cg_llvm.h"
 #endif
+#include "runtime/bigmem.h"
 #include "runtime/clock.h"
 #include "runtime/philox.h"
 #include "runtime/train.h"
@@ -1370,7 +1371,11 @@ train(Module *m, const Options *o)
         size_t n = (size_t)m->weights[w].numel;
         gd[w] = xcalloc(n ? n : 1, sizeof(double));
         gf[w] = xcalloc(n ? n : 1, sizeof(float));
-        state[w] = xcalloc(2 * (n ? n : 1), sizeof(float));
+        /* Adam's two moments (SGD's momentum): on huge pages where large, as the step's arena:
+         * f3's 103 MB took 0.17 s of page faults in the conv net's first step on 4 KB pages */
+        state[w] = rt_big_alloc(2 * (n ? n : 1) * sizeof(float));
+        if (!state[w]) die("out of memory");
+        memset(state[w], 0, 2 * (n ? n : 1) * sizeof(float));
     }
     float **bin = xcalloc((size_t)d->ninputs, sizeof *bin),
           **outs = xcalloc((size_t)m->noutputs, sizeof *outs);
