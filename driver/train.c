@@ -1324,6 +1324,15 @@ apply_train_block(const Module *m, Options *o)
     return false;
 }
 
+/* the optimiser's state of every weight (2 floats an element) to zero */
+static void
+zero_states(const Module *m, float **state)
+{
+    for (int w = 0; w < m->nweights; w++)
+        memset(state[w], 0,
+               2 * (size_t)(m->weights[w].numel ? m->weights[w].numel : 1) * sizeof(float));
+}
+
 int
 train(Module *m, const Options *o)
 {
@@ -1372,10 +1381,11 @@ train(Module *m, const Options *o)
         gd[w] = xcalloc(n ? n : 1, sizeof(double));
         gf[w] = xcalloc(n ? n : 1, sizeof(float));
         /* Adam's two moments (SGD's momentum): on huge pages where large, as the step's arena:
-         * f3's 103 MB took 0.17 s of page faults in the conv net's first step on 4 KB pages */
+         * f3's 103 MB took 0.17 s of page faults in the conv net's first step on 4 KB pages.
+         * Zeroed (so made resident) after the step is compiled, whose passes' memory would
+         * otherwise stack on theirs: the conv net's peak RSS; a checkpoint's read before it. */
         state[w] = rt_big_alloc(2 * (n ? n : 1) * sizeof(float));
         if (!state[w]) die("out of memory");
-        memset(state[w], 0, 2 * (n ? n : 1) * sizeof(float));
     }
     float **bin = xcalloc((size_t)d->ninputs, sizeof *bin),
           **outs = xcalloc((size_t)m->noutputs, sizeof *outs);
@@ -1397,6 +1407,7 @@ train(Module *m, const Options *o)
     bool tty = isatty(2) && !o->quiet;
     int rc = 0;
     int64_t step = 0, start = 0;
+    if (o->resume) zero_states(m, state);
     if (o->resume && !read_checkpoint(m, o, state, &start, &step, N, seed)) rc = 1;
     if (rc == 0 && start >= o->epochs) {
         fprintf(stderr, "snnc: error: %s: already %lld epochs trained; --epochs=%lld asks for no "
@@ -1411,6 +1422,7 @@ train(Module *m, const Options *o)
      * fill: the heap would keep it resident under the training's peak */
     malloc_trim(0);
 #endif
+    if (!o->resume) zero_states(m, state);
     char err[512];
     /* on the GPU the optimiser runs there too, but for --clip-grad-norm (the host takes the norm)
      */
