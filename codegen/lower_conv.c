@@ -933,7 +933,7 @@ lower_conv2d_events(Lower *lw, ValueId v)
         px.i = bin(lw, KB_ADD, bin(lw, KB_MUL, chan, ci(lw, HW)), q);
         s_assign(lw, body(fq), xv, to(lw, KT_F64, vload(lw, cv.x, &px)));
         KExpr *is_listed = bin(lw, KB_NE, var(lw, xv), kx_const(lw->p, KT_F64, 0));
-        if (nonfinite) {
+        if (lw->train) {
             /* a training step: appended without a branch (spikes at a third of the inputs
              * defeat its prediction): the entry stored at the count, which then grows by one
              * where it is listed (the count never passes the channel, so it stays in the
